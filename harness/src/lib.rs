@@ -1,0 +1,1 @@
+//! The harness: scenarios, the load driver, client retry policies and the checks.

@@ -1,0 +1,220 @@
+//! The report model: one run, as every renderer sees it.
+//!
+//! The harness builds a [`Report`]; the renderers (terminal, JSON, JUnit, HTML, Markdown) are siblings
+//! that only read it. `report.json` is this model serialized, so field names here are a public,
+//! versioned contract: add fields freely, never rename or remove one without bumping
+//! [`SCHEMA_VERSION`].
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Version of the `report.json` layout. Bumped on any incompatible change.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// One run of a scenario (or of `load`, `idempotency`, `analyze`, `exec`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Report {
+    /// Layout version of this document; see [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// Scenario name (or the command, e.g. `load http://127.0.0.1:8080/`).
+    pub scenario: String,
+    /// True when every check passed.
+    pub passed: bool,
+    /// Wall-clock start, milliseconds since the Unix epoch.
+    #[serde(default)]
+    pub started_unix_ms: u64,
+    /// How long the run took, in milliseconds.
+    pub duration_ms: u64,
+    /// The URL the load was aimed at, when there was one.
+    #[serde(default)]
+    pub target: Option<String>,
+    /// Seed that makes the run's random choices reproducible.
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// Factor every scenario duration was multiplied by.
+    #[serde(default = "one")]
+    pub time_scale: f64,
+    /// Request counts.
+    pub requests: Requests,
+    /// Latency percentiles over every completed request, in milliseconds.
+    pub latency_ms: Latency,
+    /// Completed requests per second over the run.
+    #[serde(default)]
+    pub throughput_rps: f64,
+    /// Failed requests by kind: `connect`, `timeout`, `reset`, `closed`, `malformed`, `other`.
+    #[serde(default)]
+    pub errors_by_kind: BTreeMap<String, u64>,
+    /// Per-phase figures, in the order the phases ran.
+    #[serde(default)]
+    pub phases: Vec<Phase>,
+    /// The verdicts.
+    pub checks: Vec<CheckResult>,
+    /// Requests per time window, for the "requests over time" chart.
+    #[serde(default)]
+    pub timeline: Option<Timeline>,
+    /// Retry delays grouped by attempt index, for the jitter chart.
+    #[serde(default)]
+    pub retry_delays: Vec<AttemptDelays>,
+    /// What `harness exec` ran, when it did.
+    #[serde(default)]
+    pub exec: Option<Exec>,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// Request counts of a run or a phase.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Requests {
+    /// Requests (attempts) sent, retries included.
+    pub sent: u64,
+    /// Requests that got an HTTP response, whatever its status.
+    pub completed: u64,
+    /// Requests that got no response (connect error, timeout, reset, closed, malformed).
+    pub errors: u64,
+    /// Attempts beyond the first of a logical operation.
+    pub retries: u64,
+    /// Responses by status code (as a string, e.g. `"503"`).
+    pub by_status: BTreeMap<String, u64>,
+    /// Requests that could not be started at their intended time (open-model rate only).
+    #[serde(default)]
+    pub late_starts: u64,
+}
+
+/// Latency percentiles in milliseconds.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Latency {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+    #[serde(default)]
+    pub mean: f64,
+    /// Samples behind the percentiles.
+    #[serde(default)]
+    pub count: u64,
+}
+
+/// One load phase's figures.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Phase {
+    pub name: String,
+    /// Executor kind: `burst`, `rate`, `clients`, `fleet`.
+    pub kind: String,
+    pub duration_ms: u64,
+    pub requests: Requests,
+    /// Latency from the actual send.
+    pub latency_ms: Latency,
+    /// Latency from the intended send time (coordinated omission corrected), rate phases only.
+    #[serde(default)]
+    pub latency_intended_ms: Option<Latency>,
+    #[serde(default)]
+    pub throughput_rps: f64,
+    /// Free-form extra figures (e.g. `release_skew_us_max` for bursts).
+    #[serde(default)]
+    pub metrics: BTreeMap<String, serde_json::Value>,
+}
+
+/// How a check came out.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// The property holds on the evidence.
+    Pass,
+    /// The property is violated; `evidence` says where.
+    Fail,
+    /// Holds, but weakly (e.g. jitter too small to matter); does not fail the run.
+    Weak,
+    /// Not enough data to decide; does not fail the run.
+    Inconclusive,
+}
+
+/// One check's verdict with its figures and the journal entries that prove it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CheckResult {
+    /// Stable identifier: `duplicates`, `retry_on_4xx`, `jitter`, ...
+    pub name: String,
+    /// False only when the verdict is `fail`.
+    pub passed: bool,
+    /// Finer verdict than `passed`.
+    pub verdict: Verdict,
+    /// One line a human reads first.
+    pub summary: String,
+    /// Figures behind the verdict (names are per check and documented with it).
+    pub metrics: BTreeMap<String, serde_json::Value>,
+    /// The places that prove the verdict, most telling first.
+    pub evidence: Vec<Evidence>,
+}
+
+impl CheckResult {
+    /// A result whose `passed` agrees with its verdict.
+    pub fn new(name: impl Into<String>, verdict: Verdict, summary: impl Into<String>) -> Self {
+        CheckResult {
+            name: name.into(),
+            passed: verdict != Verdict::Fail,
+            verdict,
+            summary: summary.into(),
+            metrics: BTreeMap::new(),
+            evidence: Vec::new(),
+        }
+    }
+
+    /// Adds a metric.
+    pub fn metric(mut self, name: &str, value: impl Into<serde_json::Value>) -> Self {
+        self.metrics.insert(name.to_string(), value.into());
+        self
+    }
+
+    /// Adds a piece of evidence.
+    pub fn evidence(mut self, e: Evidence) -> Self {
+        self.evidence.push(e);
+        self
+    }
+}
+
+/// A piece of evidence: what was seen, and where in the journal.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Evidence {
+    /// What this shows, in one sentence.
+    pub detail: String,
+    /// The Idempotency-Key or operation the evidence is about, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Journal sequence numbers of the requests involved.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub seqs: Vec<u64>,
+}
+
+/// Requests per fixed time window, split into labelled series (by status, fault or error kind).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Timeline {
+    /// Window width in milliseconds.
+    pub window_ms: f64,
+    /// One series per label (e.g. `201`, `503`, `fault:drop`, `error:timeout`); all the same length.
+    pub series: Vec<Series>,
+}
+
+/// One labelled series of a [`Timeline`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Series {
+    pub label: String,
+    pub counts: Vec<u64>,
+}
+
+/// Observed retry delays (milliseconds) before attempt `attempt` (2 = first retry).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct AttemptDelays {
+    pub attempt: u32,
+    pub delays_ms: Vec<f64>,
+}
+
+/// The command `harness exec` ran.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Exec {
+    pub command: Vec<String>,
+    /// Its exit code; `None` when it was killed by a signal.
+    pub exit_code: Option<i32>,
+}
