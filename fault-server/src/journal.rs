@@ -98,3 +98,470 @@ pub struct Entry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draw: Option<f64>,
 }
+
+// ---------------------------------------------------------------------------------------------
+// Writing the journal.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufWriter, Seek, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+/// Monotonic time since server start, shared by every request.
+#[derive(Debug)]
+pub struct Clock {
+    start: Instant,
+}
+
+impl Clock {
+    /// A clock starting now.
+    pub fn new() -> Clock {
+        Clock { start: Instant::now() }
+    }
+    /// Microseconds since start.
+    pub fn now_us(&self) -> u64 {
+        self.start.elapsed().as_micros() as u64
+    }
+    /// Microseconds from start to `t`.
+    pub fn us_at(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.start).as_micros() as u64
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Clock::new()
+    }
+}
+
+/// Hands out arrival numbers. A reset starts a new epoch whose numbers start again at 1; entries of
+/// an older epoch still in flight at the reset are discarded by the writer.
+#[derive(Debug, Default)]
+pub struct Sequencer {
+    // High 16 bits: epoch. Low 48 bits: the last seq handed out. One atomic op per request.
+    word: AtomicU64,
+}
+
+const SEQ_BITS: u32 = 48;
+const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
+
+impl Sequencer {
+    /// The next (epoch, seq).
+    pub fn next(&self) -> (u16, u64) {
+        let w = self.word.fetch_add(1, Ordering::Relaxed) + 1;
+        ((w >> SEQ_BITS) as u16, w & SEQ_MASK)
+    }
+    /// (epoch, how many seqs it has handed out).
+    pub fn current(&self) -> (u16, u64) {
+        let w = self.word.load(Ordering::Relaxed);
+        ((w >> SEQ_BITS) as u16, w & SEQ_MASK)
+    }
+    /// Starts a new epoch and returns it.
+    pub fn reset(&self) -> u16 {
+        let (epoch, _) = self.current();
+        let next = epoch.wrapping_add(1);
+        self.word.store(u64::from(next) << SEQ_BITS, Ordering::Relaxed);
+        next
+    }
+}
+
+enum Msg {
+    Entry(u16, Box<Entry>),
+    Reset(u16, mpsc::Sender<()>),
+    Flush(mpsc::Sender<()>),
+}
+
+/// Counts kept by the writer, served by `GET /__harness/stats`.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Stats {
+    /// Entries written.
+    pub requests: u64,
+    pub by_rule: HashMap<String, u64>,
+    pub by_fault: HashMap<String, u64>,
+    pub by_status: HashMap<String, u64>,
+    pub by_outcome: HashMap<String, u64>,
+}
+
+impl Stats {
+    fn record(&mut self, e: &Entry) {
+        self.requests += 1;
+        if let Some(r) = &e.rule {
+            *self.by_rule.entry(r.clone()).or_default() += 1;
+        }
+        if let Some(f) = &e.fault {
+            *self.by_fault.entry(f.clone()).or_default() += 1;
+        }
+        let status = e.status.map_or_else(|| "none".to_string(), |s| s.to_string());
+        *self.by_status.entry(status).or_default() += 1;
+        *self.by_outcome.entry(e.outcome.as_str().to_string()).or_default() += 1;
+    }
+}
+
+#[derive(Default)]
+struct Mem {
+    /// Concatenated JSON lines of the current epoch; line i holds seq i+1.
+    bytes: Vec<u8>,
+    /// Start offset of each line in `bytes`.
+    offsets: Vec<usize>,
+}
+
+struct Shared {
+    mem: RwLock<Mem>,
+    stats: Mutex<Stats>,
+    written: AtomicU64,
+}
+
+/// The journal: a writer thread fed by a channel, so no request ever waits on journal I/O or holds
+/// a lock across a write.
+pub struct Journal {
+    tx: mpsc::Sender<Msg>,
+    shared: Arc<Shared>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// A journal file could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot open journal file {path}: {source}")]
+pub struct JournalFileError {
+    /// The file.
+    pub path: String,
+    /// The OS error.
+    pub source: std::io::Error,
+}
+
+impl Journal {
+    /// Starts the writer; entries are also streamed to `file` when given (truncated first).
+    pub fn start(file: Option<&Path>) -> Result<Journal, JournalFileError> {
+        let file = match file {
+            Some(p) => Some(File::create(p).map_err(|source| JournalFileError {
+                path: p.display().to_string(),
+                source,
+            })?),
+            None => None,
+        };
+        let shared = Arc::new(Shared {
+            mem: RwLock::new(Mem::default()),
+            stats: Mutex::new(Stats::default()),
+            written: AtomicU64::new(0),
+        });
+        let (tx, rx) = mpsc::channel();
+        let writer = Writer {
+            rx,
+            shared: shared.clone(),
+            file: file.map(|f| BufWriter::with_capacity(256 * 1024, f)),
+            epoch: 0,
+            next: 1,
+            pending: std::collections::BTreeMap::new(),
+            line: Vec::with_capacity(1024),
+        };
+        let thread = std::thread::Builder::new()
+            .name("journal-writer".into())
+            .spawn(move || writer.run())
+            .map_err(|source| JournalFileError { path: "<journal thread>".into(), source })?;
+        Ok(Journal { tx, shared, thread: Mutex::new(Some(thread)) })
+    }
+
+    fn send(&self, m: Msg) {
+        // The writer only stops when the journal is dropped; a send can then fail harmlessly.
+        let _ = self.tx.send(m);
+    }
+
+    /// Entries written so far in the current epoch.
+    pub fn written(&self) -> u64 {
+        self.shared.written.load(Ordering::Acquire)
+    }
+
+    /// The JSON lines of entries with `seq > since`.
+    pub fn lines_since(&self, since: u64) -> Vec<u8> {
+        let mem = self.shared.mem.read().unwrap_or_else(|p| p.into_inner());
+        let i = usize::try_from(since).unwrap_or(usize::MAX);
+        match mem.offsets.get(i) {
+            Some(&start) => mem.bytes[start..].to_vec(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Every entry written so far in the current epoch, parsed back.
+    pub fn entries(&self) -> Vec<Entry> {
+        let bytes = self.lines_since(0);
+        serde_json::Deserializer::from_slice(&bytes)
+            .into_iter::<Entry>()
+            .filter_map(Result::ok)
+            .collect()
+    }
+
+    /// A copy of the counters.
+    pub fn stats(&self) -> Stats {
+        self.shared.stats.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Clears the journal (memory, file, counters) for `epoch`, and waits until that is done.
+    pub fn reset(&self, epoch: u16) {
+        let (ack, done) = mpsc::channel();
+        self.send(Msg::Reset(epoch, ack));
+        let _ = done.recv_timeout(Duration::from_secs(5));
+    }
+
+    /// Waits until everything queued so far is written and the file flushed.
+    pub fn flush(&self) {
+        let (ack, done) = mpsc::channel();
+        self.send(Msg::Flush(ack));
+        let _ = done.recv_timeout(Duration::from_secs(5));
+    }
+
+    fn sender(&self) -> mpsc::Sender<Msg> {
+        self.tx.clone()
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        self.flush();
+        // Closing the channel ends the writer; replace our sender with a dead one to drop it.
+        let (dead, _) = mpsc::channel();
+        drop(std::mem::replace(&mut self.tx, dead));
+        if let Some(t) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct Writer {
+    rx: mpsc::Receiver<Msg>,
+    shared: Arc<Shared>,
+    file: Option<BufWriter<File>>,
+    epoch: u16,
+    next: u64,
+    pending: std::collections::BTreeMap<(u16, u64), Box<Entry>>,
+    line: Vec<u8>,
+}
+
+impl Writer {
+    fn run(mut self) {
+        while let Ok(first) = self.rx.recv() {
+            let mut batch = vec![first];
+            while let Ok(m) = self.rx.try_recv() {
+                batch.push(m);
+                if batch.len() >= 4096 {
+                    break;
+                }
+            }
+            let mut acks = Vec::new();
+            for m in batch {
+                match m {
+                    Msg::Entry(epoch, e) => {
+                        if epoch == self.epoch || is_newer(epoch, self.epoch) {
+                            self.pending.insert((epoch, e.seq), e);
+                        }
+                    }
+                    Msg::Reset(epoch, ack) => {
+                        self.do_reset(epoch);
+                        acks.push(ack);
+                    }
+                    Msg::Flush(ack) => acks.push(ack),
+                }
+            }
+            self.emit_ready();
+            if let Some(f) = &mut self.file {
+                if let Err(e) = f.flush() {
+                    tracing::error!("journal file write failed: {e}");
+                }
+            }
+            for a in acks {
+                let _ = a.send(());
+            }
+        }
+        if let Some(f) = &mut self.file {
+            let _ = f.flush();
+        }
+    }
+
+    fn do_reset(&mut self, epoch: u16) {
+        self.epoch = epoch;
+        self.next = 1;
+        self.pending.retain(|(e, _), _| *e == epoch || is_newer(*e, epoch));
+        *self.shared.mem.write().unwrap_or_else(|p| p.into_inner()) = Mem::default();
+        *self.shared.stats.lock().unwrap_or_else(|p| p.into_inner()) = Stats::default();
+        self.shared.written.store(0, Ordering::Release);
+        if let Some(f) = &mut self.file {
+            let r = f.flush().and_then(|_| f.get_mut().set_len(0)).and_then(|_| f.get_mut().rewind());
+            if let Err(e) = r {
+                tracing::error!("journal file reset failed: {e}");
+            }
+        }
+    }
+
+    /// Writes every entry that continues the contiguous run from `next`.
+    fn emit_ready(&mut self) {
+        let mut ready = Vec::new();
+        while let Some(e) = self.pending.remove(&(self.epoch, self.next)) {
+            ready.push(e);
+            self.next += 1;
+        }
+        if ready.is_empty() {
+            return;
+        }
+        {
+            let mut mem = self.shared.mem.write().unwrap_or_else(|p| p.into_inner());
+            let mut stats = self.shared.stats.lock().unwrap_or_else(|p| p.into_inner());
+            for e in &ready {
+                self.line.clear();
+                if serde_json::to_writer(&mut self.line, e.as_ref()).is_err() {
+                    continue;
+                }
+                self.line.push(b'\n');
+                let start = mem.bytes.len();
+                mem.offsets.push(start);
+                mem.bytes.extend_from_slice(&self.line);
+                stats.record(e);
+                if let Some(f) = &mut self.file {
+                    if let Err(err) = f.write_all(&self.line) {
+                        tracing::error!("journal file write failed: {err}");
+                    }
+                }
+            }
+        }
+        self.shared.written.fetch_add(ready.len() as u64, Ordering::Release);
+    }
+}
+
+/// Epochs wrap around; "newer" means within half the range ahead.
+fn is_newer(a: u16, b: u16) -> bool {
+    a != b && a.wrapping_sub(b) < 0x8000
+}
+
+/// A request's entry while the request is in progress. It is emitted exactly once: by
+/// [`Pending::finish`], or, if the request is abandoned (its future dropped because the client went
+/// away), by `Drop` with the outcome `client_closed`.
+pub struct Pending {
+    entry: Option<Box<Entry>>,
+    epoch: u16,
+    tx: mpsc::Sender<Msg>,
+    clock: Arc<Clock>,
+}
+
+impl Pending {
+    /// Starts an entry for a request of `epoch`.
+    pub fn new(journal: &Journal, clock: Arc<Clock>, epoch: u16, entry: Entry) -> Pending {
+        Pending { entry: Some(Box::new(entry)), epoch, tx: journal.sender(), clock }
+    }
+
+    /// The entry, to fill in while the request is handled.
+    pub fn entry(&mut self) -> &mut Entry {
+        // `entry` is only taken by `finish`/`drop`, which consume `self`.
+        self.entry.get_or_insert_with(|| Box::new(placeholder()))
+    }
+
+    /// Completes the entry with its outcome, stamped now.
+    pub fn finish(mut self, outcome: Outcome) {
+        self.emit(outcome);
+    }
+
+    fn emit(&mut self, outcome: Outcome) {
+        if let Some(mut e) = self.entry.take() {
+            e.t_done_us = self.clock.now_us();
+            e.outcome = outcome;
+            if outcome != Outcome::Responded && e.fault.as_deref() != Some("malformed") {
+                e.status = None;
+            }
+            let _ = self.tx.send(Msg::Entry(self.epoch, e));
+        }
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.emit(Outcome::ClientClosed);
+    }
+}
+
+fn placeholder() -> Entry {
+    Entry {
+        seq: 0,
+        t_recv_us: 0,
+        t_done_us: 0,
+        unix_ms: 0,
+        method: String::new(),
+        path: String::new(),
+        query: None,
+        headers: BTreeMap::new(),
+        idempotency_key: None,
+        client_id: None,
+        body_sha256: None,
+        body_len: 0,
+        conn_id: 0,
+        rule: None,
+        fault: None,
+        status: None,
+        outcome: Outcome::Responded,
+        created: None,
+        key_attempt: None,
+        transition: None,
+        resource: None,
+        replayed: false,
+        draw: None,
+    }
+}
+
+/// A blank entry for `seq`, to be filled in.
+pub fn blank(seq: u64) -> Entry {
+    Entry { seq, ..placeholder() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(seq: u64) -> Entry {
+        Entry { method: "GET".into(), path: "/".into(), status: Some(200), ..blank(seq) }
+    }
+
+    #[test]
+    fn writes_in_arrival_order_whatever_the_completion_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.jsonl");
+        let j = Journal::start(Some(&path)).unwrap();
+        let clock = Arc::new(Clock::new());
+        let p: Vec<Pending> = (1..=5).map(|s| Pending::new(&j, clock.clone(), 0, entry(s))).collect();
+        let mut p: Vec<Option<Pending>> = p.into_iter().map(Some).collect();
+        for i in [4, 2, 0, 3] {
+            p[i].take().unwrap().finish(Outcome::Responded);
+        }
+        j.flush();
+        assert_eq!(j.written(), 1, "seq 2 is still in flight, so only seq 1 is out");
+        drop(p[1].take()); // abandoned → client_closed
+        j.flush();
+        let seqs: Vec<u64> = j.entries().iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [1, 2, 3, 4, 5]);
+        assert_eq!(j.entries()[1].outcome, Outcome::ClientClosed);
+        assert_eq!(j.entries()[1].status, None);
+        let file = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(file.lines().count(), 5);
+        assert_eq!(String::from_utf8(j.lines_since(3)).unwrap().lines().count(), 2);
+        assert_eq!(j.stats().by_outcome.get("client_closed"), Some(&1));
+    }
+
+    #[test]
+    fn reset_discards_the_old_epoch() {
+        let j = Journal::start(None).unwrap();
+        let clock = Arc::new(Clock::new());
+        let seq = Sequencer::default();
+        let (e, s) = seq.next();
+        Pending::new(&j, clock.clone(), e, entry(s)).finish(Outcome::Responded);
+        let (e, s) = seq.next();
+        let straggler = Pending::new(&j, clock.clone(), e, entry(s));
+        let epoch = seq.reset();
+        j.reset(epoch);
+        straggler.finish(Outcome::Responded);
+        let (e, s) = seq.next();
+        assert_eq!((e, s), (epoch, 1));
+        Pending::new(&j, clock, e, entry(s)).finish(Outcome::Responded);
+        j.flush();
+        assert_eq!(j.entries().len(), 1);
+        assert_eq!(j.stats().requests, 1);
+    }
+}

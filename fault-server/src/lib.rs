@@ -1,1 +1,18 @@
+//! A programmable fault-injecting HTTP server.
+//!
+//! It answers with 503s, delays, hangs, dropped responses, TCP resets and broken responses on a
+//! reproducible schedule ([`schedule`]), serves an orders resource with Idempotency-Key semantics on
+//! a real database ([`orders`]), and keeps a complete journal of every request ([`journal`]).
+//! The harness embeds it through [`FaultServer`]; the `fault-server` binary runs it on its own.
+
+pub mod config;
+mod control;
+pub mod draw;
 pub mod journal;
+pub mod orders;
+pub mod schedule;
+pub mod server;
+
+pub use config::Config;
+pub use journal::{Entry, Outcome};
+pub use server::{FaultServer, ServerOptions, StartError};

@@ -1,1 +1,111 @@
-fn main() {}
+//! `fault-server`: run the fault-injecting server on its own.
+//!
+//! Exit codes: 0 after a clean shutdown (Ctrl-C) or a successful `--check`; 2 for bad input (an
+//! unreadable or invalid config); 3 when the server cannot run (address in use, database).
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use fault_server::{Config, FaultServer, ServerOptions, StartError};
+
+/// A programmable fault-injecting HTTP server with an idempotent orders resource and a journal.
+#[derive(Debug, Parser)]
+#[command(name = "fault-server", version, about)]
+struct Args {
+    /// YAML config: the fault schedule and the orders resource settings. Without it, no faults.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address to listen on; port 0 picks a free port.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    bind: SocketAddr,
+    /// Seed for every random decision (overrides the config's `seed`).
+    #[arg(long, value_name = "N")]
+    seed: Option<u64>,
+    /// Also write the journal to this file, one JSON object per line.
+    #[arg(long, value_name = "FILE")]
+    journal: Option<PathBuf>,
+    /// Validate the config and exit.
+    #[arg(long)]
+    check: bool,
+}
+
+fn main() -> ExitCode {
+    let args = match Args::try_parse() {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+
+    let config = match &args.config {
+        Some(path) => match Config::load(path) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => Config::default(),
+    };
+    if args.check {
+        println!(
+            "{}: ok ({} rule{})",
+            args.config.as_ref().map_or("<defaults>".into(), |p| p.display().to_string()),
+            config.rules.len(),
+            if config.rules.len() == 1 { "" } else { "s" }
+        );
+        return ExitCode::SUCCESS;
+    }
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    runtime.block_on(async move {
+        let opts = ServerOptions { bind: args.bind, seed: args.seed, journal_file: args.journal };
+        let server = match FaultServer::start(config, opts).await {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return match e {
+                    StartError::Bind { .. } | StartError::Store(_) | StartError::Journal(_) => ExitCode::from(3),
+                };
+            }
+        };
+        let mut out = std::io::stdout();
+        let _ = writeln!(out, "listening on {}", server.url());
+        let _ = out.flush();
+        wait_for_signal().await;
+        server.shutdown().await;
+        ExitCode::SUCCESS
+    })
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}

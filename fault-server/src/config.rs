@@ -1,0 +1,960 @@
+//! The fault server's configuration file: YAML, parsed once and validated while it is parsed.
+//!
+//! Validation happens inside the `Deserialize` impls wherever it can, so that an error carries the
+//! line and column of the offending value, not just its field path. Unknown fields are errors
+//! everywhere: a typo in a rule must not silently disable a fault.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+
+/// Everything a fault server needs to know besides where to listen.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Seed for every random decision; `--seed` overrides it.
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// How long a `hang` holds a connection when the rule gives no cap of its own.
+    #[serde(default)]
+    pub hang_cap: Option<Dur>,
+    /// Request headers copied into the journal, besides the default set.
+    #[serde(default)]
+    pub capture_headers: Vec<String>,
+    /// The built-in orders resource.
+    #[serde(default)]
+    pub orders: OrdersConfig,
+    /// The fault schedule: rules evaluated in order, first match wins.
+    #[serde(default)]
+    pub rules: Vec<RuleConfig>,
+}
+
+/// A schedule on its own, as `PUT /__harness/schedule` takes it.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleConfig {
+    /// The new rules; they replace all the old ones.
+    #[serde(default)]
+    pub rules: Vec<RuleConfig>,
+}
+
+/// Which idempotency implementation `POST /orders` uses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IdempotencyImpl {
+    /// Correct: the key is claimed under a UNIQUE constraint before any work is done.
+    #[default]
+    Unique,
+    /// The classic race: SELECT by key, do the work, INSERT — no constraint.
+    CheckThenInsert,
+    /// Keys are ignored; every POST creates an order.
+    None,
+}
+
+/// Which implementation `POST /orders/{id}/pay` uses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PayImpl {
+    /// `UPDATE … WHERE status = 'pending'`: the affected row count decides.
+    #[default]
+    Conditional,
+    /// Read the status, do the work, write unconditionally: concurrent pays both transition.
+    ReadThenWrite,
+}
+
+/// Settings of the built-in orders resource.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OrdersConfig {
+    /// Idempotency implementation.
+    #[serde(default)]
+    pub idempotency: IdempotencyImpl,
+    /// Payment state-transition implementation.
+    #[serde(default)]
+    pub pay: PayImpl,
+    /// Answer `400` to a `POST /orders` without `Idempotency-Key` (ignored by `none`).
+    #[serde(default = "default_true")]
+    pub require_key: bool,
+    /// How long a key and its stored response are kept.
+    #[serde(default = "default_key_ttl")]
+    pub key_ttl: Dur,
+    /// Simulated work between claiming/checking a key and writing the order (and in pay).
+    #[serde(default)]
+    pub work_delay: Dur,
+    /// `Retry-After` seconds sent with `409` while the key's first request is in flight.
+    #[serde(default = "default_retry_after")]
+    pub retry_after_s: u64,
+    /// SQLite database file; a fresh temporary file when absent.
+    #[serde(default)]
+    pub database: Option<PathBuf>,
+    /// Connections in the pool.
+    #[serde(default = "default_pool_size")]
+    pub pool_size: u32,
+}
+
+impl Default for OrdersConfig {
+    fn default() -> Self {
+        OrdersConfig {
+            idempotency: IdempotencyImpl::default(),
+            pay: PayImpl::default(),
+            require_key: true,
+            key_ttl: default_key_ttl(),
+            work_delay: Dur::default(),
+            retry_after_s: default_retry_after(),
+            database: None,
+            pool_size: default_pool_size(),
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_key_ttl() -> Dur {
+    Dur(Duration::from_secs(24 * 3600))
+}
+fn default_retry_after() -> u64 {
+    1
+}
+fn default_pool_size() -> u32 {
+    16
+}
+
+/// One rule of the schedule.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleConfig {
+    /// Name reported in the journal and stats; `rule-N` (1-based position) when absent.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// When the rule applies; an absent matcher matches every request.
+    #[serde(default, rename = "match")]
+    pub matcher: MatchConfig,
+    /// What happens to a matching request.
+    pub fault: FaultConfig,
+}
+
+/// The conditions of a rule; all given conditions must hold.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MatchConfig {
+    /// HTTP method(s), case-insensitive.
+    #[serde(default)]
+    pub method: Option<OneOrMany<String>>,
+    /// Exact path, or a glob: `*` within a segment, `**` across segments.
+    #[serde(default)]
+    pub path: Option<PathPattern>,
+    /// Path prefix.
+    #[serde(default)]
+    pub path_prefix: Option<String>,
+    /// Headers that must have exactly these values (names case-insensitive).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Headers that must be present, whatever their value.
+    #[serde(default)]
+    pub headers_present: Vec<String>,
+    /// Only from this long after the schedule was installed.
+    #[serde(default)]
+    pub from: Option<Dur>,
+    /// Only until this long after the schedule was installed.
+    #[serde(default)]
+    pub until: Option<Dur>,
+    /// The Nth request the server received (1-based), e.g. `3`, `"1-5"`, `"10-"`, `"every 4"`.
+    #[serde(default)]
+    pub requests: Option<Counts>,
+    /// The Nth request that reached this rule and met its other conditions.
+    #[serde(default)]
+    pub hits: Option<Counts>,
+    /// The Nth attempt of the same Idempotency-Key (requests without a key never match).
+    #[serde(default)]
+    pub attempts: Option<Counts>,
+    /// Chance that a request meeting every other condition matches, in [0, 1].
+    #[serde(default)]
+    pub probability: Option<Probability>,
+}
+
+/// What a rule does: the fault, written `fault: drop` or `fault: { status: { code: 503 } }`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FaultConfig {
+    /// Answer with this status, headers and body; the request is not processed.
+    Status(StatusFault),
+    /// Wait, then give the normal response.
+    Delay(DelaySpec),
+    /// Send nothing and hold the connection until the client leaves or the cap passes.
+    Hang(HangFault),
+    /// Process the request fully (an order really is created), then close with no response.
+    Drop,
+    /// Abort the connection with a TCP RST.
+    Reset(ResetFault),
+    /// Send a broken response, then close.
+    Malformed(MalformedFault),
+}
+
+impl FaultConfig {
+    /// The fault's kind as the journal names it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            FaultConfig::Status(_) => "status",
+            FaultConfig::Delay(_) => "delay",
+            FaultConfig::Hang(_) => "hang",
+            FaultConfig::Drop => "drop",
+            FaultConfig::Reset(_) => "reset",
+            FaultConfig::Malformed(_) => "malformed",
+        }
+    }
+}
+
+/// A canned response.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusFault {
+    /// Status code, 100–599.
+    pub code: StatusCode,
+    /// Extra response headers.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Response body; a short problem description when absent.
+    #[serde(default)]
+    pub body: Option<String>,
+    /// `Retry-After` in seconds.
+    #[serde(default)]
+    pub retry_after: Option<u64>,
+    /// `Retry-After` as an HTTP-date this long after the response is sent.
+    #[serde(default)]
+    pub retry_after_date: Option<Dur>,
+}
+
+/// How long a `delay` waits.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DelaySpec {
+    /// Always the same.
+    Fixed(Duration),
+    /// Uniform between the two bounds.
+    Uniform(Duration, Duration),
+    /// Log-normal with this median and shape σ (the log's standard deviation).
+    Lognormal { median: Duration, sigma: f64 },
+}
+
+/// Options of a `hang`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HangFault {
+    /// Close the connection after this long; the server-wide `hang_cap` when absent.
+    #[serde(default)]
+    pub cap: Option<Dur>,
+    /// Process the request before hanging (the client cannot know it was).
+    #[serde(default)]
+    pub process: bool,
+}
+
+/// Options of a `reset`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResetFault {
+    /// Process the request before resetting.
+    #[serde(default)]
+    pub process: bool,
+}
+
+/// The kinds of broken response.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MalformedKind {
+    /// A status line that is not HTTP.
+    #[default]
+    BadStatusLine,
+    /// A valid status line and headers, then the connection closes mid-body.
+    TruncatedBody,
+    /// A `Content-Length` that is not a number.
+    BadHeader,
+    /// The connection closes in the middle of the headers.
+    PartialHeaders,
+}
+
+impl MalformedKind {
+    /// The bytes sent, and the status they claim (if a status line was sent).
+    pub fn bytes(self) -> (&'static [u8], Option<u16>) {
+        match self {
+            MalformedKind::BadStatusLine => (b"HTTP/1.1 TWO-HUNDRED NOT OK\r\n\r\n", None),
+            MalformedKind::TruncatedBody => (
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 64\r\n\r\n{\"id\":\"ord_",
+                Some(200),
+            ),
+            MalformedKind::BadHeader => (
+                b"HTTP/1.1 200 OK\r\ncontent-length: twelve\r\n\r\nhello world\n",
+                None,
+            ),
+            MalformedKind::PartialHeaders => (b"HTTP/1.1 200 OK\r\ncontent-ty", None),
+        }
+    }
+}
+
+/// Options of a `malformed`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MalformedFault {
+    /// Which breakage.
+    #[serde(default)]
+    pub kind: MalformedKind,
+    /// Process the request before answering.
+    #[serde(default)]
+    pub process: bool,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Value types that validate themselves while being deserialized (so errors carry a position).
+
+/// A duration: `"250ms"`, `"1.5s"`, `"2m"`, `"24h"`, or a number of seconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Dur(pub Duration);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Dur;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a duration such as \"250ms\", \"1.5s\", \"2m\" or a number of seconds")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Dur, E> {
+                Ok(Dur(Duration::from_secs(v)))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Dur, E> {
+                u64::try_from(v)
+                    .map(|s| Dur(Duration::from_secs(s)))
+                    .map_err(|_| E::custom("a duration cannot be negative"))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Dur, E> {
+                Duration::try_from_secs_f64(v)
+                    .map(Dur)
+                    .map_err(|_| E::custom(format!("{v} is not a valid number of seconds")))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Dur, E> {
+                parse_duration(v).map(Dur).map_err(E::custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Parses `"250ms"`, `"1.5s"`, `"2m"`, `"1h30m"`, `"0"`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if t == "0" {
+        return Ok(Duration::ZERO);
+    }
+    // humantime does not take fractions ("1.5s"); handle a single fractional unit ourselves.
+    if let Some((num, unit)) = split_fraction(t) {
+        let scale = match unit {
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            "us" | "µs" => 1e-6,
+            _ => return Err(format!("unknown unit in duration {s:?} (use us, ms, s, m or h)")),
+        };
+        return Duration::try_from_secs_f64(num * scale)
+            .map_err(|_| format!("invalid duration {s:?}"));
+    }
+    humantime::parse_duration(t).map_err(|e| {
+        format!("invalid duration {s:?}: {e} (expected e.g. \"250ms\", \"1.5s\", \"2m\")")
+    })
+}
+
+fn split_fraction(t: &str) -> Option<(f64, &str)> {
+    let end = t.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+    let (num, unit) = t.split_at(end);
+    if !num.contains('.') {
+        return None;
+    }
+    num.parse::<f64>().ok().map(|n| (n, unit.trim()))
+}
+
+/// A status code in 100..=599.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatusCode(pub u16);
+
+impl<'de> Deserialize<'de> for StatusCode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = u64::deserialize(d)?;
+        if (100..=599).contains(&v) {
+            Ok(StatusCode(v as u16))
+        } else {
+            Err(de::Error::custom(format!(
+                "status code {v} is out of range (expected 100 to 599)"
+            )))
+        }
+    }
+}
+
+/// A probability in [0, 1].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Probability(pub f64);
+
+impl<'de> Deserialize<'de> for Probability {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = f64::deserialize(d)?;
+        if (0.0..=1.0).contains(&v) {
+            Ok(Probability(v))
+        } else {
+            Err(de::Error::custom(format!(
+                "probability {v} is out of range (expected a number from 0 to 1)"
+            )))
+        }
+    }
+}
+
+/// A single value or a list of values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OneOrMany<T>(pub Vec<T>);
+
+impl<'de> Deserialize<'de> for OneOrMany<String> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = OneOrMany<String>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string or a list of strings")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(OneOrMany(vec![v.to_string()]))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::new();
+                while let Some(v) = seq.next_element::<String>()? {
+                    out.push(v);
+                }
+                Ok(OneOrMany(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A path pattern: exact, or a glob with `*` (within a segment) and `**` (any depth).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathPattern(pub String);
+
+impl<'de> Deserialize<'de> for PathPattern {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        if !s.starts_with('/') {
+            return Err(de::Error::custom(format!(
+                "path {s:?} must start with '/' (e.g. \"/orders\" or \"/orders/*\")"
+            )));
+        }
+        Ok(PathPattern(s))
+    }
+}
+
+/// A set of 1-based counts: `3`, `"1-5"`, `"10-"`, `"every 4"`, or a list of these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Counts(pub Vec<CountSpec>);
+
+/// One element of [`Counts`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CountSpec {
+    /// From `lo` to `hi` inclusive; `hi` absent means no upper bound.
+    Range { lo: u64, hi: Option<u64> },
+    /// Every k-th: k, 2k, 3k, …
+    Every(u64),
+}
+
+impl Counts {
+    /// Whether `n` is in the set.
+    pub fn contains(&self, n: u64) -> bool {
+        self.0.iter().any(|s| match *s {
+            CountSpec::Range { lo, hi } => n >= lo && hi.is_none_or(|h| n <= h),
+            CountSpec::Every(k) => n % k == 0,
+        })
+    }
+}
+
+/// Parses one count spec.
+pub fn parse_count_spec(s: &str) -> Result<CountSpec, String> {
+    let t = s.trim();
+    let bad = || {
+        format!("invalid count {s:?} (expected e.g. 3, \"1-5\", \"10-\" or \"every 4\"; counts start at 1)")
+    };
+    if let Some(k) = t.strip_prefix("every") {
+        let k: u64 = k.trim().parse().map_err(|_| bad())?;
+        if k == 0 {
+            return Err(bad());
+        }
+        return Ok(CountSpec::Every(k));
+    }
+    if let Some((a, b)) = t.split_once('-') {
+        let lo: u64 = a.trim().parse().map_err(|_| bad())?;
+        let hi = if b.trim().is_empty() {
+            None
+        } else {
+            Some(b.trim().parse::<u64>().map_err(|_| bad())?)
+        };
+        if lo == 0 || hi.is_some_and(|h| h < lo) {
+            return Err(bad());
+        }
+        return Ok(CountSpec::Range { lo, hi });
+    }
+    let n: u64 = t.parse().map_err(|_| bad())?;
+    if n == 0 {
+        return Err(bad());
+    }
+    Ok(CountSpec::Range { lo: n, hi: Some(n) })
+}
+
+impl<'de> Deserialize<'de> for Counts {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Counts;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a count such as 3, \"1-5\", \"10-\", \"every 4\", or a list of them")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Counts, E> {
+                self.visit_str(&v.to_string())
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Counts, E> {
+                self.visit_str(&v.to_string())
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Counts, E> {
+                parse_count_spec(v).map(|s| Counts(vec![s])).map_err(E::custom)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Counts, A::Error> {
+                let mut out = Vec::new();
+                while let Some(one) = seq.next_element::<Counts>()? {
+                    out.extend(one.0);
+                }
+                if out.is_empty() {
+                    return Err(de::Error::custom("an empty list of counts never matches"));
+                }
+                Ok(Counts(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for FaultConfig {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        const KINDS: &[&str] = &["status", "delay", "hang", "drop", "reset", "malformed"];
+        impl<'de> Visitor<'de> for V {
+            type Value = FaultConfig;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(
+                    "a fault: drop, reset, hang, malformed, or a map with one of status, delay, hang, reset, malformed",
+                )
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<FaultConfig, E> {
+                match v {
+                    "drop" => Ok(FaultConfig::Drop),
+                    "reset" => Ok(FaultConfig::Reset(ResetFault::default())),
+                    "hang" => Ok(FaultConfig::Hang(HangFault::default())),
+                    "malformed" => Ok(FaultConfig::Malformed(MalformedFault::default())),
+                    "status" | "delay" => Err(E::custom(format!(
+                        "fault `{v}` needs options, e.g. `{v}: {}`",
+                        if v == "status" { "503" } else { "200ms" }
+                    ))),
+                    other => Err(E::unknown_variant(other, KINDS)),
+                }
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<FaultConfig, A::Error> {
+                let Some(kind) = map.next_key::<String>()? else {
+                    return Err(de::Error::custom("empty fault: name one of status, delay, hang, drop, reset, malformed"));
+                };
+                let fault = match kind.as_str() {
+                    "status" => FaultConfig::Status(map.next_value::<StatusShorthand>()?.0),
+                    "delay" => FaultConfig::Delay(map.next_value::<DelaySpec>()?),
+                    "hang" => FaultConfig::Hang(map.next_value::<Option<HangFault>>()?.unwrap_or_default()),
+                    "drop" => {
+                        map.next_value::<de::IgnoredAny>()?;
+                        FaultConfig::Drop
+                    }
+                    "reset" => FaultConfig::Reset(map.next_value::<Option<ResetFault>>()?.unwrap_or_default()),
+                    "malformed" => FaultConfig::Malformed(
+                        map.next_value::<Option<MalformedFault>>()?.unwrap_or_default(),
+                    ),
+                    other => return Err(de::Error::unknown_variant(other, KINDS)),
+                };
+                if let Some(extra) = map.next_key::<String>()? {
+                    return Err(de::Error::custom(format!(
+                        "a rule has one fault; found `{extra}` beside `{kind}`"
+                    )));
+                }
+                Ok(fault)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `status: 503` or `status: { code: 503, ... }`.
+struct StatusShorthand(StatusFault);
+
+impl<'de> Deserialize<'de> for StatusShorthand {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = StatusShorthand;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a status code, or a map with `code` and optional `headers`, `body`, `retry_after`, `retry_after_date`")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                let code = StatusCode::deserialize(de::value::U64Deserializer::<E>::new(v))?;
+                Ok(StatusShorthand(StatusFault {
+                    code,
+                    headers: BTreeMap::new(),
+                    body: None,
+                    retry_after: None,
+                    retry_after_date: None,
+                }))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                match u64::try_from(v) {
+                    Ok(u) => self.visit_u64(u),
+                    Err(_) => Err(E::custom(format!("status code {v} is out of range (expected 100 to 599)"))),
+                }
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                StatusFault::deserialize(de::value::MapAccessDeserializer::new(map)).map(StatusShorthand)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for DelaySpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Lognormal {
+            median: Dur,
+            sigma: f64,
+        }
+        #[derive(Deserialize)]
+        #[serde(rename_all = "snake_case", deny_unknown_fields)]
+        enum Full {
+            Fixed(Dur),
+            Uniform([Dur; 2]),
+            Lognormal(Lognormal),
+        }
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = DelaySpec;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a duration (\"200ms\"), `{ uniform: [50ms, 150ms] }` or `{ lognormal: { median: 100ms, sigma: 0.5 } }`")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<DelaySpec, E> {
+                parse_duration(v).map(DelaySpec::Fixed).map_err(E::custom)
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<DelaySpec, E> {
+                Ok(DelaySpec::Fixed(Duration::from_secs(v)))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<DelaySpec, E> {
+                Dur::deserialize(de::value::F64Deserializer::<E>::new(v)).map(|d| DelaySpec::Fixed(d.0))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<DelaySpec, A::Error> {
+                match Full::deserialize(de::value::MapAccessDeserializer::new(map))? {
+                    Full::Fixed(d) => Ok(DelaySpec::Fixed(d.0)),
+                    Full::Uniform([a, b]) => {
+                        if a > b {
+                            return Err(de::Error::custom("uniform delay: the first bound must not exceed the second"));
+                        }
+                        Ok(DelaySpec::Uniform(a.0, b.0))
+                    }
+                    Full::Lognormal(l) => {
+                        if !(l.sigma.is_finite() && l.sigma >= 0.0) {
+                            return Err(de::Error::custom("lognormal delay: sigma must be a number ≥ 0"));
+                        }
+                        Ok(DelaySpec::Lognormal { median: l.median.0, sigma: l.sigma })
+                    }
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading, with errors that name the file, line, column and field.
+
+/// A configuration that could not be read or is invalid.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The YAML is malformed or a field is wrong.
+    #[error("{}", render_invalid(.origin, .line, .column, .field, .message))]
+    Invalid {
+        /// The file, or a description of where the text came from.
+        origin: String,
+        /// 1-based line, when known.
+        line: Option<usize>,
+        /// 1-based column, when known.
+        column: Option<usize>,
+        /// Path of the offending field, e.g. `rules[2].fault.status.code`.
+        field: Option<String>,
+        /// What was wrong and what was expected.
+        message: String,
+    },
+}
+
+fn render_invalid(
+    origin: &str,
+    line: &Option<usize>,
+    column: &Option<usize>,
+    field: &Option<String>,
+    message: &str,
+) -> String {
+    let mut s = origin.to_string();
+    if let Some(l) = line {
+        s.push_str(&format!(":{l}"));
+        if let Some(c) = column {
+            s.push_str(&format!(":{c}"));
+        }
+    }
+    s.push_str(": ");
+    if let Some(f) = field {
+        s.push_str(&format!("at `{f}`: "));
+    }
+    s.push_str(message);
+    s
+}
+
+/// Deserializes YAML text into `T`, tracking the field path; `origin` names the text in errors.
+pub fn from_yaml_str<T: serde::de::DeserializeOwned>(
+    text: &str,
+    origin: &str,
+) -> Result<T, ConfigError> {
+    // An empty document means "all defaults", not an error.
+    let text = if text.trim().is_empty() { "{}" } else { text };
+    let de = serde_norway::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let field = e.path().to_string();
+        let inner = e.into_inner();
+        let loc = inner.location();
+        let mut message = inner.to_string();
+        // serde_norway appends " at line L column C"; the location is reported separately.
+        if let Some(i) = message.find(" at line ") {
+            message.truncate(i);
+        }
+        ConfigError::Invalid {
+            origin: origin.to_string(),
+            line: loc.as_ref().map(|l| l.line()),
+            column: loc.as_ref().map(|l| l.column()),
+            field: (field != "." && !field.is_empty()).then_some(field),
+            message,
+        }
+    })
+}
+
+impl Config {
+    /// Reads and validates a configuration file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_yaml(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates configuration text; `origin` names it in errors.
+    pub fn from_yaml(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let cfg: Config = from_yaml_str(text, origin)?;
+        validate_rules(&cfg.rules, origin)?;
+        if cfg.orders.pool_size == 0 {
+            return Err(ConfigError::Invalid {
+                origin: origin.to_string(),
+                line: None,
+                column: None,
+                field: Some("orders.pool_size".into()),
+                message: "the pool needs at least one connection".into(),
+            });
+        }
+        Ok(cfg)
+    }
+}
+
+impl ScheduleConfig {
+    /// Parses and validates a schedule (YAML or JSON).
+    pub fn from_yaml(text: &str, origin: &str) -> Result<ScheduleConfig, ConfigError> {
+        let s: ScheduleConfig = from_yaml_str(text, origin)?;
+        validate_rules(&s.rules, origin)?;
+        Ok(s)
+    }
+}
+
+/// Checks that need the whole list: unique ids, sane windows.
+pub fn validate_rules(rules: &[RuleConfig], origin: &str) -> Result<(), ConfigError> {
+    let invalid = |i: usize, field: &str, message: String| ConfigError::Invalid {
+        origin: origin.to_string(),
+        line: None,
+        column: None,
+        field: Some(format!("rules[{i}].{field}")),
+        message,
+    };
+    let mut seen = std::collections::HashSet::new();
+    for (i, r) in rules.iter().enumerate() {
+        let id = rule_id(r, i);
+        if !seen.insert(id.clone()) {
+            return Err(invalid(i, "id", format!("duplicate rule id {id:?}; ids must be unique")));
+        }
+        if let (Some(from), Some(until)) = (r.matcher.from, r.matcher.until) {
+            if until <= from {
+                return Err(invalid(
+                    i,
+                    "match.until",
+                    format!(
+                        "`until` ({:?}) must be later than `from` ({:?})",
+                        until.0, from.0
+                    ),
+                ));
+            }
+        }
+        if let Some(m) = &r.matcher.method {
+            for name in &m.0 {
+                if http::Method::from_bytes(name.to_ascii_uppercase().as_bytes()).is_err() {
+                    return Err(invalid(i, "match.method", format!("{name:?} is not an HTTP method")));
+                }
+            }
+        }
+        for (name, _) in r.matcher.headers.iter() {
+            if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return Err(invalid(i, "match.headers", format!("{name:?} is not a header name")));
+            }
+        }
+        if let FaultConfig::Status(s) = &r.fault {
+            for (name, value) in &s.headers {
+                if http::HeaderName::from_bytes(name.as_bytes()).is_err()
+                    || http::HeaderValue::from_str(value).is_err()
+                {
+                    return Err(invalid(
+                        i,
+                        "fault.status.headers",
+                        format!("{name:?}: {value:?} is not a valid header"),
+                    ));
+                }
+            }
+            if s.retry_after.is_some() && s.retry_after_date.is_some() {
+                return Err(invalid(
+                    i,
+                    "fault.status",
+                    "give `retry_after` (seconds) or `retry_after_date`, not both".into(),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The id of rule `i` (0-based): its own, or `rule-{i+1}`.
+pub fn rule_id(r: &RuleConfig, i: usize) -> String {
+    r.id.clone().unwrap_or_else(|| format!("rule-{}", i + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_fault_form() {
+        let cfg = Config::from_yaml(
+            r#"
+seed: 7
+rules:
+  - id: a
+    match: { method: POST, path: /orders, attempts: "1-2" }
+    fault: { status: { code: 503, retry_after: 1 } }
+  - fault: { status: 400 }
+  - fault: drop
+  - fault: reset
+  - fault: hang
+  - fault: { hang: { cap: 2s } }
+  - fault: { malformed: { kind: truncated-body } }
+  - fault: { delay: 200ms }
+  - fault: { delay: { uniform: [50ms, 150ms] } }
+  - fault: { delay: { lognormal: { median: 100ms, sigma: 0.5 } } }
+"#,
+            "t.yaml",
+        )
+        .unwrap();
+        assert_eq!(cfg.rules.len(), 10);
+        assert_eq!(cfg.rules[1].fault.kind(), "status");
+        assert_eq!(
+            cfg.rules[5].fault,
+            FaultConfig::Hang(HangFault { cap: Some(Dur(Duration::from_secs(2))), process: false })
+        );
+        assert_eq!(
+            cfg.rules[8].fault,
+            FaultConfig::Delay(DelaySpec::Uniform(Duration::from_millis(50), Duration::from_millis(150)))
+        );
+        assert_eq!(rule_id(&cfg.rules[1], 1), "rule-2");
+    }
+
+    #[test]
+    fn unknown_field_names_line_column_and_path() {
+        let err = Config::from_yaml(
+            "rules:\n  - id: a\n    match:\n      methd: POST\n    fault: drop\n",
+            "cfg.yaml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.starts_with("cfg.yaml:4:7: at `rules[0].match"), "{err}");
+        assert!(err.contains("unknown field `methd`"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_are_rejected_with_position() {
+        let cases = [
+            ("rules:\n  - fault: { status: 700 }\n", "cfg:2:", "out of range"),
+            ("rules:\n  - match: { probability: 1.5 }\n    fault: drop\n", "cfg:2:", "probability"),
+            ("rules:\n  - match: { requests: \"5-2\" }\n    fault: drop\n", "cfg:2:", "invalid count"),
+            ("rules:\n  - fault: explode\n", "cfg:2:", "unknown variant `explode`"),
+            ("rules:\n  - fault: { delay: 3 parsecs }\n", "cfg:2:", "invalid duration"),
+            ("orders: { idempotency: maybe }\n", "cfg:1:", "unknown variant `maybe`"),
+        ];
+        for (text, at, what) in cases {
+            let err = Config::from_yaml(text, "cfg").unwrap_err().to_string();
+            assert!(err.starts_with(at), "{text:?} → {err}");
+            assert!(err.contains(what), "{text:?} → {err}");
+        }
+    }
+
+    #[test]
+    fn list_level_validation_names_the_field() {
+        let err = Config::from_yaml(
+            "rules:\n  - { id: x, fault: drop }\n  - { id: x, fault: reset }\n",
+            "cfg",
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(err, "cfg: at `rules[1].id`: duplicate rule id \"x\"; ids must be unique");
+    }
+
+    #[test]
+    fn counts() {
+        let c = Counts(vec![parse_count_spec("1-2").unwrap(), parse_count_spec("every 5").unwrap()]);
+        assert!(c.contains(1) && c.contains(2) && !c.contains(3) && c.contains(10));
+        assert!(Counts(vec![parse_count_spec("4-").unwrap()]).contains(1000));
+        assert!(parse_count_spec("0").is_err());
+        assert!(parse_count_spec("every 0").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("24h").unwrap(), Duration::from_secs(86400));
+        assert!(parse_duration("soon").is_err());
+    }
+}

@@ -1,0 +1,386 @@
+//! The schedule: which fault, if any, a request gets.
+//!
+//! Rules are evaluated in order and the first match wins. A rule's cheap, deterministic conditions
+//! (method, path, headers, time window, request number, key attempt) are tested first; its hit
+//! counter only counts requests that met them; the probability draw comes last and is a pure
+//! function of (seed, rule, key or seq, attempt) — see [`crate::draw`].
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use http::{HeaderMap, HeaderName, Method};
+
+use crate::config::{Counts, FaultConfig, PathPattern, RuleConfig};
+use crate::draw;
+
+/// A compiled, immutable schedule. Replaced as a whole; never edited in place.
+#[derive(Debug)]
+pub struct Schedule {
+    rules: Vec<Rule>,
+    installed: Instant,
+    seed: u64,
+}
+
+#[derive(Debug)]
+struct Rule {
+    id: String,
+    methods: Vec<Method>,
+    path: Option<Glob>,
+    path_prefix: Option<String>,
+    headers: Vec<(HeaderName, String)>,
+    headers_present: Vec<HeaderName>,
+    from: Option<Duration>,
+    until: Option<Duration>,
+    requests: Option<Counts>,
+    hits: Option<Counts>,
+    attempts: Option<Counts>,
+    probability: Option<f64>,
+    fault: FaultConfig,
+    hit_count: AtomicU64,
+}
+
+/// What the schedule needs to know about a request.
+#[derive(Debug)]
+pub struct RequestFacts<'a> {
+    pub method: &'a Method,
+    pub path: &'a str,
+    pub headers: &'a HeaderMap,
+    /// 1-based arrival number (since start or the last reset).
+    pub seq: u64,
+    pub idempotency_key: Option<&'a str>,
+    /// 1-based attempt number of the Idempotency-Key.
+    pub key_attempt: Option<u32>,
+    pub now: Instant,
+}
+
+/// The schedule's verdict for one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision<'s> {
+    pub rule: &'s str,
+    pub fault: &'s FaultConfig,
+    /// The draw behind a probabilistic match, for the journal.
+    pub draw: Option<f64>,
+}
+
+impl Schedule {
+    /// Compiles validated rules. Windows count from `installed`.
+    pub fn new(rules: &[RuleConfig], seed: u64, installed: Instant) -> Schedule {
+        let rules = rules
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let m = &r.matcher;
+                Rule {
+                    id: crate::config::rule_id(r, i),
+                    methods: m
+                        .method
+                        .as_ref()
+                        .map(|ms| {
+                            ms.0.iter()
+                                .filter_map(|s| Method::from_bytes(s.to_ascii_uppercase().as_bytes()).ok())
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    path: m.path.as_ref().map(|p: &PathPattern| Glob::new(&p.0)),
+                    path_prefix: m.path_prefix.clone(),
+                    headers: m
+                        .headers
+                        .iter()
+                        .filter_map(|(k, v)| Some((HeaderName::from_bytes(k.as_bytes()).ok()?, v.clone())))
+                        .collect(),
+                    headers_present: m
+                        .headers_present
+                        .iter()
+                        .filter_map(|k| HeaderName::from_bytes(k.as_bytes()).ok())
+                        .collect(),
+                    from: m.from.map(|d| d.0),
+                    until: m.until.map(|d| d.0),
+                    requests: m.requests.clone(),
+                    hits: m.hits.clone(),
+                    attempts: m.attempts.clone(),
+                    probability: m.probability.map(|p| p.0),
+                    fault: r.fault.clone(),
+                    hit_count: AtomicU64::new(0),
+                }
+            })
+            .collect();
+        Schedule { rules, installed, seed }
+    }
+
+    /// An empty schedule: nothing is faulted.
+    pub fn empty(seed: u64) -> Schedule {
+        Schedule::new(&[], seed, Instant::now())
+    }
+
+    /// The seed behind random decisions.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Number of rules.
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// True when there are no rules.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// The first rule that matches, if any.
+    pub fn decide(&self, req: &RequestFacts<'_>) -> Option<Decision<'_>> {
+        let elapsed = req.now.saturating_duration_since(self.installed);
+        for rule in &self.rules {
+            if !rule.static_match(req, elapsed) {
+                continue;
+            }
+            if let Some(h) = &rule.hits {
+                let n = rule.hit_count.fetch_add(1, Ordering::Relaxed) + 1;
+                if !h.contains(n) {
+                    continue;
+                }
+            }
+            let mut drawn = None;
+            if let Some(p) = rule.probability {
+                let (subject, attempt) = match req.idempotency_key {
+                    Some(k) => (k.to_string(), u64::from(req.key_attempt.unwrap_or(1))),
+                    None => (req.seq.to_string(), 0),
+                };
+                let u = draw::uniform(self.seed, &rule.id, &subject, attempt, 0);
+                if u >= p {
+                    continue;
+                }
+                drawn = Some(u);
+            }
+            return Some(Decision { rule: &rule.id, fault: &rule.fault, draw: drawn });
+        }
+        None
+    }
+}
+
+impl Rule {
+    fn static_match(&self, req: &RequestFacts<'_>, elapsed: Duration) -> bool {
+        if !self.methods.is_empty() && !self.methods.contains(req.method) {
+            return false;
+        }
+        if let Some(g) = &self.path {
+            if !g.matches(req.path) {
+                return false;
+            }
+        }
+        if let Some(p) = &self.path_prefix {
+            if !req.path.starts_with(p.as_str()) {
+                return false;
+            }
+        }
+        for (name, want) in &self.headers {
+            match req.headers.get(name) {
+                Some(v) if v.as_bytes() == want.as_bytes() => {}
+                _ => return false,
+            }
+        }
+        if self.headers_present.iter().any(|h| !req.headers.contains_key(h)) {
+            return false;
+        }
+        if self.from.is_some_and(|f| elapsed < f) || self.until.is_some_and(|u| elapsed >= u) {
+            return false;
+        }
+        if self.requests.as_ref().is_some_and(|c| !c.contains(req.seq)) {
+            return false;
+        }
+        if let Some(a) = &self.attempts {
+            match req.key_attempt {
+                Some(n) if a.contains(u64::from(n)) => {}
+                _ => return false,
+            }
+        }
+        true
+    }
+}
+
+/// A path glob: `*` matches within one segment, `**` matches across segments; anything else is
+/// literal. A pattern with no wildcard is an exact match.
+#[derive(Debug, Clone)]
+pub struct Glob {
+    parts: Vec<GlobPart>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum GlobPart {
+    Lit(String),
+    Star,
+    DoubleStar,
+}
+
+impl Glob {
+    /// Compiles a pattern.
+    pub fn new(pattern: &str) -> Glob {
+        let mut parts = Vec::new();
+        let mut lit = String::new();
+        let mut chars = pattern.chars().peekable();
+        while let Some(c) = chars.next() {
+            if c == '*' {
+                if !lit.is_empty() {
+                    parts.push(GlobPart::Lit(std::mem::take(&mut lit)));
+                }
+                if chars.peek() == Some(&'*') {
+                    chars.next();
+                    parts.push(GlobPart::DoubleStar);
+                } else {
+                    parts.push(GlobPart::Star);
+                }
+            } else {
+                lit.push(c);
+            }
+        }
+        if !lit.is_empty() {
+            parts.push(GlobPart::Lit(lit));
+        }
+        Glob { parts }
+    }
+
+    /// Whether `path` matches.
+    pub fn matches(&self, path: &str) -> bool {
+        Self::match_from(&self.parts, path)
+    }
+
+    fn match_from(parts: &[GlobPart], s: &str) -> bool {
+        match parts.split_first() {
+            None => s.is_empty(),
+            Some((GlobPart::Lit(l), rest)) => {
+                s.strip_prefix(l.as_str()).is_some_and(|r| Self::match_from(rest, r))
+            }
+            Some((wild, rest)) => {
+                let limit = if *wild == GlobPart::Star {
+                    s.find('/').unwrap_or(s.len())
+                } else {
+                    s.len()
+                };
+                (0..=limit)
+                    .filter(|i| s.is_char_boundary(*i))
+                    .any(|i| Self::match_from(rest, &s[i..]))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn facts<'a>(
+        method: &'a Method,
+        path: &'a str,
+        headers: &'a HeaderMap,
+        seq: u64,
+        key: Option<&'a str>,
+        attempt: Option<u32>,
+        now: Instant,
+    ) -> RequestFacts<'a> {
+        RequestFacts { method, path, headers, seq, idempotency_key: key, key_attempt: attempt, now }
+    }
+
+    #[test]
+    fn globs() {
+        assert!(Glob::new("/orders").matches("/orders"));
+        assert!(!Glob::new("/orders").matches("/orders/1"));
+        assert!(Glob::new("/orders/*").matches("/orders/1"));
+        assert!(!Glob::new("/orders/*").matches("/orders/1/pay"));
+        assert!(Glob::new("/orders/*/pay").matches("/orders/abc/pay"));
+        assert!(Glob::new("/api/**").matches("/api/a/b/c"));
+        assert!(Glob::new("/**/pay").matches("/orders/x/pay"));
+    }
+
+    #[test]
+    fn first_match_wins_and_conditions_combine() {
+        let cfg = Config::from_yaml(
+            r#"
+rules:
+  - id: first-two-attempts
+    match: { method: POST, path: /orders, attempts: "1-2" }
+    fault: { status: 503 }
+  - id: every-third
+    match: { path_prefix: /x, requests: "every 3" }
+    fault: drop
+  - id: header
+    match: { headers: { x-chaos: "on" } }
+    fault: reset
+"#,
+            "t",
+        )
+        .unwrap();
+        let now = Instant::now();
+        let s = Schedule::new(&cfg.rules, 1, now);
+        let h = HeaderMap::new();
+        let post = Method::POST;
+        let get = Method::GET;
+        let d = |m, p, seq, k, a| s.decide(&facts(m, p, &h, seq, k, a, now)).map(|d| d.rule.to_string());
+        assert_eq!(d(&post, "/orders", 1, Some("k"), Some(1)).as_deref(), Some("first-two-attempts"));
+        assert_eq!(d(&post, "/orders", 2, Some("k"), Some(2)).as_deref(), Some("first-two-attempts"));
+        assert_eq!(d(&post, "/orders", 3, Some("k"), Some(3)), None);
+        assert_eq!(d(&post, "/orders", 4, None, None), None, "no key never matches `attempts`");
+        assert_eq!(d(&get, "/x/1", 3, None, None).as_deref(), Some("every-third"));
+        assert_eq!(d(&get, "/x/1", 4, None, None), None);
+        let mut hh = HeaderMap::new();
+        hh.insert("x-chaos", "on".parse().unwrap());
+        assert_eq!(
+            s.decide(&facts(&get, "/y", 5, None, None, now)).map(|d| d.rule),
+            None
+        );
+        assert_eq!(
+            s.decide(&facts(&get, "/y", 5, None, None, now).with_headers(&hh)).map(|d| d.rule),
+            Some("header")
+        );
+    }
+
+    impl<'a> RequestFacts<'a> {
+        fn with_headers(mut self, h: &'a HeaderMap) -> Self {
+            self.headers = h;
+            self
+        }
+    }
+
+    #[test]
+    fn windows_hits_and_probability_are_reproducible() {
+        let cfg = Config::from_yaml(
+            r#"
+rules:
+  - id: window
+    match: { path: /w, from: 1s, until: 2s }
+    fault: drop
+  - id: hits
+    match: { path: /h, hits: "2-3" }
+    fault: drop
+  - id: coin
+    match: { path: /p, probability: 0.5 }
+    fault: drop
+"#,
+            "t",
+        )
+        .unwrap();
+        let t0 = Instant::now();
+        let s = Schedule::new(&cfg.rules, 9, t0);
+        let h = HeaderMap::new();
+        let m = Method::GET;
+        let at = |p, secs: f64| {
+            s.decide(&facts(&m, p, &h, 1, None, None, t0 + Duration::from_secs_f64(secs))).is_some()
+        };
+        assert!(!at("/w", 0.5) && at("/w", 1.5) && !at("/w", 2.0));
+        let hits: Vec<bool> = (0..4).map(|_| at("/h", 0.0)).collect();
+        assert_eq!(hits, [false, true, true, false]);
+
+        let coin = |seed, key: &str, attempt| {
+            Schedule::new(&cfg.rules, seed, t0)
+                .decide(&facts(&m, "/p", &h, 99, Some(key), Some(attempt), t0))
+                .is_some()
+        };
+        let first: Vec<bool> = (0..200).map(|i| coin(9, &format!("k{i}"), 1)).collect();
+        let again: Vec<bool> = (0..200).rev().map(|i| coin(9, &format!("k{i}"), 1)).rev().collect();
+        assert_eq!(first, again, "same seed, any order → same decisions");
+        let fired = first.iter().filter(|b| **b).count();
+        assert!((70..130).contains(&fired), "{fired}");
+        let other: Vec<bool> = (0..200).map(|i| coin(10, &format!("k{i}"), 1)).collect();
+        assert_ne!(first, other);
+    }
+}
