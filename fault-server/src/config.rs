@@ -355,7 +355,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
             "m" => 60.0,
             "h" => 3600.0,
             "us" | "µs" => 1e-6,
-            _ => return Err(format!("unknown unit in duration {s:?} (use us, ms, s, m or h)")),
+            _ => {
+                return Err(format!(
+                    "unknown unit in duration {s:?} (use us, ms, s, m or h)"
+                ))
+            }
         };
         return Duration::try_from_secs_f64(num * scale)
             .map_err(|_| format!("invalid duration {s:?}"));
@@ -521,7 +525,9 @@ impl<'de> Deserialize<'de> for Counts {
                 self.visit_str(&v.to_string())
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Counts, E> {
-                parse_count_spec(v).map(|s| Counts(vec![s])).map_err(E::custom)
+                parse_count_spec(v)
+                    .map(|s| Counts(vec![s]))
+                    .map_err(E::custom)
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Counts, A::Error> {
                 let mut out = Vec::new();
@@ -564,19 +570,26 @@ impl<'de> Deserialize<'de> for FaultConfig {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<FaultConfig, A::Error> {
                 let Some(kind) = map.next_key::<String>()? else {
-                    return Err(de::Error::custom("empty fault: name one of status, delay, hang, drop, reset, malformed"));
+                    return Err(de::Error::custom(
+                        "empty fault: name one of status, delay, hang, drop, reset, malformed",
+                    ));
                 };
                 let fault = match kind.as_str() {
                     "status" => FaultConfig::Status(map.next_value::<StatusShorthand>()?.0),
                     "delay" => FaultConfig::Delay(map.next_value::<DelaySpec>()?),
-                    "hang" => FaultConfig::Hang(map.next_value::<Option<HangFault>>()?.unwrap_or_default()),
+                    "hang" => FaultConfig::Hang(
+                        map.next_value::<Option<HangFault>>()?.unwrap_or_default(),
+                    ),
                     "drop" => {
                         map.next_value::<de::IgnoredAny>()?;
                         FaultConfig::Drop
                     }
-                    "reset" => FaultConfig::Reset(map.next_value::<Option<ResetFault>>()?.unwrap_or_default()),
+                    "reset" => FaultConfig::Reset(
+                        map.next_value::<Option<ResetFault>>()?.unwrap_or_default(),
+                    ),
                     "malformed" => FaultConfig::Malformed(
-                        map.next_value::<Option<MalformedFault>>()?.unwrap_or_default(),
+                        map.next_value::<Option<MalformedFault>>()?
+                            .unwrap_or_default(),
                     ),
                     other => return Err(de::Error::unknown_variant(other, KINDS)),
                 };
@@ -616,11 +629,14 @@ impl<'de> Deserialize<'de> for StatusShorthand {
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
                 match u64::try_from(v) {
                     Ok(u) => self.visit_u64(u),
-                    Err(_) => Err(E::custom(format!("status code {v} is out of range (expected 100 to 599)"))),
+                    Err(_) => Err(E::custom(format!(
+                        "status code {v} is out of range (expected 100 to 599)"
+                    ))),
                 }
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-                StatusFault::deserialize(de::value::MapAccessDeserializer::new(map)).map(StatusShorthand)
+                StatusFault::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(StatusShorthand)
             }
         }
         d.deserialize_any(V)
@@ -655,22 +671,30 @@ impl<'de> Deserialize<'de> for DelaySpec {
                 Ok(DelaySpec::Fixed(Duration::from_secs(v)))
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<DelaySpec, E> {
-                Dur::deserialize(de::value::F64Deserializer::<E>::new(v)).map(|d| DelaySpec::Fixed(d.0))
+                Dur::deserialize(de::value::F64Deserializer::<E>::new(v))
+                    .map(|d| DelaySpec::Fixed(d.0))
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<DelaySpec, A::Error> {
                 match Full::deserialize(de::value::MapAccessDeserializer::new(map))? {
                     Full::Fixed(d) => Ok(DelaySpec::Fixed(d.0)),
                     Full::Uniform([a, b]) => {
                         if a > b {
-                            return Err(de::Error::custom("uniform delay: the first bound must not exceed the second"));
+                            return Err(de::Error::custom(
+                                "uniform delay: the first bound must not exceed the second",
+                            ));
                         }
                         Ok(DelaySpec::Uniform(a.0, b.0))
                     }
                     Full::Lognormal(l) => {
                         if !(l.sigma.is_finite() && l.sigma >= 0.0) {
-                            return Err(de::Error::custom("lognormal delay: sigma must be a number ≥ 0"));
+                            return Err(de::Error::custom(
+                                "lognormal delay: sigma must be a number ≥ 0",
+                            ));
                         }
-                        Ok(DelaySpec::Lognormal { median: l.median.0, sigma: l.sigma })
+                        Ok(DelaySpec::Lognormal {
+                            median: l.median.0,
+                            sigma: l.sigma,
+                        })
                     }
                 }
             }
@@ -807,7 +831,11 @@ pub fn validate_rules(rules: &[RuleConfig], origin: &str) -> Result<(), ConfigEr
     for (i, r) in rules.iter().enumerate() {
         let id = rule_id(r, i);
         if !seen.insert(id.clone()) {
-            return Err(invalid(i, "id", format!("duplicate rule id {id:?}; ids must be unique")));
+            return Err(invalid(
+                i,
+                "id",
+                format!("duplicate rule id {id:?}; ids must be unique"),
+            ));
         }
         if let (Some(from), Some(until)) = (r.matcher.from, r.matcher.until) {
             if until <= from {
@@ -824,13 +852,21 @@ pub fn validate_rules(rules: &[RuleConfig], origin: &str) -> Result<(), ConfigEr
         if let Some(m) = &r.matcher.method {
             for name in &m.0 {
                 if http::Method::from_bytes(name.to_ascii_uppercase().as_bytes()).is_err() {
-                    return Err(invalid(i, "match.method", format!("{name:?} is not an HTTP method")));
+                    return Err(invalid(
+                        i,
+                        "match.method",
+                        format!("{name:?} is not an HTTP method"),
+                    ));
                 }
             }
         }
         for (name, _) in r.matcher.headers.iter() {
             if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
-                return Err(invalid(i, "match.headers", format!("{name:?} is not a header name")));
+                return Err(invalid(
+                    i,
+                    "match.headers",
+                    format!("{name:?} is not a header name"),
+                ));
             }
         }
         if let FaultConfig::Status(s) = &r.fault {
@@ -892,11 +928,17 @@ rules:
         assert_eq!(cfg.rules[1].fault.kind(), "status");
         assert_eq!(
             cfg.rules[5].fault,
-            FaultConfig::Hang(HangFault { cap: Some(Dur(Duration::from_secs(2))), process: false })
+            FaultConfig::Hang(HangFault {
+                cap: Some(Dur(Duration::from_secs(2))),
+                process: false
+            })
         );
         assert_eq!(
             cfg.rules[8].fault,
-            FaultConfig::Delay(DelaySpec::Uniform(Duration::from_millis(50), Duration::from_millis(150)))
+            FaultConfig::Delay(DelaySpec::Uniform(
+                Duration::from_millis(50),
+                Duration::from_millis(150)
+            ))
         );
         assert_eq!(rule_id(&cfg.rules[1], 1), "rule-2");
     }
@@ -916,12 +958,36 @@ rules:
     #[test]
     fn bad_values_are_rejected_with_position() {
         let cases = [
-            ("rules:\n  - fault: { status: 700 }\n", "cfg:2:", "out of range"),
-            ("rules:\n  - match: { probability: 1.5 }\n    fault: drop\n", "cfg:2:", "probability"),
-            ("rules:\n  - match: { requests: \"5-2\" }\n    fault: drop\n", "cfg:2:", "invalid count"),
-            ("rules:\n  - fault: explode\n", "cfg:2:", "unknown variant `explode`"),
-            ("rules:\n  - fault: { delay: 3 parsecs }\n", "cfg:2:", "invalid duration"),
-            ("orders: { idempotency: maybe }\n", "cfg:1:", "unknown variant `maybe`"),
+            (
+                "rules:\n  - fault: { status: 700 }\n",
+                "cfg:2:",
+                "out of range",
+            ),
+            (
+                "rules:\n  - match: { probability: 1.5 }\n    fault: drop\n",
+                "cfg:2:",
+                "probability",
+            ),
+            (
+                "rules:\n  - match: { requests: \"5-2\" }\n    fault: drop\n",
+                "cfg:2:",
+                "invalid count",
+            ),
+            (
+                "rules:\n  - fault: explode\n",
+                "cfg:2:",
+                "unknown variant `explode`",
+            ),
+            (
+                "rules:\n  - fault: { delay: 3 parsecs }\n",
+                "cfg:2:",
+                "invalid duration",
+            ),
+            (
+                "orders: { idempotency: maybe }\n",
+                "cfg:1:",
+                "unknown variant `maybe`",
+            ),
         ];
         for (text, at, what) in cases {
             let err = Config::from_yaml(text, "cfg").unwrap_err().to_string();
@@ -938,12 +1004,18 @@ rules:
         )
         .unwrap_err()
         .to_string();
-        assert_eq!(err, "cfg: at `rules[1].id`: duplicate rule id \"x\"; ids must be unique");
+        assert_eq!(
+            err,
+            "cfg: at `rules[1].id`: duplicate rule id \"x\"; ids must be unique"
+        );
     }
 
     #[test]
     fn counts() {
-        let c = Counts(vec![parse_count_spec("1-2").unwrap(), parse_count_spec("every 5").unwrap()]);
+        let c = Counts(vec![
+            parse_count_spec("1-2").unwrap(),
+            parse_count_spec("every 5").unwrap(),
+        ]);
         assert!(c.contains(1) && c.contains(2) && !c.contains(3) && c.contains(10));
         assert!(Counts(vec![parse_count_spec("4-").unwrap()]).contains(1000));
         assert!(parse_count_spec("0").is_err());

@@ -62,7 +62,10 @@ struct Since {
 }
 
 async fn journal(AxState(s): AxState<Shared>, Query(q): Query<Since>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "application/x-ndjson")], s.journal.lines_since(q.since))
+    (
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        s.journal.lines_since(q.since),
+    )
 }
 
 async fn schedule(AxState(s): AxState<Shared>, body: String) -> Response {
@@ -79,7 +82,11 @@ async fn schedule(AxState(s): AxState<Shared>, body: String) -> Response {
 async fn reset(AxState(s): AxState<Shared>) -> Response {
     match s.reset().await {
         Ok(()) => Json(serde_json::json!({ "status": "reset" })).into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("reset failed: {e}\n")).into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("reset failed: {e}\n"),
+        )
+            .into_response(),
     }
 }
 

@@ -74,7 +74,10 @@ mod tests {
             .count();
         let frac = below as f64 / n as f64;
         assert!((frac - 0.3).abs() < 0.02, "{frac}");
-        let mean: f64 = (0..n).map(|i| normal(42, "r", &i.to_string(), 1)).sum::<f64>() / n as f64;
+        let mean: f64 = (0..n)
+            .map(|i| normal(42, "r", &i.to_string(), 1))
+            .sum::<f64>()
+            / n as f64;
         assert!(mean.abs() < 0.05, "{mean}");
     }
 }

@@ -4,7 +4,14 @@
 //! out of order — a hung request finishes long after the ones that arrived behind it — so the writer
 //! holds a small reorder buffer and emits strictly by `seq`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{BufWriter, Seek, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -102,15 +109,6 @@ pub struct Entry {
 // ---------------------------------------------------------------------------------------------
 // Writing the journal.
 
-use std::collections::HashMap;
-use std::fs::File;
-use std::io::{BufWriter, Seek, Write};
-use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
-
 /// Monotonic time since server start, shared by every request.
 #[derive(Debug)]
 pub struct Clock {
@@ -120,7 +118,9 @@ pub struct Clock {
 impl Clock {
     /// A clock starting now.
     pub fn new() -> Clock {
-        Clock { start: Instant::now() }
+        Clock {
+            start: Instant::now(),
+        }
     }
     /// Microseconds since start.
     pub fn now_us(&self) -> u64 {
@@ -164,7 +164,8 @@ impl Sequencer {
     pub fn reset(&self) -> u16 {
         let (epoch, _) = self.current();
         let next = epoch.wrapping_add(1);
-        self.word.store(u64::from(next) << SEQ_BITS, Ordering::Relaxed);
+        self.word
+            .store(u64::from(next) << SEQ_BITS, Ordering::Relaxed);
         next
     }
 }
@@ -195,9 +196,14 @@ impl Stats {
         if let Some(f) = &e.fault {
             *self.by_fault.entry(f.clone()).or_default() += 1;
         }
-        let status = e.status.map_or_else(|| "none".to_string(), |s| s.to_string());
+        let status = e
+            .status
+            .map_or_else(|| "none".to_string(), |s| s.to_string());
         *self.by_status.entry(status).or_default() += 1;
-        *self.by_outcome.entry(e.outcome.as_str().to_string()).or_default() += 1;
+        *self
+            .by_outcome
+            .entry(e.outcome.as_str().to_string())
+            .or_default() += 1;
     }
 }
 
@@ -261,8 +267,15 @@ impl Journal {
         let thread = std::thread::Builder::new()
             .name("journal-writer".into())
             .spawn(move || writer.run())
-            .map_err(|source| JournalFileError { path: "<journal thread>".into(), source })?;
-        Ok(Journal { tx, shared, thread: Mutex::new(Some(thread)) })
+            .map_err(|source| JournalFileError {
+                path: "<journal thread>".into(),
+                source,
+            })?;
+        Ok(Journal {
+            tx,
+            shared,
+            thread: Mutex::new(Some(thread)),
+        })
     }
 
     fn send(&self, m: Msg) {
@@ -296,7 +309,11 @@ impl Journal {
 
     /// A copy of the counters.
     pub fn stats(&self) -> Stats {
-        self.shared.stats.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.shared
+            .stats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Clears the journal (memory, file, counters) for `epoch`, and waits until that is done.
@@ -383,12 +400,16 @@ impl Writer {
     fn do_reset(&mut self, epoch: u16) {
         self.epoch = epoch;
         self.next = 1;
-        self.pending.retain(|(e, _), _| *e == epoch || is_newer(*e, epoch));
+        self.pending
+            .retain(|(e, _), _| *e == epoch || is_newer(*e, epoch));
         *self.shared.mem.write().unwrap_or_else(|p| p.into_inner()) = Mem::default();
         *self.shared.stats.lock().unwrap_or_else(|p| p.into_inner()) = Stats::default();
         self.shared.written.store(0, Ordering::Release);
         if let Some(f) = &mut self.file {
-            let r = f.flush().and_then(|_| f.get_mut().set_len(0)).and_then(|_| f.get_mut().rewind());
+            let r = f
+                .flush()
+                .and_then(|_| f.get_mut().set_len(0))
+                .and_then(|_| f.get_mut().rewind());
             if let Err(e) = r {
                 tracing::error!("journal file reset failed: {e}");
             }
@@ -425,7 +446,9 @@ impl Writer {
                 }
             }
         }
-        self.shared.written.fetch_add(ready.len() as u64, Ordering::Release);
+        self.shared
+            .written
+            .fetch_add(ready.len() as u64, Ordering::Release);
     }
 }
 
@@ -447,7 +470,12 @@ pub struct Pending {
 impl Pending {
     /// Starts an entry for a request of `epoch`.
     pub fn new(journal: &Journal, clock: Arc<Clock>, epoch: u16, entry: Entry) -> Pending {
-        Pending { entry: Some(Box::new(entry)), epoch, tx: journal.sender(), clock }
+        Pending {
+            entry: Some(Box::new(entry)),
+            epoch,
+            tx: journal.sender(),
+            clock,
+        }
     }
 
     /// The entry, to fill in while the request is handled.
@@ -509,7 +537,10 @@ fn placeholder() -> Entry {
 
 /// A blank entry for `seq`, to be filled in.
 pub fn blank(seq: u64) -> Entry {
-    Entry { seq, ..placeholder() }
+    Entry {
+        seq,
+        ..placeholder()
+    }
 }
 
 #[cfg(test)]
@@ -517,7 +548,12 @@ mod tests {
     use super::*;
 
     fn entry(seq: u64) -> Entry {
-        Entry { method: "GET".into(), path: "/".into(), status: Some(200), ..blank(seq) }
+        Entry {
+            method: "GET".into(),
+            path: "/".into(),
+            status: Some(200),
+            ..blank(seq)
+        }
     }
 
     #[test]
@@ -526,13 +562,19 @@ mod tests {
         let path = dir.path().join("j.jsonl");
         let j = Journal::start(Some(&path)).unwrap();
         let clock = Arc::new(Clock::new());
-        let p: Vec<Pending> = (1..=5).map(|s| Pending::new(&j, clock.clone(), 0, entry(s))).collect();
+        let p: Vec<Pending> = (1..=5)
+            .map(|s| Pending::new(&j, clock.clone(), 0, entry(s)))
+            .collect();
         let mut p: Vec<Option<Pending>> = p.into_iter().map(Some).collect();
         for i in [4, 2, 0, 3] {
             p[i].take().unwrap().finish(Outcome::Responded);
         }
         j.flush();
-        assert_eq!(j.written(), 1, "seq 2 is still in flight, so only seq 1 is out");
+        assert_eq!(
+            j.written(),
+            1,
+            "seq 2 is still in flight, so only seq 1 is out"
+        );
         drop(p[1].take()); // abandoned → client_closed
         j.flush();
         let seqs: Vec<u64> = j.entries().iter().map(|e| e.seq).collect();
@@ -541,7 +583,10 @@ mod tests {
         assert_eq!(j.entries()[1].status, None);
         let file = std::fs::read_to_string(&path).unwrap();
         assert_eq!(file.lines().count(), 5);
-        assert_eq!(String::from_utf8(j.lines_since(3)).unwrap().lines().count(), 2);
+        assert_eq!(
+            String::from_utf8(j.lines_since(3)).unwrap().lines().count(),
+            2
+        );
         assert_eq!(j.stats().by_outcome.get("client_closed"), Some(&1));
     }
 

@@ -37,7 +37,11 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
         }
     };
     tracing_subscriber::fmt()
@@ -61,14 +65,19 @@ fn main() -> ExitCode {
     if args.check {
         println!(
             "{}: ok ({} rule{})",
-            args.config.as_ref().map_or("<defaults>".into(), |p| p.display().to_string()),
+            args.config
+                .as_ref()
+                .map_or("<defaults>".into(), |p| p.display().to_string()),
             config.rules.len(),
             if config.rules.len() == 1 { "" } else { "s" }
         );
         return ExitCode::SUCCESS;
     }
 
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -76,13 +85,19 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let opts = ServerOptions { bind: args.bind, seed: args.seed, journal_file: args.journal };
+        let opts = ServerOptions {
+            bind: args.bind,
+            seed: args.seed,
+            journal_file: args.journal,
+        };
         let server = match FaultServer::start(config, opts).await {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("error: {e}");
                 return match e {
-                    StartError::Bind { .. } | StartError::Store(_) | StartError::Journal(_) => ExitCode::from(3),
+                    StartError::Bind { .. } | StartError::Store(_) | StartError::Journal(_) => {
+                        ExitCode::from(3)
+                    }
                 };
             }
         };

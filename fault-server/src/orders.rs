@@ -130,7 +130,9 @@ CREATE TABLE IF NOT EXISTS payments (
 ";
 
 fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 fn new_order_id() -> String {
@@ -180,9 +182,19 @@ impl Orders {
             .min_idle(Some(cfg.pool_size.min(4)))
             .connection_timeout(Duration::from_secs(30))
             .build(manager)
-            .map_err(|source| StoreError::Open { path: path.display().to_string(), source })?;
+            .map_err(|source| StoreError::Open {
+                path: path.display().to_string(),
+                source,
+            })?;
         pool.get()?.execute_batch(SCHEMA)?;
-        Ok(Orders { inner: Arc::new(Inner { pool, cfg: cfg.clone(), path, _tmp: tmp }) })
+        Ok(Orders {
+            inner: Arc::new(Inner {
+                pool,
+                cfg: cfg.clone(),
+                path,
+                _tmp: tmp,
+            }),
+        })
     }
 
     /// The database file.
@@ -212,7 +224,9 @@ impl Orders {
     /// Empties every table.
     pub async fn clear(&self) -> Result<(), StoreError> {
         self.db(|c| {
-            c.execute_batch("DELETE FROM orders; DELETE FROM idempotency_keys; DELETE FROM payments;")?;
+            c.execute_batch(
+                "DELETE FROM orders; DELETE FROM idempotency_keys; DELETE FROM payments;",
+            )?;
             Ok(())
         })
         .await
@@ -222,26 +236,32 @@ impl Orders {
     pub async fn count_for_key(&self, key: &str) -> Result<u64, StoreError> {
         let key = key.to_string();
         self.db(move |c| {
-            Ok(c.query_row("SELECT COUNT(*) FROM orders WHERE idempotency_key = ?1", [key], |r| {
-                r.get::<_, i64>(0)
-            })? as u64)
+            Ok(c.query_row(
+                "SELECT COUNT(*) FROM orders WHERE idempotency_key = ?1",
+                [key],
+                |r| r.get::<_, i64>(0),
+            )? as u64)
         })
         .await
     }
 
     /// Number of orders.
     pub async fn count(&self) -> Result<u64, StoreError> {
-        self.db(|c| Ok(c.query_row("SELECT COUNT(*) FROM orders", [], |r| r.get::<_, i64>(0))? as u64))
-            .await
+        self.db(|c| {
+            Ok(c.query_row("SELECT COUNT(*) FROM orders", [], |r| r.get::<_, i64>(0))? as u64)
+        })
+        .await
     }
 
     /// Number of recorded payments (transitions to paid) of an order.
     pub async fn payments_of(&self, id: &str) -> Result<u64, StoreError> {
         let id = id.to_string();
         self.db(move |c| {
-            Ok(c.query_row("SELECT COUNT(*) FROM payments WHERE order_id = ?1", [id], |r| {
-                r.get::<_, i64>(0)
-            })? as u64)
+            Ok(c.query_row(
+                "SELECT COUNT(*) FROM payments WHERE order_id = ?1",
+                [id],
+                |r| r.get::<_, i64>(0),
+            )? as u64)
         })
         .await
     }
@@ -252,7 +272,12 @@ impl Orders {
         let order: serde_json::Value = match serde_json::from_slice(&body) {
             Ok(v) => v,
             Err(e) => {
-                return Reply::problem(400, "invalid-body", "Request body is not JSON", e.to_string())
+                return Reply::problem(
+                    400,
+                    "invalid-body",
+                    "Request body is not JSON",
+                    e.to_string(),
+                )
             }
         };
         let key = match (cfg.idempotency, key) {
@@ -270,16 +295,27 @@ impl Orders {
         };
         let result = match (cfg.idempotency, key) {
             (IdempotencyImpl::Unique, Some(k)) => self.create_unique(k, order, body_hash).await,
-            (IdempotencyImpl::CheckThenInsert, Some(k)) => self.create_check_then_insert(k, order).await,
+            (IdempotencyImpl::CheckThenInsert, Some(k)) => {
+                self.create_check_then_insert(k, order).await
+            }
             (_, k) => self.insert_order(k, order).await,
         };
         result.unwrap_or_else(|e| {
             tracing::error!("POST /orders failed: {e}");
-            Reply::problem(500, "store-error", "The order could not be stored", e.to_string())
+            Reply::problem(
+                500,
+                "store-error",
+                "The order could not be stored",
+                e.to_string(),
+            )
         })
     }
 
-    async fn insert_order(&self, key: Option<String>, order: serde_json::Value) -> Result<Reply, StoreError> {
+    async fn insert_order(
+        &self,
+        key: Option<String>,
+        order: serde_json::Value,
+    ) -> Result<Reply, StoreError> {
         let id = new_order_id();
         let body = order_json(&id, "pending", &order);
         let id2 = id.clone();
@@ -295,7 +331,11 @@ impl Orders {
     }
 
     /// The seed's race: look, work, insert. Concurrent requests all see "not there".
-    async fn create_check_then_insert(&self, key: String, order: serde_json::Value) -> Result<Reply, StoreError> {
+    async fn create_check_then_insert(
+        &self,
+        key: String,
+        order: serde_json::Value,
+    ) -> Result<Reply, StoreError> {
         let k = key.clone();
         let existing = self
             .db(move |c| {
@@ -308,15 +348,25 @@ impl Orders {
             })
             .await?;
         if let Some((id, status, stored)) = existing {
-            let stored: serde_json::Value = serde_json::from_str(&stored).unwrap_or(serde_json::Value::Null);
-            return Ok(replay_reply(200, order_json(&id, &status, &stored), Some(id)));
+            let stored: serde_json::Value =
+                serde_json::from_str(&stored).unwrap_or(serde_json::Value::Null);
+            return Ok(replay_reply(
+                200,
+                order_json(&id, &status, &stored),
+                Some(id),
+            ));
         }
         self.work().await;
         self.insert_order(Some(key), order).await
     }
 
     /// Correct: claim the key under the UNIQUE constraint first, then work, then complete.
-    async fn create_unique(&self, key: String, order: serde_json::Value, hash: String) -> Result<Reply, StoreError> {
+    async fn create_unique(
+        &self,
+        key: String,
+        order: serde_json::Value,
+        hash: String,
+    ) -> Result<Reply, StoreError> {
         let ttl_ms = self.inner.cfg.key_ttl.0.as_millis() as i64;
         let (k, h) = (key.clone(), hash.clone());
         let claim = self
@@ -389,10 +439,18 @@ impl Orders {
             Some(201) | None => 200,
             Some(s) => s,
         };
-        Ok(replay_reply(status, row.response_body.unwrap_or_default(), row.order_id))
+        Ok(replay_reply(
+            status,
+            row.response_body.unwrap_or_default(),
+            row.order_id,
+        ))
     }
 
-    async fn complete_claimed(&self, key: String, order: serde_json::Value) -> Result<Reply, StoreError> {
+    async fn complete_claimed(
+        &self,
+        key: String,
+        order: serde_json::Value,
+    ) -> Result<Reply, StoreError> {
         self.work().await;
         let id = new_order_id();
         let body = order_json(&id, "pending", &order);
@@ -416,7 +474,12 @@ impl Orders {
             // Release the key so a retry can succeed instead of getting 409 forever.
             let k = key.clone();
             let _ = self
-                .db(move |c| Ok(c.execute("DELETE FROM idempotency_keys WHERE key = ?1 AND state = 'in_flight'", [k])?))
+                .db(move |c| {
+                    Ok(c.execute(
+                        "DELETE FROM idempotency_keys WHERE key = ?1 AND state = 'in_flight'",
+                        [k],
+                    )?)
+                })
                 .await;
             return Err(e);
         }
@@ -435,19 +498,30 @@ impl Orders {
         let i = id.clone();
         let row = self
             .db(move |c| {
-                Ok(c.query_row("SELECT status, body FROM orders WHERE id = ?1", [i], |r| {
-                    Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
-                })
-                .optional()?)
+                Ok(
+                    c.query_row("SELECT status, body FROM orders WHERE id = ?1", [i], |r| {
+                        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+                    })
+                    .optional()?,
+                )
             })
             .await;
         let mut reply = match row {
             Ok(Some((status, body))) => {
-                let body: serde_json::Value = serde_json::from_str(&body).unwrap_or(serde_json::Value::Null);
-                Reply { body: Bytes::from(order_json(&id, &status, &body)), ..Reply::json(200, json!(null)) }
+                let body: serde_json::Value =
+                    serde_json::from_str(&body).unwrap_or(serde_json::Value::Null);
+                Reply {
+                    body: Bytes::from(order_json(&id, &status, &body)),
+                    ..Reply::json(200, json!(null))
+                }
             }
             Ok(None) => not_found(&id),
-            Err(e) => Reply::problem(500, "store-error", "The order could not be read", e.to_string()),
+            Err(e) => Reply::problem(
+                500,
+                "store-error",
+                "The order could not be read",
+                e.to_string(),
+            ),
         };
         reply.resource = Some(id);
         reply
@@ -458,14 +532,26 @@ impl Orders {
         let k = key.clone();
         let rows = self
             .db(move |c| {
-                let mut st = c.prepare("SELECT id FROM orders WHERE idempotency_key = ?1 ORDER BY created_at_ms")?;
-                let ids = st.query_map([k], |r| r.get::<_, String>(0))?.collect::<Result<Vec<_>, _>>()?;
+                let mut st = c.prepare(
+                    "SELECT id FROM orders WHERE idempotency_key = ?1 ORDER BY created_at_ms",
+                )?;
+                let ids = st
+                    .query_map([k], |r| r.get::<_, String>(0))?
+                    .collect::<Result<Vec<_>, _>>()?;
                 Ok(ids)
             })
             .await;
         match rows {
-            Ok(ids) => Reply::json(200, json!({ "idempotency_key": key, "count": ids.len(), "ids": ids })),
-            Err(e) => Reply::problem(500, "store-error", "The orders could not be listed", e.to_string()),
+            Ok(ids) => Reply::json(
+                200,
+                json!({ "idempotency_key": key, "count": ids.len(), "ids": ids }),
+            ),
+            Err(e) => Reply::problem(
+                500,
+                "store-error",
+                "The orders could not be listed",
+                e.to_string(),
+            ),
         }
     }
 
@@ -476,7 +562,12 @@ impl Orders {
             PayImpl::ReadThenWrite => self.pay_read_then_write(id.clone()).await,
         };
         let mut reply = result.unwrap_or_else(|e| {
-            Reply::problem(500, "store-error", "The payment could not be stored", e.to_string())
+            Reply::problem(
+                500,
+                "store-error",
+                "The payment could not be stored",
+                e.to_string(),
+            )
         });
         reply.resource = Some(id);
         reply
@@ -511,7 +602,12 @@ impl Orders {
     async fn pay_read_then_write(&self, id: String) -> Result<Reply, StoreError> {
         let i = id.clone();
         let status: Option<String> = self
-            .db(move |c| Ok(c.query_row("SELECT status FROM orders WHERE id = ?1", [i], |r| r.get(0)).optional()?))
+            .db(move |c| {
+                Ok(
+                    c.query_row("SELECT status FROM orders WHERE id = ?1", [i], |r| r.get(0))
+                        .optional()?,
+                )
+            })
             .await?;
         if status.as_deref() != Some("pending") {
             return Ok(pay_reply(&id, false, status));
@@ -520,8 +616,14 @@ impl Orders {
         let i = id.clone();
         self.db(move |c| {
             let now = now_ms();
-            c.execute("UPDATE orders SET status = 'paid', paid_at_ms = ?1 WHERE id = ?2", params![now, i])?;
-            c.execute("INSERT INTO payments (order_id, at_ms) VALUES (?1, ?2)", params![i, now])?;
+            c.execute(
+                "UPDATE orders SET status = 'paid', paid_at_ms = ?1 WHERE id = ?2",
+                params![now, i],
+            )?;
+            c.execute(
+                "INSERT INTO payments (order_id, at_ms) VALUES (?1, ?2)",
+                params![i, now],
+            )?;
             Ok(())
         })
         .await?;
@@ -544,8 +646,13 @@ fn created_reply(id: &str, body: String) -> Reply {
 }
 
 fn replay_reply(status: u16, body: String, id: Option<String>) -> Reply {
-    let mut r = Reply { body: Bytes::from(body), replayed: true, resource: id.clone(), ..Reply::json(status, json!(null)) }
-        .header("idempotent-replayed", "true".into());
+    let mut r = Reply {
+        body: Bytes::from(body),
+        replayed: true,
+        resource: id.clone(),
+        ..Reply::json(status, json!(null))
+    }
+    .header("idempotent-replayed", "true".into());
     if let Some(id) = id {
         r = r.header("location", format!("/orders/{id}"));
     }
@@ -553,7 +660,12 @@ fn replay_reply(status: u16, body: String, id: Option<String>) -> Reply {
 }
 
 fn not_found(id: &str) -> Reply {
-    Reply::problem(404, "not-found", "No such order", format!("there is no order {id:?}"))
+    Reply::problem(
+        404,
+        "not-found",
+        "No such order",
+        format!("there is no order {id:?}"),
+    )
 }
 
 fn pay_reply(id: &str, changed: bool, status: Option<String>) -> Reply {
@@ -561,7 +673,10 @@ fn pay_reply(id: &str, changed: bool, status: Option<String>) -> Reply {
         None => not_found(id),
         Some(status) if changed => Reply {
             transition: Some("pending->paid".into()),
-            ..Reply::json(200, json!({ "id": id, "status": status, "transition": "pending->paid" }))
+            ..Reply::json(
+                200,
+                json!({ "id": id, "status": status, "transition": "pending->paid" }),
+            )
         },
         Some(status) => Reply::json(
             200,

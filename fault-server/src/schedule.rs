@@ -77,7 +77,9 @@ impl Schedule {
                         .as_ref()
                         .map(|ms| {
                             ms.0.iter()
-                                .filter_map(|s| Method::from_bytes(s.to_ascii_uppercase().as_bytes()).ok())
+                                .filter_map(|s| {
+                                    Method::from_bytes(s.to_ascii_uppercase().as_bytes()).ok()
+                                })
                                 .collect()
                         })
                         .unwrap_or_default(),
@@ -86,7 +88,9 @@ impl Schedule {
                     headers: m
                         .headers
                         .iter()
-                        .filter_map(|(k, v)| Some((HeaderName::from_bytes(k.as_bytes()).ok()?, v.clone())))
+                        .filter_map(|(k, v)| {
+                            Some((HeaderName::from_bytes(k.as_bytes()).ok()?, v.clone()))
+                        })
                         .collect(),
                     headers_present: m
                         .headers_present
@@ -104,7 +108,11 @@ impl Schedule {
                 }
             })
             .collect();
-        Schedule { rules, installed, seed }
+        Schedule {
+            rules,
+            installed,
+            seed,
+        }
     }
 
     /// An empty schedule: nothing is faulted.
@@ -152,7 +160,11 @@ impl Schedule {
                 }
                 drawn = Some(u);
             }
-            return Some(Decision { rule: &rule.id, fault: &rule.fault, draw: drawn });
+            return Some(Decision {
+                rule: &rule.id,
+                fault: &rule.fault,
+                draw: drawn,
+            });
         }
         None
     }
@@ -179,7 +191,11 @@ impl Rule {
                 _ => return false,
             }
         }
-        if self.headers_present.iter().any(|h| !req.headers.contains_key(h)) {
+        if self
+            .headers_present
+            .iter()
+            .any(|h| !req.headers.contains_key(h))
+        {
             return false;
         }
         if self.from.is_some_and(|f| elapsed < f) || self.until.is_some_and(|u| elapsed >= u) {
@@ -247,9 +263,9 @@ impl Glob {
     fn match_from(parts: &[GlobPart], s: &str) -> bool {
         match parts.split_first() {
             None => s.is_empty(),
-            Some((GlobPart::Lit(l), rest)) => {
-                s.strip_prefix(l.as_str()).is_some_and(|r| Self::match_from(rest, r))
-            }
+            Some((GlobPart::Lit(l), rest)) => s
+                .strip_prefix(l.as_str())
+                .is_some_and(|r| Self::match_from(rest, r)),
             Some((wild, rest)) => {
                 let limit = if *wild == GlobPart::Star {
                     s.find('/').unwrap_or(s.len())
@@ -278,7 +294,15 @@ mod tests {
         attempt: Option<u32>,
         now: Instant,
     ) -> RequestFacts<'a> {
-        RequestFacts { method, path, headers, seq, idempotency_key: key, key_attempt: attempt, now }
+        RequestFacts {
+            method,
+            path,
+            headers,
+            seq,
+            idempotency_key: key,
+            key_attempt: attempt,
+            now,
+        }
     }
 
     #[test]
@@ -315,21 +339,39 @@ rules:
         let h = HeaderMap::new();
         let post = Method::POST;
         let get = Method::GET;
-        let d = |m, p, seq, k, a| s.decide(&facts(m, p, &h, seq, k, a, now)).map(|d| d.rule.to_string());
-        assert_eq!(d(&post, "/orders", 1, Some("k"), Some(1)).as_deref(), Some("first-two-attempts"));
-        assert_eq!(d(&post, "/orders", 2, Some("k"), Some(2)).as_deref(), Some("first-two-attempts"));
+        let d = |m, p, seq, k, a| {
+            s.decide(&facts(m, p, &h, seq, k, a, now))
+                .map(|d| d.rule.to_string())
+        };
+        assert_eq!(
+            d(&post, "/orders", 1, Some("k"), Some(1)).as_deref(),
+            Some("first-two-attempts")
+        );
+        assert_eq!(
+            d(&post, "/orders", 2, Some("k"), Some(2)).as_deref(),
+            Some("first-two-attempts")
+        );
         assert_eq!(d(&post, "/orders", 3, Some("k"), Some(3)), None);
-        assert_eq!(d(&post, "/orders", 4, None, None), None, "no key never matches `attempts`");
-        assert_eq!(d(&get, "/x/1", 3, None, None).as_deref(), Some("every-third"));
+        assert_eq!(
+            d(&post, "/orders", 4, None, None),
+            None,
+            "no key never matches `attempts`"
+        );
+        assert_eq!(
+            d(&get, "/x/1", 3, None, None).as_deref(),
+            Some("every-third")
+        );
         assert_eq!(d(&get, "/x/1", 4, None, None), None);
         let mut hh = HeaderMap::new();
         hh.insert("x-chaos", "on".parse().unwrap());
         assert_eq!(
-            s.decide(&facts(&get, "/y", 5, None, None, now)).map(|d| d.rule),
+            s.decide(&facts(&get, "/y", &h, 5, None, None, now))
+                .map(|d| d.rule),
             None
         );
         assert_eq!(
-            s.decide(&facts(&get, "/y", 5, None, None, now).with_headers(&hh)).map(|d| d.rule),
+            s.decide(&facts(&get, "/y", &h, 5, None, None, now).with_headers(&hh))
+                .map(|d| d.rule),
             Some("header")
         );
     }
@@ -364,7 +406,16 @@ rules:
         let h = HeaderMap::new();
         let m = Method::GET;
         let at = |p, secs: f64| {
-            s.decide(&facts(&m, p, &h, 1, None, None, t0 + Duration::from_secs_f64(secs))).is_some()
+            s.decide(&facts(
+                &m,
+                p,
+                &h,
+                1,
+                None,
+                None,
+                t0 + Duration::from_secs_f64(secs),
+            ))
+            .is_some()
         };
         assert!(!at("/w", 0.5) && at("/w", 1.5) && !at("/w", 2.0));
         let hits: Vec<bool> = (0..4).map(|_| at("/h", 0.0)).collect();
@@ -376,7 +427,11 @@ rules:
                 .is_some()
         };
         let first: Vec<bool> = (0..200).map(|i| coin(9, &format!("k{i}"), 1)).collect();
-        let again: Vec<bool> = (0..200).rev().map(|i| coin(9, &format!("k{i}"), 1)).rev().collect();
+        let again: Vec<bool> = (0..200)
+            .rev()
+            .map(|i| coin(9, &format!("k{i}"), 1))
+            .rev()
+            .collect();
         assert_eq!(first, again, "same seed, any order → same decisions");
         let fired = first.iter().filter(|b| **b).count();
         assert!((70..130).contains(&fired), "{fired}");

@@ -64,7 +64,11 @@ pub struct ServerOptions {
 
 impl Default for ServerOptions {
     fn default() -> Self {
-        ServerOptions { bind: SocketAddr::from(([127, 0, 0, 1], 0)), seed: None, journal_file: None }
+        ServerOptions {
+            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            seed: None,
+            journal_file: None,
+        }
     }
 }
 
@@ -104,7 +108,11 @@ pub(crate) struct State {
 
 impl State {
     pub(crate) fn schedule(&self) -> Arc<Schedule> {
-        self.schedule.read().unwrap_or_else(|p| p.into_inner()).0.clone()
+        self.schedule
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .clone()
     }
 
     /// Installs new rules; their windows and hit counters start now.
@@ -118,8 +126,16 @@ impl State {
         let epoch = self.seq.reset();
         let me = self.clone();
         let _ = tokio::task::spawn_blocking(move || me.journal.reset(epoch)).await;
-        self.attempts.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        let rules = self.schedule.read().unwrap_or_else(|p| p.into_inner()).1.clone();
+        self.attempts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        let rules = self
+            .schedule
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .1
+            .clone();
         self.replace_schedule(rules.as_ref().clone());
         self.orders.clear().await
     }
@@ -154,8 +170,14 @@ impl FaultServer {
     pub async fn start(config: Config, opts: ServerOptions) -> Result<FaultServer, StartError> {
         let listener = TcpListener::bind(opts.bind)
             .await
-            .map_err(|source| StartError::Bind { addr: opts.bind, source })?;
-        let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: opts.bind, source })?;
+            .map_err(|source| StartError::Bind {
+                addr: opts.bind,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Bind {
+            addr: opts.bind,
+            source,
+        })?;
         let orders = Orders::open(&config.orders)?;
         let journal = Journal::start(opts.journal_file.as_deref())?;
         let seed = opts.seed.or(config.seed).unwrap_or(0);
@@ -186,7 +208,12 @@ impl FaultServer {
         });
         let (shutdown, rx) = watch::channel(false);
         let task = tokio::spawn(accept_loop(listener, state.clone(), rx));
-        Ok(FaultServer { state, addr, shutdown, task })
+        Ok(FaultServer {
+            state,
+            addr,
+            shutdown,
+            task,
+        })
     }
 
     /// The address it listens on.
@@ -248,7 +275,11 @@ impl FaultServer {
     }
 }
 
-async fn accept_loop(listener: TcpListener, state: Arc<State>, mut shutdown: watch::Receiver<bool>) {
+async fn accept_loop(
+    listener: TcpListener,
+    state: Arc<State>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -258,7 +289,12 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>, mut shutdown: wat
             Ok((stream, _peer)) => {
                 let _ = stream.set_nodelay(true);
                 let conn_id = state.conn_ids.fetch_add(1, Ordering::Relaxed) + 1;
-                tokio::spawn(serve_connection(state.clone(), stream, conn_id, shutdown.clone()));
+                tokio::spawn(serve_connection(
+                    state.clone(),
+                    stream,
+                    conn_id,
+                    shutdown.clone(),
+                ));
             }
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning.
@@ -326,7 +362,8 @@ async fn serve_connection(
     if !handed_over {
         return;
     }
-    let Some((action, mut pending)) = ctl.action.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+    let Some((action, mut pending)) = ctl.action.lock().unwrap_or_else(|p| p.into_inner()).take()
+    else {
         return;
     };
     let outcome = match action {
@@ -397,7 +434,9 @@ async fn handle(
     let (epoch, seq) = state.seq.next();
     let now = Instant::now();
     let t_recv_us = state.clock.us_at(now);
-    let unix_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    let unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
     let (parts, body) = req.into_parts();
     let key = header_str(&parts.headers, "idempotency-key").map(str::to_string);
     let key_attempt = key.as_deref().map(|k| state.bump_attempt(k));
@@ -409,7 +448,10 @@ async fn handle(
     entry.query = parts.uri.query().map(str::to_string);
     for name in &state.capture {
         if let Some(v) = parts.headers.get(name) {
-            entry.headers.insert(name.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned());
+            entry.headers.insert(
+                name.as_str().to_string(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            );
         }
     }
     entry.idempotency_key = key.clone();
@@ -445,7 +487,9 @@ async fn handle(
         now,
     };
     let decision = schedule.decide(&facts);
-    let subject = facts.idempotency_key.map_or_else(|| seq.to_string(), str::to_string);
+    let subject = facts
+        .idempotency_key
+        .map_or_else(|| seq.to_string(), str::to_string);
     let request = ResourceRequest {
         method: parts.method.clone(),
         path: parts.uri.path().to_string(),
@@ -592,7 +636,12 @@ async fn route(orders: Orders, req: ResourceRequest) -> Reply {
 }
 
 fn method_not_allowed(allow: &str) -> Reply {
-    let mut r = Reply::problem(405, "method-not-allowed", "Method not allowed", format!("allowed: {allow}"));
+    let mut r = Reply::problem(
+        405,
+        "method-not-allowed",
+        "Method not allowed",
+        format!("allowed: {allow}"),
+    );
     r.headers.push(("allow", allow.to_string()));
     r
 }
@@ -609,9 +658,13 @@ fn record_reply(pending: &mut Pending, reply: &Reply) {
 fn respond(reply: Reply, mut pending: Pending) -> Response<ResBody> {
     record_reply(&mut pending, &reply);
     let mut res = Response::new(Either::Left(JournaledBody::new(reply.body, pending)));
-    *res.status_mut() = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    *res.status_mut() =
+        StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let h = res.headers_mut();
-    h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static(reply.content_type));
+    h.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static(reply.content_type),
+    );
     for (name, value) in reply.headers {
         if let Ok(v) = HeaderValue::from_str(&value) {
             h.insert(HeaderName::from_static(name), v);
@@ -641,7 +694,10 @@ fn status_response(s: &StatusFault, mut pending: Pending) -> Response<ResBody> {
     let mut res = Response::new(Either::Left(JournaledBody::new(body, pending)));
     *res.status_mut() = code;
     let h = res.headers_mut();
-    h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static(content_type),
+    );
     if let Some(secs) = s.retry_after {
         h.insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
     }
@@ -653,7 +709,10 @@ fn status_response(s: &StatusFault, mut pending: Pending) -> Response<ResBody> {
     }
     // Validated at load time; a header that still fails to convert is skipped.
     for (name, value) in &s.headers {
-        if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
             h.insert(n, v);
         }
     }
@@ -662,7 +721,10 @@ fn status_response(s: &StatusFault, mut pending: Pending) -> Response<ResBody> {
 
 /// A text response outside the journal's accounting (the request's entry is settled elsewhere).
 fn plain(code: StatusCode, text: &'static str) -> Response<ResBody> {
-    let body = JournaledBody { data: Some(Bytes::from_static(text.as_bytes())), pending: None };
+    let body = JournaledBody {
+        data: Some(Bytes::from_static(text.as_bytes())),
+        pending: None,
+    };
     let mut res = Response::new(Either::Left(body));
     *res.status_mut() = code;
     res
@@ -677,7 +739,10 @@ pub(crate) struct JournaledBody {
 
 impl JournaledBody {
     fn new(data: Bytes, pending: Pending) -> Self {
-        JournaledBody { data: (!data.is_empty()).then_some(data), pending: Some(pending) }
+        JournaledBody {
+            data: (!data.is_empty()).then_some(data),
+            pending: Some(pending),
+        }
     }
 }
 
@@ -725,7 +790,11 @@ impl Drop for JournaledBody {
 struct SharedStream(Arc<TcpStream>);
 
 impl AsyncRead for SharedStream {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         loop {
             ready!(self.0.poll_read_ready(cx))?;
             match self.0.try_read(buf.initialize_unfilled()) {
@@ -741,7 +810,11 @@ impl AsyncRead for SharedStream {
 }
 
 impl AsyncWrite for SharedStream {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         loop {
             ready!(self.0.poll_write_ready(cx))?;
             match self.0.try_write(buf) {

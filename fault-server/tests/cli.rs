@@ -1,0 +1,95 @@
+//! The real `fault-server` binary: readiness line, `--check`, bad input, port in use.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use assert_cmd::cargo::CommandCargoExt;
+
+fn bin() -> Command {
+    Command::cargo_bin("fault-server").unwrap()
+}
+
+fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> std::path::PathBuf {
+    let p = dir.path().join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn check_accepts_the_example() {
+    let out = bin()
+        .args(["--check", "--config", "examples/all-faults.yaml"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok (7 rules)"));
+}
+
+#[test]
+fn bad_config_exits_2_with_file_line_column_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(&dir, "bad.yaml", "rules:\n  - id: a\n    match: { path: /x }\n    fault: { status: { code: 503, retry_afer: 1 } }\n");
+    let out = bin()
+        .args(["--check", "--config"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("{}:4:", p.display())), "{err}");
+    assert!(err.contains("rules[0].fault.status"), "{err}");
+    assert!(err.contains("unknown field `retry_afer`"), "{err}");
+    assert_eq!(err.lines().count(), 1, "one clear message: {err}");
+
+    let out = bin()
+        .args(["--config", "/nonexistent/x.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/x.yaml: cannot read"));
+
+    let p = write(&dir, "syntax.yaml", "rules: [\n  - {\n");
+    let out = bin().args(["--config"]).arg(&p).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+
+    let out = bin().args(["--bind", "not-an-address"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn prints_the_listening_line_and_port_in_use_exits_3() {
+    let mut child = bin()
+        .args([
+            "--bind",
+            "127.0.0.1:0",
+            "--config",
+            "examples/all-faults.yaml",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("listening on http://127.0.0.1:"), "{line}");
+    let addr = line
+        .trim()
+        .trim_start_matches("listening on http://")
+        .to_string();
+
+    let out = bin().args(["--bind", &addr]).output().unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("cannot listen on {addr}")) && err.to_lowercase().contains("in use"),
+        "{err}"
+    );
+    child.kill().unwrap();
+    let _ = child.wait();
+}

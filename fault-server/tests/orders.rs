@@ -1,0 +1,263 @@
+//! The orders resource under real concurrency, on the real SQLite database.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::{burst, exchange, journal, request_bytes, start};
+
+const ROUNDS: usize = 25;
+
+async fn rounds_of_ten(yaml: &str) -> (Vec<u64>, fault_server::FaultServer) {
+    let s = start(yaml).await;
+    let mut orders_per_round = Vec::new();
+    for round in 0..ROUNDS {
+        let key = format!("round-{round}");
+        let body = format!(r#"{{"sku":"A{round}","qty":1}}"#);
+        let replies = burst(s.addr(), 10, |_| {
+            request_bytes("POST", "/orders", Some(&key), &body)
+        })
+        .await;
+        assert!(
+            replies.iter().all(|r| r.status < 500),
+            "no 5xx to the losers: {replies:?}"
+        );
+        orders_per_round.push(s.orders().count_for_key(&key).await.unwrap());
+    }
+    (orders_per_round, s)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unique_never_creates_two_orders_for_one_key() {
+    let (counts, s) = rounds_of_ten("orders: { idempotency: unique, work_delay: 5ms }").await;
+    assert!(counts.iter().all(|c| *c == 1), "{counts:?}");
+    let j = journal(&s).await;
+    assert_eq!(j.len(), ROUNDS * 10);
+    // Per key: exactly one 201 carrying the created id; the rest are 409 (in flight) or 200 replays.
+    let mut by_key: HashMap<&str, Vec<&fault_server::Entry>> = HashMap::new();
+    for e in &j {
+        by_key
+            .entry(e.idempotency_key.as_deref().unwrap())
+            .or_default()
+            .push(e);
+    }
+    for (key, es) in by_key {
+        let created: Vec<_> = es.iter().filter_map(|e| e.created.as_deref()).collect();
+        assert_eq!(created.len(), 1, "{key}");
+        assert!(
+            es.iter().all(|e| matches!(e.status, Some(201 | 200 | 409))),
+            "{key}"
+        );
+        assert_eq!(es.iter().filter(|e| e.status == Some(201)).count(), 1);
+        let attempts: Vec<u32> = {
+            let mut a: Vec<u32> = es.iter().filter_map(|e| e.key_attempt).collect();
+            a.sort();
+            a
+        };
+        assert_eq!(attempts, (1..=10).collect::<Vec<_>>());
+    }
+    assert_eq!(
+        s.orders().count().await.unwrap(),
+        ROUNDS as u64,
+        "journal `created` agrees with the database"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_then_insert_races_into_duplicates() {
+    let (counts, s) =
+        rounds_of_ten("orders: { idempotency: check-then-insert, work_delay: 20ms }").await;
+    let racy = counts.iter().filter(|c| **c > 1).count();
+    assert!(
+        racy >= ROUNDS * 8 / 10,
+        "duplicates in only {racy}/{ROUNDS} rounds: {counts:?}"
+    );
+    let j = journal(&s).await;
+    let created = j.iter().filter(|e| e.created.is_some()).count() as u64;
+    assert_eq!(
+        created,
+        s.orders().count().await.unwrap(),
+        "journal `created` agrees with the database"
+    );
+    assert_eq!(created, counts.iter().sum::<u64>());
+}
+
+#[tokio::test]
+async fn idempotency_semantics() {
+    let s = start("orders: { idempotency: unique, work_delay: 400ms, retry_after_s: 2 }").await;
+    let post = |key: Option<&'static str>, body: &'static str| {
+        let addr = s.addr();
+        async move {
+            let c = tokio::net::TcpStream::connect(addr).await.unwrap();
+            exchange(c, &request_bytes("POST", "/orders", key, body))
+                .await
+                .unwrap()
+        }
+    };
+    // A second request while the first is in flight: 409 + Retry-After.
+    let first = tokio::spawn(post(Some("k"), r#"{"sku":"A"}"#));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let concurrent = post(Some("k"), r#"{"sku":"A"}"#).await;
+    assert_eq!(concurrent.status, 409);
+    assert_eq!(concurrent.header("retry-after"), Some("2"));
+    assert_eq!(
+        concurrent.header("content-type"),
+        Some("application/problem+json")
+    );
+    let first = first.await.unwrap();
+    assert_eq!(first.status, 201);
+    let id = first.json()["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        first.header("location"),
+        Some(format!("/orders/{id}").as_str())
+    );
+    // After completion: a replay of the stored body, 200, flagged.
+    let replay = post(Some("k"), r#"{"sku":"A"}"#).await;
+    assert_eq!(replay.status, 200);
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    assert_eq!(replay.body, first.body);
+    // Same key, different body: 422 problem.
+    let other = post(Some("k"), r#"{"sku":"B"}"#).await;
+    assert_eq!(other.status, 422);
+    assert_eq!(other.json()["status"], 422);
+    // Missing key: 400. Not JSON: 400.
+    assert_eq!(post(None, r#"{"sku":"A"}"#).await.status, 400);
+    assert_eq!(post(Some("j"), "not json").await.status, 400);
+    // GET by id and by key.
+    let c = tokio::net::TcpStream::connect(s.addr()).await.unwrap();
+    let got = exchange(c, &request_bytes("GET", &format!("/orders/{id}"), None, ""))
+        .await
+        .unwrap();
+    assert_eq!(got.status, 200);
+    assert_eq!(got.json()["order"]["sku"], "A");
+    let c = tokio::net::TcpStream::connect(s.addr()).await.unwrap();
+    let listed = exchange(
+        c,
+        &request_bytes("GET", "/orders?idempotency_key=k", None, ""),
+    )
+    .await
+    .unwrap();
+    assert_eq!(listed.json()["count"], 1);
+    assert_eq!(s.orders().count().await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn keys_expire() {
+    let s = start("orders: { idempotency: unique, key_ttl: 300ms }").await;
+    let post = || async {
+        let c = tokio::net::TcpStream::connect(s.addr()).await.unwrap();
+        exchange(c, &request_bytes("POST", "/orders", Some("ttl"), "{}"))
+            .await
+            .unwrap()
+            .status
+    };
+    assert_eq!(post().await, 201);
+    assert_eq!(post().await, 200);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(post().await, 201, "an expired key is a new key");
+    assert_eq!(s.orders().count_for_key("ttl").await.unwrap(), 2);
+}
+
+#[tokio::test]
+async fn key_optional_and_none_impl() {
+    let s = start("orders: { idempotency: unique, require_key: false }").await;
+    let c = tokio::net::TcpStream::connect(s.addr()).await.unwrap();
+    assert_eq!(
+        exchange(c, &request_bytes("POST", "/orders", None, "{}"))
+            .await
+            .unwrap()
+            .status,
+        201
+    );
+    let s = start("orders: { idempotency: none }").await;
+    for _ in 0..3 {
+        let c = tokio::net::TcpStream::connect(s.addr()).await.unwrap();
+        assert_eq!(
+            exchange(c, &request_bytes("POST", "/orders", Some("same"), "{}"))
+                .await
+                .unwrap()
+                .status,
+            201
+        );
+    }
+    assert_eq!(s.orders().count().await.unwrap(), 3, "`none` ignores keys");
+}
+
+async fn pay_race(pay: &str) -> (Vec<u16>, u64, Vec<fault_server::Entry>) {
+    let s = start(&format!("orders: {{ pay: {pay}, work_delay: 20ms }}")).await;
+    let c = tokio::net::TcpStream::connect(s.addr()).await.unwrap();
+    let created = exchange(c, &request_bytes("POST", "/orders", Some("p"), "{}"))
+        .await
+        .unwrap();
+    let id = created.json()["id"].as_str().unwrap().to_string();
+    let path = format!("/orders/{id}/pay");
+    let replies = burst(s.addr(), 10, |_| request_bytes("POST", &path, None, "")).await;
+    // And a sequential repeat afterwards: a no-op, reported, not an error.
+    let c = tokio::net::TcpStream::connect(s.addr()).await.unwrap();
+    let again = exchange(c, &request_bytes("POST", &path, None, ""))
+        .await
+        .unwrap();
+    assert_eq!(again.status, 200);
+    assert!(again.json()["transition"].is_null());
+    let payments = s.orders().payments_of(&id).await.unwrap();
+    (
+        replies.iter().map(|r| r.status).collect(),
+        payments,
+        journal(&s).await,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conditional_pay_transitions_once() {
+    let (statuses, payments, j) = pay_race("conditional").await;
+    assert!(statuses.iter().all(|s| *s == 200));
+    assert_eq!(payments, 1);
+    assert_eq!(j.iter().filter(|e| e.transition.is_some()).count(), 1);
+    assert!(j
+        .iter()
+        .filter(|e| e.path.ends_with("/pay"))
+        .all(|e| e.resource.is_some()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_then_write_pay_transitions_many_times() {
+    let (_, payments, j) = pay_race("read-then-write").await;
+    assert!(
+        payments > 1,
+        "the race should charge more than once, got {payments}"
+    );
+    assert_eq!(
+        j.iter().filter(|e| e.transition.is_some()).count() as u64,
+        payments
+    );
+}
+
+#[tokio::test]
+async fn unknown_order_is_404() {
+    let s = start("{}").await;
+    let c = tokio::net::TcpStream::connect(s.addr()).await.unwrap();
+    assert_eq!(
+        exchange(c, &request_bytes("GET", "/orders/nope", None, ""))
+            .await
+            .unwrap()
+            .status,
+        404
+    );
+    let c = tokio::net::TcpStream::connect(s.addr()).await.unwrap();
+    assert_eq!(
+        exchange(c, &request_bytes("POST", "/orders/nope/pay", None, ""))
+            .await
+            .unwrap()
+            .status,
+        404
+    );
+    let c = tokio::net::TcpStream::connect(s.addr()).await.unwrap();
+    assert_eq!(
+        exchange(c, &request_bytes("DELETE", "/orders", None, ""))
+            .await
+            .unwrap()
+            .status,
+        405
+    );
+}
