@@ -1,7 +1,15 @@
 //! The report of a run and its renderers.
 //!
-//! One model ([`model::Report`]), several sibling renderers that read it and never each other.
+//! One model ([`model::Report`]), several sibling renderers that read it and never each other:
+//! [`terminal`], [`json`], [`junit`], [`markdown`], [`html`]. [`compare`] sets two reports side by
+//! side. The harness builds a report once, and `--report-dir` or `harness report` only choose which
+//! renderers run, so every view of a run shows the same figures.
 
+pub mod error;
+mod format;
+pub mod json;
 pub mod model;
 
-pub use model::{CheckResult, Evidence, Report, Verdict};
+pub use error::ReportError;
+pub use json::{from_json, to_json_pretty};
+pub use model::{CheckResult, Evidence, Report, Verdict, SCHEMA_VERSION};
