@@ -9,11 +9,13 @@ pub mod error;
 mod format;
 pub mod json;
 pub mod junit;
+pub mod markdown;
 pub mod model;
 pub mod terminal;
 
 pub use error::ReportError;
 pub use json::{from_json, to_json_pretty};
 pub use junit::to_junit_xml;
+pub use markdown::to_markdown;
 pub use model::{CheckResult, Evidence, Report, Verdict, SCHEMA_VERSION};
 pub use terminal::render_terminal;
