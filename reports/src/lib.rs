@@ -7,6 +7,7 @@
 
 pub mod error;
 mod format;
+pub mod html;
 pub mod json;
 pub mod junit;
 pub mod markdown;
@@ -14,6 +15,7 @@ pub mod model;
 pub mod terminal;
 
 pub use error::ReportError;
+pub use html::to_html;
 pub use json::{from_json, to_json_pretty};
 pub use junit::to_junit_xml;
 pub use markdown::to_markdown;
