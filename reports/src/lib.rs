@@ -5,6 +5,7 @@
 //! side. The harness builds a report once, and `--report-dir` or `harness report` only choose which
 //! renderers run, so every view of a run shows the same figures.
 
+pub mod compare;
 pub mod error;
 mod format;
 pub mod html;
@@ -14,6 +15,7 @@ pub mod markdown;
 pub mod model;
 pub mod terminal;
 
+pub use compare::{compare, Comparison, Tolerances};
 pub use error::ReportError;
 pub use html::to_html;
 pub use json::{from_json, to_json_pretty};
