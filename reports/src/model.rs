@@ -86,11 +86,17 @@ pub struct Requests {
 /// Latency percentiles in milliseconds.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Latency {
+    /// Median.
     pub p50: f64,
+    /// 90th percentile.
     pub p90: f64,
+    /// 99th percentile.
     pub p99: f64,
+    /// 99.9th percentile.
     pub p999: f64,
+    /// Slowest sample.
     pub max: f64,
+    /// Arithmetic mean.
     #[serde(default)]
     pub mean: f64,
     /// Samples behind the percentiles.
@@ -101,16 +107,20 @@ pub struct Latency {
 /// One load phase's figures.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Phase {
+    /// Name given in the scenario file.
     pub name: String,
     /// Executor kind: `burst`, `rate`, `clients`, `fleet`.
     pub kind: String,
+    /// How long the phase ran, in milliseconds.
     pub duration_ms: u64,
+    /// Request counts of this phase alone.
     pub requests: Requests,
     /// Latency from the actual send.
     pub latency_ms: Latency,
     /// Latency from the intended send time (coordinated omission corrected), rate phases only.
     #[serde(default)]
     pub latency_intended_ms: Option<Latency>,
+    /// Completed requests per second over the phase.
     #[serde(default)]
     pub throughput_rps: f64,
     /// Free-form extra figures (e.g. `release_skew_us_max` for bursts).
@@ -200,20 +210,25 @@ pub struct Timeline {
 /// One labelled series of a [`Timeline`].
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Series {
+    /// What is counted: a status (`503`), a fault (`fault:drop`) or an error kind (`error:timeout`).
     pub label: String,
+    /// Requests per window, from the start of the run.
     pub counts: Vec<u64>,
 }
 
 /// Observed retry delays (milliseconds) before attempt `attempt` (2 = first retry).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct AttemptDelays {
+    /// Attempt index: 2 is the first retry.
     pub attempt: u32,
+    /// Every observed delay before this attempt, in milliseconds.
     pub delays_ms: Vec<f64>,
 }
 
 /// The command `harness exec` ran.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Exec {
+    /// The program and its arguments.
     pub command: Vec<String>,
     /// Its exit code; `None` when it was killed by a signal.
     pub exit_code: Option<i32>,

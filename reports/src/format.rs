@@ -1,0 +1,217 @@
+//! Numbers and evidence as people read them, shared by every renderer.
+//!
+//! The terminal, Markdown and HTML views must agree on how "1.25 s" or "p99.9" is written, or a
+//! reader comparing a CI summary with a local run sees two different reports of the same figures.
+
+use crate::model::{Evidence, Latency, Verdict};
+
+/// The five latency figures every renderer shows, labelled, in display order.
+pub(crate) fn percentiles(l: &Latency) -> [(&'static str, f64); 5] {
+    [
+        ("p50", l.p50),
+        ("p90", l.p90),
+        ("p99", l.p99),
+        ("p99.9", l.p999),
+        ("max", l.max),
+    ]
+}
+
+/// True when a latency block carries no figures (no samples were taken).
+pub(crate) fn latency_is_empty(l: &Latency) -> bool {
+    l.count == 0
+        && percentiles(l)
+            .iter()
+            .all(|(_, v)| *v == 0.0 || !v.is_finite())
+}
+
+/// Milliseconds with precision that suits the magnitude: `0.42`, `3.1`, `250`.
+pub(crate) fn ms(v: f64) -> String {
+    if !v.is_finite() {
+        return "–".to_string();
+    }
+    let a = v.abs();
+    if a == 0.0 {
+        "0".to_string()
+    } else if a < 10.0 {
+        format!("{v:.2}")
+    } else if a < 100.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+/// A duration given in milliseconds, in the unit a person would pick: `850 ms`, `31.2 s`, `2 min 5 s`.
+pub(crate) fn duration_ms(total_ms: u64) -> String {
+    if total_ms < 1_000 {
+        format!("{total_ms} ms")
+    } else if total_ms < 60_000 {
+        format!("{:.1} s", total_ms as f64 / 1_000.0)
+    } else {
+        let s = total_ms / 1_000;
+        format!("{} min {} s", s / 60, s % 60)
+    }
+}
+
+/// A rate with one decimal, or none once it is large enough that the decimal is noise.
+pub(crate) fn rate(v: f64) -> String {
+    if !v.is_finite() {
+        "–".to_string()
+    } else if v.abs() < 100.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+/// Seconds for a chart axis or a window position: `1`, `1.25`, `0.5`.
+pub(crate) fn seconds(v: f64) -> String {
+    let s = format!("{v:.3}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s.is_empty() || s == "-0" {
+        "0".to_string()
+    } else {
+        s.to_string()
+    }
+}
+
+/// The verdict as a lower-case word, as it appears in `report.json`.
+pub(crate) fn verdict_word(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Pass => "pass",
+        Verdict::Fail => "fail",
+        Verdict::Weak => "weak",
+        Verdict::Inconclusive => "inconclusive",
+    }
+}
+
+/// Journal sequence numbers, shortened after `limit` so one piece of evidence stays one line.
+pub(crate) fn seqs(seqs: &[u64], limit: usize) -> String {
+    let shown: Vec<String> = seqs.iter().take(limit).map(u64::to_string).collect();
+    let mut out = shown.join(", ");
+    if seqs.len() > limit {
+        out.push_str(&format!(", … ({} in all)", seqs.len()));
+    }
+    out
+}
+
+/// One piece of evidence as plain text: the detail, then the key and the journal seqs it cites.
+pub(crate) fn evidence_line(e: &Evidence, seq_limit: usize) -> String {
+    let mut out = e.detail.clone();
+    let mut refs = Vec::new();
+    if let Some(k) = &e.key {
+        refs.push(format!("key {k}"));
+    }
+    if !e.seqs.is_empty() {
+        refs.push(format!("seq {}", seqs(&e.seqs, seq_limit)));
+    }
+    if !refs.is_empty() {
+        out.push_str(&format!(" [{}]", refs.join("; ")));
+    }
+    out
+}
+
+/// A metric value without the quotes JSON would put around a string.
+pub(crate) fn metric_value(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Transport errors plus 5xx responses, as a percentage of requests sent; 0 when nothing was sent.
+pub(crate) fn error_rate_pct(r: &crate::model::Requests) -> f64 {
+    if r.sent == 0 {
+        return 0.0;
+    }
+    let server_errors: u64 = r
+        .by_status
+        .iter()
+        .filter(|(status, _)| status.starts_with('5'))
+        .map(|(_, n)| *n)
+        .sum();
+    (r.errors + server_errors) as f64 * 100.0 / r.sent as f64
+}
+
+/// Milliseconds since the Unix epoch as a UTC date and time, `2025-11-30 08:59:00 UTC`.
+pub(crate) fn utc_timestamp(unix_ms: u64) -> String {
+    let secs = unix_ms / 1_000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3_600,
+        rem % 3_600 / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's `civil_from_days`), so the
+/// crate needs no date library for one line of the report.
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + u64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+
+    use super::*;
+
+    #[test]
+    fn timestamps_are_utc_dates() {
+        assert_eq!(utc_timestamp(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc_timestamp(951_782_400_000), "2000-02-29 00:00:00 UTC");
+        assert_eq!(utc_timestamp(1_764_493_140_000), "2025-11-30 08:59:00 UTC");
+    }
+
+    #[test]
+    fn milliseconds_keep_meaningful_digits() {
+        assert_eq!(ms(0.0), "0");
+        assert_eq!(ms(0.4213), "0.42");
+        assert_eq!(ms(31.25), "31.2");
+        assert_eq!(ms(1234.6), "1235");
+        assert_eq!(ms(f64::NAN), "–");
+    }
+
+    #[test]
+    fn durations_pick_a_unit() {
+        assert_eq!(duration_ms(850), "850 ms");
+        assert_eq!(duration_ms(31_200), "31.2 s");
+        assert_eq!(duration_ms(125_000), "2 min 5 s");
+    }
+
+    #[test]
+    fn seconds_drop_trailing_zeros() {
+        assert_eq!(seconds(1.0), "1");
+        assert_eq!(seconds(1.25), "1.25");
+        assert_eq!(seconds(0.0), "0");
+    }
+
+    #[test]
+    fn long_seq_lists_are_cut() {
+        assert_eq!(seqs(&[1, 2, 3], 5), "1, 2, 3");
+        assert_eq!(seqs(&[1, 2, 3, 4], 2), "1, 2, … (4 in all)");
+    }
+
+    #[test]
+    fn evidence_line_names_key_and_seqs() {
+        let e = Evidence {
+            detail: "7 orders for one key".into(),
+            key: Some("k-1".into()),
+            seqs: vec![4, 9],
+        };
+        assert_eq!(
+            evidence_line(&e, 8),
+            "7 orders for one key [key k-1; seq 4, 9]"
+        );
+    }
+}

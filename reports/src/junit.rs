@@ -1,0 +1,127 @@
+//! `junit.xml`: each check as a JUnit test case, so CI systems show checks as tests.
+//!
+//! GitHub, GitLab and Jenkins all read the same small subset of JUnit: `<testsuites>`, `<testsuite>`,
+//! `<testcase name classname>`, `<failure message>` with a text body, and `<system-out>`. Only that
+//! subset is used. A weak or inconclusive verdict does not fail the run, so it is a passing test case
+//! that says its verdict in `system-out`; marking it skipped would hide that the check did run.
+
+use std::time::Duration;
+
+use quick_junit::{NonSuccessKind, Property, TestCase, TestCaseStatus, TestSuite};
+
+use crate::error::ReportError;
+use crate::format;
+use crate::model::{CheckResult, Report, Verdict};
+
+/// The `classname` of every check's test case: CI tools group test cases by it.
+pub const CLASSNAME: &str = "harness.checks";
+
+/// Evidence items written per check: enough to find the problem, not a copy of the journal.
+const EVIDENCE_MAX: usize = 50;
+/// Journal seqs written per evidence item.
+const SEQS_MAX: usize = 50;
+
+/// The report as a JUnit XML document: one test suite named after the scenario, one case per check.
+pub fn to_junit_xml(r: &Report) -> Result<String, ReportError> {
+    let mut suite = TestSuite::new(r.scenario.as_str());
+    suite.set_time(Duration::from_millis(r.duration_ms));
+    if let Some(seed) = r.seed {
+        suite.add_property(Property::new("seed", seed.to_string()));
+    }
+    if let Some(target) = &r.target {
+        suite.add_property(Property::new("target", target.as_str()));
+    }
+    suite.add_property(Property::new("time_scale", r.time_scale.to_string()));
+    suite.add_property(Property::new("requests_sent", r.requests.sent.to_string()));
+    suite.add_property(Property::new(
+        "latency_p99_ms",
+        format::ms(r.latency_ms.p99),
+    ));
+    suite.add_test_cases(r.checks.iter().map(test_case));
+
+    let mut doc = quick_junit::Report::new("harness");
+    doc.set_time(Duration::from_millis(r.duration_ms));
+    doc.add_test_suite(suite);
+    Ok(doc.to_string()?)
+}
+
+fn test_case(c: &CheckResult) -> TestCase {
+    let status = match c.verdict {
+        Verdict::Fail => {
+            let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
+            s.set_message(c.summary.as_str())
+                .set_type("check failed")
+                .set_description(failure_text(c));
+            s
+        }
+        Verdict::Pass | Verdict::Weak | Verdict::Inconclusive => TestCaseStatus::success(),
+    };
+    let mut case = TestCase::new(c.name.as_str(), status);
+    case.set_classname(CLASSNAME);
+    if c.verdict != Verdict::Fail {
+        case.set_system_out(pass_text(c));
+    }
+    case
+}
+
+fn evidence_lines(c: &CheckResult) -> Vec<String> {
+    let mut lines: Vec<String> = c
+        .evidence
+        .iter()
+        .take(EVIDENCE_MAX)
+        .map(|e| format!("  - {}", format::evidence_line(e, SEQS_MAX)))
+        .collect();
+    if c.evidence.len() > EVIDENCE_MAX {
+        lines.push(format!(
+            "  … and {} more in report.json",
+            c.evidence.len() - EVIDENCE_MAX
+        ));
+    }
+    lines
+}
+
+fn metrics_lines(c: &CheckResult) -> Vec<String> {
+    c.metrics
+        .iter()
+        .map(|(k, v)| format!("  {k} = {}", format::metric_value(v)))
+        .collect()
+}
+
+/// The failure body: what a CI reader needs to find the problem in the journal.
+fn failure_text(c: &CheckResult) -> String {
+    let mut lines = vec![c.summary.clone()];
+    if !c.evidence.is_empty() {
+        lines.push(String::new());
+        lines.push("evidence:".to_string());
+        lines.extend(evidence_lines(c));
+    }
+    if !c.metrics.is_empty() {
+        lines.push(String::new());
+        lines.push("metrics:".to_string());
+        lines.extend(metrics_lines(c));
+    }
+    lines.join("\n")
+}
+
+fn pass_text(c: &CheckResult) -> String {
+    let mut lines = vec![format!(
+        "verdict: {} — {}",
+        format::verdict_word(c.verdict),
+        c.summary
+    )];
+    if c.verdict != Verdict::Pass {
+        lines.push(
+            "(a weak or inconclusive verdict does not fail the run, but deserves a look)"
+                .to_string(),
+        );
+    }
+    if !c.evidence.is_empty() {
+        lines.push("evidence:".to_string());
+        lines.extend(evidence_lines(c));
+    }
+    if !c.metrics.is_empty() {
+        lines.push("metrics:".to_string());
+        lines.extend(metrics_lines(c));
+    }
+    lines.join("\n")
+}

@@ -1,0 +1,222 @@
+//! `summary.md`: the report as a GitHub step summary (or any Markdown viewer).
+//!
+//! A step summary is read in the pull request's checks tab, so it leads with the verdict and the
+//! failing checks' evidence, and stays small: GitHub truncates summaries past 1 MiB, and a full
+//! journal dump belongs in `report.json`. Every string from the model is escaped, since a check
+//! summary holding `|` would otherwise split a table cell and `<` could open an HTML tag.
+
+use std::fmt::Write as _;
+
+use crate::format;
+use crate::model::{Report, Verdict};
+
+/// Evidence items listed per failed check.
+const EVIDENCE_SHOWN: usize = 10;
+/// Journal seqs listed per evidence item.
+const SEQS_SHOWN: usize = 20;
+
+/// The report as Markdown for a CI step summary.
+pub fn to_markdown(r: &Report) -> String {
+    let mut out = String::new();
+    // Writing to a String cannot fail, so the fmt::Results below carry no information.
+    let _ = write_markdown(r, &mut out);
+    out
+}
+
+fn write_markdown(r: &Report, out: &mut String) -> std::fmt::Result {
+    let (icon, word) = if r.passed {
+        ("✅", "PASSED")
+    } else {
+        ("❌", "FAILED")
+    };
+    writeln!(out, "## {icon} {word}: {}", escape(&r.scenario))?;
+    writeln!(out)?;
+    let mut facts = vec![
+        format!("duration {}", format::duration_ms(r.duration_ms)),
+        format!("{} requests sent", r.requests.sent),
+        format!("{} req/s", format::rate(r.throughput_rps)),
+    ];
+    if let Some(seed) = r.seed {
+        facts.push(format!("seed {seed}"));
+    }
+    if (r.time_scale - 1.0).abs() > f64::EPSILON {
+        facts.push(format!("time scale {}", r.time_scale));
+    }
+    if let Some(t) = &r.target {
+        facts.push(format!("target {}", escape(t)));
+    }
+    writeln!(out, "{}", facts.join(" · "))?;
+    if let Some(exec) = &r.exec {
+        let code = exec.exit_code.map_or_else(
+            || "killed by a signal".to_string(),
+            |c| format!("exit code {c}"),
+        );
+        writeln!(out)?;
+        writeln!(out, "Command: {} ({code})", escape(&exec.command.join(" ")))?;
+    }
+
+    writeln!(out)?;
+    writeln!(out, "### Checks")?;
+    writeln!(out)?;
+    if r.checks.is_empty() {
+        writeln!(out, "No checks ran.")?;
+    } else {
+        writeln!(out, "| | check | verdict | summary |")?;
+        writeln!(out, "| --- | --- | --- | --- |")?;
+        for c in &r.checks {
+            writeln!(
+                out,
+                "| {} | {} | {} | {} |",
+                verdict_icon(c.verdict),
+                escape(&c.name),
+                format::verdict_word(c.verdict),
+                escape(&c.summary)
+            )?;
+        }
+    }
+
+    let failed: Vec<_> = r
+        .checks
+        .iter()
+        .filter(|c| c.verdict == Verdict::Fail)
+        .collect();
+    if !failed.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "### Evidence")?;
+        for c in failed {
+            writeln!(out)?;
+            writeln!(out, "**❌ {}**: {}", escape(&c.name), escape(&c.summary))?;
+            writeln!(out)?;
+            if c.evidence.is_empty() {
+                writeln!(out, "- (the check gave no evidence)")?;
+            }
+            for e in c.evidence.iter().take(EVIDENCE_SHOWN) {
+                writeln!(out, "- {}", escape(&format::evidence_line(e, SEQS_SHOWN)))?;
+            }
+            if c.evidence.len() > EVIDENCE_SHOWN {
+                writeln!(
+                    out,
+                    "- … and {} more in report.json",
+                    c.evidence.len() - EVIDENCE_SHOWN
+                )?;
+            }
+            if !c.metrics.is_empty() {
+                let figures: Vec<String> = c
+                    .metrics
+                    .iter()
+                    .map(|(k, v)| format!("{k} = {}", format::metric_value(v)))
+                    .collect();
+                writeln!(out)?;
+                writeln!(out, "Metrics: {}", escape(&figures.join(", ")))?;
+            }
+        }
+    }
+
+    writeln!(out)?;
+    writeln!(out, "### Latency (ms)")?;
+    writeln!(out)?;
+    if format::latency_is_empty(&r.latency_ms) {
+        writeln!(out, "No completed requests.")?;
+    } else {
+        let names: Vec<&str> = format::percentiles(&r.latency_ms)
+            .iter()
+            .map(|(n, _)| *n)
+            .collect();
+        writeln!(out, "| | {} |", names.join(" | "))?;
+        writeln!(out, "| --- |{}", " ---: |".repeat(names.len()))?;
+        write_latency_row(out, "all", &r.latency_ms)?;
+        for p in &r.phases {
+            write_latency_row(out, &p.name, &p.latency_ms)?;
+        }
+    }
+
+    writeln!(out)?;
+    writeln!(out, "### Requests")?;
+    writeln!(out)?;
+    let q = &r.requests;
+    writeln!(
+        out,
+        "{} sent, {} completed, {} errors, {} retries; error rate {:.2}% (errors + 5xx).",
+        q.sent,
+        q.completed,
+        q.errors,
+        q.retries,
+        format::error_rate_pct(q)
+    )?;
+    if !q.by_status.is_empty() || !r.errors_by_kind.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "| status or error | count |")?;
+        writeln!(out, "| --- | ---: |")?;
+        for (status, n) in &q.by_status {
+            writeln!(out, "| {} | {n} |", escape(status))?;
+        }
+        for (kind, n) in &r.errors_by_kind {
+            writeln!(out, "| error: {} | {n} |", escape(kind))?;
+        }
+    }
+
+    if !r.phases.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "### Phases")?;
+        writeln!(out)?;
+        writeln!(
+            out,
+            "| phase | kind | duration | sent | errors | retries | req/s |"
+        )?;
+        writeln!(out, "| --- | --- | ---: | ---: | ---: | ---: | ---: |")?;
+        for p in &r.phases {
+            writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                escape(&p.name),
+                escape(&p.kind),
+                format::duration_ms(p.duration_ms),
+                p.requests.sent,
+                p.requests.errors,
+                p.requests.retries,
+                format::rate(p.throughput_rps)
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn write_latency_row(out: &mut String, name: &str, l: &crate::model::Latency) -> std::fmt::Result {
+    let cells: Vec<String> = format::percentiles(l)
+        .iter()
+        .map(|(_, v)| format::ms(*v))
+        .collect();
+    writeln!(out, "| {} | {} |", escape(name), cells.join(" | "))
+}
+
+/// ✅ for pass, ❌ for fail, ⚠️ for a verdict that passes but deserves a look.
+pub fn verdict_icon(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Pass => "✅",
+        Verdict::Fail => "❌",
+        Verdict::Weak | Verdict::Inconclusive => "⚠️",
+    }
+}
+
+/// Makes model text inert in Markdown, in and out of table cells.
+///
+/// `|` would end a table cell, `<` could start raw HTML, `*`, `_`, `` ` ``, `[` and `\` would start
+/// emphasis, code, links or escapes, and a newline would end a table row; all are neutralised.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for ch in s.chars() {
+        match ch {
+            '|' | '\\' | '`' | '*' | '_' | '[' | ']' | '#' | '~' => {
+                out.push('\\');
+                out.push(ch);
+            }
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '\r' => {}
+            '\n' => out.push(' '),
+            _ => out.push(ch),
+        }
+    }
+    out
+}

@@ -1,0 +1,308 @@
+//! The report as a terminal prints it: verdict first, then the checks with their evidence, then the
+//! figures.
+//!
+//! The reader of a terminal report is deciding "did it pass, and if not where do I look", so the
+//! failing checks and the journal seqs that prove them come before any latency table. Colour is an
+//! argument, not a guess: the caller knows whether stdout is a terminal and whether `NO_COLOR` or
+//! `CI` is set; this module never looks.
+
+use comfy_table::presets::UTF8_FULL_CONDENSED;
+use comfy_table::{Cell, CellAlignment, Color, ContentArrangement, Table};
+
+use crate::format;
+use crate::model::{Report, Verdict};
+
+/// Width the tables wrap to: the caller decides colour, not layout, and 120 columns fit CI logs.
+const WIDTH: u16 = 120;
+/// Evidence items shown per check; the rest are counted, and `report.json` has them all.
+const EVIDENCE_SHOWN: usize = 3;
+/// Journal seqs shown per evidence item.
+const SEQS_SHOWN: usize = 8;
+
+/// The whole report as text for a terminal, with ANSI colour only when `color` is true.
+pub fn render_terminal(r: &Report, color: bool) -> String {
+    let paint = Paint(color);
+    let mut out = String::new();
+
+    out.push_str(&verdict_line(r, paint));
+    out.push('\n');
+    if let Some(exec) = &r.exec {
+        let code = exec.exit_code.map_or_else(
+            || "killed by a signal".to_string(),
+            |c| format!("exit code {c}"),
+        );
+        out.push_str(&format!("command: {} ({code})\n", exec.command.join(" ")));
+    }
+
+    out.push_str("\nChecks\n");
+    if r.checks.is_empty() {
+        out.push_str("  no checks ran\n");
+    } else {
+        out.push_str(&checks_table(r, paint).to_string());
+        out.push('\n');
+    }
+
+    out.push_str("\nRequests\n");
+    out.push_str(&requests_line(r));
+    out.push('\n');
+
+    out.push_str("\nLatency (ms)\n");
+    if format::latency_is_empty(&r.latency_ms) {
+        out.push_str("  no completed requests\n");
+    } else {
+        out.push_str(&latency_table(r).to_string());
+        out.push('\n');
+    }
+
+    if !r.requests.by_status.is_empty() {
+        out.push_str("\nStatuses\n");
+        out.push_str(&status_table(r, paint).to_string());
+        out.push('\n');
+    }
+
+    if !r.errors_by_kind.is_empty() {
+        out.push_str("\nErrors by kind\n");
+        let mut t = table(paint);
+        t.set_header(vec!["kind", "count"]);
+        for (kind, n) in &r.errors_by_kind {
+            t.add_row(vec![
+                paint.cell(kind, Color::Red),
+                Cell::new(n).set_alignment(CellAlignment::Right),
+            ]);
+        }
+        out.push_str(&t.to_string());
+        out.push('\n');
+    }
+
+    if !r.phases.is_empty() {
+        out.push_str("\nPhases\n");
+        out.push_str(&phases_table(r, paint).to_string());
+        out.push('\n');
+        for p in r.phases.iter().filter(|p| !p.metrics.is_empty()) {
+            let figures: Vec<String> = p
+                .metrics
+                .iter()
+                .map(|(k, v)| format!("{k} = {}", format::metric_value(v)))
+                .collect();
+            out.push_str(&format!("  {}: {}\n", p.name, figures.join(", ")));
+        }
+    }
+    out
+}
+
+/// Whether to emit ANSI sequences; carried around instead of a bare bool so no call site forgets it.
+#[derive(Clone, Copy)]
+struct Paint(bool);
+
+impl Paint {
+    fn cell(self, text: impl ToString, c: Color) -> Cell {
+        let cell = Cell::new(text);
+        if self.0 {
+            cell.fg(c)
+        } else {
+            cell
+        }
+    }
+
+    fn bold(self, text: &str, code: &str) -> String {
+        if self.0 {
+            format!("\x1b[1;{code}m{text}\x1b[0m")
+        } else {
+            text.to_string()
+        }
+    }
+}
+
+fn table(paint: Paint) -> Table {
+    let mut t = Table::new();
+    t.load_style(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_width(WIDTH)
+        // The table must not look at the real stdout: the caller already decided about colour.
+        .force_no_tty();
+    if paint.0 {
+        t.enforce_styling();
+    }
+    t
+}
+
+fn verdict_line(r: &Report, paint: Paint) -> String {
+    let word = if r.passed {
+        paint.bold("PASSED", "32")
+    } else {
+        paint.bold("FAILED", "31")
+    };
+    let failed = r
+        .checks
+        .iter()
+        .filter(|c| c.verdict == Verdict::Fail)
+        .count();
+    let mut parts = vec![
+        format!("{} in {}", r.scenario, format::duration_ms(r.duration_ms)),
+        format!("{} of {} checks failed", failed, r.checks.len()),
+    ];
+    if let Some(seed) = r.seed {
+        parts.push(format!("seed {seed}"));
+    }
+    if (r.time_scale - 1.0).abs() > f64::EPSILON {
+        parts.push(format!("time scale {}", r.time_scale));
+    }
+    if let Some(t) = &r.target {
+        parts.push(format!("target {t}"));
+    }
+    format!("{word}  {}", parts.join(", "))
+}
+
+fn verdict_cell(v: Verdict, paint: Paint) -> Cell {
+    let color = match v {
+        Verdict::Pass => Color::Green,
+        Verdict::Fail => Color::Red,
+        Verdict::Weak | Verdict::Inconclusive => Color::Yellow,
+    };
+    paint.cell(format::verdict_word(v), color)
+}
+
+fn checks_table(r: &Report, paint: Paint) -> Table {
+    let mut t = table(paint);
+    t.set_header(vec!["check", "verdict", "summary", "evidence"]);
+    for c in &r.checks {
+        let mut lines: Vec<String> = c
+            .evidence
+            .iter()
+            .take(EVIDENCE_SHOWN)
+            .map(|e| format!("• {}", format::evidence_line(e, SEQS_SHOWN)))
+            .collect();
+        if c.evidence.len() > EVIDENCE_SHOWN {
+            lines.push(format!(
+                "… and {} more in report.json",
+                c.evidence.len() - EVIDENCE_SHOWN
+            ));
+        }
+        t.add_row(vec![
+            Cell::new(&c.name),
+            verdict_cell(c.verdict, paint),
+            Cell::new(&c.summary),
+            Cell::new(lines.join("\n")),
+        ]);
+    }
+    t
+}
+
+fn requests_line(r: &Report) -> String {
+    let q = &r.requests;
+    let mut s = format!(
+        "  {} sent, {} completed, {} errors, {} retries, {} req/s",
+        q.sent,
+        q.completed,
+        q.errors,
+        q.retries,
+        format::rate(r.throughput_rps)
+    );
+    if q.late_starts > 0 {
+        s.push_str(&format!(", {} late starts", q.late_starts));
+    }
+    s.push_str(&format!(
+        "; error rate {:.2}% (errors + 5xx)",
+        format::error_rate_pct(q)
+    ));
+    s
+}
+
+fn latency_table(r: &Report) -> Table {
+    let mut t = table(Paint(false));
+    let mut header = vec!["".to_string()];
+    header.extend(
+        format::percentiles(&r.latency_ms)
+            .iter()
+            .map(|(n, _)| n.to_string()),
+    );
+    header.extend(["mean".to_string(), "samples".to_string()]);
+    t.set_header(header);
+    let row = |name: &str, l: &crate::model::Latency| {
+        let mut cells = vec![Cell::new(name)];
+        cells.extend(
+            format::percentiles(l)
+                .iter()
+                .map(|(_, v)| Cell::new(format::ms(*v)).set_alignment(CellAlignment::Right)),
+        );
+        cells.push(Cell::new(format::ms(l.mean)).set_alignment(CellAlignment::Right));
+        cells.push(Cell::new(l.count).set_alignment(CellAlignment::Right));
+        cells
+    };
+    t.add_row(row("all", &r.latency_ms));
+    for p in &r.phases {
+        t.add_row(row(&p.name, &p.latency_ms));
+        if let Some(intended) = &p.latency_intended_ms {
+            t.add_row(row(&format!("{} (from intended start)", p.name), intended));
+        }
+    }
+    t
+}
+
+fn status_color(status: &str) -> Color {
+    match status.as_bytes().first() {
+        Some(b'2') => Color::Green,
+        Some(b'3') => Color::Cyan,
+        Some(b'4') => Color::Yellow,
+        Some(b'5') => Color::Red,
+        _ => Color::Magenta,
+    }
+}
+
+fn status_table(r: &Report, paint: Paint) -> Table {
+    let mut t = table(paint);
+    t.set_header(vec!["status", "count", "share"]);
+    let total: u64 = r.requests.by_status.values().sum();
+    for (status, n) in &r.requests.by_status {
+        let share = if total == 0 {
+            0.0
+        } else {
+            *n as f64 * 100.0 / total as f64
+        };
+        t.add_row(vec![
+            paint.cell(status, status_color(status)),
+            Cell::new(n).set_alignment(CellAlignment::Right),
+            Cell::new(format!("{share:.1}%")).set_alignment(CellAlignment::Right),
+        ]);
+    }
+    t
+}
+
+fn phases_table(r: &Report, paint: Paint) -> Table {
+    let mut t = table(paint);
+    t.set_header(vec![
+        "phase",
+        "kind",
+        "duration",
+        "sent",
+        "completed",
+        "errors",
+        "retries",
+        "req/s",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+    ]);
+    for p in &r.phases {
+        let right = |s: String| Cell::new(s).set_alignment(CellAlignment::Right);
+        let errors = if p.requests.errors > 0 {
+            paint.cell(p.requests.errors, Color::Red)
+        } else {
+            Cell::new(0)
+        };
+        t.add_row(vec![
+            Cell::new(&p.name),
+            Cell::new(&p.kind),
+            right(format::duration_ms(p.duration_ms)),
+            right(p.requests.sent.to_string()),
+            right(p.requests.completed.to_string()),
+            errors.set_alignment(CellAlignment::Right),
+            right(p.requests.retries.to_string()),
+            right(format::rate(p.throughput_rps)),
+            right(format::ms(p.latency_ms.p50)),
+            right(format::ms(p.latency_ms.p99)),
+            right(format::ms(p.latency_ms.max)),
+        ]);
+    }
+    t
+}

@@ -1,0 +1,293 @@
+//! Realistic reports shared by the renderer tests.
+//!
+//! Each test binary uses a different subset of these helpers.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+use reports::model::{AttemptDelays, Exec, Latency, Phase, Requests, Series, Timeline};
+use reports::{CheckResult, Evidence, Report, Verdict, SCHEMA_VERSION};
+
+/// Window width of the sample timelines, as in Exercise 1.
+pub const WINDOW_MS: f64 = 250.0;
+/// Windows of the sample timeline: 32 s of 250 ms.
+pub const WINDOWS: usize = 128;
+/// Where the retry waves of 500 clients without jitter land: t = 1, 3, 7, 15, 31 s.
+pub const WAVE_WINDOWS: [usize; 5] = [4, 12, 28, 60, 124];
+
+/// Only retries, counted in 250 ms windows: 500 clients, five attempts, no jitter. Each wave is
+/// mostly 503 with a few successes, injected drops and client timeouts.
+pub fn sawtooth_timeline() -> Timeline {
+    let mut s201 = vec![0; WINDOWS];
+    let mut s503 = vec![0; WINDOWS];
+    let mut drop = vec![0; WINDOWS];
+    let mut timeout = vec![0; WINDOWS];
+    for w in WAVE_WINDOWS {
+        s201[w] = 50;
+        s503[w] = 440;
+        drop[w] = 6;
+        timeout[w] = 4;
+    }
+    Timeline {
+        window_ms: WINDOW_MS,
+        series: vec![
+            Series {
+                label: "201".into(),
+                counts: s201,
+            },
+            Series {
+                label: "503".into(),
+                counts: s503,
+            },
+            Series {
+                label: "fault:drop".into(),
+                counts: drop,
+            },
+            Series {
+                label: "error:timeout".into(),
+                counts: timeout,
+            },
+        ],
+    }
+}
+
+/// Retry delays of 500 clients with exponential backoff and no jitter: every client waits exactly
+/// 1, 2, 4, 8, 16 s.
+pub fn delays_without_jitter() -> Vec<AttemptDelays> {
+    (0..5)
+        .map(|i| AttemptDelays {
+            attempt: i + 2,
+            delays_ms: vec![1000.0 * f64::from(1u32 << i); 500],
+        })
+        .collect()
+}
+
+/// The same backoff with full jitter, U(0, d), drawn from a fixed sequence so tests are stable.
+pub fn delays_with_full_jitter() -> Vec<AttemptDelays> {
+    (0..5)
+        .map(|i| {
+            let d = 1000.0 * f64::from(1u32 << i);
+            AttemptDelays {
+                attempt: i + 2,
+                delays_ms: (0..500)
+                    .map(|k| d * f64::from((k * 37) % 500) / 500.0)
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+fn latency(p50: f64, p90: f64, p99: f64, p999: f64, max: f64, count: u64) -> Latency {
+    Latency {
+        p50,
+        p90,
+        p99,
+        p999,
+        max,
+        mean: p50 * 1.2,
+        count,
+    }
+}
+
+fn statuses(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
+    pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+/// A failed thundering-herd run: the jitter and thresholds checks fail, the others pass (one of them
+/// weakly, one inconclusively).
+pub fn sample() -> Report {
+    let jitter = CheckResult::new(
+        "jitter",
+        Verdict::Fail,
+        "retry delays have no jitter: all 500 clients retried at the same instant on every attempt",
+    )
+    .metric("clients", 500)
+    .metric("peak_per_window", 500)
+    .metric("spread_ratio", 0.0)
+    .evidence(Evidence {
+        detail: "attempt 2: 500 retries, every delay exactly 1000 ms".into(),
+        key: None,
+        seqs: (501..=520).collect(),
+    })
+    .evidence(Evidence {
+        detail: "attempt 3: 500 retries, every delay exactly 2000 ms".into(),
+        key: None,
+        seqs: vec![1001, 1002, 1003],
+    })
+    .evidence(Evidence {
+        detail: "attempt 4: 500 retries, every delay exactly 4000 ms".into(),
+        key: None,
+        seqs: vec![1501, 1502],
+    })
+    .evidence(Evidence {
+        detail: "attempt 5: 500 retries, every delay exactly 8000 ms".into(),
+        key: None,
+        seqs: vec![2001],
+    })
+    .evidence(Evidence {
+        detail: "attempt 6: 500 retries, every delay exactly 16000 ms".into(),
+        key: None,
+        seqs: vec![2501],
+    });
+    let thresholds = CheckResult::new(
+        "thresholds",
+        Verdict::Fail,
+        "p99 latency 1520 ms is above the limit of 500 ms",
+    )
+    .metric("p99_ms", 1520.0)
+    .metric("limit_ms", 500.0)
+    .evidence(Evidence {
+        detail: "slowest request, answered after the injected delay".into(),
+        key: Some("order-7f3a".into()),
+        seqs: vec![2044],
+    });
+    let duplicates = CheckResult::new(
+        "duplicates",
+        Verdict::Pass,
+        "every Idempotency-Key created at most one order (500 keys, 500 orders)",
+    )
+    .metric("keys", 500)
+    .metric("orders", 500);
+    let retry_on_4xx = CheckResult::new(
+        "retry_on_4xx",
+        Verdict::Pass,
+        "no request that got a 4xx other than 408/409/429 was retried",
+    );
+    let amplification = CheckResult::new(
+        "amplification",
+        Verdict::Weak,
+        "retries were 80% of traffic; within the budget of 400% but close to it",
+    )
+    .metric("retry_ratio", 0.8);
+    let retry_after = CheckResult::new(
+        "retry_after",
+        Verdict::Inconclusive,
+        "no response carried Retry-After, so there was nothing to honour",
+    );
+
+    Report {
+        schema_version: SCHEMA_VERSION,
+        scenario: "thundering-herd-no-jitter".into(),
+        passed: false,
+        started_unix_ms: 1_764_493_140_000,
+        duration_ms: 31_480,
+        target: Some("http://127.0.0.1:8080/orders".into()),
+        seed: Some(42),
+        time_scale: 1.0,
+        requests: Requests {
+            sent: 2_500,
+            completed: 2_450,
+            errors: 50,
+            retries: 2_000,
+            by_status: statuses(&[("201", 250), ("503", 2_200)]),
+            late_starts: 0,
+        },
+        latency_ms: latency(2.1, 4.8, 1_520.0, 2_010.0, 2_950.5, 2_450),
+        throughput_rps: 77.8,
+        errors_by_kind: statuses(&[("timeout", 20), ("closed", 30)]),
+        phases: vec![
+            Phase {
+                name: "incident".into(),
+                kind: "burst".into(),
+                duration_ms: 1_000,
+                requests: Requests {
+                    sent: 500,
+                    completed: 500,
+                    errors: 0,
+                    retries: 0,
+                    by_status: statuses(&[("503", 500)]),
+                    late_starts: 0,
+                },
+                latency_ms: latency(1.9, 3.5, 6.0, 9.0, 12.0, 500),
+                latency_intended_ms: None,
+                throughput_rps: 500.0,
+                metrics: [("release_skew_us_max".to_string(), 180.into())]
+                    .into_iter()
+                    .collect(),
+            },
+            Phase {
+                name: "retry-storm".into(),
+                kind: "fleet".into(),
+                duration_ms: 30_480,
+                requests: Requests {
+                    sent: 2_000,
+                    completed: 1_950,
+                    errors: 50,
+                    retries: 2_000,
+                    by_status: statuses(&[("201", 250), ("503", 1_700)]),
+                    late_starts: 0,
+                },
+                latency_ms: latency(2.2, 5.0, 1_600.0, 2_100.0, 2_950.5, 1_950),
+                latency_intended_ms: Some(latency(2.5, 9.0, 1_800.0, 2_400.0, 3_100.0, 1_950)),
+                throughput_rps: 64.0,
+                metrics: BTreeMap::new(),
+            },
+        ],
+        checks: vec![
+            jitter,
+            duplicates,
+            retry_on_4xx,
+            amplification,
+            retry_after,
+            thresholds,
+        ],
+        timeline: Some(sawtooth_timeline()),
+        retry_delays: delays_without_jitter(),
+        exec: None,
+    }
+}
+
+/// A run where every check passed, with jittered retries.
+pub fn passing_sample() -> Report {
+    let mut r = sample();
+    r.scenario = "thundering-herd-full-jitter".into();
+    r.passed = true;
+    r.checks.retain(|c| c.verdict != Verdict::Fail);
+    r.retry_delays = delays_with_full_jitter();
+    r
+}
+
+/// A run that did nothing: no requests, no checks, no charts.
+pub fn empty() -> Report {
+    Report {
+        schema_version: SCHEMA_VERSION,
+        scenario: "empty".into(),
+        passed: true,
+        started_unix_ms: 0,
+        duration_ms: 0,
+        target: None,
+        seed: None,
+        time_scale: 1.0,
+        requests: Requests::default(),
+        latency_ms: Latency::default(),
+        throughput_rps: 0.0,
+        errors_by_kind: BTreeMap::new(),
+        phases: Vec::new(),
+        checks: Vec::new(),
+        timeline: None,
+        retry_delays: Vec::new(),
+        exec: None,
+    }
+}
+
+/// A report whose every string is an attempt at markup injection.
+pub fn hostile() -> Report {
+    let mut r = sample();
+    r.scenario = "<script>alert('scenario')</script>".into();
+    r.target = Some("http://x/\"><img src=x onerror=alert(1)>".into());
+    r.checks[0].summary = "a | b <b>bold</b> & \"quoted\" ]]> \u{1b}[31m".into();
+    r.checks[0].evidence[0].detail = "</td></tr><script>alert('evidence')</script>".into();
+    r.checks[0].evidence[0].key = Some("key'\"<>&".into());
+    r.checks[0]
+        .metrics
+        .insert("<i>metric</i>".into(), "<svg onload=alert(1)>".into());
+    r.phases[0].name = "<iframe src=//evil>".into();
+    r.exec = Some(Exec {
+        command: vec!["sh".into(), "-c".into(), "echo <x> | cat".into()],
+        exit_code: Some(3),
+    });
+    if let Some(t) = r.timeline.as_mut() {
+        t.series[1].label = "<script>503</script>".into();
+    }
+    r
+}

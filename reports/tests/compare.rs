@@ -1,0 +1,220 @@
+//! Comparing a run with a baseline: tolerances on both sides, and check flips.
+
+mod common;
+
+use reports::compare::{CheckChangeKind, Outcome, Regression};
+use reports::{compare, CheckResult, Report, Tolerances, Verdict};
+
+fn outcome(c: &reports::Comparison, metric: &str) -> Outcome {
+    c.metrics
+        .iter()
+        .find(|m| m.metric == metric)
+        .unwrap_or_else(|| panic!("no {metric}"))
+        .outcome
+}
+
+fn base() -> Report {
+    common::passing_sample()
+}
+
+#[test]
+fn identical_runs_are_not_a_regression() {
+    let c = compare(&base(), &base(), &Tolerances::default());
+    assert!(!c.is_regression(), "{c:?}");
+    assert!(c.regressions().is_empty());
+    assert!(c
+        .checks
+        .iter()
+        .all(|ch| ch.change == CheckChangeKind::Unchanged));
+}
+
+#[test]
+fn latency_within_tolerance_passes_and_beyond_fails() {
+    let tol = Tolerances::default();
+    let mut new = base();
+    new.latency_ms.p99 *= 1.05;
+    let c = compare(&base(), &new, &tol);
+    assert_eq!(outcome(&c, "latency_ms.p99"), Outcome::WithinTolerance);
+    assert!(!c.is_regression());
+
+    new.latency_ms.p99 = base().latency_ms.p99 * 1.25;
+    let c = compare(&base(), &new, &tol);
+    assert_eq!(outcome(&c, "latency_ms.p99"), Outcome::Regression);
+    assert!(c.is_regression());
+    let regressions = c.regressions();
+    assert_eq!(regressions.len(), 1);
+    assert!(matches!(regressions[0], Regression::Metric(m) if m.metric == "latency_ms.p99"));
+    assert!(
+        regressions[0].to_string().contains("+25.0%"),
+        "{}",
+        regressions[0]
+    );
+
+    new.latency_ms.p99 = base().latency_ms.p99 * 0.5;
+    let c = compare(&base(), &new, &tol);
+    assert_eq!(outcome(&c, "latency_ms.p99"), Outcome::Improvement);
+    assert!(!c.is_regression());
+}
+
+#[test]
+fn small_absolute_latency_changes_are_noise() {
+    // p50 2.1 ms -> 2.9 ms is +38%, but 0.8 ms is below the 1 ms floor.
+    let mut new = base();
+    new.latency_ms.p50 = 2.9;
+    let c = compare(&base(), &new, &Tolerances::default());
+    assert_eq!(outcome(&c, "latency_ms.p50"), Outcome::WithinTolerance);
+    assert!(!c.is_regression());
+
+    let strict = Tolerances {
+        latency_floor_ms: 0.0,
+        ..Tolerances::default()
+    };
+    assert!(compare(&base(), &new, &strict).is_regression());
+}
+
+#[test]
+fn max_is_shown_but_never_gated() {
+    let mut new = base();
+    new.latency_ms.max *= 10.0;
+    let c = compare(&base(), &new, &Tolerances::default());
+    assert_eq!(outcome(&c, "latency_ms.max"), Outcome::NotGated);
+    assert!(!c.is_regression());
+}
+
+#[test]
+fn error_rate_is_judged_in_percentage_points() {
+    let tol = Tolerances::default();
+    let b = base();
+    // The baseline has 50 errors and 2200 503s of 2500 sent: 90%.
+    let mut new = base();
+    new.requests.errors += 12; // +0.48 pp
+    let c = compare(&b, &new, &tol);
+    assert_eq!(outcome(&c, "error_rate_pct"), Outcome::WithinTolerance);
+    assert!(!c.is_regression());
+
+    new.requests.errors = b.requests.errors + 50; // +2 pp
+    let c = compare(&b, &new, &tol);
+    assert_eq!(outcome(&c, "error_rate_pct"), Outcome::Regression);
+    let m = c
+        .metrics
+        .iter()
+        .find(|m| m.metric == "error_rate_pct")
+        .unwrap();
+    assert!((m.change.unwrap() - 2.0).abs() < 1e-9, "{m:?}");
+    assert!(c.is_regression());
+}
+
+#[test]
+fn throughput_may_drop_only_so_far() {
+    let tol = Tolerances::default();
+    let mut new = base();
+    new.throughput_rps = base().throughput_rps * 0.95;
+    let c = compare(&base(), &new, &tol);
+    assert_eq!(outcome(&c, "throughput_rps"), Outcome::WithinTolerance);
+    assert!(!c.is_regression());
+
+    new.throughput_rps = base().throughput_rps * 0.8;
+    let c = compare(&base(), &new, &tol);
+    assert_eq!(outcome(&c, "throughput_rps"), Outcome::Regression);
+    assert!(c.is_regression());
+
+    new.throughput_rps = base().throughput_rps * 1.5;
+    let c = compare(&base(), &new, &tol);
+    assert_eq!(outcome(&c, "throughput_rps"), Outcome::Improvement);
+}
+
+#[test]
+fn a_check_that_starts_failing_is_a_regression() {
+    let mut new = base();
+    new.checks[0] = CheckResult::new("duplicates", Verdict::Fail, "7 orders for one key");
+    let c = compare(&base(), &new, &Tolerances::default());
+    assert!(c.is_regression());
+    let regressions = c.regressions();
+    assert_eq!(regressions.len(), 1);
+    match regressions[0] {
+        Regression::Check(ch) => {
+            assert_eq!(ch.name, "duplicates");
+            assert_eq!(ch.base, Some(Verdict::Pass));
+            assert_eq!(ch.new, Some(Verdict::Fail));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        regressions[0].to_string(),
+        "check duplicates went from pass to fail"
+    );
+
+    // The other way round is an improvement, not a regression.
+    let back = compare(&new, &base(), &Tolerances::default());
+    assert!(!back.is_regression());
+    assert_eq!(back.checks[0].change, CheckChangeKind::Improvement);
+}
+
+#[test]
+fn added_missing_and_softened_checks_are_noted_not_gated() {
+    let mut new = base();
+    new.checks.retain(|c| c.name != "retry_after");
+    new.checks.push(CheckResult::new(
+        "circuit_breaker",
+        Verdict::Pass,
+        "opened after 20 failures",
+    ));
+    new.checks[0].verdict = Verdict::Weak;
+    let c = compare(&base(), &new, &Tolerances::default());
+    let kind = |name: &str| c.checks.iter().find(|ch| ch.name == name).unwrap().change;
+    assert_eq!(kind("retry_after"), CheckChangeKind::Missing);
+    assert_eq!(kind("circuit_breaker"), CheckChangeKind::Added);
+    assert_eq!(kind("duplicates"), CheckChangeKind::VerdictChanged);
+    assert!(!c.is_regression());
+}
+
+#[test]
+fn tolerances_read_from_partial_config() {
+    let t: Tolerances = serde_json::from_str(r#"{"latency_increase_pct": 25}"#).unwrap();
+    assert_eq!(t.latency_increase_pct, 25.0);
+    assert_eq!(
+        t.error_rate_increase_pp,
+        Tolerances::default().error_rate_increase_pp
+    );
+    assert_eq!(t.throughput_decrease_pct, 10.0);
+    let err = serde_json::from_str::<Tolerances>(r#"{"latency_pct": 25}"#).unwrap_err();
+    assert!(err.to_string().contains("unknown field"), "{err}");
+}
+
+#[test]
+fn renders_as_table_and_json() {
+    let mut new = base();
+    new.latency_ms.p99 *= 2.0;
+    let c = compare(&base(), &new, &Tolerances::default());
+
+    let text = c.render_terminal(false);
+    assert!(!text.contains('\u{1b}'), "{text}");
+    assert!(text.starts_with("1 regression(s)"), "{text}");
+    assert!(text.contains("latency_ms.p99"), "{text}");
+    assert!(text.contains("REGRESSION"), "{text}");
+    assert!(text.contains("+100.0%"), "{text}");
+    assert!(c.render_terminal(true).contains('\u{1b}'));
+
+    let v: serde_json::Value = serde_json::from_str(&c.to_json_pretty()).unwrap();
+    assert_eq!(v["regression"], true);
+    assert_eq!(v["regressions"].as_array().unwrap().len(), 1);
+    assert_eq!(v["tolerances"]["latency_increase_pct"], 10.0);
+    let p99 = v["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["metric"] == "latency_ms.p99")
+        .unwrap();
+    assert_eq!(p99["outcome"], "regression");
+    assert_eq!(p99["unit"], "percent");
+}
+
+#[test]
+fn empty_runs_are_not_gated() {
+    let c = compare(&common::empty(), &base(), &Tolerances::default());
+    assert!(
+        c.metrics.iter().all(|m| m.outcome == Outcome::NotGated),
+        "{:?}",
+        c.metrics
+    );
+}

@@ -1,0 +1,93 @@
+//! The terminal renderer: what a person reads after `harness run`.
+
+mod common;
+
+use reports::render_terminal;
+
+#[test]
+fn leads_with_the_verdict_and_scenario() {
+    let out = render_terminal(&common::sample(), false);
+    let first = out.lines().next().unwrap();
+    assert!(first.starts_with("FAILED"), "{first}");
+    assert!(first.contains("thundering-herd-no-jitter"), "{first}");
+    assert!(first.contains("31.5 s"), "{first}");
+    assert!(first.contains("2 of 6 checks failed"), "{first}");
+    assert!(first.contains("seed 42"), "{first}");
+
+    let ok = render_terminal(&common::passing_sample(), false);
+    assert!(ok.starts_with("PASSED"), "{ok}");
+}
+
+#[test]
+fn shows_checks_with_their_evidence() {
+    let out = render_terminal(&common::sample(), false);
+    for name in [
+        "jitter",
+        "duplicates",
+        "retry_on_4xx",
+        "amplification",
+        "retry_after",
+        "thresholds",
+    ] {
+        assert!(out.contains(name), "check {name} missing:\n{out}");
+    }
+    for verdict in ["fail", "pass", "weak", "inconclusive"] {
+        assert!(out.contains(verdict), "verdict {verdict} missing:\n{out}");
+    }
+    // Seqs are cut after eight, and only the first three evidence items are shown.
+    assert!(out.contains("seq 501, 502, 503"), "{out}");
+    assert!(out.contains("(20 in all)"), "{out}");
+    assert!(out.contains("… and 2 more in report.json"), "{out}");
+    assert!(out.contains("key order-7f3a"), "{out}");
+    assert!(
+        !out.contains("16000 ms"),
+        "fourth and later evidence must be folded:\n{out}"
+    );
+}
+
+#[test]
+fn shows_the_figures() {
+    let out = render_terminal(&common::sample(), false);
+    for header in ["p50", "p90", "p99", "p99.9", "max"] {
+        assert!(out.contains(header), "{header} missing:\n{out}");
+    }
+    assert!(out.contains("1520"), "p99 value missing:\n{out}");
+    assert!(
+        out.contains("2500 sent, 2450 completed, 50 errors, 2000 retries"),
+        "{out}"
+    );
+    assert!(out.contains("77.8 req/s"), "{out}");
+    assert!(out.contains("503") && out.contains("2200"), "{out}");
+    assert!(out.contains("timeout") && out.contains("closed"), "{out}");
+    assert!(
+        out.contains("incident") && out.contains("retry-storm"),
+        "{out}"
+    );
+    assert!(out.contains("retry-storm (from intended start)"), "{out}");
+    assert!(out.contains("incident: release_skew_us_max = 180"), "{out}");
+}
+
+#[test]
+fn no_ansi_without_color() {
+    let out = render_terminal(&common::sample(), false);
+    assert!(
+        !out.contains('\u{1b}'),
+        "ANSI escape in uncoloured output:\n{out}"
+    );
+}
+
+#[test]
+fn color_marks_verdicts() {
+    let out = render_terminal(&common::sample(), true);
+    assert!(out.contains("\u{1b}[1;31mFAILED\u{1b}[0m"), "{out:?}");
+    // comfy-table colours the fail verdict cell red (SGR 38;5;9 or 31 depending on the backend).
+    assert!(out.matches('\u{1b}').count() > 10, "{out:?}");
+}
+
+#[test]
+fn empty_report_says_so() {
+    let out = render_terminal(&common::empty(), false);
+    assert!(out.starts_with("PASSED"), "{out}");
+    assert!(out.contains("no checks ran"), "{out}");
+    assert!(out.contains("no completed requests"), "{out}");
+}
