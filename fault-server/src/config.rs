@@ -809,6 +809,43 @@ impl Config {
     }
 }
 
+impl Config {
+    /// Multiplies every time-like setting of the schedule (windows, delays, hang caps) by `f`, so a
+    /// scenario can run its experiment faster. `Retry-After` seconds are integers on the wire and
+    /// stay as they are; clients scale their wait instead.
+    pub fn scale_durations(&mut self, f: f64) {
+        let scale = |d: Duration| d.mul_f64(f);
+        if let Some(c) = &mut self.hang_cap {
+            c.0 = scale(c.0);
+        }
+        for r in &mut self.rules {
+            let m = &mut r.matcher;
+            for w in [&mut m.from, &mut m.until].into_iter().flatten() {
+                w.0 = scale(w.0);
+            }
+            match &mut r.fault {
+                FaultConfig::Delay(DelaySpec::Fixed(d)) => *d = scale(*d),
+                FaultConfig::Delay(DelaySpec::Uniform(a, b)) => {
+                    *a = scale(*a);
+                    *b = scale(*b);
+                }
+                FaultConfig::Delay(DelaySpec::Lognormal { median, .. }) => *median = scale(*median),
+                FaultConfig::Hang(h) => {
+                    if let Some(c) = &mut h.cap {
+                        c.0 = scale(c.0);
+                    }
+                }
+                FaultConfig::Status(s) => {
+                    if let Some(d) = &mut s.retry_after_date {
+                        d.0 = scale(d.0);
+                    }
+                }
+                FaultConfig::Drop | FaultConfig::Reset(_) | FaultConfig::Malformed(_) => {}
+            }
+        }
+    }
+}
+
 impl ScheduleConfig {
     /// Parses and validates a schedule (YAML or JSON).
     pub fn from_yaml(text: &str, origin: &str) -> Result<ScheduleConfig, ConfigError> {

@@ -174,7 +174,7 @@ impl Orders {
         };
         let manager = SqliteConnectionManager::file(&path).with_init(|c| {
             c.execute_batch(
-                "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 10000;",
+                "PRAGMA busy_timeout = 10000; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;",
             )
         });
         let pool = r2d2::Pool::builder()

@@ -21,9 +21,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Either};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify};
 
@@ -349,10 +347,11 @@ async fn serve_connection(
             handle(state.clone(), ctl.clone(), stream.clone(), conn_id, req)
         })
     };
+    // No header-read timer: it would arm a timer per request, and a test server on loopback does
+    // not need slowloris protection.
     let conn = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
         .keep_alive(true)
-        .serve_connection(TokioIo::new(SharedStream(stream.clone())), svc);
+        .serve_connection(SharedStream(stream.clone()), svc);
     let handed_over = tokio::select! {
         _ = conn => false,
         _ = ctl.notify.notified() => true,
@@ -588,6 +587,9 @@ struct ResourceRequest {
 /// The built-in resource, or `200 ok` for any other path. Runs in its own task so a request is
 /// processed to the end even when its client leaves (a claimed key must not stay in flight).
 async fn serve_resource(state: &Arc<State>, req: ResourceRequest) -> Reply {
+    if !is_resource_path(&req.path) {
+        return ok_reply();
+    }
     let orders = state.orders.clone();
     let task = tokio::spawn(async move { route(orders, req).await });
     task.await.unwrap_or_else(|e| {
@@ -622,16 +624,25 @@ async fn route(orders: Orders, req: ResourceRequest) -> Reply {
         (["orders", _], _) => method_not_allowed("GET"),
         (["orders", id, "pay"], &Method::POST) => orders.pay(id.to_string()).await,
         (["orders", _, "pay"], _) => method_not_allowed("POST"),
-        _ => Reply {
-            status: 200,
-            content_type: "text/plain; charset=utf-8",
-            headers: Vec::new(),
-            body: Bytes::from_static(b"ok\n"),
-            created: None,
-            replayed: false,
-            transition: None,
-            resource: None,
-        },
+        _ => ok_reply(),
+    }
+}
+
+fn is_resource_path(path: &str) -> bool {
+    path == "/orders" || path.starts_with("/orders/")
+}
+
+/// The answer to any path that is not the built-in resource.
+fn ok_reply() -> Reply {
+    Reply {
+        status: 200,
+        content_type: "text/plain; charset=utf-8",
+        headers: Vec::new(),
+        body: Bytes::from_static(b"ok\n"),
+        created: None,
+        replayed: false,
+        transition: None,
+        resource: None,
     }
 }
 
@@ -789,17 +800,26 @@ impl Drop for JournaledBody {
 /// readiness + `try_*` on `&TcpStream`, which tokio supports from several handles.
 struct SharedStream(Arc<TcpStream>);
 
-impl AsyncRead for SharedStream {
+impl hyper::rt::Read for SharedStream {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
+        mut buf: hyper::rt::ReadBufCursor<'_>,
     ) -> Poll<io::Result<()>> {
         loop {
             ready!(self.0.poll_read_ready(cx))?;
-            match self.0.try_read(buf.initialize_unfilled()) {
+            // SAFETY: `try_read` only writes into the slice and reports how many bytes it wrote;
+            // those (and only those) are marked filled by `advance`. This is the cast tokio's own
+            // `TcpStream::poll_read` makes; it spares zeroing hyper's read buffer on every read.
+            let n = unsafe {
+                let dst = buf.as_mut();
+                let dst = &mut *(dst as *mut [std::mem::MaybeUninit<u8>] as *mut [u8]);
+                self.0.try_read(dst)
+            };
+            match n {
                 Ok(n) => {
-                    buf.advance(n);
+                    // SAFETY: `n` bytes were just written by `try_read`.
+                    unsafe { buf.advance(n) };
                     return Poll::Ready(Ok(()));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
@@ -809,7 +829,7 @@ impl AsyncRead for SharedStream {
     }
 }
 
-impl AsyncWrite for SharedStream {
+impl hyper::rt::Write for SharedStream {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -849,7 +869,7 @@ impl AsyncWrite for SharedStream {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        // hyper shuts down on close; the socket itself closes when the last handle drops.
+        // The socket closes when the last handle drops; the connection task decides when.
         Poll::Ready(Ok(()))
     }
 }
