@@ -772,6 +772,12 @@ pub fn from_yaml_str<T: serde::de::DeserializeOwned>(
         if let Some(i) = message.find(" at line ") {
             message.truncate(i);
         }
+        // It also prefixes its own path ("rules[0]: …"); the full path is reported separately.
+        if let Some((head, rest)) = message.split_once(": ") {
+            if !head.is_empty() && !head.contains(char::is_whitespace) {
+                message = rest.to_string();
+            }
+        }
         ConfigError::Invalid {
             origin: origin.to_string(),
             line: loc.as_ref().map(|l| l.line()),
