@@ -1,0 +1,185 @@
+//! Which checks run, with which thresholds.
+//!
+//! Why one document: a scenario says what it expects of the system under test ("no duplicates",
+//! "jitter of at least 0.1", "p99 < 200ms") next to the faults it injects. A check runs when its
+//! name is present (`duplicates: {}` or just `duplicates:`); its thresholds default to sane values.
+//! [`ChecksConfig::default`] runs every check with its defaults (what `harness analyze` does
+//! without a config). Durations are in milliseconds (`_ms`), Retry-After in seconds (`_s`).
+
+use serde::{Deserialize, Deserializer, Serialize};
+use thiserror::Error;
+
+use super::duplicates::{DuplicatesCheck, DuplicatesConfig};
+use super::operations::GroupingConfig;
+use super::{Check, Context};
+
+/// Stable identifiers of every check, in the order results are reported.
+pub const CHECK_NAMES: [&str; 11] = [
+    "duplicates",
+    "idempotency_semantics",
+    "retry_on_4xx",
+    "jitter",
+    "retry_after",
+    "key_stability",
+    "circuit_breaker",
+    "amplification",
+    "total_timeout",
+    "state_transition",
+    "thresholds",
+];
+
+/// The checks to run and their configurations; an absent check does not run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChecksConfig {
+    /// How requests are grouped into operations (shared by every check).
+    #[serde(default)]
+    pub grouping: GroupingConfig,
+    /// Most pieces of evidence one check reports (the total count is always in its metrics).
+    #[serde(default = "default_max_evidence")]
+    pub max_evidence: usize,
+    /// More than one resource created for one Idempotency-Key.
+    #[serde(
+        default,
+        deserialize_with = "enabled",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub duplicates: Option<DuplicatesConfig>,
+}
+
+fn default_max_evidence() -> usize {
+    20
+}
+
+/// A present key enables its check, even with no value (`duplicates:` reads as `duplicates: {}`).
+fn enabled<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Some(Option::<T>::deserialize(d)?.unwrap_or_default()))
+}
+
+impl Default for ChecksConfig {
+    /// Every check, with its default thresholds.
+    fn default() -> Self {
+        ChecksConfig {
+            grouping: GroupingConfig::default(),
+            max_evidence: default_max_evidence(),
+            duplicates: Some(DuplicatesConfig::default()),
+        }
+    }
+}
+
+/// A checks configuration that cannot be used.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The YAML does not parse or does not fit the schema.
+    #[error("checks config{}: at `{path}`: {message}", at_line(*.line, *.column))]
+    Parse {
+        /// Dotted path of the offending field (`.` for the top level).
+        path: String,
+        /// 1-based line, when known.
+        line: Option<usize>,
+        /// 1-based column, when known.
+        column: Option<usize>,
+        /// What is wrong.
+        message: String,
+    },
+    /// A value parses but makes no sense.
+    #[error("checks config: at `{path}`: {message}")]
+    Invalid {
+        /// Dotted path of the offending field.
+        path: String,
+        /// What is wrong and what is expected.
+        message: String,
+    },
+}
+
+fn at_line(line: Option<usize>, column: Option<usize>) -> String {
+    match (line, column) {
+        (Some(l), Some(c)) => format!(", line {l} column {c}"),
+        (Some(l), None) => format!(", line {l}"),
+        _ => String::new(),
+    }
+}
+
+impl ChecksConfig {
+    /// Parses and validates a YAML document.
+    pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
+        let de = serde_norway::Deserializer::from_str(text);
+        let cfg: ChecksConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            let loc = inner.location();
+            ConfigError::Parse {
+                path,
+                line: loc.as_ref().map(|l| l.line()),
+                column: loc.as_ref().map(|l| l.column()),
+                message: inner.to_string(),
+            }
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// No check at all (enable them one by one).
+    pub fn none() -> Self {
+        ChecksConfig {
+            grouping: GroupingConfig::default(),
+            max_evidence: default_max_evidence(),
+            duplicates: None,
+        }
+    }
+
+    /// Checks numbers serde cannot: ranges, finiteness.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.grouping.horizon_ms == 0 {
+            return Err(ConfigError::Invalid {
+                path: "grouping.horizon_ms".into(),
+                message: "expected a horizon above 0 ms".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Names of the enabled checks, in report order.
+    pub fn enabled_names(&self) -> Vec<&'static str> {
+        self.build().iter().map(|c| c.name()).collect()
+    }
+
+    /// The enabled checks, in the order of [`CHECK_NAMES`].
+    pub(crate) fn build(&self) -> Vec<Box<dyn Check>> {
+        let ctx = Context {
+            horizon_us: self.grouping.horizon_ms.saturating_mul(1000),
+            max_evidence: self.max_evidence,
+        };
+        let mut checks: Vec<Box<dyn Check>> = Vec::new();
+        if let Some(c) = &self.duplicates {
+            checks.push(Box::new(DuplicatesCheck::new(c, ctx)));
+        }
+        checks
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_present_key_enables_its_check() {
+        let cfg = ChecksConfig::from_yaml("duplicates:\n").expect("valid");
+        assert_eq!(cfg.duplicates, Some(DuplicatesConfig::default()));
+        let cfg = ChecksConfig::from_yaml("{}").expect("valid");
+        assert!(cfg.enabled_names().is_empty());
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected_with_path_and_line() {
+        let err = ChecksConfig::from_yaml("duplicates:\n  bogus: 1\n").expect_err("unknown field");
+        let msg = err.to_string();
+        assert!(msg.contains("line 2"), "{msg}");
+        assert!(msg.contains("duplicates"), "{msg}");
+        assert!(msg.contains("bogus"), "{msg}");
+    }
+}
