@@ -10,6 +10,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use thiserror::Error;
 
 use super::duplicates::{DuplicatesCheck, DuplicatesConfig};
+use super::idempotency_semantics::{IdempotencySemanticsCheck, IdempotencySemanticsConfig};
 use super::operations::GroupingConfig;
 use super::{Check, Context};
 
@@ -45,6 +46,13 @@ pub struct ChecksConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub duplicates: Option<DuplicatesConfig>,
+    /// The Idempotency-Key protocol: one 201, replays, 409 in flight, 422 on a different body.
+    #[serde(
+        default,
+        deserialize_with = "enabled",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub idempotency_semantics: Option<IdempotencySemanticsConfig>,
 }
 
 fn default_max_evidence() -> usize {
@@ -67,6 +75,7 @@ impl Default for ChecksConfig {
             grouping: GroupingConfig::default(),
             max_evidence: default_max_evidence(),
             duplicates: Some(DuplicatesConfig::default()),
+            idempotency_semantics: Some(IdempotencySemanticsConfig::default()),
         }
     }
 }
@@ -129,6 +138,7 @@ impl ChecksConfig {
             grouping: GroupingConfig::default(),
             max_evidence: default_max_evidence(),
             duplicates: None,
+            idempotency_semantics: None,
         }
     }
 
@@ -157,6 +167,9 @@ impl ChecksConfig {
         let mut checks: Vec<Box<dyn Check>> = Vec::new();
         if let Some(c) = &self.duplicates {
             checks.push(Box::new(DuplicatesCheck::new(c, ctx)));
+        }
+        if let Some(c) = &self.idempotency_semantics {
+            checks.push(Box::new(IdempotencySemanticsCheck::new(c, ctx)));
         }
         checks
     }

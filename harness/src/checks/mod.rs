@@ -19,6 +19,7 @@ pub mod config;
 pub mod duplicates;
 mod evidence;
 pub mod failure;
+pub mod idempotency_semantics;
 mod idle;
 pub mod journal;
 pub mod operations;
