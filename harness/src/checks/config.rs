@@ -12,6 +12,7 @@ use thiserror::Error;
 use super::duplicates::{DuplicatesCheck, DuplicatesConfig};
 use super::idempotency_semantics::{IdempotencySemanticsCheck, IdempotencySemanticsConfig};
 use super::operations::GroupingConfig;
+use super::retry_on_4xx::{RetryOn4xxCheck, RetryOn4xxConfig};
 use super::{Check, Context};
 
 /// Stable identifiers of every check, in the order results are reported.
@@ -53,6 +54,13 @@ pub struct ChecksConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub idempotency_semantics: Option<IdempotencySemanticsConfig>,
+    /// A retry after a 4xx that must not be retried (400, 401, 403, 404, 422).
+    #[serde(
+        default,
+        deserialize_with = "enabled",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub retry_on_4xx: Option<RetryOn4xxConfig>,
 }
 
 fn default_max_evidence() -> usize {
@@ -76,6 +84,7 @@ impl Default for ChecksConfig {
             max_evidence: default_max_evidence(),
             duplicates: Some(DuplicatesConfig::default()),
             idempotency_semantics: Some(IdempotencySemanticsConfig::default()),
+            retry_on_4xx: Some(RetryOn4xxConfig::default()),
         }
     }
 }
@@ -139,6 +148,7 @@ impl ChecksConfig {
             max_evidence: default_max_evidence(),
             duplicates: None,
             idempotency_semantics: None,
+            retry_on_4xx: None,
         }
     }
 
@@ -170,6 +180,10 @@ impl ChecksConfig {
         }
         if let Some(c) = &self.idempotency_semantics {
             checks.push(Box::new(IdempotencySemanticsCheck::new(c, ctx)));
+        }
+        checks.sort_by_key(|c| CHECK_NAMES.iter().position(|n| *n == c.name()));
+        if let Some(c) = &self.retry_on_4xx {
+            checks.push(Box::new(RetryOn4xxCheck::new(c, ctx)));
         }
         checks
     }

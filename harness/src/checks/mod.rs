@@ -23,6 +23,7 @@ pub mod idempotency_semantics;
 mod idle;
 pub mod journal;
 pub mod operations;
+pub mod retry_on_4xx;
 #[cfg(test)]
 pub(crate) mod testutil;
 
