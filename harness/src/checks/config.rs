@@ -11,6 +11,7 @@ use thiserror::Error;
 
 use super::duplicates::{DuplicatesCheck, DuplicatesConfig};
 use super::idempotency_semantics::{IdempotencySemanticsCheck, IdempotencySemanticsConfig};
+use super::jitter::{JitterCheck, JitterConfig};
 use super::operations::GroupingConfig;
 use super::retry_on_4xx::{RetryOn4xxCheck, RetryOn4xxConfig};
 use super::{Check, Context};
@@ -61,6 +62,13 @@ pub struct ChecksConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub retry_on_4xx: Option<RetryOn4xxConfig>,
+    /// Retry delays of operations that failed together: no jitter, too little, or none at all.
+    #[serde(
+        default,
+        deserialize_with = "enabled",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub jitter: Option<JitterConfig>,
 }
 
 fn default_max_evidence() -> usize {
@@ -85,6 +93,7 @@ impl Default for ChecksConfig {
             duplicates: Some(DuplicatesConfig::default()),
             idempotency_semantics: Some(IdempotencySemanticsConfig::default()),
             retry_on_4xx: Some(RetryOn4xxConfig::default()),
+            jitter: Some(JitterConfig::default()),
         }
     }
 }
@@ -122,6 +131,18 @@ fn at_line(line: Option<usize>, column: Option<usize>) -> String {
     }
 }
 
+/// Rejects a negative, infinite or NaN number.
+pub(crate) fn non_negative(path: &str, value: f64) -> Result<(), ConfigError> {
+    if value.is_finite() && value >= 0.0 {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid {
+            path: path.to_string(),
+            message: format!("expected a finite number >= 0, got {value}"),
+        })
+    }
+}
+
 impl ChecksConfig {
     /// Parses and validates a YAML document.
     pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
@@ -149,6 +170,7 @@ impl ChecksConfig {
             duplicates: None,
             idempotency_semantics: None,
             retry_on_4xx: None,
+            jitter: None,
         }
     }
 
@@ -159,6 +181,11 @@ impl ChecksConfig {
                 path: "grouping.horizon_ms".into(),
                 message: "expected a horizon above 0 ms".into(),
             });
+        }
+        if let Some(c) = &self.jitter {
+            non_negative("jitter.min_dispersion", c.min_dispersion)?;
+            non_negative("jitter.noise_floor_ms", c.noise_floor_ms)?;
+            non_negative("jitter.immediate_ms", c.immediate_ms)?;
         }
         Ok(())
     }
@@ -184,6 +211,9 @@ impl ChecksConfig {
         checks.sort_by_key(|c| CHECK_NAMES.iter().position(|n| *n == c.name()));
         if let Some(c) = &self.retry_on_4xx {
             checks.push(Box::new(RetryOn4xxCheck::new(c, ctx)));
+        }
+        if let Some(c) = &self.jitter {
+            checks.push(Box::new(JitterCheck::new(c, ctx)));
         }
         checks
     }

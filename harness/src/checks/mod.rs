@@ -21,9 +21,11 @@ mod evidence;
 pub mod failure;
 pub mod idempotency_semantics;
 mod idle;
+pub mod jitter;
 pub mod journal;
 pub mod operations;
 pub mod retry_on_4xx;
+mod stats;
 #[cfg(test)]
 pub(crate) mod testutil;
 
