@@ -13,6 +13,7 @@ use super::duplicates::{DuplicatesCheck, DuplicatesConfig};
 use super::idempotency_semantics::{IdempotencySemanticsCheck, IdempotencySemanticsConfig};
 use super::jitter::{JitterCheck, JitterConfig};
 use super::operations::GroupingConfig;
+use super::retry_after::{RetryAfterCheck, RetryAfterConfig};
 use super::retry_on_4xx::{RetryOn4xxCheck, RetryOn4xxConfig};
 use super::{Check, Context};
 
@@ -69,6 +70,13 @@ pub struct ChecksConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub jitter: Option<JitterConfig>,
+    /// A retry earlier than the Retry-After it was given.
+    #[serde(
+        default,
+        deserialize_with = "enabled",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub retry_after: Option<RetryAfterConfig>,
 }
 
 fn default_max_evidence() -> usize {
@@ -94,6 +102,7 @@ impl Default for ChecksConfig {
             idempotency_semantics: Some(IdempotencySemanticsConfig::default()),
             retry_on_4xx: Some(RetryOn4xxConfig::default()),
             jitter: Some(JitterConfig::default()),
+            retry_after: Some(RetryAfterConfig::default()),
         }
     }
 }
@@ -171,6 +180,7 @@ impl ChecksConfig {
             idempotency_semantics: None,
             retry_on_4xx: None,
             jitter: None,
+            retry_after: None,
         }
     }
 
@@ -186,6 +196,17 @@ impl ChecksConfig {
             non_negative("jitter.min_dispersion", c.min_dispersion)?;
             non_negative("jitter.noise_floor_ms", c.noise_floor_ms)?;
             non_negative("jitter.immediate_ms", c.immediate_ms)?;
+        }
+        if let Some(c) = &self.retry_after {
+            if let Some(d) = c.default_s {
+                non_negative("retry_after.default_s", d)?;
+            }
+            for (status, s) in &c.by_status {
+                non_negative(&format!("retry_after.by_status.{status}"), *s)?;
+            }
+            for (rule, s) in &c.by_rule {
+                non_negative(&format!("retry_after.by_rule.{rule}"), *s)?;
+            }
         }
         Ok(())
     }
@@ -215,6 +236,9 @@ impl ChecksConfig {
         if let Some(c) = &self.jitter {
             checks.push(Box::new(JitterCheck::new(c, ctx)));
         }
+        if let Some(c) = &self.retry_after {
+            checks.push(Box::new(RetryAfterCheck::new(c, ctx)));
+        }
         checks
     }
 }
@@ -238,5 +262,17 @@ mod tests {
         assert!(msg.contains("line 2"), "{msg}");
         assert!(msg.contains("duplicates"), "{msg}");
         assert!(msg.contains("bogus"), "{msg}");
+    }
+
+    #[test]
+    fn nonsense_numbers_are_rejected_with_their_path() {
+        let err = ChecksConfig::from_yaml("retry_after: { by_status: { 503: -1 } }")
+            .expect_err("negative");
+        assert!(
+            err.to_string().contains("retry_after.by_status.503"),
+            "{err}"
+        );
+        let err = ChecksConfig::from_yaml("jitter: { min_dispersion: .nan }").expect_err("NaN");
+        assert!(err.to_string().contains("jitter.min_dispersion"), "{err}");
     }
 }

@@ -24,6 +24,7 @@ mod idle;
 pub mod jitter;
 pub mod journal;
 pub mod operations;
+pub mod retry_after;
 pub mod retry_on_4xx;
 mod stats;
 #[cfg(test)]
