@@ -12,6 +12,7 @@ use thiserror::Error;
 use super::duplicates::{DuplicatesCheck, DuplicatesConfig};
 use super::idempotency_semantics::{IdempotencySemanticsCheck, IdempotencySemanticsConfig};
 use super::jitter::{JitterCheck, JitterConfig};
+use super::key_stability::{KeyStabilityCheck, KeyStabilityConfig};
 use super::operations::GroupingConfig;
 use super::retry_after::{RetryAfterCheck, RetryAfterConfig};
 use super::retry_on_4xx::{RetryOn4xxCheck, RetryOn4xxConfig};
@@ -77,6 +78,13 @@ pub struct ChecksConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub retry_after: Option<RetryAfterConfig>,
+    /// The same client and body retried under a new Idempotency-Key.
+    #[serde(
+        default,
+        deserialize_with = "enabled",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub key_stability: Option<KeyStabilityConfig>,
 }
 
 fn default_max_evidence() -> usize {
@@ -103,6 +111,7 @@ impl Default for ChecksConfig {
             retry_on_4xx: Some(RetryOn4xxConfig::default()),
             jitter: Some(JitterConfig::default()),
             retry_after: Some(RetryAfterConfig::default()),
+            key_stability: Some(KeyStabilityConfig::default()),
         }
     }
 }
@@ -181,6 +190,7 @@ impl ChecksConfig {
             retry_on_4xx: None,
             jitter: None,
             retry_after: None,
+            key_stability: None,
         }
     }
 
@@ -238,6 +248,9 @@ impl ChecksConfig {
         }
         if let Some(c) = &self.retry_after {
             checks.push(Box::new(RetryAfterCheck::new(c, ctx)));
+        }
+        if let Some(c) = &self.key_stability {
+            checks.push(Box::new(KeyStabilityCheck::new(c, ctx)));
         }
         checks
     }

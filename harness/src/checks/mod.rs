@@ -23,6 +23,7 @@ pub mod idempotency_semantics;
 mod idle;
 pub mod jitter;
 pub mod journal;
+pub mod key_stability;
 pub mod operations;
 pub mod retry_after;
 pub mod retry_on_4xx;
