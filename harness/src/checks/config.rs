@@ -9,6 +9,7 @@
 use serde::{Deserialize, Deserializer, Serialize};
 use thiserror::Error;
 
+use super::circuit_breaker::{CircuitBreakerCheck, CircuitBreakerConfig};
 use super::duplicates::{DuplicatesCheck, DuplicatesConfig};
 use super::idempotency_semantics::{IdempotencySemanticsCheck, IdempotencySemanticsConfig};
 use super::jitter::{JitterCheck, JitterConfig};
@@ -85,6 +86,13 @@ pub struct ChecksConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub key_stability: Option<KeyStabilityConfig>,
+    /// A client whose attempt rate does not fall during a sustained outage.
+    #[serde(
+        default,
+        deserialize_with = "enabled",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub circuit_breaker: Option<CircuitBreakerConfig>,
 }
 
 fn default_max_evidence() -> usize {
@@ -112,6 +120,7 @@ impl Default for ChecksConfig {
             jitter: Some(JitterConfig::default()),
             retry_after: Some(RetryAfterConfig::default()),
             key_stability: Some(KeyStabilityConfig::default()),
+            circuit_breaker: Some(CircuitBreakerConfig::default()),
         }
     }
 }
@@ -191,6 +200,7 @@ impl ChecksConfig {
             jitter: None,
             retry_after: None,
             key_stability: None,
+            circuit_breaker: None,
         }
     }
 
@@ -206,6 +216,9 @@ impl ChecksConfig {
             non_negative("jitter.min_dispersion", c.min_dispersion)?;
             non_negative("jitter.noise_floor_ms", c.noise_floor_ms)?;
             non_negative("jitter.immediate_ms", c.immediate_ms)?;
+        }
+        if let Some(c) = &self.circuit_breaker {
+            non_negative("circuit_breaker.max_rate_ratio", c.max_rate_ratio)?;
         }
         if let Some(c) = &self.retry_after {
             if let Some(d) = c.default_s {
@@ -239,7 +252,6 @@ impl ChecksConfig {
         if let Some(c) = &self.idempotency_semantics {
             checks.push(Box::new(IdempotencySemanticsCheck::new(c, ctx)));
         }
-        checks.sort_by_key(|c| CHECK_NAMES.iter().position(|n| *n == c.name()));
         if let Some(c) = &self.retry_on_4xx {
             checks.push(Box::new(RetryOn4xxCheck::new(c, ctx)));
         }
@@ -252,6 +264,10 @@ impl ChecksConfig {
         if let Some(c) = &self.key_stability {
             checks.push(Box::new(KeyStabilityCheck::new(c, ctx)));
         }
+        if let Some(c) = &self.circuit_breaker {
+            checks.push(Box::new(CircuitBreakerCheck::new(c, ctx)));
+        }
+        checks.sort_by_key(|c| CHECK_NAMES.iter().position(|n| *n == c.name()));
         checks
     }
 }
