@@ -9,6 +9,7 @@
 use serde::{Deserialize, Deserializer, Serialize};
 use thiserror::Error;
 
+use super::amplification::{AmplificationCheck, AmplificationConfig};
 use super::circuit_breaker::{CircuitBreakerCheck, CircuitBreakerConfig};
 use super::duplicates::{DuplicatesCheck, DuplicatesConfig};
 use super::idempotency_semantics::{IdempotencySemanticsCheck, IdempotencySemanticsConfig};
@@ -93,6 +94,13 @@ pub struct ChecksConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub circuit_breaker: Option<CircuitBreakerConfig>,
+    /// Bottom attempts per top request, above a threshold.
+    #[serde(
+        default,
+        deserialize_with = "enabled",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub amplification: Option<AmplificationConfig>,
 }
 
 fn default_max_evidence() -> usize {
@@ -121,6 +129,7 @@ impl Default for ChecksConfig {
             retry_after: Some(RetryAfterConfig::default()),
             key_stability: Some(KeyStabilityConfig::default()),
             circuit_breaker: Some(CircuitBreakerConfig::default()),
+            amplification: Some(AmplificationConfig::default()),
         }
     }
 }
@@ -201,6 +210,7 @@ impl ChecksConfig {
             retry_after: None,
             key_stability: None,
             circuit_breaker: None,
+            amplification: None,
         }
     }
 
@@ -219,6 +229,12 @@ impl ChecksConfig {
         }
         if let Some(c) = &self.circuit_breaker {
             non_negative("circuit_breaker.max_rate_ratio", c.max_rate_ratio)?;
+        }
+        if let Some(c) = &self.amplification {
+            non_negative(
+                "amplification.max_attempts_per_request",
+                c.max_attempts_per_request,
+            )?;
         }
         if let Some(c) = &self.retry_after {
             if let Some(d) = c.default_s {
@@ -266,6 +282,9 @@ impl ChecksConfig {
         }
         if let Some(c) = &self.circuit_breaker {
             checks.push(Box::new(CircuitBreakerCheck::new(c, ctx)));
+        }
+        if let Some(c) = &self.amplification {
+            checks.push(Box::new(AmplificationCheck::new(c, ctx)));
         }
         checks.sort_by_key(|c| CHECK_NAMES.iter().position(|n| *n == c.name()));
         checks

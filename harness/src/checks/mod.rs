@@ -15,6 +15,7 @@
 
 #![warn(missing_docs)]
 
+pub mod amplification;
 pub mod circuit_breaker;
 pub mod config;
 pub mod duplicates;
