@@ -18,6 +18,7 @@ use super::key_stability::{KeyStabilityCheck, KeyStabilityConfig};
 use super::operations::GroupingConfig;
 use super::retry_after::{RetryAfterCheck, RetryAfterConfig};
 use super::retry_on_4xx::{RetryOn4xxCheck, RetryOn4xxConfig};
+use super::total_timeout::{TotalTimeoutCheck, TotalTimeoutConfig};
 use super::{Check, Context};
 
 /// Stable identifiers of every check, in the order results are reported.
@@ -101,6 +102,13 @@ pub struct ChecksConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub amplification: Option<AmplificationConfig>,
+    /// An operation over its time budget, or a request received after its x-deadline.
+    #[serde(
+        default,
+        deserialize_with = "enabled",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub total_timeout: Option<TotalTimeoutConfig>,
 }
 
 fn default_max_evidence() -> usize {
@@ -130,6 +138,7 @@ impl Default for ChecksConfig {
             key_stability: Some(KeyStabilityConfig::default()),
             circuit_breaker: Some(CircuitBreakerConfig::default()),
             amplification: Some(AmplificationConfig::default()),
+            total_timeout: Some(TotalTimeoutConfig::default()),
         }
     }
 }
@@ -211,6 +220,7 @@ impl ChecksConfig {
             key_stability: None,
             circuit_breaker: None,
             amplification: None,
+            total_timeout: None,
         }
     }
 
@@ -285,6 +295,9 @@ impl ChecksConfig {
         }
         if let Some(c) = &self.amplification {
             checks.push(Box::new(AmplificationCheck::new(c, ctx)));
+        }
+        if let Some(c) = &self.total_timeout {
+            checks.push(Box::new(TotalTimeoutCheck::new(c, ctx)));
         }
         checks.sort_by_key(|c| CHECK_NAMES.iter().position(|n| *n == c.name()));
         checks

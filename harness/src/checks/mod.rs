@@ -32,6 +32,7 @@ pub mod retry_on_4xx;
 mod stats;
 #[cfg(test)]
 pub(crate) mod testutil;
+pub mod total_timeout;
 
 use reports::CheckResult;
 
