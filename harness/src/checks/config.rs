@@ -18,6 +18,7 @@ use super::key_stability::{KeyStabilityCheck, KeyStabilityConfig};
 use super::operations::GroupingConfig;
 use super::retry_after::{RetryAfterCheck, RetryAfterConfig};
 use super::retry_on_4xx::{RetryOn4xxCheck, RetryOn4xxConfig};
+use super::state_transition::{StateTransitionCheck, StateTransitionConfig};
 use super::total_timeout::{TotalTimeoutCheck, TotalTimeoutConfig};
 use super::{Check, Context};
 
@@ -109,6 +110,13 @@ pub struct ChecksConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub total_timeout: Option<TotalTimeoutConfig>,
+    /// A resource that made the same state transition twice (a double payment).
+    #[serde(
+        default,
+        deserialize_with = "enabled",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub state_transition: Option<StateTransitionConfig>,
 }
 
 fn default_max_evidence() -> usize {
@@ -139,6 +147,7 @@ impl Default for ChecksConfig {
             circuit_breaker: Some(CircuitBreakerConfig::default()),
             amplification: Some(AmplificationConfig::default()),
             total_timeout: Some(TotalTimeoutConfig::default()),
+            state_transition: Some(StateTransitionConfig::default()),
         }
     }
 }
@@ -221,6 +230,7 @@ impl ChecksConfig {
             circuit_breaker: None,
             amplification: None,
             total_timeout: None,
+            state_transition: None,
         }
     }
 
@@ -298,6 +308,9 @@ impl ChecksConfig {
         }
         if let Some(c) = &self.total_timeout {
             checks.push(Box::new(TotalTimeoutCheck::new(c, ctx)));
+        }
+        if let Some(c) = &self.state_transition {
+            checks.push(Box::new(StateTransitionCheck::new(c, ctx)));
         }
         checks.sort_by_key(|c| CHECK_NAMES.iter().position(|n| *n == c.name()));
         checks

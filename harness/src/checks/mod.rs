@@ -29,6 +29,7 @@ pub mod key_stability;
 pub mod operations;
 pub mod retry_after;
 pub mod retry_on_4xx;
+pub mod state_transition;
 mod stats;
 #[cfg(test)]
 pub(crate) mod testutil;
