@@ -19,6 +19,7 @@ use super::operations::GroupingConfig;
 use super::retry_after::{RetryAfterCheck, RetryAfterConfig};
 use super::retry_on_4xx::{RetryOn4xxCheck, RetryOn4xxConfig};
 use super::state_transition::{StateTransitionCheck, StateTransitionConfig};
+use super::thresholds::{ThresholdsCheck, ThresholdsConfig};
 use super::total_timeout::{TotalTimeoutCheck, TotalTimeoutConfig};
 use super::{Check, Context};
 
@@ -117,6 +118,13 @@ pub struct ChecksConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub state_transition: Option<StateTransitionConfig>,
+    /// Latency, error-rate and throughput rules such as `p99 < 200ms`.
+    #[serde(
+        default,
+        deserialize_with = "enabled",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub thresholds: Option<ThresholdsConfig>,
 }
 
 fn default_max_evidence() -> usize {
@@ -148,6 +156,7 @@ impl Default for ChecksConfig {
             amplification: Some(AmplificationConfig::default()),
             total_timeout: Some(TotalTimeoutConfig::default()),
             state_transition: Some(StateTransitionConfig::default()),
+            thresholds: Some(ThresholdsConfig::default()),
         }
     }
 }
@@ -205,11 +214,25 @@ impl ChecksConfig {
             let path = e.path().to_string();
             let inner = e.into_inner();
             let loc = inner.location();
+            let mut message = inner.to_string();
+            // serde_norway adds its own "path: " prefix and " at line L column C" suffix; the
+            // error carries both already.
+            if let Some(l) = &loc {
+                let suffix = format!(" at line {} column {}", l.line(), l.column());
+                if let Some(m) = message.strip_suffix(&suffix) {
+                    message = m.to_string();
+                }
+            }
+            if let Some((head, tail)) = message.split_once(": ") {
+                if !head.is_empty() && !head.contains(' ') && path.starts_with(head) {
+                    message = tail.to_string();
+                }
+            }
             ConfigError::Parse {
                 path,
                 line: loc.as_ref().map(|l| l.line()),
                 column: loc.as_ref().map(|l| l.column()),
-                message: inner.to_string(),
+                message,
             }
         })?;
         cfg.validate()?;
@@ -231,6 +254,7 @@ impl ChecksConfig {
             amplification: None,
             total_timeout: None,
             state_transition: None,
+            thresholds: None,
         }
     }
 
@@ -312,6 +336,9 @@ impl ChecksConfig {
         if let Some(c) = &self.state_transition {
             checks.push(Box::new(StateTransitionCheck::new(c, ctx)));
         }
+        if let Some(c) = &self.thresholds {
+            checks.push(Box::new(ThresholdsCheck::new(c, ctx)));
+        }
         checks.sort_by_key(|c| CHECK_NAMES.iter().position(|n| *n == c.name()));
         checks
     }
@@ -327,6 +354,36 @@ mod tests {
         assert_eq!(cfg.duplicates, Some(DuplicatesConfig::default()));
         let cfg = ChecksConfig::from_yaml("{}").expect("valid");
         assert!(cfg.enabled_names().is_empty());
+    }
+
+    #[test]
+    fn default_runs_every_check_in_report_order() {
+        assert_eq!(
+            ChecksConfig::default().enabled_names(),
+            CHECK_NAMES.to_vec()
+        );
+        assert!(ChecksConfig::none().enabled_names().is_empty());
+    }
+
+    #[test]
+    fn parses_the_documented_example() {
+        let cfg = ChecksConfig::from_yaml(
+            r#"{ duplicates: {}, jitter: { min_dispersion: 0.1 },
+                 thresholds: { rules: ["p99 < 200ms", "error_rate < 1%"] } }"#,
+        )
+        .expect("valid");
+        assert_eq!(
+            cfg.enabled_names(),
+            vec!["duplicates", "jitter", "thresholds"]
+        );
+        assert_eq!(cfg.thresholds.map(|t| t.rules.len()), Some(2));
+    }
+
+    #[test]
+    fn serializes_back_to_an_equal_config() {
+        let cfg = ChecksConfig::default();
+        let yaml = serde_norway::to_string(&cfg).expect("serializable");
+        assert_eq!(ChecksConfig::from_yaml(&yaml).expect("round trip"), cfg);
     }
 
     #[test]

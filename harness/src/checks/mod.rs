@@ -31,9 +31,12 @@ pub mod retry_after;
 pub mod retry_on_4xx;
 pub mod state_transition;
 mod stats;
+pub mod threshold_rules;
+pub mod thresholds;
+pub mod total_timeout;
+
 #[cfg(test)]
 pub(crate) mod testutil;
-pub mod total_timeout;
 
 use reports::CheckResult;
 
