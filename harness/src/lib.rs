@@ -1,1 +1,4 @@
 //! The harness: scenarios, the load driver, client retry policies and the checks.
+
+pub mod checks;
+pub mod simulate;

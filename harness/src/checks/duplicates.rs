@@ -1,0 +1,242 @@
+//! `duplicates`: more than one resource created for one Idempotency-Key.
+//!
+//! Why: exactly-once delivery does not exist. When a response is lost the client retries, and only
+//! an idempotent server turns those retries into one effect. A key that created two orders is a
+//! customer charged twice: the one failure the whole idempotency design exists to prevent. The
+//! journal's `created` field records the resource each request really created (even when its
+//! response was then dropped), so counting distinct `created` ids per key is direct proof.
+//!
+//! Not yet done: verifying through the service itself (a GET per key, or an SQL count) for targets
+//! whose creations the journal cannot see. [`DuplicatesConfig`] is a struct so such a `verify`
+//! section can be added without breaking existing files.
+//!
+//! Metrics: `keys`, `keys_with_creation`, `resources_created`, `duplicate_keys`,
+//! `extra_resources`.
+
+use reports::{CheckResult, Verdict};
+use serde::{Deserialize, Serialize};
+
+use super::evidence::{attach, Findings};
+use super::idle::IdleMap;
+use super::{Attempt, Check, Context};
+
+/// Configuration of the `duplicates` check.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DuplicatesConfig {
+    /// Read the key from this request header (lower-case) instead of Idempotency-Key.
+    pub key_header: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct KeyState {
+    requests: u32,
+    /// Distinct created ids, with the `seq` that created each.
+    created: Vec<(String, u64)>,
+}
+
+/// The `duplicates` check.
+pub(crate) struct DuplicatesCheck {
+    key_header: Option<String>,
+    keys: IdleMap<String, KeyState>,
+    now_us: u64,
+    findings: Findings,
+    keys_seen: u64,
+    keys_with_creation: u64,
+    resources_created: u64,
+    extra_resources: u64,
+}
+
+impl DuplicatesCheck {
+    /// A check configured by `cfg`.
+    pub(crate) fn new(cfg: &DuplicatesConfig, ctx: Context) -> Self {
+        DuplicatesCheck {
+            key_header: cfg.key_header.clone(),
+            keys: IdleMap::new(ctx.horizon_us),
+            now_us: 0,
+            findings: Findings::new(ctx.max_evidence),
+            keys_seen: 0,
+            keys_with_creation: 0,
+            resources_created: 0,
+            extra_resources: 0,
+        }
+    }
+
+    fn judge(&mut self, key: String, state: KeyState) {
+        self.keys_seen += 1;
+        let n = state.created.len() as u64;
+        self.resources_created += n;
+        if n == 0 {
+            return;
+        }
+        self.keys_with_creation += 1;
+        if n > 1 {
+            self.extra_resources += n - 1;
+            let ids: Vec<&str> = state.created.iter().map(|(id, _)| id.as_str()).collect();
+            self.findings.push(
+                format!(
+                    "key {key} created {n} resources ({}) in {} requests",
+                    ids.join(", "),
+                    state.requests
+                ),
+                Some(key),
+                state.created.iter().map(|(_, seq)| *seq).collect(),
+            );
+        }
+    }
+}
+
+impl Check for DuplicatesCheck {
+    fn name(&self) -> &'static str {
+        "duplicates"
+    }
+
+    fn observe(&mut self, a: &Attempt<'_>) {
+        let e = a.entry;
+        self.now_us = self.now_us.max(e.t_recv_us);
+        let mut expired = Vec::new();
+        self.keys.expire(self.now_us, |k, v| expired.push((k, v)));
+        for (k, v) in expired {
+            self.judge(k, v);
+        }
+        let key = match &self.key_header {
+            Some(h) => e.headers.get(h),
+            None => e.idempotency_key.as_ref(),
+        };
+        let Some(key) = key else { return };
+        let state = self
+            .keys
+            .touch(key, e.t_recv_us.max(e.t_done_us), KeyState::default);
+        state.requests += 1;
+        if let Some(id) = &e.created {
+            if !state.created.iter().any(|(c, _)| c == id) {
+                state.created.push((id.clone(), e.seq));
+            }
+        }
+    }
+
+    fn finish(mut self: Box<Self>) -> CheckResult {
+        let keys = std::mem::replace(&mut self.keys, IdleMap::new(0));
+        for (k, v) in keys.drain() {
+            self.judge(k, v);
+        }
+        let (verdict, summary) = if !self.findings.is_empty() {
+            (
+                Verdict::Fail,
+                format!(
+                    "{} of {} keys created more than one resource ({} extra); first: {}",
+                    self.findings.total(),
+                    self.keys_with_creation,
+                    self.extra_resources,
+                    self.findings.first_detail().unwrap_or_default()
+                ),
+            )
+        } else if self.keys_seen == 0 {
+            (
+                Verdict::Inconclusive,
+                "not enough data: no request carried an idempotency key".to_string(),
+            )
+        } else if self.keys_with_creation == 0 {
+            (
+                Verdict::Inconclusive,
+                format!(
+                    "not enough data: {} keys, but no request created a resource",
+                    self.keys_seen
+                ),
+            )
+        } else {
+            (
+                Verdict::Pass,
+                format!(
+                    "each of {} keys created at most one resource",
+                    self.keys_with_creation
+                ),
+            )
+        };
+        let result = CheckResult::new("duplicates", verdict, summary)
+            .metric("keys", self.keys_seen)
+            .metric("keys_with_creation", self.keys_with_creation)
+            .metric("resources_created", self.resources_created)
+            .metric("duplicate_keys", self.findings.total())
+            .metric("extra_resources", self.extra_resources);
+        attach(result, self.findings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fault_server::journal::Outcome;
+
+    use crate::checks::testutil::{entry, run_one};
+    use reports::Verdict;
+
+    #[test]
+    fn fails_when_a_race_creates_several_orders() {
+        // Seed exercise 3: concurrent POSTs with one key against SELECT-then-INSERT.
+        let j: Vec<_> = (1..=10)
+            .map(|i| {
+                let e = entry(i, i as f64 * 0.1).key("k1").took(20);
+                if i <= 7 {
+                    e.created(&format!("ord_{i}"))
+                } else {
+                    e.status(409)
+                }
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|b| b.build())
+            .collect();
+        let r = run_one("duplicates", "{}", &j);
+        assert_eq!(r.verdict, Verdict::Fail);
+        assert!(!r.passed);
+        assert_eq!(r.metrics["duplicate_keys"], 1);
+        assert_eq!(r.metrics["extra_resources"], 6);
+        assert_eq!(r.evidence[0].key.as_deref(), Some("k1"));
+        assert_eq!(r.evidence[0].seqs, vec![1, 2, 3, 4, 5, 6, 7]);
+        assert!(r.summary.contains("7 resources"), "{}", r.summary);
+    }
+
+    #[test]
+    fn passes_when_the_lost_response_is_replayed() {
+        // The exactly-once argument: created, response dropped, retry gets the stored result.
+        let j = [
+            entry(1, 0)
+                .key("k1")
+                .created("ord_1")
+                .no_response(Outcome::Dropped)
+                .build(),
+            entry(2, 1000).key("k1").replayed().build(),
+            entry(3, 1000).key("k2").created("ord_2").build(),
+        ];
+        let r = run_one("duplicates", "{}", &j);
+        assert_eq!(r.verdict, Verdict::Pass, "{}", r.summary);
+        assert_eq!(r.metrics["keys_with_creation"], 2);
+        assert!(r.evidence.is_empty());
+    }
+
+    #[test]
+    fn borderline_same_id_twice_and_unkeyed_creations() {
+        // The same id recorded twice is one resource; creations without a key cannot be judged.
+        let j = [
+            entry(1, 0).key("k1").created("ord_1").build(),
+            entry(2, 5).key("k1").created("ord_1").build(),
+            entry(3, 6).created("ord_2").build(),
+            entry(4, 7).created("ord_3").build(),
+        ];
+        let r = run_one("duplicates", "{}", &j);
+        assert_eq!(r.verdict, Verdict::Pass);
+        let none = run_one("duplicates", "{}", &j[2..]);
+        assert_eq!(none.verdict, Verdict::Inconclusive);
+        assert!(none.passed);
+    }
+
+    #[test]
+    fn keys_from_a_configured_header() {
+        let j = [
+            entry(1, 0).header("x-op", "a").created("o1").build(),
+            entry(2, 1).header("x-op", "a").created("o2").build(),
+        ];
+        let r = run_one("duplicates", "{ key_header: x-op }", &j);
+        assert_eq!(r.verdict, Verdict::Fail);
+    }
+}

@@ -1,0 +1,524 @@
+//! `jitter`: do clients that failed together retry together?
+//!
+//! Why missing jitter is dangerous: exponential backoff spaces one client's retries (1, 2, 4, 8,
+//! 16 s) but keeps every client on the same clock. When an incident fails 500 clients at once,
+//! all 500 retry at t = 1, 3, 7, 15 and 31 s: every retry wave is as tall as the first failure and
+//! hits a service that is trying to recover (seed exercise 1: 500 requests in one 250 ms window
+//! without jitter, 193 with full jitter). The regular sawtooth after an incident is its signature.
+//!
+//! How it is detected:
+//! 1. Operations whose first failures arrive within `together_ms` of each other (chained) form a
+//!    cluster: they failed together, so without jitter they retry together.
+//! 2. Per cluster and attempt number, the retry delays (arrival of attempt k+1 minus end of attempt
+//!    k, measured at the server) are summarised robustly: median, MAD, interquartile range.
+//!    The dispersion is MAD / median: ≈ 0.5 for full jitter U(0, d), ≈ 0.17 for equal jitter
+//!    d/2 + U(0, d/2), ≈ 0.25 for decorrelated jitter, and below 0.01 with no jitter — loopback
+//!    scheduling noise is only 0.1–2 ms on a 1 s delay. A group also counts as jittered when its
+//!    IQR / median reaches twice the threshold: capped decorrelated jitter puts most delays exactly
+//!    at the cap (MAD 0) while a good quarter stay spread below it.
+//! 3. Per group: a median delay under `immediate_ms` is its own finding (immediate retries with no
+//!    backoff: fail); dispersion ≥ `min_dispersion` passes; a spread under the threshold but above
+//!    the noise floor (`noise_floor_ms` of MAD, e.g. 0–100 ms added to a 1 s backoff) is weak; less
+//!    is no jitter (fail). The worst group decides.
+//! 4. The effect is reported too: the fraction of a wave's retries in its densest `window_ms`
+//!    window, and the peak-to-mean ratio of the cluster's retries binned by `window_ms`.
+//!
+//! A group needs `min_samples` retries, else the answer is Inconclusive ("not enough data"), never
+//! a guess. Under a strong `--time-scale`, lower `noise_floor_ms` and `immediate_ms` with it.
+//!
+//! Metrics: `groups` (one object per analysed cluster and attempt), `retries_analyzed`,
+//! `lowest_dispersion`, `highest_densest_window_fraction`, `highest_peak_to_mean`.
+
+use std::collections::BTreeMap;
+
+use reports::{CheckResult, Verdict};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::evidence::{attach, Findings};
+use super::stats::{densest_window, mad, median, peak_to_mean, quantile};
+use super::{Attempt, Check, Context};
+
+/// Configuration of the `jitter` check.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct JitterConfig {
+    /// Lowest MAD / median of retry delays that counts as jitter.
+    pub min_dispersion: f64,
+    /// MAD (ms) below which a spread is scheduling noise, not jitter.
+    pub noise_floor_ms: f64,
+    /// A median retry delay below this (ms) is an immediate retry: no backoff at all.
+    pub immediate_ms: f64,
+    /// Retries one attempt group needs before it is judged.
+    pub min_samples: usize,
+    /// First failures closer than this (ms, chained) count as failing together.
+    pub together_ms: u64,
+    /// Window (ms) for the arrival-clustering figures.
+    pub window_ms: u64,
+}
+
+impl Default for JitterConfig {
+    fn default() -> Self {
+        JitterConfig {
+            min_dispersion: 0.1,
+            noise_floor_ms: 5.0,
+            immediate_ms: 10.0,
+            min_samples: 20,
+            together_ms: 250,
+            window_ms: 250,
+        }
+    }
+}
+
+/// The retries before one attempt number, within one cluster.
+#[derive(Debug, Default)]
+struct Group {
+    delays_us: Vec<u64>,
+    /// (arrival, seq) of each retry.
+    arrivals: Vec<(u64, u64)>,
+}
+
+/// Operations whose first failures came together.
+#[derive(Debug)]
+struct Cluster {
+    start_us: u64,
+    end_us: u64,
+    members: usize,
+    groups: BTreeMap<u32, Group>,
+}
+
+/// What one group's delays show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    Jittered,
+    Small,
+    NoJitter,
+    Immediate,
+}
+
+#[derive(Debug)]
+struct Analysis {
+    cluster_start_us: u64,
+    attempt: u32,
+    n: usize,
+    median_ms: f64,
+    mad_ms: f64,
+    dispersion: f64,
+    iqr_over_median: f64,
+    densest_fraction: f64,
+    densest_seqs: Vec<u64>,
+    peak_to_mean: Option<f64>,
+    kind: Kind,
+}
+
+/// The `jitter` check.
+pub(crate) struct JitterCheck {
+    cfg: JitterConfig,
+    max_evidence: usize,
+    clusters: BTreeMap<u64, Cluster>,
+    /// Start of the cluster new first failures may still join.
+    open: Option<u64>,
+    largest_small: usize,
+}
+
+impl JitterCheck {
+    /// A check configured by `cfg`.
+    pub(crate) fn new(cfg: &JitterConfig, ctx: Context) -> Self {
+        JitterCheck {
+            cfg: cfg.clone(),
+            max_evidence: ctx.max_evidence,
+            clusters: BTreeMap::new(),
+            open: None,
+            largest_small: 0,
+        }
+    }
+
+    /// A cluster no first failure can join any more: dropped when too small to ever be judged.
+    fn seal(&mut self, start: u64) {
+        let members = self.clusters.get(&start).map_or(0, |c| c.members);
+        if members < self.cfg.min_samples {
+            self.largest_small = self.largest_small.max(members);
+            self.clusters.remove(&start);
+        }
+    }
+
+    fn join(&mut self, t_us: u64) {
+        let together = self.cfg.together_ms.saturating_mul(1000);
+        if let Some(c) = self.open.and_then(|s| self.clusters.get_mut(&s)) {
+            if t_us <= c.end_us.saturating_add(together) {
+                c.end_us = c.end_us.max(t_us);
+                c.members += 1;
+                return;
+            }
+        }
+        if let Some(s) = self.open {
+            self.seal(s);
+        }
+        let start = match self.clusters.range(..=t_us).next_back() {
+            // Same start as a cluster kept before: extend it rather than replace it.
+            Some((&s, _)) if s == t_us => s,
+            _ => t_us,
+        };
+        let c = self.clusters.entry(start).or_insert(Cluster {
+            start_us: t_us,
+            end_us: t_us,
+            members: 0,
+            groups: BTreeMap::new(),
+        });
+        c.members += 1;
+        self.open = Some(start);
+    }
+
+    fn analyse(&self, c: &Cluster, attempt: u32, g: &Group) -> Option<Analysis> {
+        let n = g.delays_us.len();
+        if n < self.cfg.min_samples.max(1) {
+            return None;
+        }
+        let mut ms: Vec<f64> = g.delays_us.iter().map(|&d| d as f64 / 1000.0).collect();
+        ms.sort_by(f64::total_cmp);
+        let med = median(&ms)?;
+        let mad_ms = mad(&ms, med)?;
+        let iqr = quantile(&ms, 0.75)? - quantile(&ms, 0.25)?;
+        let (dispersion, iqr_over_median) = if med > 0.0 {
+            (mad_ms / med, iqr / med)
+        } else {
+            (0.0, 0.0)
+        };
+        let mut arrivals = g.arrivals.clone();
+        arrivals.sort_unstable();
+        let times: Vec<u64> = arrivals.iter().map(|(t, _)| *t).collect();
+        let window_us = self.cfg.window_ms.max(1).saturating_mul(1000);
+        let (dense, from) = densest_window(&times, window_us);
+        let densest_seqs = arrivals
+            .iter()
+            .skip(from)
+            .take(dense.min(10))
+            .map(|(_, s)| *s)
+            .collect();
+        let all: Vec<u64> = c
+            .groups
+            .values()
+            .flat_map(|g| g.arrivals.iter().map(|(t, _)| *t))
+            .collect();
+        let kind = if med < self.cfg.immediate_ms {
+            Kind::Immediate
+        } else if dispersion >= self.cfg.min_dispersion
+            || iqr_over_median >= 2.0 * self.cfg.min_dispersion
+        {
+            Kind::Jittered
+        } else if mad_ms >= self.cfg.noise_floor_ms {
+            Kind::Small
+        } else {
+            Kind::NoJitter
+        };
+        Some(Analysis {
+            cluster_start_us: c.start_us,
+            attempt,
+            n,
+            median_ms: med,
+            mad_ms,
+            dispersion,
+            iqr_over_median,
+            densest_fraction: dense as f64 / n as f64,
+            densest_seqs,
+            peak_to_mean: peak_to_mean(&all, c.start_us, window_us),
+            kind,
+        })
+    }
+
+    fn describe(&self, a: &Analysis) -> String {
+        let at = a.cluster_start_us as f64 / 1e6;
+        match a.kind {
+            Kind::Immediate => format!(
+                "immediate retries with no backoff: median delay {:.1} ms before attempt {} \
+                 ({} operations that failed together at {at:.3} s)",
+                a.median_ms, a.attempt, a.n
+            ),
+            Kind::NoJitter => format!(
+                "no jitter: {} operations that failed together at {at:.3} s all waited \
+                 {:.1} ms (MAD {:.2} ms, dispersion {:.4} < {}) before attempt {}; {:.0}% of \
+                 those retries arrived within one {} ms window",
+                a.n,
+                a.median_ms,
+                a.mad_ms,
+                a.dispersion,
+                self.cfg.min_dispersion,
+                a.attempt,
+                a.densest_fraction * 100.0,
+                self.cfg.window_ms
+            ),
+            Kind::Small => format!(
+                "jitter too small to desynchronize: ±{:.1} ms (MAD) on a {:.1} ms delay before \
+                 attempt {} (dispersion {:.3} < {}; {} operations that failed together at \
+                 {at:.3} s)",
+                a.mad_ms, a.median_ms, a.attempt, a.dispersion, self.cfg.min_dispersion, a.n
+            ),
+            Kind::Jittered => format!(
+                "jittered: dispersion {:.2} on a {:.1} ms median delay before attempt {} \
+                 ({} operations)",
+                a.dispersion, a.median_ms, a.attempt, a.n
+            ),
+        }
+    }
+}
+
+impl Check for JitterCheck {
+    fn name(&self) -> &'static str {
+        "jitter"
+    }
+
+    fn observe(&mut self, a: &Attempt<'_>) {
+        if a.step.is_first_failure {
+            self.join(a.entry.t_recv_us);
+        }
+        if !a.is_retry() {
+            return;
+        }
+        let (Some(ff), Some(delay)) = (a.step.first_failure_us, a.delay_us()) else {
+            return;
+        };
+        let Some((_, c)) = self.clusters.range_mut(..=ff).next_back() else {
+            return;
+        };
+        if ff > c.end_us {
+            return;
+        }
+        let g = c.groups.entry(a.index()).or_default();
+        g.delays_us.push(delay);
+        g.arrivals.push((a.entry.t_recv_us, a.entry.seq));
+    }
+
+    fn finish(mut self: Box<Self>) -> CheckResult {
+        if let Some(s) = self.open.take() {
+            self.seal(s);
+        }
+        let mut analyses = Vec::new();
+        let mut largest = self.largest_small;
+        for c in self.clusters.values() {
+            for (&attempt, g) in &c.groups {
+                largest = largest.max(g.delays_us.len());
+                analyses.extend(self.analyse(c, attempt, g));
+            }
+        }
+        let mut findings = Findings::new(self.max_evidence);
+        let mut ranked: Vec<&Analysis> = analyses.iter().collect();
+        // Worst first; within a kind, the biggest crowd first.
+        ranked.sort_by(|a, b| b.kind.cmp(&a.kind).then(b.n.cmp(&a.n)));
+        for a in ranked.iter().filter(|a| a.kind != Kind::Jittered) {
+            findings.push(
+                self.describe(a),
+                Some(format!("attempt {}", a.attempt)),
+                a.densest_seqs.clone(),
+            );
+        }
+        let retries: usize = analyses.iter().map(|a| a.n).sum();
+        let (verdict, summary) = match ranked.first() {
+            None => (
+                Verdict::Inconclusive,
+                format!(
+                    "not enough data: jitter needs {} retries of one attempt among operations \
+                     that failed together; the largest group had {largest}",
+                    self.cfg.min_samples
+                ),
+            ),
+            Some(worst) if worst.kind >= Kind::NoJitter => (Verdict::Fail, self.describe(worst)),
+            Some(worst) if worst.kind == Kind::Small => (Verdict::Weak, self.describe(worst)),
+            Some(_) => {
+                let lo = analyses
+                    .iter()
+                    .map(|a| a.dispersion)
+                    .fold(f64::MAX, f64::min);
+                let hi = analyses.iter().map(|a| a.dispersion).fold(0.0, f64::max);
+                (
+                    Verdict::Pass,
+                    format!(
+                        "retries are jittered: dispersion {lo:.2} to {hi:.2} over {} attempt \
+                         groups ({retries} retries)",
+                        analyses.len()
+                    ),
+                )
+            }
+        };
+        let groups: Vec<serde_json::Value> = analyses
+            .iter()
+            .map(|a| {
+                json!({
+                    "cluster_start_s": a.cluster_start_us as f64 / 1e6,
+                    "attempt": a.attempt,
+                    "retries": a.n,
+                    "median_delay_ms": a.median_ms,
+                    "mad_ms": a.mad_ms,
+                    "dispersion": a.dispersion,
+                    "iqr_over_median": a.iqr_over_median,
+                    "densest_window_fraction": a.densest_fraction,
+                    "cluster_peak_to_mean": a.peak_to_mean,
+                    "finding": match a.kind {
+                        Kind::Jittered => "jittered",
+                        Kind::Small => "small_jitter",
+                        Kind::NoJitter => "no_jitter",
+                        Kind::Immediate => "immediate",
+                    },
+                })
+            })
+            .collect();
+        let mut result = CheckResult::new("jitter", verdict, summary)
+            .metric("groups", groups)
+            .metric("retries_analyzed", retries as u64);
+        if !analyses.is_empty() {
+            let lowest = analyses
+                .iter()
+                .map(|a| a.dispersion)
+                .fold(f64::MAX, f64::min);
+            let densest = analyses
+                .iter()
+                .map(|a| a.densest_fraction)
+                .fold(0.0, f64::max);
+            let ptm = analyses
+                .iter()
+                .filter_map(|a| a.peak_to_mean)
+                .fold(0.0, f64::max);
+            result = result
+                .metric("lowest_dispersion", lowest)
+                .metric("highest_densest_window_fraction", densest)
+                .metric("highest_peak_to_mean", ptm);
+        }
+        attach(result, findings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fault_server::journal::Entry;
+    use rand::rngs::StdRng;
+    use rand::{RngExt, SeedableRng};
+    use reports::{CheckResult, Verdict};
+
+    use crate::checks::testutil::{entry, in_arrival_order, run_one};
+
+    /// `clients` operations failing together at t≈0 (one 503 each, 1 ms apart at most), each
+    /// retrying `retries` times with `delay(rng, k, prev)` ms before retry k (1-based); every
+    /// attempt fails but the last, which creates the order. Server-side noise of 0.1–2 ms is added.
+    fn herd(
+        clients: u32,
+        retries: u32,
+        seed: u64,
+        mut delay: impl FnMut(&mut StdRng, u32, f64) -> f64,
+    ) -> Vec<Entry> {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut j = Vec::new();
+        for c in 0..clients {
+            let key = format!("k{c}");
+            let mut t = c as f64 * 0.002 + rng.random::<f64>();
+            let mut prev = 0.0;
+            for k in 0..=retries {
+                let e = entry(0, t).key(&key).took(1);
+                let e = if k == retries {
+                    e.created(&format!("o{c}"))
+                } else {
+                    e.status(503)
+                };
+                j.push(e.build());
+                let d = delay(&mut rng, k + 1, prev);
+                prev = d;
+                let noise = 0.1 + rng.random::<f64>() * 1.9;
+                t += 1.0 + d + noise;
+            }
+        }
+        in_arrival_order(j)
+    }
+
+    fn backoff(k: u32) -> f64 {
+        1000.0 * f64::powi(2.0, k as i32 - 1)
+    }
+
+    fn dispersion(r: &CheckResult) -> f64 {
+        r.metrics["lowest_dispersion"].as_f64().unwrap_or(f64::NAN)
+    }
+
+    #[test]
+    fn fails_plain_exponential_backoff() {
+        let j = herd(100, 4, 1, |_, k, _| backoff(k));
+        let r = run_one("jitter", "{}", &j);
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
+        assert!(r.summary.starts_with("no jitter"), "{}", r.summary);
+        assert!(dispersion(&r) < 0.01, "{}", dispersion(&r));
+        assert!(r.metrics["highest_densest_window_fraction"].as_f64() >= Some(0.99));
+        assert_eq!(r.evidence[0].seqs.len(), 10);
+    }
+
+    #[test]
+    fn fails_immediate_retries_with_its_own_message() {
+        let j = herd(50, 3, 2, |_, _, _| 0.0);
+        let r = run_one("jitter", "{}", &j);
+        assert_eq!(r.verdict, Verdict::Fail);
+        assert!(r.summary.starts_with("immediate retries"), "{}", r.summary);
+    }
+
+    #[test]
+    fn passes_full_equal_and_decorrelated_jitter() {
+        let full = herd(200, 4, 3, |rng, k, _| rng.random::<f64>() * backoff(k));
+        let r = run_one("jitter", "{}", &full);
+        assert_eq!(r.verdict, Verdict::Pass, "{}", r.summary);
+        assert!(dispersion(&r) > 0.35, "full {}", dispersion(&r));
+
+        let equal = herd(200, 4, 4, |rng, k, _| {
+            backoff(k) / 2.0 + rng.random::<f64>() * backoff(k) / 2.0
+        });
+        let r = run_one("jitter", "{}", &equal);
+        assert_eq!(r.verdict, Verdict::Pass, "{}", r.summary);
+        assert!(dispersion(&r) >= 0.12, "equal {}", dispersion(&r));
+
+        // min(cap, U(base, prev * 3)), with a cap most late delays hit.
+        let decorrelated = herd(200, 5, 5, |rng, _, prev| {
+            let prev = prev.max(1000.0);
+            (1000.0 + rng.random::<f64>() * (prev * 3.0 - 1000.0)).min(4000.0)
+        });
+        let r = run_one("jitter", "{}", &decorrelated);
+        assert_eq!(r.verdict, Verdict::Pass, "{}", r.summary);
+    }
+
+    #[test]
+    fn small_additive_jitter_is_weak() {
+        // 0–100 ms added to a 1 s doubling backoff.
+        let j = herd(100, 3, 6, |rng, k, _| {
+            backoff(k) + rng.random::<f64>() * 100.0
+        });
+        let r = run_one("jitter", "{}", &j);
+        assert_eq!(r.verdict, Verdict::Weak, "{}", r.summary);
+        assert!(r.passed);
+        assert!(r.summary.contains("too small"), "{}", r.summary);
+        // Both thresholds are configurable: a noise floor above the spread calls it no jitter,
+        // a dispersion threshold below it (0.006 on the 4 s delay) lets it pass.
+        let r = run_one("jitter", "{ noise_floor_ms: 50 }", &j);
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
+        let r = run_one("jitter", "{ min_dispersion: 0.005 }", &j);
+        assert_eq!(r.verdict, Verdict::Pass, "{}", r.summary);
+    }
+
+    #[test]
+    fn too_few_retries_is_inconclusive() {
+        let j = herd(10, 3, 7, |_, k, _| backoff(k));
+        let r = run_one("jitter", "{}", &j);
+        assert_eq!(r.verdict, Verdict::Inconclusive, "{}", r.summary);
+        assert!(r.summary.contains("not enough data"), "{}", r.summary);
+        assert!(r.summary.contains("had 10"), "{}", r.summary);
+        // Enough with a lower bar.
+        assert_eq!(
+            run_one("jitter", "{ min_samples: 5 }", &j).verdict,
+            Verdict::Fail
+        );
+    }
+
+    #[test]
+    fn borderline_failures_apart_are_not_a_herd() {
+        // Failures 1 s apart never form a cluster, however synchronized their backoff.
+        let mut j = Vec::new();
+        for c in 0..40u32 {
+            let t = c as f64 * 1000.0;
+            j.push(entry(0, t).key(&format!("k{c}")).status(503).build());
+            j.push(entry(0, t + 1001.0).key(&format!("k{c}")).build());
+        }
+        let r = run_one("jitter", "{}", &in_arrival_order(j));
+        assert_eq!(r.verdict, Verdict::Inconclusive, "{}", r.summary);
+    }
+}

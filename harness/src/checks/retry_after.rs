@@ -1,0 +1,242 @@
+//! `retry_after`: a retry earlier than the Retry-After it was given.
+//!
+//! Why: a 429 or 503 with Retry-After is the server saying when it can take the request again.
+//! A client that comes back sooner is refused again at best and, multiplied by every client, keeps
+//! an overloaded service down. Honouring Retry-After is the cheapest back-pressure there is.
+//!
+//! Where the Retry-After comes from: today's journal records request headers only, not the
+//! response's. So the value the server sent is taken, in order, from the journal field
+//! `retry_after_s` when a journal carries it (read through
+//! [`JournalRecord`](super::journal::JournalRecord)), from `by_rule` (the id of the schedule rule
+//! that fired), from `by_status`, and from `default_s` for responses whose status is in `statuses`.
+//! The configuration must therefore match the fault schedule that produced the journal (and be
+//! scaled with it under `--time-scale`); an HTTP-date Retry-After cannot be expressed here.
+//!
+//! The delay is measured at the server (next arrival minus the previous response's end), so it
+//! slightly over-states the client's wait; `tolerance_ms` absorbs rounding.
+//!
+//! Metrics: `retries_checked`, `too_early`, `smallest_margin_ms` (delay minus Retry-After).
+
+use std::collections::BTreeMap;
+
+use reports::{CheckResult, Verdict};
+use serde::{Deserialize, Serialize};
+
+use super::evidence::{attach, Findings};
+use super::operations::Previous;
+use super::{Attempt, Check, Context};
+
+/// Configuration of the `retry_after` check.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetryAfterConfig {
+    /// Retry-After (seconds) sent with every response whose status is in `statuses`.
+    pub default_s: Option<f64>,
+    /// Statuses `default_s` applies to.
+    pub statuses: Vec<u16>,
+    /// Retry-After (seconds) by response status.
+    pub by_status: BTreeMap<u16, f64>,
+    /// Retry-After (seconds) by the id of the schedule rule that produced the response.
+    pub by_rule: BTreeMap<String, f64>,
+    /// How much earlier than Retry-After a retry may arrive (ms).
+    pub tolerance_ms: u64,
+}
+
+impl Default for RetryAfterConfig {
+    fn default() -> Self {
+        RetryAfterConfig {
+            default_s: None,
+            statuses: vec![429, 503],
+            by_status: BTreeMap::new(),
+            by_rule: BTreeMap::new(),
+            tolerance_ms: 50,
+        }
+    }
+}
+
+impl RetryAfterConfig {
+    /// The Retry-After (seconds) the response of `prev` carried, as far as we know.
+    fn retry_after_s(&self, prev: &Previous) -> Option<f64> {
+        prev.retry_after_s
+            .or_else(|| {
+                prev.rule
+                    .as_ref()
+                    .and_then(|r| self.by_rule.get(r).copied())
+            })
+            .or_else(|| prev.status.and_then(|s| self.by_status.get(&s).copied()))
+            .or_else(|| {
+                self.default_s
+                    .filter(|_| prev.status.is_some_and(|s| self.statuses.contains(&s)))
+            })
+    }
+}
+
+/// The `retry_after` check.
+pub(crate) struct RetryAfterCheck {
+    cfg: RetryAfterConfig,
+    findings: Findings,
+    checked: u64,
+    smallest_margin_ms: Option<f64>,
+}
+
+impl RetryAfterCheck {
+    /// A check configured by `cfg`.
+    pub(crate) fn new(cfg: &RetryAfterConfig, ctx: Context) -> Self {
+        RetryAfterCheck {
+            cfg: cfg.clone(),
+            findings: Findings::new(ctx.max_evidence),
+            checked: 0,
+            smallest_margin_ms: None,
+        }
+    }
+}
+
+impl Check for RetryAfterCheck {
+    fn name(&self) -> &'static str {
+        "retry_after"
+    }
+
+    fn observe(&mut self, a: &Attempt<'_>) {
+        let (Some(prev), Some(delay_us)) = (a.previous(), a.delay_us()) else {
+            return;
+        };
+        let Some(ra_s) = self.cfg.retry_after_s(prev) else {
+            return;
+        };
+        self.checked += 1;
+        let delay_ms = delay_us as f64 / 1000.0;
+        let margin = delay_ms - ra_s * 1000.0;
+        self.smallest_margin_ms = Some(self.smallest_margin_ms.map_or(margin, |m| m.min(margin)));
+        if margin < -(self.cfg.tolerance_ms as f64) {
+            self.findings.push(
+                format!(
+                    "{} retried {delay_ms:.0} ms after a {} that said Retry-After {ra_s} s",
+                    a.step.key,
+                    prev.status
+                        .map_or("response".to_string(), |s| s.to_string())
+                ),
+                Some(a.step.key.to_string()),
+                vec![prev.seq, a.entry.seq],
+            );
+        }
+    }
+
+    fn finish(self: Box<Self>) -> CheckResult {
+        let configured = self.cfg.default_s.is_some()
+            || !self.cfg.by_status.is_empty()
+            || !self.cfg.by_rule.is_empty();
+        let (verdict, summary) = if let Some(first) = self.findings.first_detail() {
+            (
+                Verdict::Fail,
+                format!(
+                    "{} of {} retries came before their Retry-After; first: {first}",
+                    self.findings.total(),
+                    self.checked
+                ),
+            )
+        } else if self.checked == 0 && !configured {
+            (
+                Verdict::Inconclusive,
+                "not enough data: the journal records no Retry-After; configure default_s, \
+                 by_status or by_rule to match the fault schedule"
+                    .to_string(),
+            )
+        } else if self.checked == 0 {
+            (
+                Verdict::Inconclusive,
+                "not enough data: no retry followed a response with a known Retry-After"
+                    .to_string(),
+            )
+        } else {
+            (
+                Verdict::Pass,
+                format!("all {} retries waited for their Retry-After", self.checked),
+            )
+        };
+        let mut result = CheckResult::new("retry_after", verdict, summary)
+            .metric("retries_checked", self.checked)
+            .metric("too_early", self.findings.total());
+        if let Some(m) = self.smallest_margin_ms {
+            result = result.metric("smallest_margin_ms", m);
+        }
+        attach(result, self.findings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use reports::Verdict;
+
+    use crate::checks::testutil::{entry, run_one};
+    use crate::checks::{run_checks, ChecksConfig, JournalRecord};
+
+    const NAME: &str = "retry_after";
+
+    fn throttled_then(retry_at_ms: u32) -> Vec<fault_server::journal::Entry> {
+        vec![
+            entry(1, 0).key("k").status(429).took(1).build(),
+            entry(2, retry_at_ms).key("k").created("o1").build(),
+        ]
+    }
+
+    #[test]
+    fn fails_a_retry_before_retry_after() {
+        let r = run_one(NAME, "{ default_s: 1 }", &throttled_then(300));
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
+        assert_eq!(r.evidence[0].seqs, vec![1, 2]);
+        assert_eq!(r.metrics["smallest_margin_ms"], -701.0);
+    }
+
+    #[test]
+    fn passes_a_retry_after_retry_after() {
+        let r = run_one(NAME, "{ default_s: 1 }", &throttled_then(1001));
+        assert_eq!(r.verdict, Verdict::Pass, "{}", r.summary);
+    }
+
+    #[test]
+    fn borderline_tolerance_and_lookup_order() {
+        // 960 ms after a 1 s Retry-After is within the default 50 ms tolerance; 940 is not.
+        let r = run_one(NAME, "{ default_s: 1 }", &throttled_then(961));
+        assert_eq!(r.verdict, Verdict::Pass);
+        let r = run_one(NAME, "{ default_s: 1 }", &throttled_then(941));
+        assert_eq!(r.verdict, Verdict::Fail);
+        // A rule's value wins over the status's, which wins over the default.
+        let mut j = throttled_then(1500);
+        j[0].rule = Some("throttle".into());
+        let cfg = "{ default_s: 1, by_status: { 429: 1 }, by_rule: { throttle: 2 } }";
+        assert_eq!(run_one(NAME, cfg, &j).verdict, Verdict::Fail);
+        let cfg = "{ default_s: 1, by_status: { 429: 2 } }";
+        assert_eq!(run_one(NAME, cfg, &j).verdict, Verdict::Fail);
+        // default_s applies only to the listed statuses.
+        let cfg = "{ default_s: 1, statuses: [503] }";
+        assert_eq!(run_one(NAME, cfg, &j).verdict, Verdict::Inconclusive);
+    }
+
+    #[test]
+    fn nothing_known_is_inconclusive() {
+        let r = run_one(NAME, "{}", &throttled_then(10));
+        assert_eq!(r.verdict, Verdict::Inconclusive);
+        assert!(r.summary.contains("configure"), "{}", r.summary);
+    }
+
+    #[test]
+    fn a_journal_field_overrides_the_config() {
+        let line = |seq, t: u64, status: u16, ra: &str| {
+            format!(
+                r#"{{"seq":{seq},"t_recv_us":{t},"t_done_us":{},"unix_ms":0,"method":"POST",
+                "path":"/orders","idempotency_key":"k","outcome":"responded","status":{status}{ra}}}"#,
+                t + 1000
+            )
+        };
+        let records: Vec<JournalRecord> = [
+            line(1, 0, 503, r#","retry_after_s":3"#),
+            line(2, 2_000_000, 201, ""),
+        ]
+        .iter()
+        .map(|l| serde_json::from_str(l).expect("valid test line"))
+        .collect();
+        let cfg = ChecksConfig::from_yaml("retry_after: { default_s: 1 }").expect("valid");
+        let r = run_checks(&cfg, &records).remove(0);
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
+    }
+}

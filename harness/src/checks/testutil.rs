@@ -1,0 +1,169 @@
+//! Hand-written journals for the checks' tests.
+//!
+//! `entry(seq, t_recv_ms)` starts a responded `POST /orders` that took 1 ms and answered 200;
+//! the builder methods change what a test is about. Times are milliseconds since server start.
+
+#![allow(dead_code)] // Removed once every builder method has a user.
+
+use std::collections::BTreeMap;
+
+use fault_server::journal::{Entry, Outcome};
+use reports::CheckResult;
+
+use super::{run_checks, ChecksConfig};
+
+/// Wall clock of server start in the test journals.
+pub(crate) const EPOCH_MS: u64 = 1_700_000_000_000;
+
+/// Builds one journal entry.
+#[derive(Debug, Clone)]
+pub(crate) struct EntryBuilder(Entry);
+
+/// A responded `POST /orders` (status 200, 1 ms) received at `t_recv_ms`.
+pub(crate) fn entry(seq: u64, t_recv_ms: impl Into<f64>) -> EntryBuilder {
+    let t_recv_us = (t_recv_ms.into() * 1000.0).round() as u64;
+    EntryBuilder(Entry {
+        seq,
+        t_recv_us,
+        t_done_us: t_recv_us + 1000,
+        unix_ms: EPOCH_MS + t_recv_us / 1000,
+        method: "POST".to_string(),
+        path: "/orders".to_string(),
+        query: None,
+        headers: BTreeMap::new(),
+        idempotency_key: None,
+        client_id: None,
+        body_sha256: None,
+        body_len: 0,
+        conn_id: seq,
+        rule: None,
+        fault: None,
+        status: Some(200),
+        outcome: Outcome::Responded,
+        created: None,
+        key_attempt: None,
+        transition: None,
+        resource: None,
+        replayed: false,
+        draw: None,
+    })
+}
+
+impl EntryBuilder {
+    /// Response written `ms` after the request arrived.
+    pub(crate) fn took(mut self, ms: impl Into<f64>) -> Self {
+        self.0.t_done_us = self.0.t_recv_us + (ms.into() * 1000.0).round() as u64;
+        self
+    }
+
+    /// Answered with `status`.
+    pub(crate) fn status(mut self, status: u16) -> Self {
+        self.0.status = Some(status);
+        self.0.outcome = Outcome::Responded;
+        self
+    }
+
+    /// No response: dropped, reset, hung or client closed.
+    pub(crate) fn no_response(mut self, outcome: Outcome) -> Self {
+        self.0.status = None;
+        self.0.outcome = outcome;
+        self
+    }
+
+    /// Carries an Idempotency-Key.
+    pub(crate) fn key(mut self, key: &str) -> Self {
+        self.0.idempotency_key = Some(key.to_string());
+        self.0
+            .headers
+            .insert("idempotency-key".to_string(), key.to_string());
+        self
+    }
+
+    /// Sent by client `id` (x-client-id).
+    pub(crate) fn client(mut self, id: &str) -> Self {
+        self.0.client_id = Some(id.to_string());
+        self.0
+            .headers
+            .insert("x-client-id".to_string(), id.to_string());
+        self
+    }
+
+    /// Body fingerprint (stands for the hex SHA-256).
+    pub(crate) fn body(mut self, fingerprint: &str) -> Self {
+        self.0.body_sha256 = Some(fingerprint.to_string());
+        self.0.body_len = fingerprint.len() as u64;
+        self
+    }
+
+    /// A captured request header.
+    pub(crate) fn header(mut self, name: &str, value: &str) -> Self {
+        self.0.headers.insert(name.to_string(), value.to_string());
+        self
+    }
+
+    /// Method and path.
+    pub(crate) fn at(mut self, method: &str, path: &str) -> Self {
+        self.0.method = method.to_string();
+        self.0.path = path.to_string();
+        self
+    }
+
+    /// Created resource `id` (and answered 201).
+    pub(crate) fn created(mut self, id: &str) -> Self {
+        self.0.created = Some(id.to_string());
+        if self.0.outcome == Outcome::Responded {
+            self.0.status = Some(201);
+        }
+        self
+    }
+
+    /// An idempotent replay answered 200.
+    pub(crate) fn replayed(mut self) -> Self {
+        self.0.replayed = true;
+        self.0.status = Some(200);
+        self
+    }
+
+    /// The fault schedule's rule `id` fired with fault `kind`.
+    pub(crate) fn fault(mut self, rule: &str, kind: &str) -> Self {
+        self.0.rule = Some(rule.to_string());
+        self.0.fault = Some(kind.to_string());
+        self
+    }
+
+    /// Made `transition` (e.g. `pending->paid`) on `resource`.
+    pub(crate) fn transition(mut self, resource: &str, transition: &str) -> Self {
+        self.0.resource = Some(resource.to_string());
+        self.0.transition = Some(transition.to_string());
+        self
+    }
+
+    /// Wall-clock arrival, ms since the Unix epoch.
+    pub(crate) fn unix_ms(mut self, unix_ms: u64) -> Self {
+        self.0.unix_ms = unix_ms;
+        self
+    }
+
+    /// The entry.
+    pub(crate) fn build(self) -> Entry {
+        self.0
+    }
+}
+
+/// Runs the one check `name` configured by the YAML `check_yaml` (e.g. `{}`) over `entries`.
+pub(crate) fn run_one(name: &str, check_yaml: &str, entries: &[Entry]) -> CheckResult {
+    let cfg = ChecksConfig::from_yaml(&format!("{name}: {check_yaml}"))
+        .unwrap_or_else(|e| panic!("test config for {name}: {e}"));
+    let mut results = run_checks(&cfg, entries);
+    assert_eq!(results.len(), 1, "exactly the check {name} runs");
+    results.remove(0)
+}
+
+/// Renumbers `entries` by arrival time (seq order = arrival order, as in a real journal).
+pub(crate) fn in_arrival_order(mut entries: Vec<Entry>) -> Vec<Entry> {
+    entries.sort_by_key(|e| (e.t_recv_us, e.seq));
+    for (i, e) in entries.iter_mut().enumerate() {
+        e.seq = i as u64 + 1;
+    }
+    entries
+}

@@ -1,0 +1,411 @@
+//! `thresholds`: service-level expectations on latency, errors and throughput.
+//!
+//! Why: resilience is not only "no duplicates"; a service that survives a fault by answering in
+//! 30 s has failed its users too. Rules (see [`super::threshold_rules`]) such as `p99 < 200ms`,
+//! `error_rate < 1%` or `throughput > 500/s` turn that into a gate.
+//!
+//! Two sources of figures, one evaluation ([`evaluate`]):
+//! - the journal (this check): latency = `t_done_us` − `t_recv_us` of every entry, recorded in an
+//!   HDR histogram (µs, 3 significant digits) so memory stays constant; error = no response or 5xx;
+//!   throughput = entries / (last `t_done_us` − first `t_recv_us`);
+//! - figures measured elsewhere, e.g. client-side latency from the load driver: build a
+//!   [`Measured`] and call [`evaluate`].
+//!
+//! A rule whose figure is unavailable (e.g. `p95` against a summary that only has p50/p90/p99/p999)
+//! makes the result Inconclusive unless another rule fails.
+//!
+//! Metrics: `rules` (one object per rule: rule, value, passed), `requests`, `error_rate`,
+//! `throughput_rps`, `latency_p50_ms`, `latency_p99_ms` (when known).
+
+use hdrhistogram::Histogram;
+use reports::model::Latency;
+use reports::{CheckResult, Verdict};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::evidence::{attach, Findings};
+use super::failure;
+use super::threshold_rules::{Metric, Rule};
+use super::{Attempt, Check, Context};
+
+/// Configuration of the `thresholds` check.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ThresholdsConfig {
+    /// The rules, e.g. `["p99 < 200ms", "error_rate < 1%"]`.
+    pub rules: Vec<Rule>,
+}
+
+/// Latency figures to evaluate rules on.
+#[derive(Debug, Clone)]
+pub enum LatencyFigures {
+    /// Every sample, in microseconds.
+    Histogram(Histogram<u64>),
+    /// Only the summary percentiles of a report (p50, p90, p99, p99.9, max, mean), in ms.
+    Summary(Latency),
+}
+
+impl LatencyFigures {
+    /// The value of a latency metric in ms, when these figures have it.
+    pub fn value_ms(&self, metric: Metric) -> Option<f64> {
+        match self {
+            LatencyFigures::Histogram(h) => {
+                if h.is_empty() {
+                    return None;
+                }
+                let us = match metric {
+                    Metric::Percentile(p) => h.value_at_quantile(p / 100.0) as f64,
+                    Metric::Median => h.value_at_quantile(0.5) as f64,
+                    Metric::Mean => h.mean(),
+                    Metric::Min => h.min() as f64,
+                    Metric::Max => h.max() as f64,
+                    Metric::ErrorRate | Metric::Throughput => return None,
+                };
+                Some(us / 1000.0)
+            }
+            LatencyFigures::Summary(l) => {
+                if l.count == 0 && l.max == 0.0 {
+                    return None;
+                }
+                let near = |a: f64, b: f64| (a - b).abs() < 1e-9;
+                match metric {
+                    Metric::Percentile(p) if near(p, 50.0) => Some(l.p50),
+                    Metric::Median => Some(l.p50),
+                    Metric::Percentile(p) if near(p, 90.0) => Some(l.p90),
+                    Metric::Percentile(p) if near(p, 99.0) => Some(l.p99),
+                    Metric::Percentile(p) if near(p, 99.9) => Some(l.p999),
+                    Metric::Percentile(p) if near(p, 100.0) => Some(l.max),
+                    Metric::Max => Some(l.max),
+                    Metric::Mean => Some(l.mean),
+                    _ => None,
+                }
+            }
+        }
+    }
+}
+
+/// Measured figures: from the journal, or provided by the load driver.
+#[derive(Debug, Clone, Default)]
+pub struct Measured {
+    /// Latency distribution.
+    pub latency: Option<LatencyFigures>,
+    /// Errors over requests, as a fraction.
+    pub error_rate: Option<f64>,
+    /// Requests per second.
+    pub throughput_rps: Option<f64>,
+    /// Requests behind the figures.
+    pub requests: u64,
+}
+
+impl Measured {
+    /// Figures from a report's latency summary, error rate (fraction) and throughput.
+    pub fn from_summary(
+        latency: Latency,
+        error_rate: Option<f64>,
+        throughput: Option<f64>,
+    ) -> Self {
+        Measured {
+            requests: latency.count,
+            latency: Some(LatencyFigures::Summary(latency)),
+            error_rate,
+            throughput_rps: throughput,
+        }
+    }
+
+    /// The figure a metric asks for, in the rule's canonical unit.
+    pub fn value(&self, metric: Metric) -> Option<f64> {
+        match metric {
+            Metric::ErrorRate => self.error_rate,
+            Metric::Throughput => self.throughput_rps,
+            m => self.latency.as_ref().and_then(|l| l.value_ms(m)),
+        }
+    }
+}
+
+/// Journal seqs that illustrate a failed rule.
+#[derive(Debug, Clone, Default)]
+struct Hints {
+    slowest: Vec<u64>,
+    errors: Vec<u64>,
+}
+
+/// Evaluates `rules` on `measured`: the `thresholds` check's result.
+pub fn evaluate(rules: &[Rule], measured: &Measured) -> CheckResult {
+    evaluate_with(rules, measured, &Hints::default(), usize::MAX)
+}
+
+fn evaluate_with(
+    rules: &[Rule],
+    measured: &Measured,
+    hints: &Hints,
+    max_evidence: usize,
+) -> CheckResult {
+    let mut findings = Findings::new(max_evidence);
+    let mut unknown = Vec::new();
+    let mut held = Vec::new();
+    let mut table = Vec::new();
+    for rule in rules {
+        let value = measured.value(rule.metric);
+        let passed = value.map(|v| rule.holds(v));
+        table.push(json!({ "rule": rule.text, "value": value, "passed": passed }));
+        match (value, passed) {
+            (Some(v), Some(false)) => {
+                let seqs = match rule.metric {
+                    Metric::ErrorRate => hints.errors.clone(),
+                    Metric::Throughput => Vec::new(),
+                    _ => hints.slowest.clone(),
+                };
+                findings.push(
+                    format!(
+                        "{} is {}, not {} {}",
+                        rule.text,
+                        rule.show(v),
+                        rule.op_str(),
+                        rule.show(rule.limit)
+                    ),
+                    None,
+                    seqs,
+                );
+            }
+            (Some(v), _) => held.push(format!("{} ({})", rule.text, rule.show(v))),
+            (None, _) => unknown.push(rule.text.as_str()),
+        }
+    }
+    let (verdict, summary) = if let Some(first) = findings.first_detail() {
+        (
+            Verdict::Fail,
+            format!(
+                "{} of {} thresholds failed: {first}",
+                findings.total(),
+                rules.len()
+            ),
+        )
+    } else if rules.is_empty() {
+        (
+            Verdict::Inconclusive,
+            "no threshold rules configured".to_string(),
+        )
+    } else if !unknown.is_empty() {
+        (
+            Verdict::Inconclusive,
+            format!("not enough data: no figure for {}", unknown.join(", ")),
+        )
+    } else {
+        (
+            Verdict::Pass,
+            format!("all thresholds hold: {}", held.join(", ")),
+        )
+    };
+    let mut result = CheckResult::new("thresholds", verdict, summary)
+        .metric("rules", table)
+        .metric("requests", measured.requests);
+    if let Some(e) = measured.error_rate {
+        result = result.metric("error_rate", e);
+    }
+    if let Some(t) = measured.throughput_rps {
+        result = result.metric("throughput_rps", t);
+    }
+    if let Some(p) = measured.value(Metric::Percentile(50.0)) {
+        result = result.metric("latency_p50_ms", p);
+    }
+    if let Some(p) = measured.value(Metric::Percentile(99.0)) {
+        result = result.metric("latency_p99_ms", p);
+    }
+    attach(result, findings)
+}
+
+/// How many seqs a failed rule's evidence lists.
+const HINTS: usize = 5;
+
+/// The `thresholds` check, on figures computed from the journal.
+pub(crate) struct ThresholdsCheck {
+    rules: Vec<Rule>,
+    max_evidence: usize,
+    latency_us: Option<Histogram<u64>>,
+    requests: u64,
+    errors: u64,
+    first_recv_us: Option<u64>,
+    last_done_us: u64,
+    /// (latency µs, seq) of the slowest requests, slowest first.
+    slowest: Vec<(u64, u64)>,
+    error_seqs: Vec<u64>,
+}
+
+impl ThresholdsCheck {
+    /// A check configured by `cfg`.
+    pub(crate) fn new(cfg: &ThresholdsConfig, ctx: Context) -> Self {
+        ThresholdsCheck {
+            rules: cfg.rules.clone(),
+            max_evidence: ctx.max_evidence,
+            // One hour at 3 significant digits; longer latencies saturate at the top.
+            latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3).ok(),
+            requests: 0,
+            errors: 0,
+            first_recv_us: None,
+            last_done_us: 0,
+            slowest: Vec::new(),
+            error_seqs: Vec::new(),
+        }
+    }
+}
+
+impl Check for ThresholdsCheck {
+    fn name(&self) -> &'static str {
+        "thresholds"
+    }
+
+    fn observe(&mut self, a: &Attempt<'_>) {
+        let e = a.entry;
+        self.requests += 1;
+        let latency = e.t_done_us.saturating_sub(e.t_recv_us);
+        if let Some(h) = &mut self.latency_us {
+            h.saturating_record(latency);
+        }
+        if failure::is_error(e) {
+            self.errors += 1;
+            if self.error_seqs.len() < HINTS {
+                self.error_seqs.push(e.seq);
+            }
+        }
+        self.first_recv_us = Some(
+            self.first_recv_us
+                .map_or(e.t_recv_us, |f| f.min(e.t_recv_us)),
+        );
+        self.last_done_us = self.last_done_us.max(e.t_done_us);
+        let pos = self.slowest.partition_point(|(l, _)| *l >= latency);
+        if pos < HINTS {
+            self.slowest.insert(pos, (latency, e.seq));
+            self.slowest.truncate(HINTS);
+        }
+    }
+
+    fn finish(self: Box<Self>) -> CheckResult {
+        let span_us = self
+            .first_recv_us
+            .map_or(0, |f| self.last_done_us.saturating_sub(f));
+        let measured = Measured {
+            latency: self
+                .latency_us
+                .filter(|h| !h.is_empty())
+                .map(LatencyFigures::Histogram),
+            error_rate: (self.requests > 0).then(|| self.errors as f64 / self.requests as f64),
+            throughput_rps: (span_us > 0).then(|| self.requests as f64 / (span_us as f64 / 1e6)),
+            requests: self.requests,
+        };
+        let hints = Hints {
+            slowest: self.slowest.iter().map(|(_, s)| *s).collect(),
+            errors: self.error_seqs,
+        };
+        evaluate_with(&self.rules, &measured, &hints, self.max_evidence)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fault_server::journal::{Entry, Outcome};
+    use reports::model::Latency;
+    use reports::Verdict;
+
+    use super::{evaluate, Measured};
+    use crate::checks::testutil::{entry, run_one};
+    use crate::checks::ChecksConfig;
+
+    const NAME: &str = "thresholds";
+
+    /// 100 requests over ~1 s: latencies 1..=100 ms, the last `errors` of them 503.
+    fn journal(errors: u64) -> Vec<Entry> {
+        (1..=100u64)
+            .map(|i| {
+                let e = entry(i, (i * 10) as u32).took(i as u32);
+                if i > 100 - errors {
+                    e.status(503).build()
+                } else {
+                    e.build()
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn passes_rules_that_hold_on_the_journal() {
+        let cfg =
+            r#"{ rules: ["p99 < 200ms", "p50 <= 51ms", "error_rate < 1%", "throughput > 50/s"] }"#;
+        let r = run_one(NAME, cfg, &journal(0));
+        assert_eq!(r.verdict, Verdict::Pass, "{}", r.summary);
+        let p50 = r.metrics["latency_p50_ms"].as_f64().unwrap_or(f64::NAN);
+        assert!((49.9..=50.1).contains(&p50), "{p50}");
+        let tput = r.metrics["throughput_rps"].as_f64().unwrap_or(f64::NAN);
+        assert!((90.0..=110.0).contains(&tput), "{tput}");
+    }
+
+    #[test]
+    fn fails_latency_and_error_rules_with_seqs() {
+        let cfg = r#"{ rules: ["p99 < 50ms", "error_rate < 1%"] }"#;
+        let r = run_one(NAME, cfg, &journal(3));
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
+        assert_eq!(r.evidence.len(), 2);
+        assert_eq!(r.evidence[0].seqs, vec![100, 99, 98, 97, 96]);
+        assert!(
+            r.evidence[1].detail.contains("3.00%"),
+            "{}",
+            r.evidence[1].detail
+        );
+        assert_eq!(r.evidence[1].seqs, vec![98, 99, 100]);
+    }
+
+    #[test]
+    fn no_response_counts_as_an_error() {
+        let mut j = journal(0);
+        j[0] = entry(1, 10).no_response(Outcome::Reset).build();
+        let r = run_one(NAME, r#"{ rules: ["error_rate <= 1%"] }"#, &j);
+        assert_eq!(r.verdict, Verdict::Pass);
+        let r = run_one(NAME, r#"{ rules: ["error_rate < 1%"] }"#, &j);
+        assert_eq!(
+            r.verdict,
+            Verdict::Fail,
+            "borderline: exactly 1% is not < 1%"
+        );
+    }
+
+    #[test]
+    fn external_figures_from_the_driver() {
+        let latency = Latency {
+            p50: 12.0,
+            p90: 40.0,
+            p99: 250.0,
+            p999: 400.0,
+            max: 500.0,
+            mean: 20.0,
+            count: 1000,
+        };
+        let m = Measured::from_summary(latency, Some(0.001), Some(800.0));
+        let rules = |v: &[&str]| -> Vec<super::Rule> {
+            v.iter()
+                .map(|s| s.parse().unwrap_or_else(|e| panic!("{e}")))
+                .collect()
+        };
+        let r = evaluate(&rules(&["p99 < 200ms", "throughput > 500/s"]), &m);
+        assert_eq!(r.verdict, Verdict::Fail);
+        assert!(r.summary.contains("250.0 ms"), "{}", r.summary);
+        let r = evaluate(&rules(&["p50 < 20ms", "error_rate < 1%"]), &m);
+        assert_eq!(r.verdict, Verdict::Pass, "{}", r.summary);
+        // A summary has no p95: inconclusive rather than a guess.
+        let r = evaluate(&rules(&["p95 < 200ms"]), &m);
+        assert_eq!(r.verdict, Verdict::Inconclusive, "{}", r.summary);
+    }
+
+    #[test]
+    fn bad_rules_fail_the_config_with_line_and_column() {
+        let err =
+            ChecksConfig::from_yaml("thresholds:\n  rules: [\"p99 < 200ms\", \"p99 < 2xs\"]\n")
+                .expect_err("bad unit");
+        let msg = err.to_string();
+        assert!(msg.contains("column 8: expected a duration unit"), "{msg}");
+        assert!(msg.contains("thresholds.rules"), "{msg}");
+        assert!(msg.contains("line 2"), "{msg}");
+        assert_eq!(
+            run_one(NAME, "{}", &journal(0)).verdict,
+            Verdict::Inconclusive
+        );
+    }
+}
