@@ -1,1 +1,3 @@
 //! The harness: scenarios, the load driver, client retry policies and the checks.
+
+pub mod probe;
