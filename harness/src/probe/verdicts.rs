@@ -49,7 +49,7 @@ fn duplicates(rounds: &[RoundResult]) -> CheckResult {
             Verdict::Fail,
             format!(
                 "{} of {} rounds created more than one resource for one key (up to {max_created}): \
-                 a retried or double-clicked request is charged twice",
+                 a retried request creates again",
                 bad.len(),
                 rounds.len()
             ),
@@ -135,6 +135,8 @@ struct Finding {
     name: &'static str,
     verdict: Verdict,
     headline: String,
+    /// The key the whole finding is about, when it is about one.
+    key: Option<String>,
     evidence: Vec<Evidence>,
     metrics: Vec<(&'static str, serde_json::Value)>,
 }
@@ -145,6 +147,7 @@ impl Finding {
             name,
             verdict,
             headline: headline.into(),
+            key: None,
             evidence: Vec::new(),
             metrics: Vec::new(),
         }
@@ -156,7 +159,7 @@ fn semantics(rounds: &[RoundResult], f: &FollowUps, require_key: bool) -> CheckR
         one_created(rounds),
         losers(rounds),
         replay(rounds.first(), &f.replay),
-        different_body(&f.different_body),
+        different_body(rounds.first(), &f.different_body),
         missing_key(&f.missing_key, require_key),
     ];
     // Most telling first: failures, then weaknesses.
@@ -186,7 +189,7 @@ fn semantics(rounds: &[RoundResult], f: &FollowUps, require_key: bool) -> CheckR
     for x in findings {
         c = c.evidence(Evidence {
             detail: format!("{} [{}]: {}", x.name, verdict_name(x.verdict), x.headline),
-            key: None,
+            key: x.key,
             seqs: vec![],
         });
         for e in x.evidence {
@@ -271,6 +274,7 @@ struct LoserCounts {
 /// The requests that did not create: a replay of the same resource, or `409` + `Retry-After`.
 fn losers(rounds: &[RoundResult]) -> Finding {
     let mut total = LoserCounts::default();
+    let mut total_losers = 0;
     let mut fail_ev = Vec::new();
     let mut weak_ev = Vec::new();
     for r in rounds {
@@ -295,7 +299,13 @@ fn losers(rounds: &[RoundResult]) -> Finding {
                 Some(_) => n.other += 1,
             }
         }
-        let losers = r.responses.len() - usize::from(reference.is_some());
+        let losers = r
+            .responses
+            .iter()
+            .enumerate()
+            .filter(|(i, e)| Some(*i) != reference && e.status != Some(201))
+            .count();
+        total_losers += losers;
         let mut fails = Vec::new();
         if n.server_error > 0 {
             fails.push(format!("{} got a 5xx", n.server_error));
@@ -310,7 +320,7 @@ fn losers(rounds: &[RoundResult]) -> Finding {
             fail_ev.push(keyed(
                 r,
                 format!(
-                    "{} of {losers} losers: {}",
+                    "{losers} losers: {}; statuses {}",
                     fails.join(", "),
                     histogram(&r.responses)
                 ),
@@ -335,7 +345,11 @@ fn losers(rounds: &[RoundResult]) -> Finding {
         if !weak.is_empty() {
             weak_ev.push(keyed(
                 r,
-                format!("{}: {}", weak.join(", "), histogram(&r.responses)),
+                format!(
+                    "{losers} losers: {}; statuses {}",
+                    weak.join(", "),
+                    histogram(&r.responses)
+                ),
             ));
         }
         total.replayed += n.replayed;
@@ -384,6 +398,12 @@ fn losers(rounds: &[RoundResult]) -> Finding {
             parts.push(format!("{} losers got neither a replay nor a 409", t.other));
         }
         Finding::new("losers", Verdict::Weak, parts.join(", "))
+    } else if total_losers == 0 {
+        Finding::new(
+            "losers",
+            Verdict::Inconclusive,
+            "no request lost a race (every one created, or each burst had one request)",
+        )
     } else {
         Finding::new(
             "losers",
@@ -417,8 +437,7 @@ fn losers(rounds: &[RoundResult]) -> Finding {
 
 /// Round 1's key and body again, after everything completed: the stored result.
 fn replay(first: Option<&RoundResult>, e: &Exchange) -> Finding {
-    let reference_id =
-        first.and_then(|r| r.responses.get(r.reference()?).and_then(Exchange::resource));
+    let resources = first.map(RoundResult::resources).unwrap_or_default();
     let created_anything = first.is_some_and(|r| r.responses.iter().any(Exchange::is_success));
     let status = e.describe();
     let mut x = if !created_anything {
@@ -436,43 +455,57 @@ fn replay(first: Option<&RoundResult>, e: &Exchange) -> Finding {
         };
         Finding::new("replay", Verdict::Fail, format!("answered {status}: {why}"))
     } else {
-        match (reference_id, e.resource()) {
-            (Some(a), Some(b)) if a != b => Finding::new(
+        match e.resource() {
+            Some(b) if !resources.is_empty() && !resources.contains(&b) => Finding::new(
                 "replay",
                 Verdict::Fail,
-                format!("answered {status} with resource {b}, not {a}: the retry created again"),
+                format!(
+                    "answered {status} with resource {b}, which round 1 never returned: the \
+                     retry created again"
+                ),
             ),
-            (Some(_), Some(_)) if e.replayed => Finding::new(
+            // Round 1 already created several; the replay picked one of them.
+            Some(_) if resources.len() > 1 => Finding::new(
+                "replay",
+                Verdict::Weak,
+                format!(
+                    "answered {status} with one of the {} resources round 1 created",
+                    resources.len()
+                ),
+            ),
+            Some(_) if resources.is_empty() => Finding::new(
+                "replay",
+                Verdict::Weak,
+                format!(
+                    "answered {status}, but round 1's answers had no id or Location to compare"
+                ),
+            ),
+            Some(_) if e.replayed => Finding::new(
                 "replay",
                 Verdict::Pass,
                 format!("answered {status} with the same resource, Idempotent-Replayed: true"),
             ),
-            (Some(_), Some(_)) => Finding::new(
+            Some(_) => Finding::new(
                 "replay",
                 Verdict::Weak,
                 format!(
                     "answered {status} with the same resource but no Idempotent-Replayed: true"
                 ),
             ),
-            _ => Finding::new(
+            None => Finding::new(
                 "replay",
                 Verdict::Weak,
                 format!("answered {status}, but without an id or Location to compare"),
             ),
         }
     };
-    if let Some(r) = first {
-        if x.verdict != Verdict::Pass {
-            x.evidence
-                .push(keyed(r, format!("replay answered {status}")));
-        }
-    }
+    x.key = first.map(|r| r.key.clone());
     x.metrics = vec![("replay_status", status_value(e))];
     x
 }
 
 /// Round 1's key with a different body: the key is being reused by mistake, refuse it (`422`).
-fn different_body(e: &Exchange) -> Finding {
+fn different_body(first: Option<&RoundResult>, e: &Exchange) -> Finding {
     let status = e.describe();
     let (verdict, headline) = match e.status {
         Some(422) => (Verdict::Pass, "refused with 422".to_string()),
@@ -492,6 +525,7 @@ fn different_body(e: &Exchange) -> Finding {
         ),
     };
     let mut x = Finding::new("different_body", verdict, headline);
+    x.key = first.map(|r| r.key.clone());
     x.metrics = vec![("different_body_status", status_value(e))];
     x
 }
