@@ -246,6 +246,9 @@ impl ProbeOutcome {
 }
 
 /// Runs the probe: the bursts, the follow-ups, the verify lookups, then the verdicts.
+///
+/// Needs a Tokio runtime; on a multi-threaded one the released requests are written in parallel,
+/// which keeps the release skew down.
 pub async fn probe(cfg: &ProbeConfig) -> Result<ProbeOutcome, ProbeError> {
     let plan = Plan::resolve(cfg)?;
     let started = Instant::now();
@@ -476,11 +479,15 @@ impl Plan {
                 Err(join) => return Err(self.unreachable(std::io::Error::other(join))),
             }
         }
+        // Every request is built before any task starts: a task waiting at the barrier for a
+        // partner that was never spawned would wait forever.
+        let reqs = (0..self.concurrency)
+            .map(|_| self.request(Some(key), body.clone()))
+            .collect::<Result<Vec<_>, _>>()?;
         let barrier = Arc::new(tokio::sync::Barrier::new(self.concurrency));
         let origin = Instant::now();
         let mut sending = Vec::with_capacity(self.concurrency);
-        for conn in conns {
-            let req = self.request(Some(key), body.clone())?;
+        for (conn, req) in conns.into_iter().zip(reqs) {
             let (barrier, timeout) = (barrier.clone(), self.timeout);
             sending.push(tokio::spawn(async move {
                 barrier.wait().await;
