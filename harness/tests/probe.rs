@@ -1,0 +1,527 @@
+//! The idempotency probe against the real fault server on 127.0.0.1:0: real sockets, the real
+//! SQLite store, each idempotency implementation the server offers. And the verdicts on
+//! hand-written histories, for the answers the fault server never gives.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use fault_server::{Config, FaultServer, ServerOptions};
+use harness::probe::{
+    judge, probe, Exchange, FollowUps, ProbeConfig, ProbeError, ProbeOutcome, RoundResult,
+};
+use reports::{CheckResult, Verdict};
+use serde_json::json;
+
+async fn start(yaml: &str) -> FaultServer {
+    let cfg = Config::from_yaml(yaml, "test").expect("test config is valid");
+    FaultServer::start(cfg, ServerOptions::default())
+        .await
+        .expect("server starts")
+}
+
+/// Small rounds keep the tests fast; ten per burst is the seed's experiment.
+fn config(s: &FaultServer, rounds: usize) -> ProbeConfig {
+    ProbeConfig {
+        rounds,
+        seed: Some(7),
+        ..ProbeConfig::new(format!("{}/orders", s.url()))
+    }
+}
+
+fn check<'a>(o: &'a ProbeOutcome, name: &str) -> &'a CheckResult {
+    o.checks
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no check {name}: {:#?}", o.checks))
+}
+
+fn checks(c: &[CheckResult], name: &str) -> CheckResult {
+    c.iter()
+        .find(|c| c.name == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no check {name}: {c:#?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unique_endpoint_passes_every_check() {
+    let s = start("orders: { idempotency: unique, work_delay: 5ms }").await;
+    let cfg = ProbeConfig {
+        body: json!({ "sku": "probe-{{round}}", "qty": 1 }),
+        headers: vec![("x-client-id".into(), "probe-test".into())],
+        // A path is resolved against the target.
+        verify: Some("/orders?idempotency_key={key}".into()),
+        ..config(&s, 6)
+    };
+    let o = probe(&cfg).await.expect("probe runs");
+    for c in &o.checks {
+        assert_eq!(c.verdict, Verdict::Pass, "{c:#?}");
+    }
+    assert!(o.passed());
+    assert_eq!(
+        o.checks.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+        ["duplicates", "idempotency_semantics"]
+    );
+    let sem = check(&o, "idempotency_semantics");
+    for property in [
+        "one_created",
+        "losers",
+        "replay",
+        "different_body",
+        "missing_key",
+    ] {
+        assert_eq!(sem.metrics[property], "pass", "{property}: {sem:#?}");
+    }
+    assert_eq!(sem.metrics["replay_status"], 200);
+    assert_eq!(sem.metrics["different_body_status"], 422);
+    assert_eq!(sem.metrics["missing_key_status"], 400);
+    let dup = check(&o, "duplicates");
+    assert_eq!(dup.metrics["rounds"], 6);
+    assert_eq!(dup.metrics["rounds_with_duplicates"], 0);
+    assert_eq!(dup.metrics["max_created_per_key"], 1);
+
+    assert_eq!(o.rounds.len(), 6);
+    assert_eq!(o.requests_sent, 6 * 10 + 3);
+    assert_eq!(o.by_status["201"], 6);
+    assert_eq!(o.by_status.values().sum::<u64>(), o.requests_sent);
+    assert_eq!(o.latency_ms.len() as u64, o.requests_sent);
+    assert!(o.errors_by_kind.is_empty(), "{:?}", o.errors_by_kind);
+    for r in &o.rounds {
+        assert_eq!(r.responses.len(), 10);
+        assert_eq!(r.verify_count, Some(1), "{r:#?}");
+        assert_eq!(s.orders().count_for_key(&r.key).await.unwrap(), 1);
+    }
+    assert_eq!(
+        o.release_skew_us_max,
+        o.rounds.iter().map(|r| r.release_skew_us).max().unwrap()
+    );
+
+    // What the server saw: one body per round (the placeholder varies it), the extra header on
+    // every request, and one key per round.
+    assert!(s.settle(Duration::from_secs(10)).await);
+    let journal = s.journal().entries();
+    assert_eq!(
+        journal.len() as u64,
+        o.requests_sent + 6,
+        "plus 6 verify lookups"
+    );
+    let mut bodies: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for e in journal.iter().filter(|e| e.method == "POST") {
+        assert_eq!(e.client_id.as_deref(), Some("probe-test"));
+        if let Some(k) = &e.idempotency_key {
+            bodies
+                .entry(k.clone())
+                .or_default()
+                .insert(e.body_sha256.clone().unwrap_or_default());
+        }
+    }
+    assert_eq!(bodies.len(), 6);
+    let first = &o.rounds[0].key;
+    for (key, hashes) in &bodies {
+        // Round 1's key also carried the different body.
+        assert_eq!(hashes.len(), if key == first { 2 } else { 1 }, "{key}");
+    }
+    let per_round: BTreeSet<_> = o
+        .rounds
+        .iter()
+        .map(|r| bodies[&r.key].iter().next().cloned())
+        .collect();
+    assert_eq!(per_round.len(), 6, "every round sent its own body");
+
+    let report = serde_json::to_value(&o).expect("outcome serializes");
+    for field in [
+        "checks",
+        "rounds",
+        "requests_sent",
+        "by_status",
+        "release_skew_us_max",
+        "latency_ms",
+    ] {
+        assert!(report.get(field).is_some(), "{field}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_then_insert_fails_duplicates_and_names_the_keys() {
+    let s = start("orders: { idempotency: check-then-insert, work_delay: 20ms }").await;
+    let cfg = ProbeConfig {
+        verify: Some(format!("{}/orders?idempotency_key={{key}}", s.url())),
+        ..config(&s, 6)
+    };
+    let o = probe(&cfg).await.expect("probe runs");
+    let dup = check(&o, "duplicates");
+    assert_eq!(dup.verdict, Verdict::Fail, "{dup:#?}");
+    assert!(!o.passed());
+
+    let mut in_store = BTreeMap::new();
+    for r in &o.rounds {
+        let n = s.orders().count_for_key(&r.key).await.unwrap();
+        assert_eq!(
+            r.verify_count,
+            Some(n),
+            "the verify lookup agrees with the store"
+        );
+        in_store.insert(r.key.clone(), n);
+    }
+    let racy: BTreeSet<&String> = in_store
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(k, _)| k)
+        .collect();
+    assert!(!racy.is_empty(), "{in_store:?}");
+    let named: BTreeSet<&String> = dup.evidence.iter().filter_map(|e| e.key.as_ref()).collect();
+    assert_eq!(
+        named, racy,
+        "evidence names exactly the keys with duplicates"
+    );
+    for e in &dup.evidence {
+        let key = e.key.as_ref().unwrap();
+        assert!(
+            e.detail
+                .contains(&format!("the verify lookup counts {}", in_store[key])),
+            "{e:?}"
+        );
+    }
+    assert_eq!(dup.metrics["rounds_with_duplicates"], racy.len() as u64);
+    assert_eq!(
+        dup.metrics["max_created_per_key"],
+        *in_store.values().max().unwrap()
+    );
+    assert_eq!(dup.metrics["verified_rounds"], 6);
+    let sem = check(&o, "idempotency_semantics");
+    assert_eq!(sem.verdict, Verdict::Fail, "several 201s per round");
+    assert_eq!(sem.metrics["one_created"], "fail");
+    assert_ne!(
+        sem.metrics["replay"], "fail",
+        "the replay returns one of the orders round 1 created, it does not create again"
+    );
+    assert_eq!(
+        sem.metrics["different_body"], "fail",
+        "check-then-insert never compares bodies"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ignoring_keys_fails_duplicates() {
+    let s = start("orders: { idempotency: none }").await;
+    let cfg = ProbeConfig {
+        require_key: false,
+        ..config(&s, 3)
+    };
+    let o = probe(&cfg).await.expect("probe runs");
+    let dup = check(&o, "duplicates");
+    assert_eq!(dup.verdict, Verdict::Fail);
+    assert_eq!(dup.metrics["rounds_with_duplicates"], 3);
+    assert_eq!(
+        dup.metrics["max_created_per_key"], 10,
+        "every request created"
+    );
+    assert_eq!(dup.evidence.len(), 3);
+    let sem = check(&o, "idempotency_semantics");
+    assert_eq!(sem.verdict, Verdict::Fail);
+    assert_eq!(sem.metrics["one_created"], "fail");
+    assert_eq!(
+        sem.metrics["losers"], "inconclusive",
+        "every request created, none lost a race"
+    );
+    assert_eq!(sem.metrics["replay"], "fail", "the replay created again");
+    assert_eq!(sem.metrics["different_body"], "fail");
+    assert_eq!(
+        sem.metrics["missing_key"], "pass",
+        "the key was declared optional"
+    );
+    assert_eq!(s.orders().count().await.unwrap(), 3 * 10 + 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_errors_to_the_losers_of_a_race_fail_semantics() {
+    // Every attempt of a key after the first is answered 500 without being processed.
+    let s = start(
+        r#"
+orders: { idempotency: unique }
+rules:
+  - match: { attempts: "2-" }
+    fault: { status: 500 }
+"#,
+    )
+    .await;
+    let o = probe(&config(&s, 4)).await.expect("probe runs");
+    assert_eq!(check(&o, "duplicates").verdict, Verdict::Pass);
+    let sem = check(&o, "idempotency_semantics");
+    assert_eq!(sem.verdict, Verdict::Fail, "{sem:#?}");
+    assert_eq!(sem.metrics["one_created"], "pass");
+    assert_eq!(sem.metrics["losers"], "fail");
+    assert_eq!(sem.metrics["losers_5xx"], 4 * 9);
+    assert_eq!(sem.metrics["replay"], "fail");
+    assert_eq!(sem.metrics["replay_status"], 500);
+    assert_eq!(sem.metrics["missing_key"], "pass");
+    assert!(sem.summary.contains("5xx"), "{}", sem.summary);
+    assert!(
+        sem.evidence
+            .iter()
+            .any(|e| e.key.as_deref() == Some(o.rounds[0].key.as_str())
+                && e.detail.contains("500 × 9")),
+        "{:#?}",
+        sem.evidence
+    );
+    assert_eq!(o.by_status["500"], 4 * 9 + 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losers_left_without_an_answer_fail_semantics() {
+    // Attempts 2-5 of a key see a TCP reset, later ones a hang the probe gives up on.
+    let s = start(
+        r#"
+orders: { idempotency: unique }
+rules:
+  - match: { attempts: "2-5" }
+    fault: reset
+  - match: { attempts: "6-" }
+    fault: { hang: { cap: 5s } }
+"#,
+    )
+    .await;
+    let cfg = ProbeConfig {
+        timeout: Duration::from_millis(300),
+        ..config(&s, 2)
+    };
+    let o = probe(&cfg).await.expect("probe runs");
+    let sem = check(&o, "idempotency_semantics");
+    assert_eq!(sem.verdict, Verdict::Fail, "{sem:#?}");
+    assert_eq!(sem.metrics["losers_no_response"], 2 * 9);
+    // The replay and the different body are attempts 11 and 12: they hang too.
+    assert_eq!(
+        o.errors_by_kind.get("timeout"),
+        Some(&(2 * 5 + 2)),
+        "{o:#?}"
+    );
+    assert_eq!(o.errors_by_kind.get("reset"), Some(&(2 * 4)), "{o:#?}");
+    assert_eq!(o.follow_ups.replay.status, None);
+    assert_eq!(sem.metrics["replay"], "fail");
+    assert_eq!(
+        o.by_status.values().sum::<u64>(),
+        2 + 1,
+        "two 201s, one 400"
+    );
+    assert_eq!(o.latency_ms.len(), 3, "latency of answered requests only");
+}
+
+#[tokio::test]
+async fn unreachable_target_is_an_error_with_the_os_reason() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let url = format!("http://127.0.0.1:{port}/orders");
+    let err = probe(&ProbeConfig::new(url.clone()))
+        .await
+        .expect_err("nothing listens there");
+    match &err {
+        ProbeError::Unreachable { url: u, source } => {
+            assert_eq!(u, &url);
+            assert_eq!(source.kind(), std::io::ErrorKind::ConnectionRefused);
+        }
+        other => panic!("expected Unreachable, got {other:?}"),
+    }
+    assert_eq!(err.exit_code(), 3);
+    assert!(err.to_string().contains(&url), "{err}");
+}
+
+#[tokio::test]
+async fn bad_settings_are_refused_before_anything_is_sent() {
+    let err = probe(&ProbeConfig::new("https://example.com/orders"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ProbeError::InvalidUrl { reason, .. } if reason.contains("https is not supported")),
+        "{err}"
+    );
+    assert_eq!(err.exit_code(), 2);
+    for url in ["example.com/orders", "ftp://example.com/", "http://"] {
+        assert!(
+            matches!(
+                probe(&ProbeConfig::new(url)).await,
+                Err(ProbeError::InvalidUrl { .. })
+            ),
+            "{url}"
+        );
+    }
+    let base = ProbeConfig::new("http://127.0.0.1:9/orders");
+    let bad = [
+        ProbeConfig {
+            rounds: 0,
+            ..base.clone()
+        },
+        ProbeConfig {
+            concurrency: 0,
+            ..base.clone()
+        },
+        ProbeConfig {
+            method: "NOT A METHOD".into(),
+            ..base.clone()
+        },
+        ProbeConfig {
+            verify: Some("/orders".into()),
+            ..base.clone()
+        },
+        ProbeConfig {
+            headers: vec![("Idempotency-Key".into(), "fixed".into())],
+            ..base.clone()
+        },
+    ];
+    for cfg in bad {
+        assert!(
+            matches!(probe(&cfg).await, Err(ProbeError::InvalidConfig { .. })),
+            "{cfg:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seed_makes_the_keys_reproducible() {
+    let keys = |o: ProbeOutcome| o.rounds.into_iter().map(|r| r.key).collect::<Vec<_>>();
+    let mut runs = Vec::new();
+    for seed in [Some(11), Some(11), None] {
+        let s = start("{}").await;
+        let cfg = ProbeConfig {
+            concurrency: 2,
+            seed,
+            ..config(&s, 2)
+        };
+        runs.push(keys(probe(&cfg).await.expect("probe runs")));
+    }
+    assert_eq!(runs[0], runs[1]);
+    assert_ne!(runs[0], runs[2]);
+    assert_ne!(runs[0][0], runs[0][1], "a fresh key per round");
+}
+
+// --- The verdicts on hand-written histories ---
+
+fn response(status: u16, id: Option<&str>) -> Exchange {
+    Exchange {
+        status: Some(status),
+        id: id.map(String::from),
+        replayed: status == 200,
+        retry_after: (status == 409).then(|| "1".to_string()),
+        ..Exchange::default()
+    }
+}
+
+fn round(responses: Vec<Exchange>) -> RoundResult {
+    RoundResult {
+        round: 1,
+        key: "k1".into(),
+        responses,
+        ..RoundResult::default()
+    }
+}
+
+fn correct_follow_ups() -> FollowUps {
+    FollowUps {
+        replay: response(200, Some("o1")),
+        different_body: response(422, None),
+        missing_key: response(400, None),
+    }
+}
+
+#[test]
+fn a_correct_history_passes() {
+    let r = round(vec![
+        response(201, Some("o1")),
+        response(409, None),
+        response(200, Some("o1")),
+    ]);
+    let c = judge(&[r], &correct_follow_ups(), true);
+    assert!(c.iter().all(|c| c.verdict == Verdict::Pass), "{c:#?}");
+}
+
+#[test]
+fn a_409_without_retry_after_is_weak() {
+    let mut late = response(409, None);
+    late.retry_after = None;
+    let r = round(vec![response(201, Some("o1")), late]);
+    let sem = checks(
+        &judge(&[r], &correct_follow_ups(), true),
+        "idempotency_semantics",
+    );
+    assert_eq!(sem.verdict, Verdict::Weak);
+    assert!(sem.passed, "weak does not fail the run");
+    assert_eq!(sem.metrics["losers"], "weak");
+    assert_eq!(sem.metrics["losers_409_without_retry_after"], 1);
+    assert!(sem.summary.contains("Retry-After"), "{}", sem.summary);
+}
+
+#[test]
+fn the_different_body_answer_is_graded() {
+    for (status, verdict) in [
+        (422, Verdict::Pass),
+        (400, Verdict::Weak),
+        (200, Verdict::Fail),
+        (500, Verdict::Fail),
+    ] {
+        let f = FollowUps {
+            different_body: response(status, Some("o1")),
+            ..correct_follow_ups()
+        };
+        let r = round(vec![response(201, Some("o1")), response(409, None)]);
+        let sem = checks(&judge(&[r], &f, true), "idempotency_semantics");
+        assert_eq!(sem.verdict, verdict, "{status}: {sem:#?}");
+    }
+}
+
+#[test]
+fn a_missing_key_accepted_when_required_fails() {
+    let f = FollowUps {
+        missing_key: response(201, Some("o9")),
+        ..correct_follow_ups()
+    };
+    let r = round(vec![response(201, Some("o1")), response(200, Some("o1"))]);
+    let sem = checks(
+        &judge(std::slice::from_ref(&r), &f, true),
+        "idempotency_semantics",
+    );
+    assert_eq!(sem.verdict, Verdict::Fail);
+    assert_eq!(sem.metrics["missing_key"], "fail");
+    let sem = checks(&judge(&[r], &f, false), "idempotency_semantics");
+    assert_eq!(sem.verdict, Verdict::Pass, "{sem:#?}");
+}
+
+#[test]
+fn two_ids_behind_200s_are_duplicates_even_with_one_201() {
+    let r = round(vec![
+        response(201, Some("o1")),
+        response(200, Some("o1")),
+        response(200, Some("o2")),
+    ]);
+    let c = judge(&[r], &correct_follow_ups(), true);
+    let dup = checks(&c, "duplicates");
+    assert_eq!(dup.verdict, Verdict::Fail);
+    assert_eq!(dup.metrics["max_created_per_key"], 2);
+    assert_eq!(dup.evidence[0].key.as_deref(), Some("k1"));
+    let sem = checks(&c, "idempotency_semantics");
+    assert_eq!(sem.metrics["losers_other_resource"], 1);
+}
+
+#[test]
+fn a_verify_count_over_one_is_a_duplicate() {
+    let mut r = round(vec![response(201, Some("o1")), response(409, None)]);
+    r.verify_count = Some(3);
+    let dup = checks(&judge(&[r], &correct_follow_ups(), true), "duplicates");
+    assert_eq!(dup.verdict, Verdict::Fail);
+    assert_eq!(dup.metrics["max_created_per_key"], 3);
+    assert!(dup.evidence[0].detail.contains("verify lookup counts 3"));
+}
+
+#[test]
+fn nothing_succeeded_is_inconclusive_for_duplicates() {
+    let r = round(vec![response(503, None), response(503, None)]);
+    let f = FollowUps {
+        replay: response(503, None),
+        ..correct_follow_ups()
+    };
+    let c = judge(&[r], &f, true);
+    assert_eq!(checks(&c, "duplicates").verdict, Verdict::Inconclusive);
+    let sem = checks(&c, "idempotency_semantics");
+    assert_eq!(sem.verdict, Verdict::Fail);
+    assert_eq!(sem.metrics["one_created"], "fail");
+    assert_eq!(sem.metrics["replay"], "inconclusive");
+}
