@@ -1,5 +1,19 @@
 //! The harness: scenarios, the load driver, client retry policies and the checks.
+//!
+//! Data flows one way: scenario file → [`scenario::Plan`] → (fault server + [`driver`]) → journal +
+//! driver records → [`checks`] → report → renderers.
 
+pub mod analyze;
 pub mod checks;
+pub mod cli;
+pub mod driver;
+pub mod http;
+pub mod load;
+pub mod metrics;
+pub mod policy;
 pub mod probe;
+pub mod progress;
+pub mod run;
+pub mod scenario;
 pub mod simulate;
+pub mod template;

@@ -1,1 +1,5 @@
-fn main() {}
+//! `harness`: see `harness --help`.
+
+fn main() -> std::process::ExitCode {
+    harness::cli::main()
+}

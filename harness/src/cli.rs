@@ -1,0 +1,637 @@
+//! The `harness` command line: flags are parsed and validated here, once, then handed to the
+//! library as resolved values.
+//!
+//! Exit codes: `0` every check passed; `1` a check failed; `2` bad input (usage, scenario file,
+//! journal); `3` the run could not be carried out (target unreachable, port in use).
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use reports::Report;
+
+use crate::scenario::{self, Overrides};
+
+/// Chaos and load testing: faults, retries and real concurrency, checked.
+#[derive(Debug, Parser)]
+#[command(name = "harness", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a scenario file: embedded fault server and/or target URL, the load phases, the checks.
+    Run {
+        /// The scenario file (YAML).
+        scenario: PathBuf,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Start the scenario's fault server, run CMD with HARNESS_FAULT_URL set to it (and the
+    /// scenario's phases, if any, against its target), then check what happened.
+    Exec {
+        /// The scenario file (YAML).
+        scenario: PathBuf,
+        #[command(flatten)]
+        common: Common,
+        /// How long to wait for the target to accept connections after CMD starts.
+        #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+        wait: Duration,
+        /// The command and its arguments.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+    /// Ad-hoc load against a URL: open model (`--rate`) or closed (`--concurrency`).
+    Load(LoadArgs),
+    /// Probe any endpoint's Idempotency-Key handling: concurrent same-key bursts, a replay, a
+    /// different body with the same key, and no key.
+    Idempotency(IdempotencyArgs),
+    /// Simulations that need no network.
+    Simulate {
+        #[command(subcommand)]
+        what: Simulation,
+    },
+    /// Run the checks on a journal file written by a fault server.
+    Analyze {
+        /// The journal (JSON lines).
+        journal: PathBuf,
+        /// Checks and thresholds (YAML, the `checks:` section of a scenario).
+        #[arg(long, value_name = "FILE")]
+        checks: Option<PathBuf>,
+        #[command(flatten)]
+        output: Output,
+    },
+    /// Render a saved report again, or compare two.
+    Report {
+        /// `report.json` of a run (with `--compare`: the baseline).
+        report: PathBuf,
+        /// Compare against this newer report; exit 1 on a regression beyond the tolerances.
+        #[arg(long, value_name = "NEW.json")]
+        compare: Option<PathBuf>,
+        /// Tolerances for `--compare` (YAML).
+        #[arg(long, value_name = "FILE")]
+        tolerances: Option<PathBuf>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = ReportFormat::Table)]
+        format: ReportFormat,
+    },
+}
+
+/// Flags shared by `run` and `exec`.
+#[derive(Debug, Args)]
+struct Common {
+    /// Seed for every random choice (overrides the scenario's).
+    #[arg(long, value_name = "N")]
+    seed: Option<u64>,
+    /// Multiply every scenario duration (0.05 runs a 31 s experiment in about 1.5 s).
+    #[arg(long, value_name = "F")]
+    time_scale: Option<f64>,
+    /// Send the load here instead of the scenario's target.
+    #[arg(long, value_name = "URL")]
+    target: Option<String>,
+    #[command(flatten)]
+    output: Output,
+}
+
+/// Where and how results are written.
+#[derive(Debug, Args)]
+struct Output {
+    /// Write report.json, junit.xml, report.html and summary.md into DIR.
+    #[arg(long, value_name = "DIR")]
+    report_dir: Option<PathBuf>,
+    /// What to print on stdout.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Format {
+    Table,
+    Json,
+    Markdown,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ReportFormat {
+    Table,
+    Json,
+    Junit,
+    Html,
+    Markdown,
+}
+
+#[derive(Debug, Subcommand)]
+enum Simulation {
+    /// The thundering herd: clients that fail together and retry on the same backoff schedule.
+    Herd(HerdArgs),
+}
+
+/// `harness simulate herd` flags.
+#[derive(Debug, Args)]
+struct HerdArgs {
+    /// Clients that fail together at t = 0.
+    #[arg(long, default_value_t = 500)]
+    clients: u32,
+    /// Retries per client.
+    #[arg(long, default_value_t = 5)]
+    attempts: u32,
+    /// First backoff in seconds, doubling on each retry.
+    #[arg(long, default_value_t = 1.0)]
+    base: f64,
+    /// Longest backoff in seconds (default: no cap within the attempts).
+    #[arg(long)]
+    cap: Option<f64>,
+    /// Counting window in seconds.
+    #[arg(long, default_value_t = 0.25)]
+    window: f64,
+    /// none, full, equal, decorrelated, or all.
+    #[arg(long, default_value = "all")]
+    jitter: String,
+    /// Seed of the random draws.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// table or json (a list of rows).
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+}
+
+/// `harness idempotency` flags.
+#[derive(Debug, Args)]
+struct IdempotencyArgs {
+    /// Full URL of the create endpoint, e.g. http://127.0.0.1:8080/orders.
+    url: String,
+    /// Bursts, each with a fresh key.
+    #[arg(long, default_value_t = 20)]
+    rounds: usize,
+    /// Requests per burst, released together.
+    #[arg(short = 'c', long, default_value_t = 10)]
+    concurrency: usize,
+    /// Method of the create endpoint.
+    #[arg(short = 'm', long, default_value = "POST")]
+    method: String,
+    /// Header carrying the key.
+    #[arg(long, default_value = "Idempotency-Key")]
+    key_header: String,
+    /// JSON body (strings may contain {{round}}).
+    #[arg(long, value_name = "JSON")]
+    json: Option<String>,
+    /// Extra header, `Name: value` (repeatable).
+    #[arg(short = 'H', long = "header", value_name = "HEADER")]
+    headers: Vec<String>,
+    /// URL or path with {key} answering JSON with a `count` of resources stored under the key.
+    #[arg(long, value_name = "URL")]
+    verify: Option<String>,
+    /// The endpoint accepts requests without a key (do not expect 400).
+    #[arg(long)]
+    key_optional: bool,
+    /// Per-request timeout.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    timeout: Duration,
+    /// Makes the keys reproducible.
+    #[arg(long)]
+    seed: Option<u64>,
+    #[command(flatten)]
+    output: Output,
+}
+
+/// `harness load` flags.
+#[derive(Debug, Args)]
+struct LoadArgs {
+    /// The URL to load (http only).
+    url: String,
+    /// Open model: requests per second, whatever the latency.
+    #[arg(long, value_name = "R", conflicts_with = "concurrency")]
+    rate: Option<f64>,
+    /// Closed model: this many connections, each sending its next request when the last ends.
+    #[arg(short = 'c', long, value_name = "C")]
+    concurrency: Option<u32>,
+    /// Stop after this long (default 10s when --requests is not given).
+    #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// Stop after this many requests.
+    #[arg(short = 'n', long, value_name = "N")]
+    requests: Option<u64>,
+    /// HTTP method.
+    #[arg(short = 'm', long, default_value = "GET")]
+    method: String,
+    /// Request header, `Name: value` (repeatable).
+    #[arg(short = 'H', long = "header", value_name = "HEADER")]
+    headers: Vec<String>,
+    /// JSON request body (sets content-type: application/json).
+    #[arg(long, value_name = "JSON")]
+    json: Option<String>,
+    /// Per-request timeout.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    timeout: Duration,
+    /// Connections available in rate mode (a request that finds none free starts late).
+    #[arg(long, value_name = "N")]
+    connections: Option<u32>,
+    #[command(flatten)]
+    output: Output,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    fault_server::config::parse_duration(s)
+}
+
+/// A failure with its exit code.
+enum Failure {
+    /// Bad input: exit 2.
+    Input(String),
+    /// Could not run: exit 3.
+    Run(String),
+}
+
+impl Failure {
+    fn code(&self) -> u8 {
+        match self {
+            Failure::Input(_) => 2,
+            Failure::Run(_) => 3,
+        }
+    }
+}
+
+/// Entry point of the `harness` binary.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    match runtime.block_on(dispatch(cli.command)) {
+        Ok(passed) => ExitCode::from(if passed { 0 } else { 1 }),
+        Err(f) => {
+            match &f {
+                Failure::Input(m) | Failure::Run(m) => eprintln!("error: {m}"),
+            }
+            ExitCode::from(f.code())
+        }
+    }
+}
+
+async fn dispatch(cmd: Command) -> Result<bool, Failure> {
+    match cmd {
+        Command::Run { scenario, common } => run(&scenario, &common).await,
+        Command::Exec {
+            scenario,
+            common,
+            wait,
+            command,
+        } => exec(&scenario, &common, wait, &command).await,
+        Command::Load(args) => load(args).await,
+        Command::Idempotency(args) => idempotency(args).await,
+        Command::Simulate {
+            what: Simulation::Herd(args),
+        } => simulate_herd(&args),
+        Command::Analyze {
+            journal,
+            checks,
+            output,
+        } => analyze(&journal, checks.as_deref(), &output),
+        Command::Report {
+            report,
+            compare,
+            tolerances,
+            format,
+        } => report_cmd(&report, compare.as_deref(), tolerances.as_deref(), format),
+    }
+}
+
+fn overrides(c: &Common) -> Overrides {
+    Overrides {
+        seed: c.seed,
+        time_scale: c.time_scale,
+        target: c.target.clone(),
+    }
+}
+
+/// Sets the flag on the first Ctrl-C; a second one exits at once.
+fn stop_on_ctrl_c() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("interrupted: stopping the load, then checking what was done (Ctrl-C again to quit)");
+            s.store(true, Ordering::Relaxed);
+            if tokio::signal::ctrl_c().await.is_ok() {
+                std::process::exit(130);
+            }
+        }
+    });
+    stop
+}
+
+async fn run(path: &Path, common: &Common) -> Result<bool, Failure> {
+    let plan =
+        scenario::load(path, &overrides(common)).map_err(|e| Failure::Input(e.to_string()))?;
+    if plan.phases.is_empty() {
+        return Err(Failure::Input(format!(
+            "{}: at `phases`: nothing to run; add a phase (or use `harness exec` to drive the load with a command)",
+            path.display()
+        )));
+    }
+    let stop = stop_on_ctrl_c();
+    let outcome = crate::run::run_plan(&plan, stop, crate::progress::wanted())
+        .await
+        .map_err(|e| Failure::Run(e.to_string()))?;
+    emit(&outcome.report, &common.output)
+}
+
+async fn exec(
+    path: &Path,
+    common: &Common,
+    wait: Duration,
+    command: &[String],
+) -> Result<bool, Failure> {
+    let plan =
+        scenario::load(path, &overrides(common)).map_err(|e| Failure::Input(e.to_string()))?;
+    if plan.server.is_none() {
+        return Err(Failure::Input(format!(
+            "{}: at `server`: `harness exec` needs an embedded fault server to point the command at",
+            path.display()
+        )));
+    }
+    let stop = stop_on_ctrl_c();
+    let mut session = crate::run::Session::start(&plan)
+        .await
+        .map_err(|e| Failure::Run(e.to_string()))?;
+    let url = session.server_url().unwrap_or_default();
+    let (program, args) = command
+        .split_first()
+        .ok_or_else(|| Failure::Input("no command given after --".into()))?;
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .env("HARNESS_FAULT_URL", &url)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| Failure::Run(format!("cannot start {program:?}: {e}")))?;
+    let drove = !plan.phases.is_empty();
+    let driven = session
+        .drive(&plan, stop.clone(), crate::progress::wanted(), wait)
+        .await;
+    let exit_code = if drove {
+        // The command is a service under test: stop it once the load is done.
+        match child.try_wait() {
+            Ok(Some(status)) => status.code(),
+            _ => {
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+                Some(0)
+            }
+        }
+    } else {
+        tokio::select! {
+            status = child.wait() => status.ok().and_then(|s| s.code()),
+            _ = wait_for_stop(stop.clone()) => {
+                let _ = child.start_kill();
+                child.wait().await.ok().and_then(|s| s.code())
+            }
+        }
+    };
+    if let Err(e) = driven {
+        return Err(Failure::Run(e.to_string()));
+    }
+    let exec = reports::model::Exec {
+        command: command.to_vec(),
+        exit_code,
+    };
+    let outcome = session.finish(&plan, Some(exec)).await;
+    emit(&outcome.report, &common.output)
+}
+
+async fn wait_for_stop(stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::Relaxed) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn load(a: LoadArgs) -> Result<bool, Failure> {
+    let opts = crate::load::LoadOptions::from_flags(crate::load::LoadFlags {
+        url: a.url,
+        rate: a.rate,
+        concurrency: a.concurrency,
+        duration: a.duration,
+        requests: a.requests,
+        method: a.method,
+        headers: a.headers,
+        json: a.json,
+        timeout: a.timeout,
+        connections: a.connections,
+    })
+    .map_err(Failure::Input)?;
+    let stop = stop_on_ctrl_c();
+    let report = crate::load::run(&opts, stop, crate::progress::wanted())
+        .await
+        .map_err(|e| Failure::Run(e.to_string()))?;
+    emit(&report, &a.output)
+}
+
+async fn idempotency(a: IdempotencyArgs) -> Result<bool, Failure> {
+    let mut cfg = crate::probe::ProbeConfig::new(a.url);
+    cfg.rounds = a.rounds;
+    cfg.concurrency = a.concurrency;
+    cfg.method = a.method;
+    cfg.key_header = a.key_header;
+    if let Some(j) = &a.json {
+        cfg.body = serde_json::from_str(j)
+            .map_err(|e| Failure::Input(format!("--json is not valid JSON: {e}")))?;
+    }
+    for h in &a.headers {
+        let (k, v) = h
+            .split_once(':')
+            .ok_or_else(|| Failure::Input(format!("-H {h:?}: expected `Name: value`")))?;
+        cfg.headers
+            .push((k.trim().to_string(), v.trim().to_string()));
+    }
+    cfg.verify = a.verify;
+    cfg.require_key = !a.key_optional;
+    cfg.timeout = a.timeout;
+    cfg.seed = a.seed;
+    let outcome = crate::probe::probe(&cfg)
+        .await
+        .map_err(|e| match e.exit_code() {
+            2 => Failure::Input(e.to_string()),
+            _ => Failure::Run(e.to_string()),
+        })?;
+    emit(&crate::run::probe_report(&outcome), &a.output)
+}
+
+fn simulate_herd(a: &HerdArgs) -> Result<bool, Failure> {
+    use crate::simulate::{herd, HerdConfig, Jitter};
+    let cfg = HerdConfig {
+        clients: a.clients,
+        attempts: a.attempts,
+        base_s: a.base,
+        cap_s: a.cap,
+        window_s: a.window,
+        seed: a.seed,
+    };
+    let kinds: Vec<Jitter> = if a.jitter == "all" {
+        Jitter::ALL.to_vec()
+    } else {
+        vec![a
+            .jitter
+            .parse::<Jitter>()
+            .map_err(|e| Failure::Input(format!("--jitter: {e}")))?]
+    };
+    let mut rows = Vec::new();
+    for j in kinds {
+        rows.push(herd(&cfg, j).map_err(|e| Failure::Input(e.to_string()))?);
+    }
+    let text = match a.format {
+        Format::Json => {
+            serde_json::to_string_pretty(&rows).map_err(|e| Failure::Run(e.to_string()))?
+        }
+        Format::Table | Format::Markdown => {
+            let mut t = format!(
+                "{} clients fail at t=0, {} retries from {} s doubling; retries per {} s window\n\n",
+                cfg.clients, cfg.attempts, cfg.base_s, cfg.window_s
+            );
+            t.push_str(&format!(
+                "{:<14} {:>8} {:>16} {:>11} {:>9} {:>11}\n",
+                "jitter", "retries", "peak per window", "peak req/s", "busy s", "last retry"
+            ));
+            for r in &rows {
+                t.push_str(&format!(
+                    "{:<14} {:>8} {:>16} {:>11.0} {:>9.2} {:>10.2}s\n",
+                    r.jitter.as_str(),
+                    r.retries,
+                    r.peak_per_window,
+                    r.peak_per_s,
+                    r.busy_s,
+                    r.end_s
+                ));
+            }
+            t
+        }
+    };
+    print_out(&text)?;
+    Ok(true)
+}
+
+fn analyze(journal: &Path, checks: Option<&Path>, output: &Output) -> Result<bool, Failure> {
+    let cfg = match checks {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| Failure::Input(format!("{}: cannot read: {e}", p.display())))?;
+            fault_server::config::from_yaml_str::<crate::checks::ChecksConfig>(
+                &text,
+                &p.display().to_string(),
+            )
+            .map_err(|e| Failure::Input(e.to_string()))?
+        }
+        None => crate::checks::ChecksConfig::default(),
+    };
+    let report =
+        crate::analyze::analyze_file(journal, &cfg).map_err(|e| Failure::Input(e.to_string()))?;
+    emit(&report, output)
+}
+
+fn report_cmd(
+    path: &Path,
+    compare: Option<&Path>,
+    tolerances: Option<&Path>,
+    format: ReportFormat,
+) -> Result<bool, Failure> {
+    let read = |p: &Path| -> Result<Report, Failure> {
+        let text = std::fs::read_to_string(p)
+            .map_err(|e| Failure::Input(format!("{}: cannot read: {e}", p.display())))?;
+        reports::from_json(&text).map_err(|e| Failure::Input(format!("{}: {e}", p.display())))
+    };
+    let base = read(path)?;
+    let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    if let Some(new_path) = compare {
+        let new = read(new_path)?;
+        let tol = match tolerances {
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .map_err(|e| Failure::Input(format!("{}: cannot read: {e}", p.display())))?;
+                fault_server::config::from_yaml_str::<reports::compare::Tolerances>(
+                    &text,
+                    &p.display().to_string(),
+                )
+                .map_err(|e| Failure::Input(e.to_string()))?
+            }
+            None => reports::compare::Tolerances::default(),
+        };
+        let cmp = reports::compare::compare(&base, &new, &tol);
+        let text = match format {
+            ReportFormat::Json => cmp.to_json_pretty(),
+            _ => cmp.render_terminal(color),
+        };
+        print_out(&text)?;
+        return Ok(!cmp.is_regression());
+    }
+    let fmt = match format {
+        ReportFormat::Table => reports::Format::Table,
+        ReportFormat::Json => reports::Format::Json,
+        ReportFormat::Junit => reports::Format::Junit,
+        ReportFormat::Html => reports::Format::Html,
+        ReportFormat::Markdown => reports::Format::Markdown,
+    };
+    let text = reports::render(&base, fmt, color).map_err(|e| Failure::Run(e.to_string()))?;
+    print_out(&text)?;
+    Ok(base.passed)
+}
+
+fn print_out(text: &str) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    let r = out.write_all(text.as_bytes()).and_then(|_| {
+        if text.ends_with('\n') {
+            Ok(())
+        } else {
+            out.write_all(b"\n")
+        }
+    });
+    match r {
+        Ok(()) => Ok(()),
+        // A closed pipe (`| head`) is not an error worth a message.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(Failure::Run(format!("cannot write to stdout: {e}"))),
+    }
+}
+
+/// Writes the report directory and prints the chosen format; returns whether the run passed.
+fn emit(report: &Report, output: &Output) -> Result<bool, Failure> {
+    if let Some(dir) = &output.report_dir {
+        reports::write_report_dir(report, dir).map_err(|e| Failure::Run(e.to_string()))?;
+    }
+    let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let text = match output.format {
+        Format::Table => reports::render(report, reports::Format::Table, color),
+        Format::Json => reports::render(report, reports::Format::Json, false),
+        Format::Markdown => reports::render(report, reports::Format::Markdown, false),
+    }
+    .map_err(|e| Failure::Run(e.to_string()))?;
+    print_out(&text)?;
+    Ok(report.passed)
+}

@@ -1,0 +1,551 @@
+//! The load driver: the four executors a phase can use.
+//!
+//! - `burst`: N operations released together on connections opened beforehand, R rounds, one
+//!   shared Idempotency-Key per round — real concurrency on one key.
+//! - `rate`: open model. Operation i is *intended* to start at a fixed time whatever happened
+//!   before; a worker that picks it up late counts a late start, and latency is measured from the
+//!   intended time too (coordinated omission corrected) as well as from the actual send.
+//! - `clients`: closed model — C workers, each sending its next request when the last one ends.
+//! - `fleet`: N clients that start together, each running operations under its retry policy: the
+//!   thundering herd.
+//!
+//! Every worker owns its connection, its RNG and its [`Recorder`]; they are merged at the end.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::{HeaderName, HeaderValue};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use tokio::sync::Barrier;
+
+use crate::http::{Conn, Target};
+use crate::metrics::Recorder;
+use crate::policy::{execute, Operation, Shared};
+use crate::scenario::{PhaseKind, PhasePlan};
+use crate::template::Var;
+
+/// A request is a late start when no worker could pick it up within this of its intended time.
+pub const LATE_THRESHOLD: Duration = Duration::from_millis(1);
+
+/// Deterministic, collision-free keys and UUIDs for a run.
+#[derive(Debug, Clone, Copy)]
+pub struct Keys {
+    nonce: u64,
+}
+
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+impl Keys {
+    /// Keys derived from `seed`; `unique` mixes in the clock so reruns against a long-lived service
+    /// do not replay old keys.
+    pub fn new(seed: u64, unique: bool) -> Keys {
+        let clock = if unique {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+        } else {
+            0
+        };
+        Keys {
+            nonce: mix(seed ^ mix(clock)),
+        }
+    }
+
+    fn hex(&self, salt: u64, phase: u16, n: u64) -> String {
+        let a = mix(self.nonce ^ mix(salt ^ (u64::from(phase) << 48) ^ n));
+        let b = mix(a ^ 0x5151);
+        format!("{:016x}{:016x}", a, b)
+    }
+
+    /// The Idempotency-Key of operation (or burst round) `n` of a phase.
+    pub fn key(&self, phase: u16, n: u64) -> String {
+        let h = self.hex(1, phase, n);
+        format!(
+            "{}-{}-{}-{}-{}",
+            &h[0..8],
+            &h[8..12],
+            &h[12..16],
+            &h[16..20],
+            &h[20..32]
+        )
+    }
+
+    /// The `{{uuid}}` of operation `n`.
+    pub fn uuid(&self, phase: u16, n: u64) -> String {
+        let h = self.hex(2, phase, n);
+        format!(
+            "{}-{}-4{}-a{}-{}",
+            &h[0..8],
+            &h[8..12],
+            &h[13..16],
+            &h[17..20],
+            &h[20..32]
+        )
+    }
+
+    /// An RNG for worker `client` of a phase.
+    pub fn rng(&self, phase: u16, client: u32) -> StdRng {
+        StdRng::seed_from_u64(mix(
+            self.nonce ^ mix(3 ^ (u64::from(phase) << 40) ^ u64::from(client))
+        ))
+    }
+}
+
+/// What a phase run needs from the run around it.
+#[derive(Clone)]
+pub struct PhaseCtx {
+    pub index: u16,
+    pub target: Arc<Target>,
+    pub keys: Keys,
+    pub run_start: Instant,
+    /// Set on Ctrl-C: workers stop starting new operations.
+    pub stop: Arc<AtomicBool>,
+    /// Operations finished, for the progress bar.
+    pub done: Arc<AtomicU64>,
+    /// Keep one record per attempt (scenario runs); `load` does not.
+    pub keep_attempts: bool,
+}
+
+/// What a phase produced.
+#[derive(Debug)]
+pub struct PhaseOutcome {
+    pub recorder: Recorder,
+    pub started: Instant,
+    pub duration: Duration,
+    /// The shared key of each burst round, in order.
+    pub round_keys: Vec<String>,
+}
+
+/// Total operations a phase will run, when known in advance (for the progress bar).
+pub fn expected_operations(p: &PhasePlan) -> Option<u64> {
+    match &p.kind {
+        PhaseKind::Burst { size, rounds, .. } => Some(u64::from(*size) * u64::from(*rounds)),
+        PhaseKind::Rate { stages, .. } => Some(
+            stages
+                .iter()
+                .map(|(a, b, d)| ((a + b) / 2.0 * d.as_secs_f64()) as u64)
+                .sum(),
+        ),
+        PhaseKind::Clients { requests, .. } => *requests,
+        PhaseKind::Fleet {
+            clients,
+            operations,
+        } => Some(u64::from(*clients) * operations),
+    }
+}
+
+fn client_header(enabled: bool, phase: u16, client: u32) -> Vec<(HeaderName, HeaderValue)> {
+    if !enabled {
+        return Vec::new();
+    }
+    let v = HeaderValue::from_str(&format!("p{phase}-c{client}"))
+        .unwrap_or(HeaderValue::from_static("c"));
+    vec![(HeaderName::from_static("x-client-id"), v)]
+}
+
+/// Runs one phase to its end (duration, request count, or rounds), or until `stop` is set.
+pub async fn run_phase(plan: Arc<PhasePlan>, ctx: PhaseCtx) -> PhaseOutcome {
+    let started = Instant::now();
+    let shared = Arc::new(Shared::new(&plan.policy));
+    let (recorder, round_keys) = match plan.kind.clone() {
+        PhaseKind::Burst {
+            size,
+            rounds,
+            pause,
+        } => burst(&plan, &ctx, &shared, size, rounds, pause).await,
+        PhaseKind::Rate {
+            stages,
+            connections,
+        } => (
+            rate(&plan, &ctx, &shared, stages, connections).await,
+            Vec::new(),
+        ),
+        PhaseKind::Clients {
+            concurrency,
+            duration,
+            requests,
+            think,
+        } => (
+            closed(&plan, &ctx, &shared, concurrency, duration, requests, think).await,
+            Vec::new(),
+        ),
+        PhaseKind::Fleet {
+            clients,
+            operations,
+        } => (
+            fleet(&plan, &ctx, &shared, clients, operations).await,
+            Vec::new(),
+        ),
+    };
+    PhaseOutcome {
+        recorder,
+        started,
+        duration: started.elapsed(),
+        round_keys,
+    }
+}
+
+/// Runs one operation on a worker's connection.
+#[allow(clippy::too_many_arguments)]
+async fn one(
+    plan: &PhasePlan,
+    ctx: &PhaseCtx,
+    shared: &Shared,
+    conn: &mut Conn,
+    rng: &mut StdRng,
+    rec: &mut Recorder,
+    client: u32,
+    op: u64,
+    round: u64,
+    key: &str,
+    extra: &[(HeaderName, HeaderValue)],
+    release: Option<&Barrier>,
+) {
+    let uuid = if plan.template.uses(Var::Uuid) {
+        ctx.keys.uuid(ctx.index, op)
+    } else {
+        String::new()
+    };
+    let operation = Operation {
+        template: &plan.template,
+        target: &ctx.target,
+        policy: &plan.policy,
+        shared,
+        phase: ctx.index,
+        op,
+        client,
+        round,
+        key,
+        uuid: &uuid,
+        extra,
+        run_start: ctx.run_start,
+        release,
+    };
+    execute(conn, rng, operation, rec).await;
+    ctx.done.fetch_add(1, Ordering::Relaxed);
+}
+
+async fn burst(
+    plan: &Arc<PhasePlan>,
+    ctx: &PhaseCtx,
+    shared: &Arc<Shared>,
+    size: u32,
+    rounds: u32,
+    pause: Duration,
+) -> (Recorder, Vec<String>) {
+    let mut total = Recorder::new(ctx.keep_attempts);
+    let mut keys = Vec::new();
+    let mut conns: Vec<Conn> = (0..size).map(|_| Conn::new(ctx.target.clone())).collect();
+    for round in 1..=u64::from(rounds) {
+        if ctx.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let key = ctx.keys.key(ctx.index, round);
+        keys.push(key.clone());
+        // Connections first, so the release is not spread by TCP handshakes.
+        for c in &mut conns {
+            if let Err(e) = c.open().await {
+                tracing::warn!("burst connection failed: {e}");
+            }
+        }
+        let barrier = Arc::new(Barrier::new(size as usize));
+        let mut tasks = Vec::new();
+        for (i, mut conn) in conns.drain(..).enumerate() {
+            let (plan, ctx, shared, barrier, key) = (
+                plan.clone(),
+                ctx.clone(),
+                shared.clone(),
+                barrier.clone(),
+                key.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                let client = i as u32;
+                let mut rng = ctx.keys.rng(ctx.index, client ^ ((round as u32) << 16));
+                let mut rec = Recorder::new(ctx.keep_attempts);
+                let extra = client_header(plan.client_id_header, ctx.index, client);
+                let op = (round - 1) * u64::from(size) + i as u64 + 1;
+                one(
+                    &plan,
+                    &ctx,
+                    &shared,
+                    &mut conn,
+                    &mut rng,
+                    &mut rec,
+                    client,
+                    op,
+                    round,
+                    &key,
+                    &extra,
+                    Some(&barrier),
+                )
+                .await;
+                (conn, rec)
+            }));
+        }
+        for t in tasks {
+            match t.await {
+                Ok((conn, rec)) => {
+                    total.merge(&rec);
+                    conns.push(conn);
+                }
+                Err(e) => tracing::error!("burst worker failed: {e}"),
+            }
+        }
+        while conns.len() < size as usize {
+            conns.push(Conn::new(ctx.target.clone()));
+        }
+        if round < u64::from(rounds) && !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
+    }
+    (total, keys)
+}
+
+/// The intended start of operation `i` (0-based) from the stages, or `None` past the end.
+pub fn intended_offset(stages: &[(f64, f64, Duration)], i: u64) -> Option<Duration> {
+    let mut before = 0.0; // operations scheduled in earlier stages
+    let mut t0 = 0.0;
+    let n = i as f64;
+    for (a, b, d) in stages {
+        let d = d.as_secs_f64();
+        let in_stage = (a + b) / 2.0 * d;
+        if n < before + in_stage {
+            let k = n - before;
+            // Rate grows linearly from a to b: N(t) = a·t + (b−a)·t²/(2d). Solve N(t) = k.
+            let slope = (b - a) / d;
+            let t = if slope.abs() < 1e-12 {
+                k / a
+            } else {
+                let disc = (a * a + 2.0 * slope * k).max(0.0);
+                (-a + disc.sqrt()) / slope
+            };
+            return Some(Duration::from_secs_f64(t0 + t.clamp(0.0, d)));
+        }
+        before += in_stage;
+        t0 += d;
+    }
+    None
+}
+
+async fn rate(
+    plan: &Arc<PhasePlan>,
+    ctx: &PhaseCtx,
+    shared: &Arc<Shared>,
+    stages: Vec<(f64, f64, Duration)>,
+    connections: u32,
+) -> Recorder {
+    let stages = Arc::new(stages);
+    let next = Arc::new(AtomicU64::new(0));
+    let start = tokio::time::Instant::now();
+    let mut tasks = Vec::new();
+    for client in 0..connections {
+        let (plan, ctx, shared, stages, next) = (
+            plan.clone(),
+            ctx.clone(),
+            shared.clone(),
+            stages.clone(),
+            next.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let needs_key = plan.template.uses(Var::Key);
+            let mut conn = Conn::new(ctx.target.clone());
+            let mut rng = ctx.keys.rng(ctx.index, client);
+            let mut rec = Recorder::new(ctx.keep_attempts);
+            let extra = client_header(plan.client_id_header, ctx.index, client);
+            loop {
+                if ctx.stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(offset) = intended_offset(&stages, i) else {
+                    break;
+                };
+                let intended = start + offset;
+                // Late means no connection was free when the request was due — not the timer's
+                // own sub-millisecond lateness, which every request has.
+                if tokio::time::Instant::now().saturating_duration_since(intended) > LATE_THRESHOLD
+                {
+                    rec.late_starts += 1;
+                } else {
+                    tokio::time::sleep_until(intended).await;
+                }
+                let key = if needs_key {
+                    ctx.keys.key(ctx.index, i + 1)
+                } else {
+                    String::new()
+                };
+                one(
+                    &plan,
+                    &ctx,
+                    &shared,
+                    &mut conn,
+                    &mut rng,
+                    &mut rec,
+                    client,
+                    i + 1,
+                    0,
+                    &key,
+                    &extra,
+                    None,
+                )
+                .await;
+                rec.intended(intended.elapsed());
+            }
+            rec
+        }));
+    }
+    collect(tasks, ctx.keep_attempts).await
+}
+
+async fn closed(
+    plan: &Arc<PhasePlan>,
+    ctx: &PhaseCtx,
+    shared: &Arc<Shared>,
+    concurrency: u32,
+    duration: Option<Duration>,
+    requests: Option<u64>,
+    think: Duration,
+) -> Recorder {
+    let end = duration.map(|d| Instant::now() + d);
+    let next = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for client in 0..concurrency {
+        let (plan, ctx, shared, next) = (plan.clone(), ctx.clone(), shared.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            let needs_key = plan.template.uses(Var::Key);
+            let mut conn = Conn::new(ctx.target.clone());
+            let mut rng = ctx.keys.rng(ctx.index, client);
+            let mut rec = Recorder::new(ctx.keep_attempts);
+            let extra = client_header(plan.client_id_header, ctx.index, client);
+            loop {
+                if ctx.stop.load(Ordering::Relaxed) || end.is_some_and(|e| Instant::now() >= e) {
+                    break;
+                }
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if requests.is_some_and(|r| i >= r) {
+                    break;
+                }
+                let key = if needs_key {
+                    ctx.keys.key(ctx.index, i + 1)
+                } else {
+                    String::new()
+                };
+                one(
+                    &plan,
+                    &ctx,
+                    &shared,
+                    &mut conn,
+                    &mut rng,
+                    &mut rec,
+                    client,
+                    i + 1,
+                    0,
+                    &key,
+                    &extra,
+                    None,
+                )
+                .await;
+                if !think.is_zero() {
+                    tokio::time::sleep(think).await;
+                }
+            }
+            rec
+        }));
+    }
+    collect(tasks, ctx.keep_attempts).await
+}
+
+async fn fleet(
+    plan: &Arc<PhasePlan>,
+    ctx: &PhaseCtx,
+    shared: &Arc<Shared>,
+    clients: u32,
+    operations: u64,
+) -> Recorder {
+    let barrier = Arc::new(Barrier::new(clients as usize));
+    let mut tasks = Vec::new();
+    for client in 0..clients {
+        let (plan, ctx, shared, barrier) =
+            (plan.clone(), ctx.clone(), shared.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            let needs_key = plan.template.uses(Var::Key);
+            let mut conn = Conn::new(ctx.target.clone());
+            let mut rng = ctx.keys.rng(ctx.index, client);
+            let mut rec = Recorder::new(ctx.keep_attempts);
+            let extra = client_header(plan.client_id_header, ctx.index, client);
+            if let Err(e) = conn.open().await {
+                tracing::warn!("fleet client {client} could not connect: {e}");
+            }
+            barrier.wait().await;
+            for k in 0..operations {
+                if ctx.stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let op = u64::from(client) * operations + k + 1;
+                let key = if needs_key {
+                    ctx.keys.key(ctx.index, op)
+                } else {
+                    String::new()
+                };
+                one(
+                    &plan, &ctx, &shared, &mut conn, &mut rng, &mut rec, client, op, 0, &key,
+                    &extra, None,
+                )
+                .await;
+            }
+            rec
+        }));
+    }
+    collect(tasks, ctx.keep_attempts).await
+}
+
+async fn collect(tasks: Vec<tokio::task::JoinHandle<Recorder>>, keep: bool) -> Recorder {
+    let mut total = Recorder::new(keep);
+    for t in tasks {
+        match t.await {
+            Ok(r) => total.merge(&r),
+            Err(e) => tracing::error!("worker failed: {e}"),
+        }
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constant_and_ramped_schedules() {
+        let flat = [(100.0, 100.0, Duration::from_secs(2))];
+        assert_eq!(intended_offset(&flat, 0), Some(Duration::ZERO));
+        assert_eq!(intended_offset(&flat, 50), Some(Duration::from_millis(500)));
+        assert_eq!(intended_offset(&flat, 200), None);
+        // Ramp 0 → 100 rps over 2 s: 100 operations, the first half in the last 1.41 s.
+        let ramp = [(0.0, 100.0, Duration::from_secs(2))];
+        let t50 = intended_offset(&ramp, 50).unwrap().as_secs_f64();
+        assert!((t50 - 2f64.sqrt()).abs() < 1e-6, "{t50}");
+        assert_eq!(intended_offset(&ramp, 100), None);
+        let two = [
+            (10.0, 10.0, Duration::from_secs(1)),
+            (10.0, 10.0, Duration::from_secs(1)),
+        ];
+        assert_eq!(intended_offset(&two, 15), Some(Duration::from_millis(1500)));
+    }
+
+    #[test]
+    fn keys_are_deterministic_and_distinct() {
+        let k = Keys::new(7, false);
+        assert_eq!(k.key(0, 1), Keys::new(7, false).key(0, 1));
+        assert_ne!(k.key(0, 1), k.key(0, 2));
+        assert_ne!(k.key(0, 1), k.key(1, 1));
+        assert_ne!(k.key(0, 1), Keys::new(8, false).key(0, 1));
+        assert_eq!(k.key(0, 1).len(), 36);
+    }
+}

@@ -1,0 +1,211 @@
+//! `harness load URL`: ad-hoc load from flags alone, open or closed model, bounded by duration or
+//! request count.
+
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use http::{HeaderName, Method};
+use reports::model::{Phase, Report};
+
+use crate::driver::{self, Keys, PhaseCtx};
+use crate::http::Target;
+use crate::metrics::latency_ms;
+use crate::policy::Policy;
+use crate::progress::Progress;
+use crate::run::{ensure_reachable, RunError};
+use crate::scenario::{PhaseKind, PhasePlan};
+use crate::template::{RequestTemplate, Text};
+
+/// Default duration when neither `--duration` nor `--requests` is given.
+pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
+/// Default connections for `--concurrency` and for rate mode.
+pub const DEFAULT_CONNECTIONS: u32 = 64;
+
+/// The flags as given.
+#[derive(Debug, Clone)]
+pub struct LoadFlags {
+    pub url: String,
+    pub rate: Option<f64>,
+    pub concurrency: Option<u32>,
+    pub duration: Option<Duration>,
+    pub requests: Option<u64>,
+    pub method: String,
+    pub headers: Vec<String>,
+    pub json: Option<String>,
+    pub timeout: Duration,
+    pub connections: Option<u32>,
+}
+
+/// Validated load settings.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    pub target: Arc<Target>,
+    pub phase: PhasePlan,
+}
+
+impl LoadOptions {
+    /// Validates the flags; the message says what is wrong and what is expected.
+    pub fn from_flags(f: LoadFlags) -> Result<LoadOptions, String> {
+        let mut target = Target::parse(&f.url).map_err(|e| e.to_string())?;
+        let uri: http::Uri = f
+            .url
+            .parse()
+            .map_err(|e| format!("invalid URL {:?}: {e}", f.url))?;
+        let path = uri
+            .path_and_query()
+            .map_or("/".to_string(), |p| p.as_str().to_string());
+        target.base_path = String::new();
+        let method = Method::from_bytes(f.method.to_ascii_uppercase().as_bytes())
+            .map_err(|_| format!("-m {:?} is not an HTTP method", f.method))?;
+        let mut headers = Vec::new();
+        for h in &f.headers {
+            let (name, value) = h
+                .split_once(':')
+                .ok_or_else(|| format!("-H {h:?}: expected `Name: value`"))?;
+            let name = HeaderName::from_bytes(name.trim().to_ascii_lowercase().as_bytes())
+                .map_err(|_| format!("-H {h:?}: {:?} is not a header name", name.trim()))?;
+            let value = Text::parse(value.trim()).map_err(|e| format!("-H {h:?}: {e}"))?;
+            headers.push((name, value));
+        }
+        let body = match &f.json {
+            Some(j) => {
+                let v: serde_json::Value = serde_json::from_str(j)
+                    .map_err(|e| format!("--json is not valid JSON: {e}"))?;
+                Some((
+                    Text::parse(&v.to_string()).map_err(|e| format!("--json: {e}"))?,
+                    true,
+                ))
+            }
+            None => None,
+        };
+        let template = RequestTemplate {
+            method,
+            path: Text::parse(&path).map_err(|e| format!("URL path: {e}"))?,
+            headers,
+            body,
+        };
+        if let Some(r) = f.rate {
+            if !(r.is_finite() && r > 0.0) {
+                return Err(format!(
+                    "--rate {r}: expected a positive number of requests per second"
+                ));
+            }
+        }
+        if f.concurrency == Some(0) || f.connections == Some(0) {
+            return Err("--concurrency and --connections must be at least 1".into());
+        }
+        if f.requests == Some(0) {
+            return Err("--requests must be at least 1".into());
+        }
+        let kind = match f.rate {
+            Some(rate) => {
+                let duration = match (f.duration, f.requests) {
+                    (Some(d), _) => d,
+                    (None, Some(n)) => Duration::from_secs_f64(n as f64 / rate),
+                    (None, None) => DEFAULT_DURATION,
+                };
+                if duration.is_zero() {
+                    return Err("--duration must be more than 0".into());
+                }
+                PhaseKind::Rate {
+                    stages: vec![(rate, rate, duration)],
+                    connections: f.connections.unwrap_or(DEFAULT_CONNECTIONS),
+                }
+            }
+            None => {
+                let duration = match (f.duration, f.requests) {
+                    (None, None) => Some(DEFAULT_DURATION),
+                    (d, _) => d,
+                };
+                PhaseKind::Clients {
+                    concurrency: f.concurrency.unwrap_or(DEFAULT_CONNECTIONS),
+                    duration,
+                    requests: f.requests,
+                    think: Duration::ZERO,
+                }
+            }
+        };
+        let policy = Policy {
+            max_attempts: 1,
+            timeout: f.timeout,
+            ..Policy::default()
+        };
+        Ok(LoadOptions {
+            target: Arc::new(target),
+            phase: PhasePlan {
+                name: "load".into(),
+                kind,
+                template,
+                policy,
+                client_id_header: false,
+            },
+        })
+    }
+}
+
+/// Runs the load and returns its report (no checks: it always passes).
+pub async fn run(
+    o: &LoadOptions,
+    stop: Arc<AtomicBool>,
+    progress: bool,
+) -> Result<Report, RunError> {
+    ensure_reachable(&o.target).await?;
+    let started_unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let done = Arc::new(AtomicU64::new(0));
+    let bar = Progress::start(
+        progress,
+        "load",
+        driver::expected_operations(&o.phase),
+        done.clone(),
+    );
+    let ctx = PhaseCtx {
+        index: 0,
+        target: o.target.clone(),
+        keys: Keys::new(0, true),
+        run_start: Instant::now(),
+        stop,
+        done,
+        keep_attempts: false,
+    };
+    let out = driver::run_phase(Arc::new(o.phase.clone()), ctx).await;
+    bar.finish();
+    let r = &out.recorder;
+    let secs = out.duration.as_secs_f64().max(1e-9);
+    let rate = matches!(o.phase.kind, PhaseKind::Rate { .. });
+    let mut metrics = std::collections::BTreeMap::new();
+    if let PhaseKind::Rate { stages, .. } = &o.phase.kind {
+        metrics.insert("target_rps".into(), serde_json::json!(stages[0].0));
+    }
+    let phase = Phase {
+        name: "load".into(),
+        kind: o.phase.kind.name().into(),
+        duration_ms: out.duration.as_millis() as u64,
+        requests: r.requests(),
+        latency_ms: latency_ms(&r.latency),
+        latency_intended_ms: rate.then(|| latency_ms(&r.intended)),
+        throughput_rps: r.completed() as f64 / secs,
+        metrics,
+    };
+    Ok(Report {
+        schema_version: reports::model::SCHEMA_VERSION,
+        scenario: format!("load {} {}", o.phase.template.method, o.target.url),
+        passed: true,
+        started_unix_ms,
+        duration_ms: out.duration.as_millis() as u64,
+        target: Some(o.target.url.clone()),
+        seed: None,
+        time_scale: 1.0,
+        requests: r.requests(),
+        latency_ms: latency_ms(&r.latency),
+        throughput_rps: r.completed() as f64 / secs,
+        errors_by_kind: r.errors_by_kind(),
+        phases: vec![phase],
+        checks: Vec::new(),
+        timeline: None,
+        retry_delays: Vec::new(),
+        exec: None,
+    })
+}

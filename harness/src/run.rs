@@ -1,0 +1,441 @@
+//! A scenario run: start the embedded fault server, drive the phases against the target, collect
+//! the journal, run the checks, and build the report.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use fault_server::{Entry, FaultServer, ServerOptions};
+use reports::model::{AttemptDelays, Phase, Report, Series, Timeline};
+
+use crate::checks::run_checks;
+use crate::driver::{self, Keys, PhaseCtx};
+use crate::http::Target;
+use crate::metrics::{latency_ms, AttemptRecord, Recorder};
+use crate::progress::Progress;
+use crate::scenario::{PhaseKind, Plan};
+
+/// The run could not be carried out (exit code 3).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cannot start the embedded fault server: {0}")]
+    Server(#[from] fault_server::StartError),
+    #[error("{0}")]
+    Target(#[from] crate::http::TargetError),
+    #[error("target {url} is unreachable: {source}")]
+    Unreachable { url: String, source: std::io::Error },
+}
+
+/// Checks that a TCP connection to the target can be made.
+pub async fn ensure_reachable(target: &Target) -> Result<(), RunError> {
+    match tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::net::TcpStream::connect(target.addr),
+    )
+    .await
+    {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(source)) => Err(RunError::Unreachable {
+            url: target.url.clone(),
+            source,
+        }),
+        Err(_) => Err(RunError::Unreachable {
+            url: target.url.clone(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "connect timed out after 5 s",
+            ),
+        }),
+    }
+}
+
+/// Everything a run produced, before rendering.
+pub struct RunOutcome {
+    pub report: Report,
+    /// The embedded server's journal (empty when there was none).
+    pub journal: Vec<Entry>,
+}
+
+/// Runs a plan. `stop` is set on Ctrl-C: the load stops, the checks still run on what was done.
+pub async fn run_plan(
+    plan: &Plan,
+    stop: Arc<AtomicBool>,
+    progress: bool,
+) -> Result<RunOutcome, RunError> {
+    let mut session = Session::start(plan).await?;
+    session.drive(plan, stop, progress, Duration::ZERO).await?;
+    Ok(session.finish(plan, None).await)
+}
+
+/// A run in progress: the embedded server (if any) and what the phases measured so far.
+pub struct Session {
+    server: Option<FaultServer>,
+    started_unix_ms: u64,
+    run_start: Instant,
+    target_url: Option<String>,
+    total: Recorder,
+    phases: Vec<Phase>,
+}
+
+impl Session {
+    /// Starts the embedded fault server, if the plan has one.
+    pub async fn start(plan: &Plan) -> Result<Session, RunError> {
+        let server = match &plan.server {
+            Some(cfg) => Some(
+                FaultServer::start(
+                    cfg.clone(),
+                    ServerOptions {
+                        seed: Some(plan.seed),
+                        ..ServerOptions::default()
+                    },
+                )
+                .await?,
+            ),
+            None => None,
+        };
+        Ok(Session {
+            server,
+            started_unix_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            run_start: Instant::now(),
+            target_url: None,
+            total: Recorder::new(true),
+            phases: Vec::new(),
+        })
+    }
+
+    /// The embedded server's URL.
+    pub fn server_url(&self) -> Option<String> {
+        self.server.as_ref().map(FaultServer::url)
+    }
+
+    /// Runs the phases against the target; waits up to `wait_for_target` for it to accept
+    /// connections (a service that `harness exec` just started needs a moment).
+    pub async fn drive(
+        &mut self,
+        plan: &Plan,
+        stop: Arc<AtomicBool>,
+        progress: bool,
+        wait_for_target: Duration,
+    ) -> Result<(), RunError> {
+        if plan.phases.is_empty() {
+            return Ok(());
+        }
+        let url = match (&plan.target, self.server_url()) {
+            (Some(t), _) => t.clone(),
+            (None, Some(s)) => s,
+            (None, None) => unreachable_target(),
+        };
+        let target = Arc::new(Target::parse(&url)?);
+        let give_up = Instant::now() + wait_for_target;
+        loop {
+            match ensure_reachable(&target).await {
+                Ok(()) => break,
+                Err(e) if Instant::now() >= give_up || stop.load(Ordering::Relaxed) => {
+                    return Err(e)
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+        self.target_url = Some(url);
+        self.run_start = Instant::now();
+        // Keys are reproducible against the fresh embedded server; unique against a live service.
+        let keys = Keys::new(plan.seed, plan.target.is_some());
+        for (i, p) in plan.phases.iter().enumerate() {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let done = Arc::new(AtomicU64::new(0));
+            let bar = Progress::start(
+                progress,
+                &p.name,
+                driver::expected_operations(p),
+                done.clone(),
+            );
+            let ctx = PhaseCtx {
+                index: i as u16,
+                target: target.clone(),
+                keys,
+                run_start: self.run_start,
+                stop: stop.clone(),
+                done,
+                keep_attempts: true,
+            };
+            let out = driver::run_phase(Arc::new(p.clone()), ctx).await;
+            bar.finish();
+            let secs = out.duration.as_secs_f64().max(1e-9);
+            let mut metrics = BTreeMap::new();
+            if let (PhaseKind::Burst { size, .. }, Some(s)) = (&p.kind, &self.server) {
+                s.settle(Duration::from_secs(10)).await;
+                let mut skews =
+                    release_skews(&s.journal().entries(), &out.round_keys, *size as usize);
+                if let Some(max) = skews.iter().max().copied() {
+                    skews.sort_unstable();
+                    metrics.insert("release_skew_us_max".into(), serde_json::json!(max));
+                    metrics.insert(
+                        "release_skew_us_p50".into(),
+                        serde_json::json!(skews[skews.len() / 2]),
+                    );
+                }
+            }
+            let r = &out.recorder;
+            for (name, v) in [
+                ("operations", r.operations),
+                ("fallbacks", r.fallbacks),
+                ("budget_refusals", r.budget_refusals),
+                ("deadline_exceeded", r.deadline_exceeded),
+            ] {
+                if v > 0 || name == "operations" {
+                    metrics.insert(name.into(), serde_json::json!(v));
+                }
+            }
+            self.phases.push(Phase {
+                name: p.name.clone(),
+                kind: p.kind.name().to_string(),
+                duration_ms: out.duration.as_millis() as u64,
+                requests: r.requests(),
+                latency_ms: latency_ms(&r.latency),
+                latency_intended_ms: matches!(p.kind, PhaseKind::Rate { .. })
+                    .then(|| latency_ms(&r.intended)),
+                throughput_rps: r.completed() as f64 / secs,
+                metrics,
+            });
+            self.total.merge(&out.recorder);
+        }
+        Ok(())
+    }
+
+    /// Stops the server, runs the checks on its journal, builds the report.
+    pub async fn finish(mut self, plan: &Plan, exec: Option<reports::model::Exec>) -> RunOutcome {
+        let duration = self.run_start.elapsed();
+        let journal = match self.server.take() {
+            Some(s) => {
+                if !s.settle(Duration::from_secs(10)).await {
+                    tracing::warn!("some requests were still in flight when the journal was read");
+                }
+                let entries = s.journal().entries();
+                s.shutdown().await;
+                entries
+            }
+            None => Vec::new(),
+        };
+        let checks = run_checks(&plan.checks, journal.iter());
+        let exec_failed = exec.as_ref().is_some_and(|e| e.exit_code != Some(0));
+        let attempts = self.total.attempts.take().unwrap_or_default();
+        let window = plan.window.unwrap_or_else(|| auto_window(duration));
+        let timeline = if journal.is_empty() {
+            timeline_from_attempts(&attempts, window)
+        } else {
+            timeline_from_journal(&journal, window)
+        };
+        let report = Report {
+            schema_version: reports::model::SCHEMA_VERSION,
+            scenario: plan.name.clone(),
+            passed: checks.iter().all(|c| c.passed) && !exec_failed,
+            started_unix_ms: self.started_unix_ms,
+            duration_ms: duration.as_millis() as u64,
+            target: self.target_url.clone(),
+            seed: Some(plan.seed),
+            time_scale: plan.time_scale,
+            requests: if journal.is_empty() || !self.phases.is_empty() {
+                self.total.requests()
+            } else {
+                requests_from_journal(&journal)
+            },
+            latency_ms: latency_ms(&self.total.latency),
+            throughput_rps: self.total.completed() as f64 / duration.as_secs_f64().max(1e-9),
+            errors_by_kind: self.total.errors_by_kind(),
+            phases: self.phases,
+            checks,
+            timeline: Some(timeline),
+            retry_delays: retry_delays(&attempts),
+            exec,
+        };
+        RunOutcome { report, journal }
+    }
+}
+
+/// Request counts as the server saw them (for `exec` and `analyze`, where the harness sent nothing).
+pub fn requests_from_journal(journal: &[Entry]) -> reports::model::Requests {
+    let mut r = reports::model::Requests::default();
+    for e in journal {
+        r.sent += 1;
+        match e.status {
+            Some(s) if e.outcome == fault_server::Outcome::Responded => {
+                r.completed += 1;
+                *r.by_status.entry(s.to_string()).or_default() += 1;
+            }
+            _ => r.errors += 1,
+        }
+        if e.key_attempt.is_some_and(|a| a > 1) {
+            r.retries += 1;
+        }
+    }
+    r
+}
+
+fn unreachable_target() -> String {
+    // `scenario::resolve` guarantees a target or a server; keep a readable URL for the error path.
+    "http://127.0.0.1:0".to_string()
+}
+
+/// Spread of `t_recv_us` of each burst round's first `size` requests, as the server saw them.
+pub fn release_skews(journal: &[Entry], round_keys: &[String], size: usize) -> Vec<u64> {
+    let mut by_key: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for e in journal {
+        if let Some(k) = e.idempotency_key.as_deref() {
+            let v = by_key.entry(k).or_default();
+            if v.len() < size {
+                v.push(e.t_recv_us);
+            }
+        }
+    }
+    round_keys
+        .iter()
+        .filter_map(|k| by_key.get(k.as_str()))
+        .filter_map(|ts| Some(ts.iter().max()? - ts.iter().min()?))
+        .collect()
+}
+
+/// About 60 windows over the run, at least 1 ms.
+pub fn auto_window(d: Duration) -> Duration {
+    (d / 60).max(Duration::from_millis(1))
+}
+
+fn label_for_entry(e: &Entry) -> String {
+    match e.outcome {
+        fault_server::Outcome::Responded => e
+            .status
+            .map_or_else(|| "malformed".to_string(), |s| s.to_string()),
+        other => other.as_str().to_string(),
+    }
+}
+
+/// Requests per window by status (or outcome when no status was sent), from the server's view.
+pub fn timeline_from_journal(journal: &[Entry], window: Duration) -> Timeline {
+    let t0 = journal.iter().map(|e| e.t_recv_us).min().unwrap_or(0);
+    let w = (window.as_micros() as u64).max(1);
+    build_timeline(
+        journal
+            .iter()
+            .map(|e| ((e.t_recv_us - t0) / w, label_for_entry(e))),
+        window,
+    )
+}
+
+/// Requests per window by status or error kind, from the client's view.
+pub fn timeline_from_attempts(attempts: &[AttemptRecord], window: Duration) -> Timeline {
+    let t0 = attempts.iter().map(|a| a.t_start_us).min().unwrap_or(0);
+    let w = (window.as_micros() as u64).max(1);
+    build_timeline(
+        attempts.iter().map(|a| {
+            let label = match (a.status, a.error) {
+                (Some(s), _) => s.to_string(),
+                (None, Some(e)) => format!("error:{e}"),
+                (None, None) => "unknown".to_string(),
+            };
+            ((a.t_start_us - t0) / w, label)
+        }),
+        window,
+    )
+}
+
+fn build_timeline(points: impl Iterator<Item = (u64, String)>, window: Duration) -> Timeline {
+    let mut by_label: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    let mut len = 0usize;
+    for (bin, label) in points {
+        let bin = bin as usize;
+        len = len.max(bin + 1);
+        let counts = by_label.entry(label).or_default();
+        if counts.len() <= bin {
+            counts.resize(bin + 1, 0);
+        }
+        counts[bin] += 1;
+    }
+    let series = by_label
+        .into_iter()
+        .map(|(label, mut counts)| {
+            counts.resize(len, 0);
+            Series { label, counts }
+        })
+        .collect();
+    Timeline {
+        window_ms: window.as_secs_f64() * 1000.0,
+        series,
+    }
+}
+
+/// Observed waits before each retry, grouped by attempt index, from the driver's records.
+pub fn retry_delays(attempts: &[AttemptRecord]) -> Vec<AttemptDelays> {
+    let mut sorted: Vec<&AttemptRecord> = attempts.iter().collect();
+    sorted.sort_by_key(|a| (a.phase, a.op, a.client, a.attempt));
+    let mut by_attempt: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+    for pair in sorted.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        if a.phase == b.phase && a.op == b.op && a.client == b.client && b.attempt == a.attempt + 1
+        {
+            let d = b.t_start_us.saturating_sub(a.t_end_us) as f64 / 1000.0;
+            by_attempt.entry(b.attempt).or_default().push(d);
+        }
+    }
+    by_attempt
+        .into_iter()
+        .map(|(attempt, delays_ms)| AttemptDelays { attempt, delays_ms })
+        .collect()
+}
+
+/// The report of `harness idempotency`.
+pub fn probe_report(o: &crate::probe::ProbeOutcome) -> Report {
+    let mut rec = Recorder::new(false);
+    for ms in &o.latency_ms {
+        rec.latency(Duration::from_secs_f64(ms / 1000.0));
+    }
+    let completed: u64 = o.by_status.values().sum();
+    let requests = reports::model::Requests {
+        sent: o.requests_sent,
+        completed,
+        errors: o.requests_sent.saturating_sub(completed),
+        retries: 0,
+        by_status: o.by_status.clone(),
+        late_starts: 0,
+    };
+    let mut metrics = BTreeMap::new();
+    metrics.insert(
+        "release_skew_us_max".to_string(),
+        serde_json::json!(o.release_skew_us_max),
+    );
+    metrics.insert("rounds".to_string(), serde_json::json!(o.rounds.len()));
+    let secs = (o.duration_ms as f64 / 1000.0).max(1e-9);
+    Report {
+        schema_version: reports::model::SCHEMA_VERSION,
+        scenario: format!("idempotency {}", o.target),
+        passed: o.passed(),
+        started_unix_ms: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64),
+        duration_ms: o.duration_ms,
+        target: Some(o.target.clone()),
+        seed: None,
+        time_scale: 1.0,
+        requests: requests.clone(),
+        latency_ms: latency_ms(&rec.latency),
+        throughput_rps: completed as f64 / secs,
+        errors_by_kind: o.errors_by_kind.clone(),
+        phases: vec![Phase {
+            name: "bursts".into(),
+            kind: "burst".into(),
+            duration_ms: o.duration_ms,
+            requests,
+            latency_ms: latency_ms(&rec.latency),
+            latency_intended_ms: None,
+            throughput_rps: completed as f64 / secs,
+            metrics,
+        }],
+        checks: o.checks.clone(),
+        timeline: None,
+        retry_delays: Vec::new(),
+        exec: None,
+    }
+}

@@ -1,0 +1,719 @@
+//! Scenario files: YAML as the user writes it ([`ScenarioFile`]), parsed once and resolved into a
+//! [`Plan`] that the rest of the harness trusts: every duration already multiplied by the time
+//! scale, every template compiled, every phase known to end. Nothing downstream re-parses.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use fault_server::config::{from_yaml_str, ConfigError, Dur};
+use http::{HeaderName, Method};
+use serde::Deserialize;
+
+use crate::checks::ChecksConfig;
+use crate::http::ErrorKind;
+use crate::policy::{Backoff, BackoffKind, BreakerSpec, BudgetSpec, Jitter, KeyMode, Policy};
+use crate::template::{RequestTemplate, Text};
+
+/// A scenario as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioFile {
+    /// Name in reports; the file stem when absent.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// What the scenario demonstrates (shown in reports).
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// Multiplies every duration; `--time-scale` overrides.
+    #[serde(default)]
+    pub time_scale: Option<f64>,
+    /// An embedded fault server, configured inline (the fault server's config format).
+    #[serde(default)]
+    pub server: Option<fault_server::Config>,
+    /// An embedded fault server configured by a file (relative to the scenario).
+    #[serde(default)]
+    pub server_config: Option<PathBuf>,
+    /// Where load goes: a URL; the embedded server when absent. `--target` overrides.
+    #[serde(default)]
+    pub target: Option<String>,
+    /// The client policy every phase starts from.
+    #[serde(default)]
+    pub client: PolicyFile,
+    /// Load phases, run in order (`harness exec` may have none: the command is the load).
+    #[serde(default)]
+    pub phases: Vec<PhaseFile>,
+    /// Checks run after the load, with their thresholds.
+    #[serde(default)]
+    pub checks: ChecksConfig,
+    /// Report settings.
+    #[serde(default)]
+    pub report: ReportFile,
+}
+
+/// Report settings.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportFile {
+    /// Width of a window in the requests-over-time chart (scenario time; scaled).
+    #[serde(default)]
+    pub window: Option<Dur>,
+}
+
+/// A client retry policy as written; every field optional so a phase can override a few.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyFile {
+    /// Attempts per operation, first included (1 = no retries).
+    #[serde(default)]
+    pub max_attempts: Option<u32>,
+    /// Per-attempt timeout.
+    #[serde(default)]
+    pub timeout: Option<Dur>,
+    /// Budget for all attempts of an operation, backoff included.
+    #[serde(default)]
+    pub total_timeout: Option<Dur>,
+    #[serde(default)]
+    pub backoff: Option<BackoffFile>,
+    #[serde(default)]
+    pub jitter: Option<Jitter>,
+    /// Which failures are retried.
+    #[serde(default)]
+    pub retry_on: Option<RetryOnFile>,
+    /// Wait at least the server's Retry-After.
+    #[serde(default)]
+    pub honor_retry_after: Option<bool>,
+    /// `per_operation` (correct) or `per_attempt` (the bug).
+    #[serde(default)]
+    pub key: Option<KeyMode>,
+    #[serde(default)]
+    pub budget: Option<BudgetFile>,
+    #[serde(default)]
+    pub breaker: Option<BreakerFile>,
+    /// Send `X-Deadline` (absolute unix ms) derived from `total_timeout`.
+    #[serde(default)]
+    pub deadline_header: Option<bool>,
+    /// Send `x-client-id: c<N>` so the journal can group a client's attempts (default true).
+    #[serde(default)]
+    pub client_id_header: Option<bool>,
+}
+
+/// Backoff as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackoffFile {
+    #[serde(default)]
+    pub kind: BackoffKind,
+    pub base: Dur,
+    #[serde(default)]
+    pub cap: Option<Dur>,
+    #[serde(default)]
+    pub factor: Option<f64>,
+}
+
+/// Retry classification as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryOnFile {
+    #[serde(default)]
+    pub statuses: Option<Vec<u16>>,
+    #[serde(default)]
+    pub errors: Option<Vec<ErrorKind>>,
+}
+
+/// A retry budget as written: `{ ratio: 0.1, reserve: 10 }` or `{ capacity: 10, refill_per_s: 1 }`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetFile {
+    #[serde(default)]
+    pub ratio: Option<f64>,
+    #[serde(default)]
+    pub reserve: Option<f64>,
+    #[serde(default)]
+    pub capacity: Option<f64>,
+    #[serde(default)]
+    pub refill_per_s: Option<f64>,
+}
+
+/// A circuit breaker as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BreakerFile {
+    #[serde(default = "half")]
+    pub failure_ratio: f64,
+    #[serde(default = "ten")]
+    pub min_requests: u32,
+    pub window: Dur,
+    pub open_for: Dur,
+    #[serde(default = "one")]
+    pub half_open_probes: u32,
+    /// Status reported for operations the fallback answered (default 503).
+    #[serde(default)]
+    pub fallback_status: Option<u16>,
+}
+
+fn half() -> f64 {
+    0.5
+}
+fn ten() -> u32 {
+    10
+}
+fn one() -> u32 {
+    1
+}
+
+/// A phase as written: a name, exactly one executor, a request, an optional policy override.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PhaseFile {
+    pub name: String,
+    #[serde(default)]
+    pub burst: Option<BurstFile>,
+    #[serde(default)]
+    pub rate: Option<RateFile>,
+    #[serde(default)]
+    pub clients: Option<ClientsFile>,
+    #[serde(default)]
+    pub fleet: Option<FleetFile>,
+    pub request: RequestFile,
+    /// Overrides fields of the scenario's `client` policy for this phase.
+    #[serde(default)]
+    pub client: Option<PolicyFile>,
+}
+
+/// `burst`: N requests released together on connections opened beforehand, R rounds.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BurstFile {
+    #[serde(default = "ten")]
+    pub size: u32,
+    #[serde(default = "one")]
+    pub rounds: u32,
+    /// Pause between rounds.
+    #[serde(default)]
+    pub pause: Option<Dur>,
+}
+
+/// `rate`: open model, constant or in stages (linear ramps between stage targets).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateFile {
+    #[serde(default)]
+    pub rps: Option<f64>,
+    #[serde(default)]
+    pub duration: Option<Dur>,
+    #[serde(default)]
+    pub stages: Option<Vec<StageFile>>,
+    /// Connections (workers) available; a request that finds none free starts late.
+    #[serde(default)]
+    pub connections: Option<u32>,
+}
+
+/// One stage of a ramp: reach `rps` by the end of `duration`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageFile {
+    pub rps: f64,
+    pub duration: Dur,
+}
+
+/// `clients`: closed model.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientsFile {
+    pub concurrency: u32,
+    #[serde(default)]
+    pub duration: Option<Dur>,
+    #[serde(default)]
+    pub requests: Option<u64>,
+    #[serde(default)]
+    pub think: Option<Dur>,
+}
+
+/// `fleet`: N clients that start together, each running operations under the retry policy.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetFile {
+    pub clients: u32,
+    /// Operations per client, one after another.
+    #[serde(default = "one_u64")]
+    pub operations: u64,
+}
+
+fn one_u64() -> u64 {
+    1
+}
+
+/// A request template as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestFile {
+    #[serde(default)]
+    pub method: Option<String>,
+    pub path: String,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// A JSON body (strings may hold placeholders).
+    #[serde(default)]
+    pub json: Option<serde_json::Value>,
+    /// A raw body.
+    #[serde(default)]
+    pub body: Option<String>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// The resolved plan.
+
+/// A scenario resolved: what the driver runs.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub name: String,
+    pub description: Option<String>,
+    pub source: PathBuf,
+    pub seed: u64,
+    pub time_scale: f64,
+    /// The embedded fault server's config, durations already scaled.
+    pub server: Option<fault_server::Config>,
+    pub target: Option<String>,
+    pub phases: Vec<PhasePlan>,
+    pub checks: ChecksConfig,
+    /// Timeline window (real time).
+    pub window: Option<Duration>,
+}
+
+/// One resolved phase.
+#[derive(Debug, Clone)]
+pub struct PhasePlan {
+    pub name: String,
+    pub kind: PhaseKind,
+    pub template: RequestTemplate,
+    pub policy: Policy,
+    pub client_id_header: bool,
+}
+
+/// What drives a phase.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PhaseKind {
+    Burst {
+        size: u32,
+        rounds: u32,
+        pause: Duration,
+    },
+    /// Stages of (start rps, end rps, duration); constant rate is one flat stage.
+    Rate {
+        stages: Vec<(f64, f64, Duration)>,
+        connections: u32,
+    },
+    Clients {
+        concurrency: u32,
+        duration: Option<Duration>,
+        requests: Option<u64>,
+        think: Duration,
+    },
+    Fleet {
+        clients: u32,
+        operations: u64,
+    },
+}
+
+impl PhaseKind {
+    /// The executor's name in reports.
+    pub fn name(&self) -> &'static str {
+        match self {
+            PhaseKind::Burst { .. } => "burst",
+            PhaseKind::Rate { .. } => "rate",
+            PhaseKind::Clients { .. } => "clients",
+            PhaseKind::Fleet { .. } => "fleet",
+        }
+    }
+}
+
+/// Overrides from the command line.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub seed: Option<u64>,
+    pub time_scale: Option<f64>,
+    pub target: Option<String>,
+}
+
+fn invalid(origin: &str, field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        origin: origin.to_string(),
+        line: None,
+        column: None,
+        field: Some(field.into()),
+        message: message.into(),
+    }
+}
+
+/// Reads, validates and resolves a scenario file.
+pub fn load(path: &Path, o: &Overrides) -> Result<Plan, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let origin = path.display().to_string();
+    let file: ScenarioFile = from_yaml_str(&text, &origin)?;
+    resolve(file, path, o)
+}
+
+/// Resolves a parsed scenario.
+pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, ConfigError> {
+    let origin = path.display().to_string();
+    let time_scale = o.time_scale.or(f.time_scale).unwrap_or(1.0);
+    if !(time_scale.is_finite() && time_scale > 0.0) {
+        return Err(invalid(
+            &origin,
+            "time_scale",
+            format!("{time_scale} must be a positive number"),
+        ));
+    }
+    let scale = |d: Duration| d.mul_f64(time_scale);
+
+    let mut server = match (f.server, &f.server_config) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                &origin,
+                "server_config",
+                "give `server` (inline) or `server_config` (a file), not both",
+            ))
+        }
+        (Some(s), None) => {
+            fault_server::config::validate_rules(&s.rules, &origin)?;
+            Some(s)
+        }
+        (None, Some(p)) => {
+            let p = path.parent().unwrap_or(Path::new(".")).join(p);
+            Some(fault_server::Config::load(&p)?)
+        }
+        (None, None) => None,
+    };
+    if let Some(s) = &mut server {
+        s.scale_durations(time_scale);
+    }
+    let target = o.target.clone().or(f.target);
+    if server.is_none() && target.is_none() {
+        return Err(invalid(
+            &origin,
+            "target",
+            "no target: give `target: http://HOST:PORT`, `--target`, or an embedded `server`",
+        ));
+    }
+    let mut phases = Vec::new();
+    for (i, p) in f.phases.iter().enumerate() {
+        let at = |field: &str| format!("phases[{i}].{field}");
+        let kinds = [
+            p.burst.is_some(),
+            p.rate.is_some(),
+            p.clients.is_some(),
+            p.fleet.is_some(),
+        ];
+        if kinds.iter().filter(|k| **k).count() != 1 {
+            return Err(invalid(
+                &origin,
+                format!("phases[{i}]"),
+                "a phase has exactly one of `burst`, `rate`, `clients`, `fleet`",
+            ));
+        }
+        let kind = if let Some(b) = &p.burst {
+            if b.size == 0 || b.rounds == 0 {
+                return Err(invalid(
+                    &origin,
+                    at("burst"),
+                    "`size` and `rounds` must be at least 1",
+                ));
+            }
+            PhaseKind::Burst {
+                size: b.size,
+                rounds: b.rounds,
+                pause: scale(b.pause.map_or(Duration::ZERO, |d| d.0)),
+            }
+        } else if let Some(r) = &p.rate {
+            let stages = match (&r.stages, r.rps, r.duration) {
+                (Some(st), None, None) if !st.is_empty() => {
+                    let mut prev = 0.0;
+                    st.iter()
+                        .map(|s| {
+                            let x = (prev, s.rps, scale(s.duration.0));
+                            prev = s.rps;
+                            x
+                        })
+                        .collect::<Vec<_>>()
+                }
+                (None, Some(rps), Some(d)) => vec![(rps, rps, scale(d.0))],
+                (None, Some(_), None) => {
+                    return Err(invalid(
+                        &origin,
+                        at("rate.duration"),
+                        "this phase never ends: give `duration`",
+                    ))
+                }
+                _ => {
+                    return Err(invalid(
+                        &origin,
+                        at("rate"),
+                        "give `rps` and `duration`, or a non-empty list of `stages`",
+                    ))
+                }
+            };
+            if stages.iter().any(|(a, b, d)| {
+                !(a.is_finite() && b.is_finite() && *a >= 0.0 && *b >= 0.0) || d.is_zero()
+            }) {
+                return Err(invalid(
+                    &origin,
+                    at("rate"),
+                    "rates must be ≥ 0 and durations > 0",
+                ));
+            }
+            PhaseKind::Rate {
+                stages,
+                connections: r.connections.unwrap_or(64).max(1),
+            }
+        } else if let Some(c) = &p.clients {
+            if c.duration.is_none() && c.requests.is_none() {
+                return Err(invalid(
+                    &origin,
+                    at("clients"),
+                    "this phase never ends: give `duration` or `requests`",
+                ));
+            }
+            if c.concurrency == 0 {
+                return Err(invalid(
+                    &origin,
+                    at("clients.concurrency"),
+                    "must be at least 1",
+                ));
+            }
+            PhaseKind::Clients {
+                concurrency: c.concurrency,
+                duration: c.duration.map(|d| scale(d.0)),
+                requests: c.requests,
+                think: scale(c.think.map_or(Duration::ZERO, |d| d.0)),
+            }
+        } else if let Some(fl) = &p.fleet {
+            if fl.clients == 0 || fl.operations == 0 {
+                return Err(invalid(
+                    &origin,
+                    at("fleet"),
+                    "`clients` and `operations` must be at least 1",
+                ));
+            }
+            PhaseKind::Fleet {
+                clients: fl.clients,
+                operations: fl.operations,
+            }
+        } else {
+            return Err(invalid(&origin, format!("phases[{i}]"), "missing executor"));
+        };
+        let template = compile_request(&p.request, &origin, &at("request"))?;
+        let merged = merge_policy(&f.client, p.client.as_ref());
+        let policy = resolve_policy(&merged, time_scale, &origin, &at("client"))?;
+        phases.push(PhasePlan {
+            name: p.name.clone(),
+            kind,
+            template,
+            policy,
+            client_id_header: merged.client_id_header.unwrap_or(true),
+        });
+    }
+    let name = f.name.unwrap_or_else(|| {
+        path.file_stem()
+            .map_or("scenario".into(), |s| s.to_string_lossy().into_owned())
+    });
+    Ok(Plan {
+        name,
+        description: f.description,
+        source: path.to_path_buf(),
+        seed: o.seed.or(f.seed).unwrap_or(1),
+        time_scale,
+        server,
+        target,
+        phases,
+        checks: f.checks,
+        window: f.report.window.map(|d| scale(d.0)),
+    })
+}
+
+fn compile_request(
+    r: &RequestFile,
+    origin: &str,
+    at: &str,
+) -> Result<RequestTemplate, ConfigError> {
+    let method_name = r.method.as_deref().unwrap_or("GET").to_ascii_uppercase();
+    let method = Method::from_bytes(method_name.as_bytes()).map_err(|_| {
+        invalid(
+            origin,
+            format!("{at}.method"),
+            format!("{method_name:?} is not an HTTP method"),
+        )
+    })?;
+    if !r.path.starts_with('/') {
+        return Err(invalid(
+            origin,
+            format!("{at}.path"),
+            format!("{:?} must start with '/'", r.path),
+        ));
+    }
+    let path = Text::parse(&r.path).map_err(|e| invalid(origin, format!("{at}.path"), e))?;
+    let mut headers = Vec::new();
+    for (k, v) in &r.headers {
+        let name = HeaderName::from_bytes(k.to_ascii_lowercase().as_bytes()).map_err(|_| {
+            invalid(
+                origin,
+                format!("{at}.headers"),
+                format!("{k:?} is not a header name"),
+            )
+        })?;
+        let value = Text::parse(v).map_err(|e| invalid(origin, format!("{at}.headers.{k}"), e))?;
+        headers.push((name, value));
+    }
+    let body = match (&r.json, &r.body) {
+        (Some(_), Some(_)) => return Err(invalid(origin, at, "give `json` or `body`, not both")),
+        (Some(j), None) => Some((
+            Text::parse(&j.to_string()).map_err(|e| invalid(origin, format!("{at}.json"), e))?,
+            true,
+        )),
+        (None, Some(b)) => Some((
+            Text::parse(b).map_err(|e| invalid(origin, format!("{at}.body"), e))?,
+            false,
+        )),
+        (None, None) => None,
+    };
+    Ok(RequestTemplate {
+        method,
+        path,
+        headers,
+        body,
+    })
+}
+
+fn merge_policy(base: &PolicyFile, over: Option<&PolicyFile>) -> PolicyFile {
+    let Some(o) = over else { return base.clone() };
+    PolicyFile {
+        max_attempts: o.max_attempts.or(base.max_attempts),
+        timeout: o.timeout.or(base.timeout),
+        total_timeout: o.total_timeout.or(base.total_timeout),
+        backoff: o.backoff.clone().or_else(|| base.backoff.clone()),
+        jitter: o.jitter.or(base.jitter),
+        retry_on: o.retry_on.clone().or_else(|| base.retry_on.clone()),
+        honor_retry_after: o.honor_retry_after.or(base.honor_retry_after),
+        key: o.key.or(base.key),
+        budget: o.budget.clone().or_else(|| base.budget.clone()),
+        breaker: o.breaker.clone().or_else(|| base.breaker.clone()),
+        deadline_header: o.deadline_header.or(base.deadline_header),
+        client_id_header: o.client_id_header.or(base.client_id_header),
+    }
+}
+
+/// Resolves a policy, scaling its durations.
+pub fn resolve_policy(
+    p: &PolicyFile,
+    time_scale: f64,
+    origin: &str,
+    at: &str,
+) -> Result<Policy, ConfigError> {
+    let scale = |d: Duration| d.mul_f64(time_scale);
+    let mut out = Policy {
+        retry_after_scale: time_scale,
+        ..Policy::default()
+    };
+    if let Some(n) = p.max_attempts {
+        if n == 0 {
+            return Err(invalid(
+                origin,
+                format!("{at}.max_attempts"),
+                "must be at least 1 (1 = no retries)",
+            ));
+        }
+        out.max_attempts = n;
+    }
+    if let Some(t) = p.timeout {
+        out.timeout = scale(t.0);
+    }
+    out.total_timeout = p.total_timeout.map(|d| scale(d.0));
+    if let Some(b) = &p.backoff {
+        let factor = b.factor.unwrap_or(2.0);
+        if !(factor.is_finite() && factor >= 1.0) {
+            return Err(invalid(
+                origin,
+                format!("{at}.backoff.factor"),
+                "must be a number ≥ 1",
+            ));
+        }
+        out.backoff = Backoff {
+            kind: b.kind,
+            base: scale(b.base.0),
+            cap: scale(b.cap.map_or(Duration::from_secs(3600), |c| c.0)),
+            factor,
+        };
+    } else {
+        out.backoff.base = scale(out.backoff.base);
+        out.backoff.cap = scale(out.backoff.cap);
+    }
+    if let Some(j) = p.jitter {
+        out.jitter = j;
+    }
+    if let Some(r) = &p.retry_on {
+        if let Some(s) = &r.statuses {
+            out.retry_statuses = s.clone();
+        }
+        if let Some(e) = &r.errors {
+            out.retry_errors = e.clone();
+        }
+    }
+    if let Some(h) = p.honor_retry_after {
+        out.honor_retry_after = h;
+    }
+    if let Some(k) = p.key {
+        out.key = k;
+    }
+    if let Some(b) = &p.budget {
+        out.budget = Some(match (b.ratio, b.capacity, b.refill_per_s) {
+            (Some(ratio), None, None) if (0.0..=1.0).contains(&ratio) => BudgetSpec::Ratio {
+                ratio,
+                reserve: b.reserve.unwrap_or(0.0).max(0.0),
+            },
+            (None, Some(capacity), Some(refill)) if capacity >= 0.0 && refill >= 0.0 => {
+                BudgetSpec::TokenBucket {
+                    capacity,
+                    refill_per_s: refill / time_scale,
+                }
+            }
+            _ => {
+                return Err(invalid(
+                    origin,
+                    format!("{at}.budget"),
+                    "give `ratio` (0..1, optional `reserve`) or `capacity` with `refill_per_s`",
+                ))
+            }
+        });
+    }
+    if let Some(b) = &p.breaker {
+        if !(0.0..=1.0).contains(&b.failure_ratio) || b.half_open_probes == 0 {
+            return Err(invalid(
+                origin,
+                format!("{at}.breaker"),
+                "`failure_ratio` in 0..1 and `half_open_probes` ≥ 1",
+            ));
+        }
+        out.breaker = Some(BreakerSpec {
+            failure_ratio: b.failure_ratio,
+            min_requests: b.min_requests,
+            window: scale(b.window.0),
+            open_for: scale(b.open_for.0),
+            half_open_probes: b.half_open_probes,
+        });
+        out.fallback_status = b.fallback_status.unwrap_or(503);
+    }
+    out.deadline_header = p.deadline_header.unwrap_or(false);
+    if out.deadline_header && out.total_timeout.is_none() {
+        return Err(invalid(
+            origin,
+            format!("{at}.deadline_header"),
+            "needs `total_timeout` (the deadline it carries)",
+        ));
+    }
+    Ok(out)
+}

@@ -1,0 +1,191 @@
+//! Request templates with per-request values: `{{uuid}}`, `{{seq}}`, `{{client}}`, `{{key}}`,
+//! `{{round}}`. Compiled once when the scenario is resolved; rendering is a walk over literal and
+//! variable parts.
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Method};
+
+use crate::http::{Outgoing, Target};
+
+/// A placeholder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Var {
+    /// A fresh UUID per operation.
+    Uuid,
+    /// The operation's number in its phase, from 1.
+    Seq,
+    /// The client (worker) index, from 0.
+    Client,
+    /// The operation's Idempotency-Key (shared by a burst; per attempt when the policy says so).
+    Key,
+    /// The burst round, from 1 (0 outside bursts).
+    Round,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Part {
+    Lit(String),
+    Var(Var),
+}
+
+/// A string with placeholders.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Text(Vec<Part>);
+
+impl Text {
+    /// Compiles `s`, rejecting unknown placeholders.
+    pub fn parse(s: &str) -> Result<Text, String> {
+        let mut parts = Vec::new();
+        let mut rest = s;
+        while let Some(i) = rest.find("{{") {
+            if i > 0 {
+                parts.push(Part::Lit(rest[..i].to_string()));
+            }
+            let after = &rest[i + 2..];
+            let Some(j) = after.find("}}") else {
+                return Err(format!("unclosed placeholder in {s:?}: missing }}}}"));
+            };
+            let var = match after[..j].trim() {
+                "uuid" => Var::Uuid,
+                "seq" => Var::Seq,
+                "client" => Var::Client,
+                "key" => Var::Key,
+                "round" => Var::Round,
+                other => {
+                    return Err(format!(
+                        "unknown placeholder {{{{{other}}}}} (expected uuid, seq, client, key or round)"
+                    ))
+                }
+            };
+            parts.push(Part::Var(var));
+            rest = &after[j + 2..];
+        }
+        if !rest.is_empty() {
+            parts.push(Part::Lit(rest.to_string()));
+        }
+        Ok(Text(parts))
+    }
+
+    /// Whether the text uses `v`.
+    pub fn uses(&self, v: Var) -> bool {
+        self.0.contains(&Part::Var(v))
+    }
+
+    fn render_into(&self, out: &mut String, vars: &Vars<'_>) {
+        for p in &self.0 {
+            match p {
+                Part::Lit(s) => out.push_str(s),
+                Part::Var(Var::Uuid) => out.push_str(vars.uuid),
+                Part::Var(Var::Seq) => out.push_str(&vars.seq.to_string()),
+                Part::Var(Var::Client) => out.push_str(&vars.client.to_string()),
+                Part::Var(Var::Key) => out.push_str(vars.key),
+                Part::Var(Var::Round) => out.push_str(&vars.round.to_string()),
+            }
+        }
+    }
+
+    /// Renders with `vars`.
+    pub fn render(&self, vars: &Vars<'_>) -> String {
+        let mut s = String::new();
+        self.render_into(&mut s, vars);
+        s
+    }
+}
+
+/// The values placeholders take for one attempt.
+#[derive(Debug, Clone, Copy)]
+pub struct Vars<'a> {
+    pub seq: u64,
+    pub client: u32,
+    pub uuid: &'a str,
+    pub key: &'a str,
+    pub round: u64,
+}
+
+/// A compiled request template.
+#[derive(Debug, Clone)]
+pub struct RequestTemplate {
+    pub method: Method,
+    pub path: Text,
+    pub headers: Vec<(HeaderName, Text)>,
+    /// Body text (JSON already serialized) and whether it is JSON.
+    pub body: Option<(Text, bool)>,
+}
+
+impl RequestTemplate {
+    /// A `GET path` with no placeholders.
+    pub fn get(path: &str) -> RequestTemplate {
+        RequestTemplate {
+            method: Method::GET,
+            path: Text(vec![Part::Lit(path.to_string())]),
+            headers: Vec::new(),
+            body: None,
+        }
+    }
+
+    /// Whether any part uses `v`.
+    pub fn uses(&self, v: Var) -> bool {
+        self.path.uses(v)
+            || self.headers.iter().any(|(_, t)| t.uses(v))
+            || self.body.as_ref().is_some_and(|(t, _)| t.uses(v))
+    }
+
+    /// Renders one attempt.
+    pub fn render(
+        &self,
+        target: &Target,
+        vars: &Vars<'_>,
+        extra: &[(HeaderName, HeaderValue)],
+    ) -> Outgoing {
+        let mut headers = HeaderMap::with_capacity(self.headers.len() + extra.len() + 1);
+        for (name, value) in &self.headers {
+            if let Ok(v) = HeaderValue::from_str(&value.render(vars)) {
+                headers.insert(name.clone(), v);
+            }
+        }
+        for (name, value) in extra {
+            headers.insert(name.clone(), value.clone());
+        }
+        let body = match &self.body {
+            Some((t, json)) => {
+                if *json && !headers.contains_key(http::header::CONTENT_TYPE) {
+                    headers.insert(
+                        http::header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/json"),
+                    );
+                }
+                Bytes::from(t.render(vars))
+            }
+            None => Bytes::new(),
+        };
+        Outgoing {
+            method: self.method.clone(),
+            uri: target.path(&self.path.render(vars)),
+            headers,
+            body,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_placeholders() {
+        let t = Text::parse("/orders/{{seq}}?c={{client}}&k={{ key }}").unwrap();
+        let v = Vars {
+            seq: 7,
+            client: 2,
+            uuid: "u",
+            key: "K",
+            round: 1,
+        };
+        assert_eq!(t.render(&v), "/orders/7?c=2&k=K");
+        assert!(t.uses(Var::Key) && !t.uses(Var::Uuid));
+        assert!(Text::parse("{{nope}}")
+            .unwrap_err()
+            .contains("unknown placeholder {{nope}}"));
+        assert!(Text::parse("{{seq").is_err());
+    }
+}

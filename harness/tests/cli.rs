@@ -1,0 +1,457 @@
+//! The real `harness` binary: exit codes, bad input, each command end to end on loopback.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use assert_cmd::cargo::CommandCargoExt;
+
+fn harness() -> Command {
+    Command::cargo_bin("harness").unwrap()
+}
+
+fn repo(p: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(p)
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn write(dir: &tempfile::TempDir, name: &str, body: &str) -> PathBuf {
+    let p = dir.path().join(name);
+    std::fs::write(&p, body).unwrap();
+    p
+}
+
+/// A fault server in a background runtime, for commands that need a target URL.
+struct Server {
+    url: String,
+    journal: PathBuf,
+    _rt: tokio::runtime::Runtime,
+    _dir: tempfile::TempDir,
+}
+
+fn server(yaml: &str) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal.jsonl");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let cfg = fault_server::Config::from_yaml(yaml, "test").unwrap();
+    let opts = fault_server::ServerOptions {
+        journal_file: Some(journal.clone()),
+        ..Default::default()
+    };
+    let s = rt
+        .block_on(fault_server::FaultServer::start(cfg, opts))
+        .unwrap();
+    let url = s.url();
+    // Leak the handle into the runtime: it serves until the runtime is dropped with the struct.
+    rt.spawn(async move {
+        let _keep = s;
+        std::future::pending::<()>().await
+    });
+    Server {
+        url,
+        journal,
+        _rt: rt,
+        _dir: dir,
+    }
+}
+
+#[test]
+fn quickstart_passes_and_writes_every_report_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = harness()
+        .args(["run"])
+        .arg(repo("scenarios/quickstart.yaml"))
+        .args(["--report-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.starts_with("PASSED"), "{stdout}");
+    for f in ["report.json", "junit.xml", "report.html", "summary.md"] {
+        assert!(dir.path().join(f).exists(), "{f} missing");
+    }
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("report.json")).unwrap())
+            .unwrap();
+    for field in [
+        "scenario",
+        "passed",
+        "duration_ms",
+        "requests",
+        "latency_ms",
+        "checks",
+    ] {
+        assert!(report.get(field).is_some(), "report.json lacks {field}");
+    }
+    for field in ["sent", "completed", "errors", "retries", "by_status"] {
+        assert!(
+            report["requests"].get(field).is_some(),
+            "requests lacks {field}"
+        );
+    }
+    for field in ["p50", "p90", "p99", "p999", "max"] {
+        assert!(
+            report["latency_ms"].get(field).is_some(),
+            "latency_ms lacks {field}"
+        );
+    }
+    assert!(
+        report["requests"]["retries"].as_u64().unwrap() > 0,
+        "the faults made the client retry"
+    );
+    let junit = std::fs::read_to_string(dir.path().join("junit.xml")).unwrap();
+    assert_eq!(
+        junit.matches("<testcase").count(),
+        report["checks"].as_array().unwrap().len()
+    );
+}
+
+#[test]
+fn idempotency_burst_passes_and_race_fails_naming_the_keys() {
+    let out = harness()
+        .args(["run"])
+        .arg(repo("scenarios/idempotency-burst.yaml"))
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(r["requests"]["sent"], 200);
+    let burst = &r["phases"][0];
+    assert!(
+        burst["metrics"]["release_skew_us_max"].as_u64().is_some(),
+        "release skew is reported"
+    );
+
+    let out = harness()
+        .args(["run"])
+        .arg(repo("scenarios/idempotency-race.yaml"))
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let dup = r["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "duplicates")
+        .unwrap();
+    assert_eq!(dup["passed"], false);
+    let keyed = dup["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["key"].is_string())
+        .count();
+    assert!(keyed >= 5, "evidence names the keys: {dup}");
+}
+
+#[test]
+fn bad_scenarios_exit_2_with_position_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("syntax.yaml", "phases: [\n  - {name: x\n", ":2:", ""),
+        ("unknown.yaml", "server: {}\nphases:\n  - name: a\n    clients: { concurrency: 1, requests: 1 }\n    request: { path: / }\n    reqest: {}\n", ":6:", "unknown field `reqest`"),
+        ("type.yaml", "server: {}\nphases:\n  - name: a\n    clients: { concurrency: many, requests: 1 }\n    request: { path: / }\n", ":4:", "phases[0].clients.concurrency"),
+        ("endless.yaml", "server: {}\nphases:\n  - name: a\n    clients: { concurrency: 1 }\n    request: { path: / }\n", "", "never ends"),
+        ("endless-rate.yaml", "server: {}\nphases:\n  - name: a\n    rate: { rps: 10 }\n    request: { path: / }\n", "", "never ends"),
+        ("placeholder.yaml", "server: {}\nphases:\n  - name: a\n    burst: {}\n    request: { path: \"/{{nope}}\" }\n", "", "unknown placeholder"),
+        ("nothing.yaml", "phases:\n  - name: a\n    burst: {}\n    request: { path: / }\n", "", "no target"),
+    ];
+    for (name, body, at, what) in cases {
+        let p = write(&dir, name, body);
+        let out = harness().arg("run").arg(&p).output().unwrap();
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{}{at}", p.display())),
+            "{name}: {stderr}"
+        );
+        assert!(stderr.contains(what), "{name}: {stderr}");
+        assert_eq!(
+            stderr.trim().lines().count(),
+            1,
+            "{name}: one message: {stderr}"
+        );
+    }
+    let out = harness()
+        .args(["run", "/no/such/file.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = harness().args(["frobnicate"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn unreachable_target_exits_3_with_url_and_os_error() {
+    // A port that was free a moment ago: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let out = harness().args(["load", &url, "-n", "3"]).output().unwrap();
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains(&url) && stderr.contains("refused"),
+        "{stderr}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(&dir, "s.yaml", &format!("target: {url}\nphases:\n  - name: a\n    burst: {{ size: 2 }}\n    request: {{ path: / }}\n"));
+    let out = harness().arg("run").arg(&p).output().unwrap();
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains(&url), "{stderr}");
+}
+
+#[test]
+fn load_closed_and_open_model() {
+    let s = server("{}");
+    let out = harness()
+        .args([
+            "load",
+            &format!("{}/x", s.url),
+            "-c",
+            "4",
+            "-n",
+            "400",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(r["requests"]["sent"], 400);
+    assert_eq!(r["requests"]["by_status"]["200"], 400);
+    assert!(r["throughput_rps"].as_f64().unwrap() > 0.0);
+    assert!(r["latency_ms"]["p99"].as_f64().unwrap() > 0.0);
+
+    let out = harness()
+        .args([
+            "load",
+            &format!("{}/y", s.url),
+            "--rate",
+            "200",
+            "-d",
+            "1s",
+            "-m",
+            "POST",
+            "-H",
+            "x-client-id: loader",
+            "--json",
+            "{\"a\":1}",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let sent = r["requests"]["sent"].as_u64().unwrap();
+    assert!((190..=201).contains(&sent), "{sent}");
+    assert!(
+        r["phases"][0]["latency_intended_ms"]["p50"]
+            .as_f64()
+            .is_some(),
+        "CO-corrected latency is reported"
+    );
+    let journal = std::fs::read_to_string(&s.journal).unwrap();
+    let last: serde_json::Value = serde_json::from_str(journal.lines().last().unwrap()).unwrap();
+    assert_eq!(last["method"], "POST");
+    assert_eq!(last["client_id"], "loader");
+    assert_eq!(last["body_len"], 7);
+
+    let table = harness()
+        .args(["load", &format!("{}/z", s.url), "-n", "50"])
+        .output()
+        .unwrap();
+    let (stdout, _) = text(&table);
+    for col in ["p50", "p90", "p99", "p99.9", "max", "req/s"] {
+        assert!(stdout.contains(col), "table lacks {col}: {stdout}");
+    }
+    let bad = harness()
+        .args(["load", &s.url, "-H", "no-colon"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+}
+
+#[test]
+fn exec_points_the_command_at_the_fault_server_and_checks_what_it_did() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = write(
+        &dir,
+        "exec.yaml",
+        "server:\n  rules:\n    - { match: { path: /bad }, fault: { status: 400 } }\nchecks:\n  retry_on_4xx: {}\n",
+    );
+    let bin = assert_cmd::cargo::cargo_bin("harness");
+    // A client that hits the fault server 20 times: passes.
+    let good = format!(
+        "{} load \"$HARNESS_FAULT_URL/ok\" -n 20 --format json > /dev/null",
+        bin.display()
+    );
+    let out = harness()
+        .arg("exec")
+        .arg(&scenario)
+        .args(["--format", "json", "--", "sh", "-c", &good])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(r["exec"]["exit_code"], 0);
+    assert_eq!(
+        r["requests"]["sent"], 20,
+        "the journal saw what the command did"
+    );
+
+    // A client that retries a 400 with the same client id: fails retry_on_4xx.
+    let bad = "for i in 1 2 3; do curl -s -o /dev/null -H 'x-client-id: c1' -H 'Idempotency-Key: k1' \"$HARNESS_FAULT_URL/bad\"; done";
+    let out = harness()
+        .arg("exec")
+        .arg(&scenario)
+        .args(["--format", "json", "--", "sh", "-c", bad])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+
+    // The command's own failure fails the run and is reported.
+    let out = harness()
+        .arg("exec")
+        .arg(&scenario)
+        .args(["--format", "json", "--", "sh", "-c", "exit 7"])
+        .output()
+        .unwrap();
+    let (stdout, _) = text(&out);
+    assert_eq!(out.status.code(), Some(1));
+    let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(r["exec"]["exit_code"], 7);
+}
+
+#[test]
+fn analyze_a_journal_and_reject_a_broken_one() {
+    let s = server("orders: { idempotency: check-then-insert, work_delay: 20ms }");
+    // Three concurrent POSTs with one key against the racy implementation.
+    let url = format!("{}/orders", s.url);
+    let handles: Vec<_> = (0..3)
+        .map(|_| {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                Command::new("curl")
+                    .args([
+                        "-s",
+                        "-o",
+                        "/dev/null",
+                        "-X",
+                        "POST",
+                        "-H",
+                        "Idempotency-Key: same",
+                        "-d",
+                        "{}",
+                        &url,
+                    ])
+                    .status()
+            })
+        })
+        .collect();
+    for h in handles {
+        let _ = h.join();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let dir = tempfile::tempdir().unwrap();
+    let checks = write(&dir, "checks.yaml", "duplicates: {}\n");
+    let out = harness()
+        .arg("analyze")
+        .arg(&s.journal)
+        .arg("--checks")
+        .arg(&checks)
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(r["checks"][0]["name"], "duplicates");
+    assert_eq!(r["checks"][0]["passed"], false);
+
+    let broken = write(&dir, "broken.jsonl", "{\"seq\":1}\n");
+    let out = harness().arg("analyze").arg(&broken).output().unwrap();
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr.contains(&format!("{}:1:", broken.display())),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn report_rerenders_and_compare_gates() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = harness()
+        .arg("run")
+        .arg(repo("scenarios/idempotency-burst.yaml"))
+        .arg("--report-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let json = dir.path().join("report.json");
+    for f in ["table", "json", "junit", "html", "markdown"] {
+        let out = harness()
+            .arg("report")
+            .arg(&json)
+            .args(["--format", f])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{f}");
+        assert!(!out.stdout.is_empty(), "{f}");
+    }
+    let same = harness()
+        .arg("report")
+        .arg(&json)
+        .arg("--compare")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert_eq!(
+        same.status.code(),
+        Some(0),
+        "a run does not regress against itself"
+    );
+    // A copy whose duplicates check flipped to failed is a regression.
+    let mut r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    r["checks"][0]["passed"] = serde_json::json!(false);
+    r["checks"][0]["verdict"] = serde_json::json!("fail");
+    r["passed"] = serde_json::json!(false);
+    let worse = write(&dir, "worse.json", &r.to_string());
+    let out = harness()
+        .arg("report")
+        .arg(&json)
+        .arg("--compare")
+        .arg(&worse)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+}
