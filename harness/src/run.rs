@@ -143,6 +143,7 @@ impl Session {
         self.run_start = Instant::now();
         // Keys are reproducible against the fresh embedded server; unique against a live service.
         let keys = Keys::new(plan.seed, plan.target.is_some());
+        let mut captured: Arc<std::collections::HashMap<String, String>> = Arc::default();
         for (i, p) in plan.phases.iter().enumerate() {
             if stop.load(Ordering::Relaxed) {
                 break;
@@ -162,8 +163,15 @@ impl Session {
                 stop: stop.clone(),
                 done,
                 keep_attempts: true,
+                captured: captured.clone(),
+                capture_sink: None,
             };
             let out = driver::run_phase(Arc::new(p.clone()), ctx).await;
+            if !out.captured.is_empty() {
+                let mut next = (*captured).clone();
+                next.extend(out.captured.clone());
+                captured = Arc::new(next);
+            }
             bar.finish();
             let secs = out.duration.as_secs_f64().max(1e-9);
             let mut metrics = BTreeMap::new();

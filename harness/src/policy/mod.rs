@@ -160,6 +160,8 @@ pub struct Operation<'a> {
     pub run_start: Instant,
     /// A burst's release point: the first attempt waits here, ready to send.
     pub release: Option<&'a tokio::sync::Barrier>,
+    /// Values captured by earlier phases, for `{{var.NAME}}`.
+    pub captured: Option<&'a std::collections::HashMap<String, String>>,
 }
 
 fn random_key(rng: &mut StdRng) -> String {
@@ -228,6 +230,7 @@ pub async fn execute(
             uuid: op.uuid,
             key,
             round: op.round,
+            captured: op.captured,
         };
         let mut extra: Vec<(HeaderName, HeaderValue)> = op.extra.to_vec();
         if p.deadline_header {
