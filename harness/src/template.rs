@@ -214,14 +214,20 @@ mod tests {
     #[test]
     fn renders_placeholders() {
         let t = Text::parse("/orders/{{seq}}?c={{client}}&k={{ key }}").unwrap();
+        let captured: std::collections::HashMap<String, String> =
+            [("order".to_string(), "ord_1".to_string())].into();
         let v = Vars {
             seq: 7,
             client: 2,
             uuid: "u",
             key: "K",
             round: 1,
+            captured: Some(&captured),
         };
         assert_eq!(t.render(&v), "/orders/7?c=2&k=K");
+        let p = Text::parse("/orders/{{var.order}}/pay").unwrap();
+        assert_eq!(p.render(&v), "/orders/ord_1/pay");
+        assert_eq!(p.named().collect::<Vec<_>>(), ["order"]);
         assert!(t.uses(Var::Key) && !t.uses(Var::Uuid));
         assert!(Text::parse("{{nope}}")
             .unwrap_err()
