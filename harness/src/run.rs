@@ -191,6 +191,7 @@ impl Session {
             let r = &out.recorder;
             for (name, v) in [
                 ("operations", r.operations),
+                ("failed_operations", r.failed_operations),
                 ("fallbacks", r.fallbacks),
                 ("budget_refusals", r.budget_refusals),
                 ("deadline_exceeded", r.deadline_exceeded),
@@ -229,7 +230,23 @@ impl Session {
             }
             None => Vec::new(),
         };
-        let checks = run_checks(&plan.checks, journal.iter());
+        let mut checks = run_checks(&plan.checks, journal.iter());
+        // When the harness drove the load, thresholds speak for the users: the client's latency,
+        // the share of operations that failed, the client's throughput.
+        if let (Some(t), false) = (&plan.checks.thresholds, self.phases.is_empty()) {
+            let measured = crate::checks::thresholds::Measured {
+                latency: Some(crate::checks::thresholds::LatencyFigures::Histogram(self.total.latency.clone())),
+                error_rate: (self.total.operations > 0)
+                    .then(|| self.total.failed_operations as f64 / self.total.operations as f64),
+                throughput_rps: Some(self.total.completed() as f64 / duration.as_secs_f64().max(1e-9)),
+                requests: self.total.sent,
+            };
+            let mut client = crate::checks::thresholds::evaluate(&t.rules, &measured);
+            client.summary = format!("{} (client-side: latency per request, errors per operation)", client.summary);
+            if let Some(slot) = checks.iter_mut().find(|c| c.name == "thresholds") {
+                *slot = client;
+            }
+        }
         let exec_failed = exec.as_ref().is_some_and(|e| e.exit_code != Some(0));
         let attempts = self.total.attempts.take().unwrap_or_default();
         let window = plan.window.unwrap_or_else(|| auto_window(duration));

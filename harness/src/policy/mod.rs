@@ -177,6 +177,20 @@ pub async fn execute(
     op: Operation<'_>,
     rec: &mut Recorder,
 ) -> OpResult {
+    let result = attempts(conn, rng, op, rec).await;
+    let ok = result.end != OpEnd::Fallback && result.status.is_some_and(|s| s < 500);
+    if !ok {
+        rec.failed_operations += 1;
+    }
+    result
+}
+
+async fn attempts(
+    conn: &mut Conn,
+    rng: &mut StdRng,
+    op: Operation<'_>,
+    rec: &mut Recorder,
+) -> OpResult {
     let p = op.policy;
     let start = Instant::now();
     let deadline = p.total_timeout.map(|t| start + t);
