@@ -126,7 +126,12 @@ impl Session {
         let url = match (&plan.target, self.server_url()) {
             (Some(t), _) => t.clone(),
             (None, Some(s)) => s,
-            (None, None) => unreachable_target(),
+            (None, None) => {
+                return Err(RunError::Target(crate::http::TargetError::Invalid {
+                    url: String::new(),
+                    reason: "the scenario has neither a target nor an embedded server".into(),
+                }))
+            }
         };
         let target = Arc::new(Target::parse(&url)?);
         let give_up = Instant::now() + wait_for_target;
@@ -235,14 +240,21 @@ impl Session {
         // the share of operations that failed, the client's throughput.
         if let (Some(t), false) = (&plan.checks.thresholds, self.phases.is_empty()) {
             let measured = crate::checks::thresholds::Measured {
-                latency: Some(crate::checks::thresholds::LatencyFigures::Histogram(self.total.latency.clone())),
+                latency: Some(crate::checks::thresholds::LatencyFigures::Histogram(
+                    self.total.latency.clone(),
+                )),
                 error_rate: (self.total.operations > 0)
                     .then(|| self.total.failed_operations as f64 / self.total.operations as f64),
-                throughput_rps: Some(self.total.completed() as f64 / duration.as_secs_f64().max(1e-9)),
+                throughput_rps: Some(
+                    self.total.completed() as f64 / duration.as_secs_f64().max(1e-9),
+                ),
                 requests: self.total.sent,
             };
             let mut client = crate::checks::thresholds::evaluate(&t.rules, &measured);
-            client.summary = format!("{} (client-side: latency per request, errors per operation)", client.summary);
+            client.summary = format!(
+                "{} (client-side: latency per request, errors per operation)",
+                client.summary
+            );
             if let Some(slot) = checks.iter_mut().find(|c| c.name == "thresholds") {
                 *slot = client;
             }
@@ -299,11 +311,6 @@ pub fn requests_from_journal(journal: &[Entry]) -> reports::model::Requests {
         }
     }
     r
-}
-
-fn unreachable_target() -> String {
-    // `scenario::resolve` guarantees a target or a server; keep a readable URL for the error path.
-    "http://127.0.0.1:0".to_string()
 }
 
 /// Spread of `t_recv_us` of each burst round's first `size` requests, as the server saw them.

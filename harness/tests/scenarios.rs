@@ -32,12 +32,18 @@ fn expectation(text: &str) -> (bool, Vec<String>) {
     }
     assert!(!expected.is_empty(), "scenario lacks an `# Expected:` line");
     let pass = expected.contains("PASS");
-    assert!(pass != expected.contains("FAIL"), "Expected line must say PASS or FAIL: {expected}");
+    assert!(
+        pass != expected.contains("FAIL"),
+        "Expected line must say PASS or FAIL: {expected}"
+    );
     let names = expected
         .split('`')
         .skip(1)
         .step_by(2)
-        .filter(|n| n.chars().all(|c| c.is_ascii_lowercase() || c == '_' || c.is_ascii_digit()))
+        .filter(|n| {
+            n.chars()
+                .all(|c| c.is_ascii_lowercase() || c == '_' || c.is_ascii_digit())
+        })
         .map(str::to_string)
         .collect();
     (pass, names)
@@ -46,13 +52,23 @@ fn expectation(text: &str) -> (bool, Vec<String>) {
 fn run(name: &str) {
     let path = scenarios_dir().join(format!("{name}.yaml"));
     let text = std::fs::read_to_string(&path).unwrap();
-    assert!(text.starts_with("# "), "{name}: starts with a comment that says what it demonstrates");
+    assert!(
+        text.starts_with("# "),
+        "{name}: starts with a comment that says what it demonstrates"
+    );
     assert!(text.contains("# Run:"), "{name}: says how to run it");
     let (pass, named) = expectation(&text);
-    let out = Command::cargo_bin("harness").unwrap().arg("run").arg(&path).args(["--format", "json"]).output().unwrap();
+    let out = Command::cargo_bin("harness")
+        .unwrap()
+        .arg("run")
+        .arg(&path)
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{name}: {e}\n{stdout}\n{stderr}"));
+    let report: serde_json::Value =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{name}: {e}\n{stdout}\n{stderr}"));
     let failed: Vec<&str> = report["checks"]
         .as_array()
         .unwrap()
@@ -60,14 +76,35 @@ fn run(name: &str) {
         .filter(|c| c["passed"] == false)
         .filter_map(|c| c["name"].as_str())
         .collect();
-    let summaries: Vec<String> = report["checks"].as_array().unwrap().iter().map(|c| format!("{}: {}", c["name"], c["summary"])).collect();
+    let summaries: Vec<String> = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| format!("{}: {}", c["name"], c["summary"]))
+        .collect();
     if pass {
-        assert_eq!(out.status.code(), Some(0), "{name} should pass; failed: {failed:?}\n{summaries:#?}");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{name} should pass; failed: {failed:?}\n{summaries:#?}"
+        );
     } else {
-        assert_eq!(out.status.code(), Some(1), "{name} should fail\n{summaries:#?}\n{stderr}");
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{name} should fail\n{summaries:#?}\n{stderr}"
+        );
         for n in &named {
-            if report["checks"].as_array().unwrap().iter().any(|c| c["name"] == n.as_str()) {
-                assert!(failed.contains(&n.as_str()), "{name}: `{n}` should fail\n{summaries:#?}");
+            if report["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["name"] == n.as_str())
+            {
+                assert!(
+                    failed.contains(&n.as_str()),
+                    "{name}: `{n}` should fail\n{summaries:#?}"
+                );
             }
         }
         assert!(!failed.is_empty());
