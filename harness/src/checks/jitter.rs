@@ -7,8 +7,10 @@
 //! without jitter, 193 with full jitter). The regular sawtooth after an incident is its signature.
 //!
 //! How it is detected:
-//! 1. Operations whose first failures arrive within `together_ms` of each other (chained) form a
-//!    cluster: they failed together, so without jitter they retry together.
+//! 1. Operations whose first failures arrive within `together_ms` of the cluster's first failure
+//!    form a cluster: they failed together, so without jitter they retry together. A steady
+//!    trickle of failures makes only small clusters, which `min_samples` leaves unjudged: fixed
+//!    delays after failures that were spread out anyway do not make a herd.
 //! 2. Per cluster and attempt number, the retry delays (arrival of attempt k+1 minus end of attempt
 //!    k, measured at the server) are summarised robustly: median, MAD, interquartile range.
 //!    The dispersion is MAD / median: ≈ 0.5 for full jitter U(0, d), ≈ 0.17 for equal jitter
@@ -51,7 +53,7 @@ pub struct JitterConfig {
     pub immediate_ms: f64,
     /// Retries one attempt group needs before it is judged.
     pub min_samples: usize,
-    /// First failures closer than this (ms, chained) count as failing together.
+    /// First failures within this time (ms) of a cluster's first one count as failing together.
     pub together_ms: u64,
     /// Window (ms) for the arrival-clustering figures.
     pub window_ms: u64,
@@ -145,7 +147,7 @@ impl JitterCheck {
     fn join(&mut self, t_us: u64) {
         let together = self.cfg.together_ms.saturating_mul(1000);
         if let Some(c) = self.open.and_then(|s| self.clusters.get_mut(&s)) {
-            if t_us <= c.end_us.saturating_add(together) {
+            if t_us <= c.start_us.saturating_add(together) {
                 c.end_us = c.end_us.max(t_us);
                 c.members += 1;
                 return;
@@ -510,15 +512,21 @@ mod tests {
     }
 
     #[test]
-    fn borderline_failures_apart_are_not_a_herd() {
-        // Failures 1 s apart never form a cluster, however synchronized their backoff.
-        let mut j = Vec::new();
-        for c in 0..40u32 {
-            let t = c as f64 * 1000.0;
-            j.push(entry(0, t).key(&format!("k{c}")).status(503).build());
-            j.push(entry(0, t + 1001.0).key(&format!("k{c}")).build());
-        }
-        let r = run_one("jitter", "{}", &in_arrival_order(j));
+    fn borderline_a_trickle_of_failures_is_not_a_herd() {
+        // Fixed 1 s retries after failures 20 ms apart: at most 13 first failures share any
+        // 250 ms, under the 20 a group needs, so no cluster is judged. 2 ms apart, they are a herd.
+        let trickle = |gap_ms: f64| {
+            let mut j = Vec::new();
+            for c in 0..100u32 {
+                let t = c as f64 * gap_ms;
+                j.push(entry(0, t).key(&format!("k{c}")).status(503).build());
+                j.push(entry(0, t + 1001.0).key(&format!("k{c}")).build());
+            }
+            in_arrival_order(j)
+        };
+        let r = run_one("jitter", "{}", &trickle(20.0));
         assert_eq!(r.verdict, Verdict::Inconclusive, "{}", r.summary);
+        let r = run_one("jitter", "{}", &trickle(2.0));
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
     }
 }
