@@ -132,7 +132,7 @@ impl CircuitBreakerCheck {
         let pause = self.cfg.min_pause_ms.saturating_mul(1000);
         let all: Vec<u64> = times.iter().chain(end.iter()).map(|(t, _)| *t).collect();
         all.iter().enumerate().skip(1).any(|(i, &t)| {
-            let before = t.saturating_sub(all[i - 1]);
+            let before = all.get(i - 1).map_or(0, |p| t.saturating_sub(*p));
             let after = all.get(i + 1).map(|n| n.saturating_sub(t));
             before >= pause && after.is_none_or(|a| a >= pause)
         })

@@ -45,7 +45,7 @@ pub use journal::{JournalItem, JournalRecord};
 pub use operations::{Attempt, ClosedOperation, GroupingConfig, OperationTracker};
 
 /// One resilience check, fed the journal one attempt at a time.
-pub trait Check {
+pub trait Check: Send {
     /// Stable identifier of the check (one of [`CHECK_NAMES`]).
     fn name(&self) -> &'static str;
     /// Sees the next journal entry (in `seq` order) with its place in its operation.
@@ -213,6 +213,12 @@ mod tests {
         assert_eq!(verdict("idempotency_semantics"), Some(Verdict::Pass));
         assert_eq!(verdict("key_stability"), Some(Verdict::Pass));
         assert_eq!(verdict("amplification"), Some(Verdict::Pass));
+    }
+
+    #[test]
+    fn a_runner_can_move_to_another_thread() {
+        fn send<T: Send>(_: &T) {}
+        send(&ChecksRunner::new(&ChecksConfig::default()));
     }
 
     #[test]
