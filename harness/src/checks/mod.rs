@@ -6,7 +6,7 @@
 //!
 //! Why streaming: a big run journals a million requests and `harness analyze` must judge it in
 //! seconds. Entries are read once, in `seq` order; each is placed in its logical operation by the
-//! [`OperationTracker`](operations::OperationTracker) and handed to every enabled [`Check`] as an
+//! [`OperationTracker`] and handed to every enabled [`Check`] as an
 //! [`Attempt`]. Per-operation and per-key state is dropped once it has been idle longer than
 //! `grouping.horizon_ms`, so memory follows the number of open operations, not the file.
 //!

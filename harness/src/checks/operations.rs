@@ -15,7 +15,7 @@
 //! 4. otherwise the request is an operation of its own.
 //!
 //! Attempt headers such as `amz-sdk-request: attempt=2; max=3` are read when present and exposed as
-//! [`Attempt::reported_attempt`]; [`Attempt::index`] is always the server-side count (1 = first).
+//! [`Step::reported_attempt`]; [`Attempt::index`] is always the server-side count (1 = first).
 //! The retry delay before attempt k+1 is its `t_recv_us` minus attempt k's `t_done_us`.
 //!
 //! An operation closes once nothing has touched it for `horizon_ms`; a key that comes back later
