@@ -754,6 +754,9 @@ pub fn scale_checks(c: &mut ChecksConfig, f: f64) {
     let ms = |v: &mut u64| *v = ((*v as f64) * f).round().max(1.0) as u64;
     ms(&mut c.grouping.fingerprint_window_ms);
     ms(&mut c.grouping.horizon_ms);
+    if let Some(d) = &mut c.duplicates {
+        ms(&mut d.window_ms);
+    }
     if let Some(j) = &mut c.jitter {
         ms(&mut j.together_ms);
         ms(&mut j.window_ms);

@@ -351,7 +351,8 @@ fn exec_points_the_command_at_the_fault_server_and_checks_what_it_did() {
 
 #[test]
 fn analyze_a_journal_and_reject_a_broken_one() {
-    let s = server("orders: { idempotency: check-then-insert, work_delay: 20ms }");
+    // A long "work" window so three separately started curls certainly overlap.
+    let s = server("orders: { idempotency: check-then-insert, work_delay: 400ms }");
     // Three concurrent POSTs with one key against the racy implementation.
     let url = format!("{}/orders", s.url);
     let handles: Vec<_> = (0..3)

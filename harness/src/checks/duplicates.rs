@@ -6,26 +6,46 @@
 //! journal's `created` field records the resource each request really created (even when its
 //! response was then dropped), so counting distinct `created` ids per key is direct proof.
 //!
+//! Keys are not the only way a duplicate hides: a client that makes a new key for every attempt
+//! creates one resource per key — each key looks clean — while one logical request created several.
+//! So requests are also followed by fingerprint (`x-client-id`, method, path and body hash): a
+//! request that repeats a *failed* request of the same fingerprint within `window_ms` is its retry,
+//! and a chain of such retries that created more than one resource is a duplicate too.
+//!
 //! Not yet done: verifying through the service itself (a GET per key, or an SQL count) for targets
 //! whose creations the journal cannot see. [`DuplicatesConfig`] is a struct so such a `verify`
 //! section can be added without breaking existing files.
 //!
 //! Metrics: `keys`, `keys_with_creation`, `resources_created`, `duplicate_keys`,
-//! `extra_resources`.
+//! `extra_resources`, `duplicate_requests` (fingerprint chains that created more than one).
 
 use reports::{CheckResult, Verdict};
 use serde::{Deserialize, Serialize};
 
 use super::evidence::{attach, Findings};
+use super::failure;
 use super::idle::IdleMap;
+use super::operations::Fingerprint;
 use super::{Attempt, Check, Context};
 
 /// Configuration of the `duplicates` check.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DuplicatesConfig {
     /// Read the key from this request header (lower-case) instead of Idempotency-Key.
     pub key_header: Option<String>,
+    /// Longest pause (ms) after a failed request for a same-fingerprint request to count as its
+    /// retry (the per-request view; see the module docs).
+    pub window_ms: u64,
+}
+
+impl Default for DuplicatesConfig {
+    fn default() -> Self {
+        DuplicatesConfig {
+            key_header: None,
+            window_ms: 60_000,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -35,10 +55,23 @@ struct KeyState {
     created: Vec<(String, u64)>,
 }
 
+/// One logical request followed by fingerprint: its resources, and whether its last attempt
+/// failed (only a failure makes the next same-fingerprint request a retry).
+#[derive(Debug, Default)]
+struct Chain {
+    created: Vec<(String, u64)>,
+    keys: Vec<String>,
+    last_failed: bool,
+    last_done_us: u64,
+}
+
 /// The `duplicates` check.
 pub(crate) struct DuplicatesCheck {
     key_header: Option<String>,
     keys: IdleMap<String, KeyState>,
+    chains: IdleMap<Fingerprint, Chain>,
+    window_us: u64,
+    duplicate_requests: u64,
     now_us: u64,
     findings: Findings,
     keys_seen: u64,
@@ -53,12 +86,72 @@ impl DuplicatesCheck {
         DuplicatesCheck {
             key_header: cfg.key_header.clone(),
             keys: IdleMap::new(ctx.horizon_us),
+            chains: IdleMap::new(ctx.horizon_us),
+            window_us: cfg.window_ms.saturating_mul(1000),
+            duplicate_requests: 0,
             now_us: 0,
             findings: Findings::new(ctx.max_evidence),
             keys_seen: 0,
             keys_with_creation: 0,
             resources_created: 0,
             extra_resources: 0,
+        }
+    }
+
+    /// A fingerprint chain that created several resources under several keys: only the
+    /// per-request view sees it (the per-key view already reported same-key duplicates).
+    fn judge_chain(&mut self, fp: Fingerprint, chain: Chain) {
+        let n = chain.created.len() as u64;
+        if n <= 1 || chain.keys.len() <= 1 {
+            return;
+        }
+        self.duplicate_requests += 1;
+        self.extra_resources += n - 1;
+        let ids: Vec<&str> = chain.created.iter().map(|(id, _)| id.as_str()).collect();
+        self.findings.push(
+            format!(
+                "client {} retried {} {} under {} different keys and created {n} resources ({}) for one request",
+                fp.client,
+                fp.method,
+                fp.path,
+                chain.keys.len(),
+                ids.join(", ")
+            ),
+            chain.keys.first().cloned(),
+            chain.created.iter().map(|(_, seq)| *seq).collect(),
+        );
+    }
+
+    fn observe_chain(&mut self, e: &fault_server::Entry, key: Option<&String>) {
+        let Some(fp) = Fingerprint::of(e) else { return };
+        let failed = failure::failed(e);
+        let window = self.window_us;
+        let now = e.t_recv_us.max(e.t_done_us);
+        let mut closed = None;
+        {
+            let chain = self.chains.touch(&fp, now, Chain::default);
+            let continues =
+                chain.last_failed && e.t_recv_us.saturating_sub(chain.last_done_us) <= window;
+            if !continues && !chain.created.is_empty() {
+                closed = Some(std::mem::take(chain));
+            } else if !continues {
+                *chain = Chain::default();
+            }
+            if let Some(k) = key {
+                if !chain.keys.contains(k) {
+                    chain.keys.push(k.clone());
+                }
+            }
+            if let Some(id) = &e.created {
+                if !chain.created.iter().any(|(c, _)| c == id) {
+                    chain.created.push((id.clone(), e.seq));
+                }
+            }
+            chain.last_failed = failed;
+            chain.last_done_us = e.t_done_us;
+        }
+        if let Some(c) = closed {
+            self.judge_chain(fp, c);
         }
     }
 
@@ -99,10 +192,17 @@ impl Check for DuplicatesCheck {
         for (k, v) in expired {
             self.judge(k, v);
         }
+        let mut expired_chains = Vec::new();
+        self.chains
+            .expire(self.now_us, |k, v| expired_chains.push((k, v)));
+        for (k, v) in expired_chains {
+            self.judge_chain(k, v);
+        }
         let key = match &self.key_header {
             Some(h) => e.headers.get(h),
             None => e.idempotency_key.as_ref(),
         };
+        self.observe_chain(e, key);
         let Some(key) = key else { return };
         let state = self
             .keys
@@ -120,13 +220,18 @@ impl Check for DuplicatesCheck {
         for (k, v) in keys.drain() {
             self.judge(k, v);
         }
+        let chains = std::mem::replace(&mut self.chains, IdleMap::new(0));
+        for (k, v) in chains.drain() {
+            self.judge_chain(k, v);
+        }
         let (verdict, summary) = if !self.findings.is_empty() {
             (
                 Verdict::Fail,
                 format!(
-                    "{} of {} keys created more than one resource ({} extra); first: {}",
-                    self.findings.total(),
+                    "{} of {} keys and {} retried requests created more than one resource ({} extra); first: {}",
+                    self.findings.total() - self.duplicate_requests,
                     self.keys_with_creation,
+                    self.duplicate_requests,
                     self.extra_resources,
                     self.findings.first_detail().unwrap_or_default()
                 ),
@@ -157,7 +262,11 @@ impl Check for DuplicatesCheck {
             .metric("keys", self.keys_seen)
             .metric("keys_with_creation", self.keys_with_creation)
             .metric("resources_created", self.resources_created)
-            .metric("duplicate_keys", self.findings.total())
+            .metric(
+                "duplicate_keys",
+                self.findings.total() - self.duplicate_requests,
+            )
+            .metric("duplicate_requests", self.duplicate_requests)
             .metric("extra_resources", self.extra_resources);
         attach(result, self.findings)
     }
@@ -194,6 +303,63 @@ mod tests {
         assert_eq!(r.evidence[0].key.as_deref(), Some("k1"));
         assert_eq!(r.evidence[0].seqs, vec![1, 2, 3, 4, 5, 6, 7]);
         assert!(r.summary.contains("7 resources"), "{}", r.summary);
+    }
+
+    #[test]
+    fn fails_when_new_keys_per_attempt_create_one_resource_each() {
+        // The lost-response bug: every attempt carries a fresh key, so every key looks clean, but
+        // one request (same client, same body) created three orders.
+        let j = [
+            entry(1, 0)
+                .client("c1")
+                .body("b")
+                .key("k1")
+                .created("ord_1")
+                .no_response(Outcome::Dropped)
+                .build(),
+            entry(2, 100)
+                .client("c1")
+                .body("b")
+                .key("k2")
+                .created("ord_2")
+                .no_response(Outcome::Dropped)
+                .build(),
+            entry(3, 300)
+                .client("c1")
+                .body("b")
+                .key("k3")
+                .created("ord_3")
+                .build(),
+        ];
+        let r = run_one("duplicates", "{}", &j);
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
+        assert_eq!(r.metrics["duplicate_keys"], 0);
+        assert_eq!(r.metrics["duplicate_requests"], 1);
+        assert_eq!(r.metrics["extra_resources"], 2);
+        assert_eq!(r.evidence[0].seqs, vec![1, 2, 3]);
+        assert!(r.summary.contains("3 different keys"), "{}", r.summary);
+    }
+
+    #[test]
+    fn the_same_order_placed_again_after_success_is_not_a_duplicate() {
+        // Borderline: identical body, new key, but the first request succeeded: a second order
+        // on purpose, not a retry.
+        let j = [
+            entry(1, 0)
+                .client("c1")
+                .body("b")
+                .key("k1")
+                .created("ord_1")
+                .build(),
+            entry(2, 100)
+                .client("c1")
+                .body("b")
+                .key("k2")
+                .created("ord_2")
+                .build(),
+        ];
+        let r = run_one("duplicates", "{}", &j);
+        assert_eq!(r.verdict, Verdict::Pass, "{}", r.summary);
     }
 
     #[test]
