@@ -172,10 +172,16 @@ impl Orders {
                 (dir.path().join("orders.sqlite"), Some(dir))
             }
         };
+        // WAL is a property of the file: set it (and the schema) once, on one connection, before
+        // the pool opens its connections concurrently — changing the journal mode from several
+        // connections at once fails with SQLITE_BUSY instead of waiting.
+        {
+            let c = rusqlite::Connection::open(&path)?;
+            c.execute_batch("PRAGMA busy_timeout = 10000; PRAGMA journal_mode = WAL;")?;
+            c.execute_batch(SCHEMA)?;
+        }
         let manager = SqliteConnectionManager::file(&path).with_init(|c| {
-            c.execute_batch(
-                "PRAGMA busy_timeout = 10000; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;",
-            )
+            c.execute_batch("PRAGMA busy_timeout = 10000; PRAGMA synchronous = NORMAL;")
         });
         let pool = r2d2::Pool::builder()
             .max_size(cfg.pool_size)
@@ -186,7 +192,6 @@ impl Orders {
                 path: path.display().to_string(),
                 source,
             })?;
-        pool.get()?.execute_batch(SCHEMA)?;
         Ok(Orders {
             inner: Arc::new(Inner {
                 pool,

@@ -146,6 +146,9 @@ scenarios! {
     retry_after_honored => "retry-after-honored",
     circuit_breaker => "circuit-breaker",
     circuit_breaker_with_breaker => "circuit-breaker-with-breaker",
+    total_timeout => "total-timeout",
+    total_timeout_bounded => "total-timeout-bounded",
+    latency_slo => "latency-slo",
 }
 
 #[test]
