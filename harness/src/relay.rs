@@ -591,3 +591,51 @@ fn answer(
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(deadline: Option<&str>) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        if let Some(d) = deadline {
+            h.insert(DEADLINE_HEADER, HeaderValue::from_str(d).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn the_earlier_of_the_callers_deadline_and_the_tiers_own() {
+        let now = Duration::from_millis(1_000_000);
+        let plain = Policy::default();
+        let own = Policy {
+            total_timeout: Some(Duration::from_millis(300)),
+            deadline_header: true,
+            ..Policy::default()
+        };
+        let quiet = Policy {
+            deadline_header: false,
+            ..own.clone()
+        };
+        assert_eq!(deadline_ms(&headers(None), &plain, now), Ok(None));
+        assert_eq!(
+            deadline_ms(&headers(Some("1000500")), &plain, now),
+            Ok(Some(1_000_500))
+        );
+        assert_eq!(deadline_ms(&headers(None), &own, now), Ok(Some(1_000_300)));
+        assert_eq!(
+            deadline_ms(&headers(Some("1000500")), &own, now),
+            Ok(Some(1_000_300))
+        );
+        assert_eq!(
+            deadline_ms(&headers(Some("1000100")), &own, now),
+            Ok(Some(1_000_100))
+        );
+        assert_eq!(
+            deadline_ms(&headers(None), &quiet, now),
+            Ok(None),
+            "a total timeout alone is the tier's business, not a deadline it passes on"
+        );
+        assert_eq!(deadline_ms(&headers(Some("soon")), &plain, now), Err(()));
+    }
+}
