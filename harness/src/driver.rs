@@ -11,6 +11,7 @@
 //!
 //! Every worker owns its connection, its RNG and its [`Recorder`]; they are merged at the end.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -111,6 +112,10 @@ pub struct PhaseCtx {
     pub done: Arc<AtomicU64>,
     /// Keep one record per attempt (scenario runs); `load` does not.
     pub keep_attempts: bool,
+    /// Values captured by earlier phases (read) — this phase's captures are returned separately.
+    pub captured: Arc<HashMap<String, String>>,
+    /// Where this phase's captures go (set by `run_phase`).
+    pub capture_sink: Option<Arc<std::sync::Mutex<HashMap<String, String>>>>,
 }
 
 /// What a phase produced.
@@ -121,6 +126,8 @@ pub struct PhaseOutcome {
     pub duration: Duration,
     /// The shared key of each burst round, in order.
     pub round_keys: Vec<String>,
+    /// Values this phase captured from its last successful response.
+    pub captured: HashMap<String, String>,
 }
 
 /// Total operations a phase will run, when known in advance (for the progress bar).
@@ -154,6 +161,11 @@ fn client_header(enabled: bool, phase: u16, client: u32) -> Vec<(HeaderName, Hea
 pub async fn run_phase(plan: Arc<PhasePlan>, ctx: PhaseCtx) -> PhaseOutcome {
     let started = Instant::now();
     let shared = Arc::new(Shared::new(&plan.policy));
+    let sink = Arc::new(std::sync::Mutex::new(HashMap::new()));
+    let ctx = PhaseCtx {
+        capture_sink: Some(sink.clone()),
+        ..ctx
+    };
     let (recorder, round_keys) = match plan.kind.clone() {
         PhaseKind::Burst {
             size,
@@ -184,11 +196,13 @@ pub async fn run_phase(plan: Arc<PhasePlan>, ctx: PhaseCtx) -> PhaseOutcome {
             Vec::new(),
         ),
     };
+    let captured = std::mem::take(&mut *sink.lock().unwrap_or_else(|e| e.into_inner()));
     PhaseOutcome {
         recorder,
         started,
         duration: started.elapsed(),
         round_keys,
+        captured,
     }
 }
 
@@ -227,8 +241,16 @@ async fn one(
         extra,
         run_start: ctx.run_start,
         release,
+        captured: Some(&ctx.captured),
     };
-    execute(conn, rng, operation, rec).await;
+    let result = execute(conn, rng, operation, rec).await;
+    if let (false, Some(sink), Some(reply)) =
+        (plan.capture.is_empty(), &ctx.capture_sink, &result.reply)
+    {
+        if reply.status.is_success() {
+            capture(&plan.capture, &reply.body, sink);
+        }
+    }
     ctx.done.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -306,6 +328,35 @@ async fn burst(
         }
     }
     (total, keys)
+}
+
+/// Keeps the named fields of a JSON response body.
+fn capture(
+    fields: &[(String, String)],
+    body: &[u8],
+    sink: &std::sync::Mutex<HashMap<String, String>>,
+) {
+    let Ok(json) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return;
+    };
+    let mut out = sink.lock().unwrap_or_else(|e| e.into_inner());
+    for (name, path) in fields {
+        let mut v = &json;
+        for part in path.split('.') {
+            match v.get(part) {
+                Some(next) => v = next,
+                None => break,
+            }
+        }
+        let text = match v {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Null
+            | serde_json::Value::Object(_)
+            | serde_json::Value::Array(_) => continue,
+            other => other.to_string(),
+        };
+        out.insert(name.clone(), text);
+    }
 }
 
 /// The intended start of operation `i` (0-based) from the stages, or `None` past the end.

@@ -139,6 +139,7 @@ impl LoadOptions {
                 template,
                 policy,
                 client_id_header: false,
+                capture: Vec::new(),
             },
         })
     }
@@ -169,6 +170,8 @@ pub async fn run(
         stop,
         done,
         keep_attempts: false,
+        captured: Arc::default(),
+        capture_sink: None,
     };
     let out = driver::run_phase(Arc::new(o.phase.clone()), ctx).await;
     bar.finish();

@@ -41,6 +41,8 @@ pub struct Recorder {
     pub budget_refusals: u64,
     /// Operations that gave up because the total timeout would be exceeded.
     pub deadline_exceeded: u64,
+    /// Operations that did not end in a response below 500 (no response, 5xx, or a fallback).
+    pub failed_operations: u64,
     pub attempts: Option<Vec<AttemptRecord>>,
 }
 
@@ -64,6 +66,7 @@ impl Recorder {
             fallbacks: 0,
             budget_refusals: 0,
             deadline_exceeded: 0,
+            failed_operations: 0,
             attempts: keep_attempts.then(Vec::new),
         }
     }
@@ -108,6 +111,7 @@ impl Recorder {
         self.fallbacks += o.fallbacks;
         self.budget_refusals += o.budget_refusals;
         self.deadline_exceeded += o.deadline_exceeded;
+        self.failed_operations += o.failed_operations;
         if let (Some(a), Some(b)) = (&mut self.attempts, &o.attempts) {
             a.extend_from_slice(b);
         }

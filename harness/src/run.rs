@@ -126,7 +126,12 @@ impl Session {
         let url = match (&plan.target, self.server_url()) {
             (Some(t), _) => t.clone(),
             (None, Some(s)) => s,
-            (None, None) => unreachable_target(),
+            (None, None) => {
+                return Err(RunError::Target(crate::http::TargetError::Invalid {
+                    url: String::new(),
+                    reason: "the scenario has neither a target nor an embedded server".into(),
+                }))
+            }
         };
         let target = Arc::new(Target::parse(&url)?);
         let give_up = Instant::now() + wait_for_target;
@@ -143,6 +148,7 @@ impl Session {
         self.run_start = Instant::now();
         // Keys are reproducible against the fresh embedded server; unique against a live service.
         let keys = Keys::new(plan.seed, plan.target.is_some());
+        let mut captured: Arc<std::collections::HashMap<String, String>> = Arc::default();
         for (i, p) in plan.phases.iter().enumerate() {
             if stop.load(Ordering::Relaxed) {
                 break;
@@ -162,8 +168,15 @@ impl Session {
                 stop: stop.clone(),
                 done,
                 keep_attempts: true,
+                captured: captured.clone(),
+                capture_sink: None,
             };
             let out = driver::run_phase(Arc::new(p.clone()), ctx).await;
+            if !out.captured.is_empty() {
+                let mut next = (*captured).clone();
+                next.extend(out.captured.clone());
+                captured = Arc::new(next);
+            }
             bar.finish();
             let secs = out.duration.as_secs_f64().max(1e-9);
             let mut metrics = BTreeMap::new();
@@ -183,6 +196,7 @@ impl Session {
             let r = &out.recorder;
             for (name, v) in [
                 ("operations", r.operations),
+                ("failed_operations", r.failed_operations),
                 ("fallbacks", r.fallbacks),
                 ("budget_refusals", r.budget_refusals),
                 ("deadline_exceeded", r.deadline_exceeded),
@@ -221,7 +235,30 @@ impl Session {
             }
             None => Vec::new(),
         };
-        let checks = run_checks(&plan.checks, journal.iter());
+        let mut checks = run_checks(&plan.checks, journal.iter());
+        // When the harness drove the load, thresholds speak for the users: the client's latency,
+        // the share of operations that failed, the client's throughput.
+        if let (Some(t), false) = (&plan.checks.thresholds, self.phases.is_empty()) {
+            let measured = crate::checks::thresholds::Measured {
+                latency: Some(crate::checks::thresholds::LatencyFigures::Histogram(
+                    self.total.latency.clone(),
+                )),
+                error_rate: (self.total.operations > 0)
+                    .then(|| self.total.failed_operations as f64 / self.total.operations as f64),
+                throughput_rps: Some(
+                    self.total.completed() as f64 / duration.as_secs_f64().max(1e-9),
+                ),
+                requests: self.total.sent,
+            };
+            let mut client = crate::checks::thresholds::evaluate(&t.rules, &measured);
+            client.summary = format!(
+                "{} (client-side: latency per request, errors per operation)",
+                client.summary
+            );
+            if let Some(slot) = checks.iter_mut().find(|c| c.name == "thresholds") {
+                *slot = client;
+            }
+        }
         let exec_failed = exec.as_ref().is_some_and(|e| e.exit_code != Some(0));
         let attempts = self.total.attempts.take().unwrap_or_default();
         let window = plan.window.unwrap_or_else(|| auto_window(duration));
@@ -274,11 +311,6 @@ pub fn requests_from_journal(journal: &[Entry]) -> reports::model::Requests {
         }
     }
     r
-}
-
-fn unreachable_target() -> String {
-    // `scenario::resolve` guarantees a target or a server; keep a readable URL for the error path.
-    "http://127.0.0.1:0".to_string()
 }
 
 /// Spread of `t_recv_us` of each burst round's first `size` requests, as the server saw them.

@@ -181,6 +181,10 @@ pub struct PhaseFile {
     /// Overrides fields of the scenario's `client` policy for this phase.
     #[serde(default)]
     pub client: Option<PolicyFile>,
+    /// Values to keep from this phase's last successful JSON response, for later phases'
+    /// `{{var.NAME}}`: `{ NAME: field }` (a top-level field, or a dotted path like `order.sku`).
+    #[serde(default)]
+    pub capture: BTreeMap<String, String>,
 }
 
 /// `burst`: N requests released together on connections opened beforehand, R rounds.
@@ -291,6 +295,8 @@ pub struct PhasePlan {
     pub template: RequestTemplate,
     pub policy: Policy,
     pub client_id_header: bool,
+    /// (variable, JSON field path) captured from the last successful response.
+    pub capture: Vec<(String, String)>,
 }
 
 /// What drives a phase.
@@ -402,6 +408,7 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
         ));
     }
     let mut phases = Vec::new();
+    let mut captured_so_far: std::collections::HashSet<&str> = std::collections::HashSet::new();
     for (i, p) in f.phases.iter().enumerate() {
         let at = |field: &str| format!("phases[{i}].{field}");
         let kinds = [
@@ -508,6 +515,18 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
             return Err(invalid(&origin, format!("phases[{i}]"), "missing executor"));
         };
         let template = compile_request(&p.request, &origin, &at("request"))?;
+        if let Some(missing) = template
+            .named()
+            .into_iter()
+            .find(|n| !captured_so_far.contains(n))
+        {
+            return Err(invalid(
+                &origin,
+                at("request"),
+                format!("{{{{var.{missing}}}}} is not captured by an earlier phase (add `capture: {{ {missing}: FIELD }}` to one)"),
+            ));
+        }
+        captured_so_far.extend(p.capture.keys().map(String::as_str));
         let merged = merge_policy(&f.client, p.client.as_ref());
         let policy = resolve_policy(&merged, time_scale, &origin, &at("client"))?;
         phases.push(PhasePlan {
@@ -516,12 +535,19 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
             template,
             policy,
             client_id_header: merged.client_id_header.unwrap_or(true),
+            capture: p
+                .capture
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
         });
     }
     let name = f.name.unwrap_or_else(|| {
         path.file_stem()
             .map_or("scenario".into(), |s| s.to_string_lossy().into_owned())
     });
+    let mut checks = f.checks;
+    scale_checks(&mut checks, time_scale);
     Ok(Plan {
         name,
         description: f.description,
@@ -531,7 +557,7 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
         server,
         target,
         phases,
-        checks: f.checks,
+        checks,
         window: f.report.window.map(|d| scale(d.0)),
     })
 }
@@ -716,4 +742,39 @@ pub fn resolve_policy(
         ));
     }
     Ok(out)
+}
+
+/// Scales the check settings that describe the scenario's own time — windows, budgets, the
+/// Retry-After values the server sends — with the scenario. Noise floors and tolerances describe
+/// the measurement, which runs in real time, and stay as written.
+pub fn scale_checks(c: &mut ChecksConfig, f: f64) {
+    if f == 1.0 {
+        return;
+    }
+    let ms = |v: &mut u64| *v = ((*v as f64) * f).round().max(1.0) as u64;
+    ms(&mut c.grouping.fingerprint_window_ms);
+    ms(&mut c.grouping.horizon_ms);
+    if let Some(j) = &mut c.jitter {
+        ms(&mut j.together_ms);
+        ms(&mut j.window_ms);
+    }
+    if let Some(r) = &mut c.retry_after {
+        if let Some(d) = &mut r.default_s {
+            *d *= f;
+        }
+        r.by_status.values_mut().for_each(|v| *v *= f);
+        r.by_rule.values_mut().for_each(|v| *v *= f);
+    }
+    if let Some(k) = &mut c.key_stability {
+        ms(&mut k.window_ms);
+    }
+    if let Some(b) = &mut c.circuit_breaker {
+        ms(&mut b.min_outage_ms);
+        ms(&mut b.min_pause_ms);
+    }
+    if let Some(t) = &mut c.total_timeout {
+        if let Some(b) = &mut t.budget_ms {
+            ms(b);
+        }
+    }
 }

@@ -26,6 +26,8 @@ pub enum Var {
 enum Part {
     Lit(String),
     Var(Var),
+    /// `{{var.NAME}}`: a value an earlier phase captured from a response.
+    Named(String),
 }
 
 /// A string with placeholders.
@@ -45,7 +47,18 @@ impl Text {
             let Some(j) = after.find("}}") else {
                 return Err(format!("unclosed placeholder in {s:?}: missing }}}}"));
             };
-            let var = match after[..j].trim() {
+            let name = after[..j].trim();
+            if let Some(captured) = name.strip_prefix("var.") {
+                if captured.is_empty() {
+                    return Err(format!(
+                        "empty variable name in {s:?}: write {{{{var.NAME}}}}"
+                    ));
+                }
+                parts.push(Part::Named(captured.to_string()));
+                rest = &after[j + 2..];
+                continue;
+            }
+            let var = match name {
                 "uuid" => Var::Uuid,
                 "seq" => Var::Seq,
                 "client" => Var::Client,
@@ -53,7 +66,7 @@ impl Text {
                 "round" => Var::Round,
                 other => {
                     return Err(format!(
-                        "unknown placeholder {{{{{other}}}}} (expected uuid, seq, client, key or round)"
+                        "unknown placeholder {{{{{other}}}}} (expected uuid, seq, client, key, round or var.NAME)"
                     ))
                 }
             };
@@ -71,6 +84,14 @@ impl Text {
         self.0.contains(&Part::Var(v))
     }
 
+    /// The captured variables (`{{var.NAME}}`) the text refers to.
+    pub fn named(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().filter_map(|p| match p {
+            Part::Named(n) => Some(n.as_str()),
+            _ => None,
+        })
+    }
+
     fn render_into(&self, out: &mut String, vars: &Vars<'_>) {
         for p in &self.0 {
             match p {
@@ -80,6 +101,11 @@ impl Text {
                 Part::Var(Var::Client) => out.push_str(&vars.client.to_string()),
                 Part::Var(Var::Key) => out.push_str(vars.key),
                 Part::Var(Var::Round) => out.push_str(&vars.round.to_string()),
+                Part::Named(n) => {
+                    if let Some(v) = vars.captured.and_then(|c| c.get(n)) {
+                        out.push_str(v);
+                    }
+                }
             }
         }
     }
@@ -100,6 +126,8 @@ pub struct Vars<'a> {
     pub uuid: &'a str,
     pub key: &'a str,
     pub round: u64,
+    /// Values captured by earlier phases.
+    pub captured: Option<&'a std::collections::HashMap<String, String>>,
 }
 
 /// A compiled request template.
@@ -121,6 +149,18 @@ impl RequestTemplate {
             headers: Vec::new(),
             body: None,
         }
+    }
+
+    /// The captured variables the template refers to.
+    pub fn named(&self) -> Vec<&str> {
+        let mut v: Vec<&str> = self.path.named().collect();
+        for (_, t) in &self.headers {
+            v.extend(t.named());
+        }
+        if let Some((t, _)) = &self.body {
+            v.extend(t.named());
+        }
+        v
     }
 
     /// Whether any part uses `v`.
@@ -174,14 +214,20 @@ mod tests {
     #[test]
     fn renders_placeholders() {
         let t = Text::parse("/orders/{{seq}}?c={{client}}&k={{ key }}").unwrap();
+        let captured: std::collections::HashMap<String, String> =
+            [("order".to_string(), "ord_1".to_string())].into();
         let v = Vars {
             seq: 7,
             client: 2,
             uuid: "u",
             key: "K",
             round: 1,
+            captured: Some(&captured),
         };
         assert_eq!(t.render(&v), "/orders/7?c=2&k=K");
+        let p = Text::parse("/orders/{{var.order}}/pay").unwrap();
+        assert_eq!(p.render(&v), "/orders/ord_1/pay");
+        assert_eq!(p.named().collect::<Vec<_>>(), ["order"]);
         assert!(t.uses(Var::Key) && !t.uses(Var::Uuid));
         assert!(Text::parse("{{nope}}")
             .unwrap_err()

@@ -455,3 +455,44 @@ fn report_rerenders_and_compare_gates() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
 }
+
+#[test]
+fn ctrl_c_stops_the_load_and_still_reports() {
+    let s = server("{}");
+    let child = harness()
+        .args([
+            "load",
+            &format!("{}/x", s.url),
+            "-c",
+            "2",
+            "-d",
+            "60s",
+            "--format",
+            "json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let started = std::time::Instant::now();
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "stopped promptly"
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert!(
+        r["requests"]["sent"].as_u64().unwrap() > 0,
+        "reports what was done"
+    );
+    assert!(r["duration_ms"].as_u64().unwrap() < 30_000);
+}

@@ -89,6 +89,11 @@ ul.evidence li { margin: 2px 0; }
 .ref { color: #59636e; font-size: 12px; }
 code { font: 12px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; background: #f0f2f4; padding: 0 3px; border-radius: 3px; }
 ul.metrics { list-style: none; margin: 0; padding: 0; font-size: 12px; color: #3b444d; }
+table.checks { table-layout: fixed; }
+table.checks td { overflow-wrap: anywhere; }
+table.checks col.name { width: 13%; } table.checks col.verdict { width: 8%; }
+table.checks col.summary { width: 29%; } table.checks col.evidence { width: 30%; }
+details.metric pre { white-space: pre-wrap; overflow-wrap: anywhere; max-height: 240px; overflow: auto; margin: 4px 0; font-size: 11px; }
 svg.chart { width: 100%; height: auto; display: block; }
 svg.chart text { font: 11px system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-serif; fill: #3b444d; }
 svg.chart .axis { stroke: #8a939c; stroke-width: 1; }
@@ -233,7 +238,7 @@ fn write_checks(r: &Report, out: &mut String) -> std::fmt::Result {
     }
     writeln!(
         out,
-        "<table class=\"checks\">\n<thead><tr><th>check</th><th>verdict</th><th>summary</th><th>evidence</th><th>metrics</th></tr></thead>\n<tbody>"
+        "<table class=\"checks\">\n<colgroup><col class=\"name\"><col class=\"verdict\"><col class=\"summary\"><col class=\"evidence\"><col class=\"metrics\"></colgroup>\n<thead><tr><th>check</th><th>verdict</th><th>summary</th><th>evidence</th><th>metrics</th></tr></thead>\n<tbody>"
     )?;
     for c in &r.checks {
         write_check_row(c, out)?;
@@ -297,17 +302,28 @@ fn write_check_row(c: &CheckResult, out: &mut String) -> std::fmt::Result {
     if !c.metrics.is_empty() {
         write!(out, "<ul class=\"metrics\">")?;
         for (k, val) in &c.metrics {
-            write!(
-                out,
-                "<li>{} = <b>{}</b></li>",
-                escape(k),
-                escape(&format::metric_value(val))
-            )?;
+            let shown = format::metric_value(val);
+            // Structured metrics (lists of groups, per-rule objects) would swamp the table: fold
+            // them, pretty-printed, behind their name.
+            if shown.len() > METRIC_INLINE_MAX {
+                let pretty = serde_json::to_string_pretty(val).unwrap_or(shown);
+                write!(
+                    out,
+                    "<li><details class=\"metric\"><summary>{}</summary><pre>{}</pre></details></li>",
+                    escape(k),
+                    escape(&pretty)
+                )?;
+            } else {
+                write!(out, "<li>{} = <b>{}</b></li>", escape(k), escape(&shown))?;
+            }
         }
         write!(out, "</ul>")?;
     }
     writeln!(out, "</td></tr>")
 }
+
+/// Longest metric value shown inline in the checks table; longer ones fold into a `<details>`.
+const METRIC_INLINE_MAX: usize = 60;
 
 /// A y-axis with round tick values: the step is 1, 2 or 5 times a power of ten.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -52,10 +52,14 @@ impl Default for AmplificationConfig {
     }
 }
 
+/// Seqs kept per request id for the evidence.
+const SEQS: usize = 10;
+
 #[derive(Debug, Default)]
 struct PerRequest {
     attempts: u64,
-    seqs: Vec<u64>,
+    /// The first `SEQS` seqs (no allocation per request).
+    seqs: [u64; SEQS],
 }
 
 /// The `amplification` check.
@@ -91,7 +95,9 @@ impl AmplificationCheck {
         self.max_one = self.max_one.max(r.attempts);
         let pos = self.worst.partition_point(|(n, _, _)| *n >= r.attempts);
         if pos < self.max_evidence {
-            self.worst.insert(pos, (r.attempts, id, r.seqs));
+            let kept = (r.attempts as usize).min(SEQS);
+            let seqs = r.seqs.get(..kept).unwrap_or_default().to_vec();
+            self.worst.insert(pos, (r.attempts, id, seqs));
             self.worst.truncate(self.max_evidence);
         }
     }
@@ -128,10 +134,10 @@ impl Check for AmplificationCheck {
             let r = self
                 .ids
                 .touch(id, e.t_recv_us.max(e.t_done_us), PerRequest::default);
-            r.attempts += 1;
-            if r.seqs.len() < 10 {
-                r.seqs.push(e.seq);
+            if let Some(slot) = r.seqs.get_mut(r.attempts as usize) {
+                *slot = e.seq;
             }
+            r.attempts += 1;
         }
     }
 

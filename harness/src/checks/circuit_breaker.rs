@@ -132,7 +132,7 @@ impl CircuitBreakerCheck {
         let pause = self.cfg.min_pause_ms.saturating_mul(1000);
         let all: Vec<u64> = times.iter().chain(end.iter()).map(|(t, _)| *t).collect();
         all.iter().enumerate().skip(1).any(|(i, &t)| {
-            let before = t.saturating_sub(all[i - 1]);
+            let before = all.get(i - 1).map_or(0, |p| t.saturating_sub(*p));
             let after = all.get(i + 1).map(|n| n.saturating_sub(t));
             before >= pause && after.is_none_or(|a| a >= pause)
         })
@@ -154,18 +154,20 @@ impl Check for CircuitBreakerCheck {
             self.judge(&who, &times, None);
         }
         let Some(client) = &e.client_id else { return };
+        let per_target;
         let who = if self.cfg.per_target {
             let target = e.path.split('/').find(|s| !s.is_empty()).unwrap_or("");
-            format!("{client} /{target}")
+            per_target = format!("{client} /{target}");
+            &per_target
         } else {
-            client.clone()
+            client
         };
         if failure::is_transient(e) {
             self.streaks
-                .touch(&who, e.t_recv_us, Vec::new)
+                .touch(who, e.t_recv_us, Vec::new)
                 .push((e.t_recv_us, e.seq));
-        } else if let Some(times) = self.streaks.remove(&who) {
-            self.judge(&who, &times, Some((e.t_recv_us, e.seq)));
+        } else if let Some(times) = self.streaks.remove(who) {
+            self.judge(who, &times, Some((e.t_recv_us, e.seq)));
         }
     }
 

@@ -5,6 +5,27 @@
 //! name is present (`duplicates: {}` or just `duplicates:`); its thresholds default to sane values.
 //! [`ChecksConfig::default`] runs every check with its defaults (what `harness analyze` does
 //! without a config). Durations are in milliseconds (`_ms`), Retry-After in seconds (`_s`).
+//!
+//! ```yaml
+//! grouping:                 # shared by every check (all optional)
+//!   header: x-operation-id  # an operation-id header, preferred over the Idempotency-Key
+//!   horizon_ms: 60000       # an operation idle this long is closed
+//! max_evidence: 20
+//! duplicates: {}
+//! idempotency_semantics: { require_key_paths: [/orders] }
+//! retry_on_4xx: { never_retry: [400, 401, 403, 404, 422], may_retry: [408, 409, 429] }
+//! jitter: { min_dispersion: 0.1, noise_floor_ms: 5, min_samples: 20 }
+//! retry_after: { default_s: 1, by_rule: { throttle: 2 } }
+//! key_stability: { window_ms: 60000 }
+//! circuit_breaker: { min_outage_ms: 5000, require_probe: true }
+//! amplification: { bottom_path_prefix: /inventory, max_attempts_per_request: 4 }
+//! total_timeout: { budget_ms: 10000 }
+//! state_transition: {}
+//! thresholds: { rules: ["p99 < 200ms", "error_rate < 1%", "throughput > 500/s"] }
+//! ```
+//!
+//! Each check's fields and defaults are documented with its config struct
+//! ([`DuplicatesConfig`], [`JitterConfig`], …).
 
 use serde::{Deserialize, Deserializer, Serialize};
 use thiserror::Error;
@@ -363,6 +384,26 @@ mod tests {
             CHECK_NAMES.to_vec()
         );
         assert!(ChecksConfig::none().enabled_names().is_empty());
+    }
+
+    #[test]
+    fn parses_the_module_doc_example() {
+        let doc = include_str!("config.rs");
+        let yaml: String = doc
+            .lines()
+            .skip_while(|l| *l != "//! ```yaml")
+            .skip(1)
+            .take_while(|l| *l != "//! ```")
+            .map(|l| {
+                format!(
+                    "{}\n",
+                    l.trim_start_matches("//!").strip_prefix(' ').unwrap_or("")
+                )
+            })
+            .collect();
+        let cfg = ChecksConfig::from_yaml(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+        assert_eq!(cfg.enabled_names(), CHECK_NAMES.to_vec());
+        assert_eq!(cfg.grouping.header.as_deref(), Some("x-operation-id"));
     }
 
     #[test]

@@ -10,9 +10,10 @@
 //! different body must be refused (`422`; any 2xx fails). A request missing a required key must be
 //! refused (`400`; any non-4xx fails), configured with `require_key_paths`.
 //!
-//! Requests whose response was injected by the fault schedule (`fault` of `status`, `hang`, `reset`,
-//! `malformed`) say nothing about the implementation and are skipped; `drop` and `delay` are kept
-//! (a dropped request was processed).
+//! Responses injected by the fault schedule (`fault` of `status`, `hang`, `reset`, `malformed`)
+//! say nothing about the implementation and are not judged, but what such a request created still
+//! counts; `drop` and `delay` responses are judged like any other (a dropped request was
+//! processed).
 //!
 //! Metrics: `keys`, `creations`, `replays`, `conflicts_409`, `mismatches`, `missing_key_requests`,
 //! `violations`.
@@ -21,7 +22,7 @@ use reports::{CheckResult, Verdict};
 use serde::{Deserialize, Serialize};
 
 use super::evidence::{attach, Findings};
-use super::idle::IdleMap;
+use super::idle::{hash_key, IdleMap};
 use super::{Attempt, Check, Context};
 use fault_server::journal::Entry;
 
@@ -56,7 +57,8 @@ struct Req {
     status: Option<u16>,
     replayed: bool,
     created: Option<String>,
-    body: Option<String>,
+    /// Hash of the body's SHA-256 (only compared, never shown).
+    body: Option<u64>,
 }
 
 /// True when the schedule, not the implementation, chose the response.
@@ -123,6 +125,11 @@ impl IdempotencySemanticsCheck {
 
     fn judge(&mut self, key: String, reqs: Vec<Req>) {
         self.n_keys += 1;
+        if let [only] = reqs.as_slice() {
+            // One request: nothing to race, replay or mismatch.
+            self.creations += u64::from(only.created.is_some());
+            return;
+        }
         let mut ids: Vec<(&str, u64)> = Vec::new();
         for r in &reqs {
             if let Some(id) = &r.created {
@@ -160,14 +167,14 @@ impl IdempotencySemanticsCheck {
             );
         }
         let creator = reqs.iter().find(|r| r.created.is_some());
-        let original_body = creator.or(reqs.first()).and_then(|r| r.body.as_deref());
+        let original_body = creator.or(reqs.first()).and_then(|r| r.body);
         for r in &reqs {
             let Some(status) = r.status else { continue };
             if creator.is_some_and(|c| c.seq == r.seq) {
                 continue;
             }
             let ok = (200..300).contains(&status);
-            if r.body.is_some() && original_body.is_some() && r.body.as_deref() != original_body {
+            if r.body.is_some() && original_body.is_some() && r.body != original_body {
                 self.mismatches += 1;
                 if ok {
                     self.findings.push(
@@ -251,19 +258,18 @@ impl Check for IdempotencySemanticsCheck {
             self.check_missing_key(e);
             return;
         };
-        if injected(e) {
-            return;
-        }
         self.keys
             .touch(key, e.t_recv_us.max(e.t_done_us), Vec::new)
             .push(Req {
                 seq: e.seq,
                 t_recv_us: e.t_recv_us,
                 t_done_us: e.t_done_us,
-                status: e.status,
+                // The schedule's answer says nothing about the implementation; what the request
+                // created still counts.
+                status: if injected(e) { None } else { e.status },
                 replayed: e.replayed,
                 created: e.created.clone(),
-                body: e.body_sha256.clone(),
+                body: e.body_sha256.as_deref().map(hash_key),
             });
     }
 
@@ -441,5 +447,19 @@ mod tests {
             .fault("r1", "status")
             .build();
         assert_eq!(run_one(NAME, "{}", &j).verdict, Verdict::Pass);
+        // But what a request with an injected response created still counts.
+        let j = [
+            entry(1, 0)
+                .key("k")
+                .body("b")
+                .created("o1")
+                .no_response(Outcome::Reset)
+                .fault("r2", "malformed")
+                .build(),
+            entry(2, 100).key("k").body("b").created("o2").build(),
+        ];
+        let r = run_one(NAME, "{}", &j);
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
+        assert_eq!(r.evidence[0].seqs, vec![1, 2]);
     }
 }

@@ -3,24 +3,114 @@
 //! Why: a journal of a big run holds a million requests, but at any moment only a few operations
 //! are still in progress. Checks keep per-key state in an [`IdleMap`] and get each entry back, for
 //! a final judgement, once nothing has touched it for `horizon` microseconds. Memory then follows
-//! the number of open operations, not the size of the journal.
+//! the number of open keys, not the size of the journal.
+//!
+//! How: entries are found by a fast 64-bit hash of their key (the key itself is stored once, and
+//! compared on every lookup), and a FIFO queue holds one (activity time, hash) per key in the
+//! order keys were opened. Journal entries arrive in time order, so the queue is almost sorted:
+//! a key whose time at the front is stale (it was touched since) is queued again behind the
+//! others. A key touched far ahead of the others (a request that hung for 30 s) can delay the
+//! closing of the keys queued behind it, never hasten it.
 
-use std::cmp::Reverse;
-use std::collections::hash_map::Entry;
-use std::collections::{BinaryHeap, HashMap};
-use std::hash::Hash;
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
+
+/// A 64-bit hash of `key`, the same in every run, for checks that keep a hash instead of a copy
+/// of a long value (a body fingerprint). Two different values collide with a probability of
+/// about n²/2⁶⁵ for n values: negligible for a journal.
+pub(crate) fn hash_key<K: Hash + ?Sized>(key: &K) -> u64 {
+    slot_hash(key)
+}
+
+/// A fast, non-cryptographic hash for finding slots: keys are compared on every lookup, so its
+/// quality only affects speed, never correctness.
+fn slot_hash<K: Hash + ?Sized>(key: &K) -> u64 {
+    let mut h = Fast(0);
+    key.hash(&mut h);
+    h.finish()
+}
+
+/// FxHash-style word mixing with a final avalanche.
+#[derive(Debug, Default)]
+struct Fast(u64);
+
+impl Fast {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+impl Hasher for Fast {
+    fn finish(&self) -> u64 {
+        // MurmurHash3's fmix64.
+        let mut k = self.0;
+        k ^= k >> 33;
+        k = k.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        k ^= k >> 33;
+        k = k.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        k ^ (k >> 33)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.add(u64::from_le_bytes(w));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(w));
+        }
+    }
+    fn write_u8(&mut self, n: u8) {
+        self.add(u64::from(n));
+    }
+    fn write_u16(&mut self, n: u16) {
+        self.add(u64::from(n));
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.add(u64::from(n));
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.add(n);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+}
+
+/// Hasher for keys that are already well-mixed 64-bit hashes.
+#[derive(Debug, Default)]
+struct PreHashed(u64);
+
+impl Hasher for PreHashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
 
 /// Per-key state with a last-activity time; idle keys are handed back by [`IdleMap::expire`].
 #[derive(Debug)]
 pub(crate) struct IdleMap<K, V> {
     horizon_us: u64,
-    map: HashMap<K, Slot<V>>,
-    /// Min-heap of (activity time, key); stale pairs (the key was touched again later) are skipped.
-    queue: BinaryHeap<Reverse<(u64, K)>>,
+    map: HashMap<u64, Slot<K, V>, BuildHasherDefault<PreHashed>>,
+    /// (activity time when queued, slot hash), in the order keys were opened or re-queued.
+    queue: VecDeque<(u64, u64)>,
 }
 
 #[derive(Debug)]
-struct Slot<V> {
+struct Slot<K, V> {
+    key: K,
     last_us: u64,
     value: V,
 }
@@ -30,74 +120,128 @@ impl<K: Hash + Eq + Ord + Clone, V> IdleMap<K, V> {
     pub(crate) fn new(horizon_us: u64) -> Self {
         IdleMap {
             horizon_us,
-            map: HashMap::new(),
-            queue: BinaryHeap::new(),
+            map: HashMap::default(),
+            queue: VecDeque::new(),
+        }
+    }
+
+    /// The slot hash of `key` and whether it is present. A 64-bit collision (two keys, one hash)
+    /// moves the second key to the next free hash.
+    fn find(&self, key: &K) -> (u64, bool) {
+        let mut h = slot_hash(key);
+        loop {
+            match self.map.get(&h) {
+                Some(slot) if slot.key == *key => return (h, true),
+                Some(_) => h = h.wrapping_add(1),
+                None => return (h, false),
+            }
         }
     }
 
     /// The value for `key`, if it is open.
     pub(crate) fn get(&self, key: &K) -> Option<&V> {
-        self.map.get(key).map(|s| &s.value)
+        match self.find(key) {
+            (h, true) => self.map.get(&h).map(|s| &s.value),
+            _ => None,
+        }
     }
 
     /// The value for `key` (created by `init` when absent), marked active at `at_us`.
     pub(crate) fn touch(&mut self, key: &K, at_us: u64, init: impl FnOnce() -> V) -> &mut V {
-        let slot = match self.map.entry(key.clone()) {
-            Entry::Occupied(o) => {
-                let slot = o.into_mut();
-                if at_us > slot.last_us {
-                    slot.last_us = at_us;
-                    self.queue.push(Reverse((at_us, key.clone())));
-                }
-                slot
-            }
-            Entry::Vacant(v) => {
-                self.queue.push(Reverse((at_us, key.clone())));
-                v.insert(Slot {
-                    last_us: at_us,
-                    value: init(),
-                })
-            }
-        };
+        let (h, present) = self.find(key);
+        if !present {
+            self.queue.push_back((at_us, h));
+        }
+        let slot = self.map.entry(h).or_insert_with(|| Slot {
+            key: key.clone(),
+            last_us: at_us,
+            value: init(),
+        });
+        slot.last_us = slot.last_us.max(at_us);
         &mut slot.value
+    }
+
+    /// Like [`IdleMap::touch`], but an entry idle for longer than the horizon at `now_us` (one the
+    /// queue has not closed yet) is first removed and returned: the key starts afresh.
+    pub(crate) fn touch_fresh(
+        &mut self,
+        key: &K,
+        now_us: u64,
+        at_us: u64,
+        init: impl FnOnce() -> V,
+    ) -> (Option<V>, &mut V) {
+        let (h, present) = self.find(key);
+        let mut stale = None;
+        if present
+            && self
+                .map
+                .get(&h)
+                .is_some_and(|s| s.last_us.saturating_add(self.horizon_us) < now_us)
+        {
+            stale = self.map.remove(&h).map(|s| s.value);
+        }
+        if !present || stale.is_some() {
+            self.queue.push_back((at_us, h));
+        }
+        let slot = self.map.entry(h).or_insert_with(|| Slot {
+            key: key.clone(),
+            last_us: at_us,
+            value: init(),
+        });
+        slot.last_us = slot.last_us.max(at_us);
+        (stale, &mut slot.value)
     }
 
     /// Removes `key` now, whatever its activity.
     pub(crate) fn remove(&mut self, key: &K) -> Option<V> {
-        self.map.remove(key).map(|s| s.value)
+        match self.find(key) {
+            (h, true) => self.map.remove(&h).map(|s| s.value),
+            _ => None,
+        }
     }
 
     /// Hands every key idle for longer than the horizon at `now_us` to `f`, oldest first.
     pub(crate) fn expire(&mut self, now_us: u64, mut f: impl FnMut(K, V)) {
-        while let Some(Reverse((at, _))) = self.queue.peek() {
+        while let Some(&(at, h)) = self.queue.front() {
             if at.saturating_add(self.horizon_us) >= now_us {
                 break;
             }
-            let Some(Reverse((at, key))) = self.queue.pop() else {
-                break;
-            };
-            let current = self.map.get(&key).map(|s| s.last_us);
-            if current == Some(at) {
-                if let Some(slot) = self.map.remove(&key) {
-                    f(key, slot.value);
+            self.queue.pop_front();
+            match self.map.get(&h).map(|s| s.last_us) {
+                Some(last) if last == at => {
+                    if let Some(slot) = self.map.remove(&h) {
+                        f(slot.key, slot.value);
+                    }
                 }
+                // Touched since it was queued: queue it again at its latest activity.
+                Some(last) => self.queue.push_back((last, h)),
+                // Removed directly: forget it.
+                None => {}
             }
         }
     }
 
     /// Every open key, oldest activity first (ties by key), for the end of the journal.
     pub(crate) fn drain(self) -> Vec<(K, V)> {
-        let mut all: Vec<(u64, K, V)> = self
-            .map
-            .into_iter()
-            .map(|(k, s)| (s.last_us, k, s.value))
+        let mut all: Vec<Option<Slot<K, V>>> = self.map.into_values().map(Some).collect();
+        // Sort positions, not the (possibly large) slots.
+        let mut order: Vec<(u64, usize)> = all
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.as_ref().map_or(0, |s| s.last_us), i))
             .collect();
-        all.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-        all.into_iter().map(|(_, k, v)| (k, v)).collect()
+        order.sort_unstable_by(|&(ta, a), &(tb, b)| {
+            let key = |i: usize| all.get(i).and_then(|s| s.as_ref()).map(|s| &s.key);
+            (ta, key(a)).cmp(&(tb, key(b)))
+        });
+        order
+            .into_iter()
+            .filter_map(|(_, i)| all.get_mut(i).and_then(Option::take))
+            .map(|s| (s.key, s.value))
+            .collect()
     }
 
     /// Number of open keys.
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.map.len()
     }
@@ -113,6 +257,7 @@ mod tests {
         *m.touch(&"a".to_string(), 0, || 0) += 1;
         *m.touch(&"b".to_string(), 5, || 0) += 1;
         *m.touch(&"a".to_string(), 8, || 0) += 1;
+        assert_eq!(m.get(&"a".to_string()), Some(&2));
         let mut closed = Vec::new();
         m.expire(15, |k, v| closed.push((k, v)));
         assert!(
@@ -124,6 +269,30 @@ mod tests {
         m.expire(100, |k, v| closed.push((k, v)));
         assert_eq!(closed, vec![("b".to_string(), 1), ("a".to_string(), 2)]);
         assert_eq!(m.len(), 0);
+    }
+
+    #[test]
+    fn removed_and_reopened_keys_close_once() {
+        let mut m: IdleMap<u32, u32> = IdleMap::new(10);
+        m.touch(&1, 0, || 0);
+        assert_eq!(m.remove(&1), Some(0));
+        *m.touch(&1, 5, || 7) += 1;
+        let mut closed = Vec::new();
+        m.expire(100, |k, v| closed.push((k, v)));
+        assert_eq!(closed, vec![(1, 8)]);
+    }
+
+    #[test]
+    fn touch_fresh_restarts_an_idle_key_the_queue_has_not_closed() {
+        let mut m: IdleMap<u32, u32> = IdleMap::new(10);
+        *m.touch(&1, 0, || 0) += 1;
+        let (old, v) = m.touch_fresh(&1, 5, 5, || 0);
+        assert_eq!((old, *v), (None, 1));
+        let (old, v) = m.touch_fresh(&1, 50, 50, || 0);
+        assert_eq!((old, *v), (Some(1), 0));
+        let mut closed = Vec::new();
+        m.expire(100, |k, v| closed.push((k, v)));
+        assert_eq!(closed, vec![(1, 0)]);
     }
 
     #[test]

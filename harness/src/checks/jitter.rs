@@ -7,8 +7,10 @@
 //! without jitter, 193 with full jitter). The regular sawtooth after an incident is its signature.
 //!
 //! How it is detected:
-//! 1. Operations whose first failures arrive within `together_ms` of each other (chained) form a
-//!    cluster: they failed together, so without jitter they retry together.
+//! 1. Operations whose first failures arrive within `together_ms` of the cluster's first failure
+//!    form a cluster: they failed together, so without jitter they retry together. A steady
+//!    trickle of failures makes only small clusters, which `min_samples` leaves unjudged: fixed
+//!    delays after failures that were spread out anyway do not make a herd.
 //! 2. Per cluster and attempt number, the retry delays (arrival of attempt k+1 minus end of attempt
 //!    k, measured at the server) are summarised robustly: median, MAD, interquartile range.
 //!    The dispersion is MAD / median: ≈ 0.5 for full jitter U(0, d), ≈ 0.17 for equal jitter
@@ -26,8 +28,12 @@
 //! A group needs `min_samples` retries, else the answer is Inconclusive ("not enough data"), never
 //! a guess. Under a strong `--time-scale`, lower `noise_floor_ms` and `immediate_ms` with it.
 //!
-//! Metrics: `groups` (one object per analysed cluster and attempt), `retries_analyzed`,
-//! `lowest_dispersion`, `highest_densest_window_fraction`, `highest_peak_to_mean`.
+//! Memory: the retries of a cluster are kept until no member operation has been active for the
+//! horizon; then the cluster is judged and only its verdicts remain.
+//!
+//! Metrics: `groups` (the worst `max_evidence` of the judged cluster/attempt groups, worst
+//! first), `groups_analyzed`, `retries_analyzed`, `lowest_dispersion`,
+//! `highest_densest_window_fraction`, `highest_peak_to_mean`.
 
 use std::collections::BTreeMap;
 
@@ -51,7 +57,7 @@ pub struct JitterConfig {
     pub immediate_ms: f64,
     /// Retries one attempt group needs before it is judged.
     pub min_samples: usize,
-    /// First failures closer than this (ms, chained) count as failing together.
+    /// First failures within this time (ms) of a cluster's first one count as failing together.
     pub together_ms: u64,
     /// Window (ms) for the arrival-clustering figures.
     pub window_ms: u64,
@@ -83,6 +89,9 @@ struct Group {
 struct Cluster {
     start_us: u64,
     end_us: u64,
+    /// Latest activity of any member operation: once idle past the horizon, the cluster can get
+    /// no more retries and is judged.
+    last_us: u64,
     members: usize,
     groups: BTreeMap<u32, Group>,
 }
@@ -115,10 +124,16 @@ struct Analysis {
 pub(crate) struct JitterCheck {
     cfg: JitterConfig,
     max_evidence: usize,
+    horizon_us: u64,
+    now_us: u64,
+    last_sweep_us: u64,
     clusters: BTreeMap<u64, Cluster>,
     /// Start of the cluster new first failures may still join.
     open: Option<u64>,
-    largest_small: usize,
+    /// Size of the largest group seen, judged or not.
+    largest: usize,
+    /// Groups judged so far (their samples are gone).
+    analyses: Vec<Analysis>,
 }
 
 impl JitterCheck {
@@ -127,9 +142,46 @@ impl JitterCheck {
         JitterCheck {
             cfg: cfg.clone(),
             max_evidence: ctx.max_evidence,
+            horizon_us: ctx.horizon_us,
+            now_us: 0,
+            last_sweep_us: 0,
             clusters: BTreeMap::new(),
             open: None,
-            largest_small: 0,
+            largest: 0,
+            analyses: Vec::new(),
+        }
+    }
+
+    /// Judges a cluster that can get no more retries, keeping only the verdicts.
+    fn settle(&mut self, start: u64) {
+        let Some(c) = self.clusters.remove(&start) else {
+            return;
+        };
+        for (&attempt, g) in &c.groups {
+            self.largest = self.largest.max(g.delays_us.len());
+            if let Some(a) = self.analyse(&c, attempt, g) {
+                self.analyses.push(a);
+            }
+        }
+    }
+
+    /// Settles every cluster idle for longer than the horizon (at most once a second).
+    fn sweep(&mut self) {
+        if self.now_us < self.last_sweep_us.saturating_add(1_000_000) {
+            return;
+        }
+        self.last_sweep_us = self.now_us;
+        let idle: Vec<u64> = self
+            .clusters
+            .values()
+            .filter(|c| {
+                Some(c.start_us) != self.open
+                    && c.last_us.saturating_add(self.horizon_us) < self.now_us
+            })
+            .map(|c| c.start_us)
+            .collect();
+        for start in idle {
+            self.settle(start);
         }
     }
 
@@ -137,7 +189,7 @@ impl JitterCheck {
     fn seal(&mut self, start: u64) {
         let members = self.clusters.get(&start).map_or(0, |c| c.members);
         if members < self.cfg.min_samples {
-            self.largest_small = self.largest_small.max(members);
+            self.largest = self.largest.max(members);
             self.clusters.remove(&start);
         }
     }
@@ -145,8 +197,9 @@ impl JitterCheck {
     fn join(&mut self, t_us: u64) {
         let together = self.cfg.together_ms.saturating_mul(1000);
         if let Some(c) = self.open.and_then(|s| self.clusters.get_mut(&s)) {
-            if t_us <= c.end_us.saturating_add(together) {
+            if t_us <= c.start_us.saturating_add(together) {
                 c.end_us = c.end_us.max(t_us);
+                c.last_us = c.last_us.max(t_us);
                 c.members += 1;
                 return;
             }
@@ -162,6 +215,7 @@ impl JitterCheck {
         let c = self.clusters.entry(start).or_insert(Cluster {
             start_us: t_us,
             end_us: t_us,
+            last_us: t_us,
             members: 0,
             groups: BTreeMap::new(),
         });
@@ -268,13 +322,13 @@ impl Check for JitterCheck {
     }
 
     fn observe(&mut self, a: &Attempt<'_>) {
+        let e = a.entry;
+        self.now_us = self.now_us.max(e.t_recv_us);
         if a.step.is_first_failure {
-            self.join(a.entry.t_recv_us);
+            self.join(e.t_recv_us);
         }
-        if !a.is_retry() {
-            return;
-        }
-        let (Some(ff), Some(delay)) = (a.step.first_failure_us, a.delay_us()) else {
+        self.sweep();
+        let Some(ff) = a.step.first_failure_us else {
             return;
         };
         let Some((_, c)) = self.clusters.range_mut(..=ff).next_back() else {
@@ -283,6 +337,10 @@ impl Check for JitterCheck {
         if ff > c.end_us {
             return;
         }
+        c.last_us = c.last_us.max(e.t_recv_us.max(e.t_done_us));
+        let (true, Some(delay)) = (a.is_retry(), a.delay_us()) else {
+            return;
+        };
         let g = c.groups.entry(a.index()).or_default();
         g.delays_us.push(delay);
         g.arrivals.push((a.entry.t_recv_us, a.entry.seq));
@@ -292,24 +350,18 @@ impl Check for JitterCheck {
         if let Some(s) = self.open.take() {
             self.seal(s);
         }
-        let mut analyses = Vec::new();
-        let mut largest = self.largest_small;
-        for c in self.clusters.values() {
-            for (&attempt, g) in &c.groups {
-                largest = largest.max(g.delays_us.len());
-                analyses.extend(self.analyse(c, attempt, g));
-            }
+        let starts: Vec<u64> = self.clusters.keys().copied().collect();
+        for start in starts {
+            self.settle(start);
         }
+        let analyses = std::mem::take(&mut self.analyses);
+        let largest = self.largest;
         let mut findings = Findings::new(self.max_evidence);
         let mut ranked: Vec<&Analysis> = analyses.iter().collect();
         // Worst first; within a kind, the biggest crowd first.
         ranked.sort_by(|a, b| b.kind.cmp(&a.kind).then(b.n.cmp(&a.n)));
         for a in ranked.iter().filter(|a| a.kind != Kind::Jittered) {
-            findings.push(
-                self.describe(a),
-                Some(format!("attempt {}", a.attempt)),
-                a.densest_seqs.clone(),
-            );
+            findings.push(self.describe(a), None, a.densest_seqs.clone());
         }
         let retries: usize = analyses.iter().map(|a| a.n).sum();
         let (verdict, summary) = match ranked.first() {
@@ -339,8 +391,9 @@ impl Check for JitterCheck {
                 )
             }
         };
-        let groups: Vec<serde_json::Value> = analyses
+        let groups: Vec<serde_json::Value> = ranked
             .iter()
+            .take(self.max_evidence)
             .map(|a| {
                 json!({
                     "cluster_start_s": a.cluster_start_us as f64 / 1e6,
@@ -363,6 +416,7 @@ impl Check for JitterCheck {
             .collect();
         let mut result = CheckResult::new("jitter", verdict, summary)
             .metric("groups", groups)
+            .metric("groups_analyzed", analyses.len() as u64)
             .metric("retries_analyzed", retries as u64);
         if !analyses.is_empty() {
             let lowest = analyses
@@ -510,15 +564,42 @@ mod tests {
     }
 
     #[test]
-    fn borderline_failures_apart_are_not_a_herd() {
-        // Failures 1 s apart never form a cluster, however synchronized their backoff.
-        let mut j = Vec::new();
-        for c in 0..40u32 {
-            let t = c as f64 * 1000.0;
-            j.push(entry(0, t).key(&format!("k{c}")).status(503).build());
-            j.push(entry(0, t + 1001.0).key(&format!("k{c}")).build());
+    fn incidents_far_apart_are_judged_as_the_journal_streams() {
+        // Two incidents 100 s apart; with a 20 s horizon the first is judged (and its samples
+        // dropped) long before the second. The worst decides: the jittered one does not hide
+        // the unjittered one.
+        let first = herd(50, 4, 8, |_, k, _| backoff(k));
+        let mut second = herd(50, 4, 9, |rng, k, _| rng.random::<f64>() * backoff(k));
+        for e in &mut second {
+            e.t_recv_us += 100_000_000;
+            e.t_done_us += 100_000_000;
         }
-        let r = run_one("jitter", "{}", &in_arrival_order(j));
+        let j = in_arrival_order(first.into_iter().chain(second).collect());
+        let cfg =
+            crate::checks::ChecksConfig::from_yaml("grouping: { horizon_ms: 20000 }\njitter: {}")
+                .expect("valid");
+        let r = crate::checks::run_checks(&cfg, &j).remove(0);
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
+        assert_eq!(r.metrics["groups_analyzed"], 8);
+        assert_eq!(r.metrics["groups"][0]["finding"], "no_jitter");
+    }
+
+    #[test]
+    fn borderline_a_trickle_of_failures_is_not_a_herd() {
+        // Fixed 1 s retries after failures 20 ms apart: at most 13 first failures share any
+        // 250 ms, under the 20 a group needs, so no cluster is judged. 2 ms apart, they are a herd.
+        let trickle = |gap_ms: f64| {
+            let mut j = Vec::new();
+            for c in 0..100u32 {
+                let t = c as f64 * gap_ms;
+                j.push(entry(0, t).key(&format!("k{c}")).status(503).build());
+                j.push(entry(0, t + 1001.0).key(&format!("k{c}")).build());
+            }
+            in_arrival_order(j)
+        };
+        let r = run_one("jitter", "{}", &trickle(20.0));
         assert_eq!(r.verdict, Verdict::Inconclusive, "{}", r.summary);
+        let r = run_one("jitter", "{}", &trickle(2.0));
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
     }
 }

@@ -13,13 +13,13 @@
 //!
 //! Metrics: `retries_checked`, `key_changes`.
 
+use fault_server::journal::Entry;
 use reports::{CheckResult, Verdict};
 use serde::{Deserialize, Serialize};
 
 use super::evidence::{attach, Findings};
 use super::failure;
-use super::idle::IdleMap;
-use super::operations::Fingerprint;
+use super::idle::{hash_key, IdleMap};
 use super::{Attempt, Check, Context};
 
 /// Configuration of the `key_stability` check.
@@ -41,16 +41,26 @@ struct Last {
     key: Option<String>,
     seq: u64,
     t_done_us: u64,
-    failed: bool,
 }
 
 /// The `key_stability` check.
 pub(crate) struct KeyStabilityCheck {
     window_us: u64,
-    last: IdleMap<Fingerprint, Last>,
+    /// Last request per fingerprint (client, method, path, body), keyed by its hash.
+    last: IdleMap<u64, Last>,
     now_us: u64,
     findings: Findings,
     checked: u64,
+}
+
+/// A hash of client, method, path and body: the fingerprint without copying four strings.
+fn fingerprint(e: &Entry) -> Option<u64> {
+    Some(hash_key(&(
+        e.client_id.as_ref()?,
+        &e.method,
+        &e.path,
+        e.body_sha256.as_ref()?,
+    )))
 }
 
 impl KeyStabilityCheck {
@@ -75,11 +85,10 @@ impl Check for KeyStabilityCheck {
         let e = a.entry;
         self.now_us = self.now_us.max(e.t_recv_us);
         self.last.expire(self.now_us, |_, _| {});
-        let Some(fp) = Fingerprint::of(e) else { return };
+        let Some(fp) = fingerprint(e) else { return };
         if let Some(prev) = self.last.get(&fp) {
-            let is_retry = prev.failed
-                && e.t_recv_us >= prev.t_done_us
-                && e.t_recv_us - prev.t_done_us <= self.window_us;
+            let is_retry =
+                e.t_recv_us >= prev.t_done_us && e.t_recv_us - prev.t_done_us <= self.window_us;
             if is_retry && (prev.key.is_some() || e.idempotency_key.is_some()) {
                 self.checked += 1;
                 if prev.key != e.idempotency_key {
@@ -87,9 +96,9 @@ impl Check for KeyStabilityCheck {
                     self.findings.push(
                         format!(
                             "client {} retried {} {} with key {} after key {} failed",
-                            fp.client,
-                            fp.method,
-                            fp.path,
+                            e.client_id.as_deref().unwrap_or_default(),
+                            e.method,
+                            e.path,
                             show(&e.idempotency_key),
                             show(&prev.key)
                         ),
@@ -99,18 +108,21 @@ impl Check for KeyStabilityCheck {
                 }
             }
         }
-        let last = self.last.touch(&fp, e.t_recv_us.max(e.t_done_us), || Last {
-            key: None,
-            seq: 0,
-            t_done_us: 0,
-            failed: false,
-        });
-        *last = Last {
-            key: e.idempotency_key.clone(),
-            seq: e.seq,
-            t_done_us: e.t_done_us,
-            failed: failure::failed(e),
-        };
+        // Only a failed request can be retried: a success clears the fingerprint.
+        if failure::failed(e) {
+            let last = self.last.touch(&fp, e.t_recv_us.max(e.t_done_us), || Last {
+                key: None,
+                seq: 0,
+                t_done_us: 0,
+            });
+            *last = Last {
+                key: e.idempotency_key.clone(),
+                seq: e.seq,
+                t_done_us: e.t_done_us,
+            };
+        } else {
+            self.last.remove(&fp);
+        }
     }
 
     fn finish(self: Box<Self>) -> CheckResult {

@@ -6,7 +6,7 @@
 //!
 //! Why streaming: a big run journals a million requests and `harness analyze` must judge it in
 //! seconds. Entries are read once, in `seq` order; each is placed in its logical operation by the
-//! [`OperationTracker`](operations::OperationTracker) and handed to every enabled [`Check`] as an
+//! [`OperationTracker`] and handed to every enabled [`Check`] as an
 //! [`Attempt`]. Per-operation and per-key state is dropped once it has been idle longer than
 //! `grouping.horizon_ms`, so memory follows the number of open operations, not the file.
 //!
@@ -45,7 +45,7 @@ pub use journal::{JournalItem, JournalRecord};
 pub use operations::{Attempt, ClosedOperation, GroupingConfig, OperationTracker};
 
 /// One resilience check, fed the journal one attempt at a time.
-pub trait Check {
+pub trait Check: Send {
     /// Stable identifier of the check (one of [`CHECK_NAMES`]).
     fn name(&self) -> &'static str;
     /// Sees the next journal entry (in `seq` order) with its place in its operation.
@@ -69,6 +69,7 @@ pub(crate) struct Context {
 pub struct ChecksRunner {
     tracker: OperationTracker,
     checks: Vec<Box<dyn Check>>,
+    closed: Vec<ClosedOperation>,
 }
 
 impl ChecksRunner {
@@ -77,6 +78,7 @@ impl ChecksRunner {
         ChecksRunner {
             tracker: OperationTracker::new(&cfg.grouping),
             checks: cfg.build(),
+            closed: Vec::new(),
         }
     }
 
@@ -108,9 +110,10 @@ impl ChecksRunner {
     }
 
     fn dispatch_closed(&mut self) {
-        for op in self.tracker.take_closed() {
+        self.tracker.swap_closed(&mut self.closed);
+        for op in &self.closed {
             for check in &mut self.checks {
-                check.close(&op);
+                check.close(op);
             }
         }
     }
@@ -127,4 +130,121 @@ where
         runner.observe(item);
     }
     runner.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use fault_server::journal::{Entry, Outcome};
+    use reports::Verdict;
+
+    use super::testutil::entry;
+    use super::*;
+
+    /// A long run: `n` requests at 1000/s from 50 clients, every 20th failing once and retried
+    /// with its key after 200 ms (keys never reused, so nothing is held beyond the horizon).
+    fn long_run(n: u64) -> impl Iterator<Item = Entry> {
+        let mut seq = 0;
+        (0..n).flat_map(move |i| {
+            let t_ms = i as f64;
+            let key = format!("key-{i}");
+            let client = format!("client-{}", i % 50);
+            let body = format!("body-{i}");
+            let first = entry(0, t_ms)
+                .key(&key)
+                .client(&client)
+                .body(&body)
+                .header("x-request-id", &key);
+            let mut out = Vec::new();
+            if i % 20 == 0 {
+                out.push(first.clone().status(503).build());
+            } else {
+                out.push(first.created(&format!("o{i}")).build());
+            }
+            // The retry lands in arrival order only approximately; renumber below.
+            if i % 20 == 0 {
+                out.push(
+                    entry(0, t_ms + 200.0)
+                        .key(&key)
+                        .client(&client)
+                        .body(&body)
+                        .header("x-request-id", &key)
+                        .created(&format!("o{i}"))
+                        .build(),
+                );
+            }
+            out.into_iter().map(move |mut e| {
+                seq += 1;
+                e.seq = seq;
+                e
+            })
+        })
+    }
+
+    #[test]
+    fn memory_follows_open_operations_not_the_journal() {
+        let cfg = ChecksConfig {
+            grouping: GroupingConfig {
+                horizon_ms: 1_000,
+                ..GroupingConfig::default()
+            },
+            ..ChecksConfig::default()
+        };
+        let mut tracker = OperationTracker::new(&cfg.grouping);
+        let mut most_open = 0;
+        for e in long_run(20_000) {
+            tracker.observe(&e, None);
+            tracker.take_closed();
+            most_open = most_open.max(tracker.open_operations());
+        }
+        // ~1000 requests per second, each kept for the 1 s horizon after its last activity.
+        assert!(most_open < 2_500, "{most_open} operations open at once");
+    }
+
+    #[test]
+    fn every_check_runs_on_a_long_clean_run() {
+        let results = run_checks(&ChecksConfig::default(), long_run(5_000));
+        let names: Vec<&str> = results.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, CHECK_NAMES.to_vec());
+        for r in &results {
+            assert!(r.passed, "{}: {}", r.name, r.summary);
+        }
+        let verdict = |n: &str| results.iter().find(|r| r.name == n).map(|r| r.verdict);
+        assert_eq!(verdict("duplicates"), Some(Verdict::Pass));
+        assert_eq!(verdict("idempotency_semantics"), Some(Verdict::Pass));
+        assert_eq!(verdict("key_stability"), Some(Verdict::Pass));
+        assert_eq!(verdict("amplification"), Some(Verdict::Pass));
+    }
+
+    #[test]
+    fn a_runner_can_move_to_another_thread() {
+        fn send<T: Send>(_: &T) {}
+        send(&ChecksRunner::new(&ChecksConfig::default()));
+    }
+
+    #[test]
+    fn accepts_entries_by_value_and_by_reference() {
+        let j = vec![entry(1, 0).no_response(Outcome::Reset).build()];
+        let cfg =
+            ChecksConfig::from_yaml("thresholds: { rules: [\"error_rate < 1%\"] }").expect("valid");
+        let by_ref = run_checks(&cfg, &j);
+        let by_value = run_checks(&cfg, j);
+        assert_eq!(by_ref, by_value);
+        assert_eq!(by_ref[0].verdict, Verdict::Fail);
+    }
+
+    /// `cargo test -p harness --lib -- --ignored --nocapture a_million` (use an optimised build
+    /// for a figure that means anything).
+    #[test]
+    #[ignore = "timing of a full-size journal"]
+    fn a_million_entries() {
+        let entries: Vec<Entry> = long_run(950_000).collect();
+        let start = std::time::Instant::now();
+        let results = run_checks(&ChecksConfig::default(), &entries);
+        eprintln!(
+            "{} entries, {} checks in {:?}",
+            entries.len(),
+            results.len(),
+            start.elapsed()
+        );
+    }
 }

@@ -15,7 +15,7 @@
 //! 4. otherwise the request is an operation of its own.
 //!
 //! Attempt headers such as `amz-sdk-request: attempt=2; max=3` are read when present and exposed as
-//! [`Attempt::reported_attempt`]; [`Attempt::index`] is always the server-side count (1 = first).
+//! [`Step::reported_attempt`]; [`Attempt::index`] is always the server-side count (1 = first).
 //! The retry delay before attempt k+1 is its `t_recv_us` minus attempt k's `t_done_us`.
 //!
 //! An operation closes once nothing has touched it for `horizon_ms`; a key that comes back later
@@ -55,7 +55,7 @@ impl Default for GroupingConfig {
             by_fingerprint: true,
             fingerprint_window_ms: 60_000,
             attempt_headers: vec!["amz-sdk-request".to_string()],
-            horizon_ms: 120_000,
+            horizon_ms: 60_000,
         }
     }
 }
@@ -93,7 +93,7 @@ pub enum OpKey {
     /// The Idempotency-Key.
     IdempotencyKey(String),
     /// Same client, method, path and body.
-    Fingerprint(Fingerprint),
+    Fingerprint(Box<Fingerprint>),
     /// Nothing: a one-request operation, named by its `seq`.
     Single(u64),
 }
@@ -332,7 +332,10 @@ impl OperationTracker {
 
         let next_op = self.next_op;
         let mut created = false;
-        let state = self.open.touch(&key, e.t_recv_us.max(e.t_done_us), || {
+        // The queue may close an idle operation late; an attempt after the horizon still starts
+        // a new one.
+        let at_us = e.t_recv_us.max(e.t_done_us);
+        let (stale, state) = self.open.touch_fresh(&key, self.now_us, at_us, || {
             created = true;
             OpState {
                 op: next_op,
@@ -370,12 +373,26 @@ impl OperationTracker {
         if created {
             self.next_op += 1;
         }
+        if let Some(old) = stale {
+            self.closed.push(old.close(step.key.clone()));
+        }
         step
+    }
+
+    /// Operations still open: the tracker's memory, proportional to operations in progress.
+    pub fn open_operations(&self) -> usize {
+        self.open.len()
     }
 
     /// Operations closed since the last call (idle past the horizon, or replaced).
     pub fn take_closed(&mut self) -> Vec<ClosedOperation> {
         std::mem::take(&mut self.closed)
+    }
+
+    /// Moves the operations closed since the last call into `into` (which is cleared first).
+    pub fn swap_closed(&mut self, into: &mut Vec<ClosedOperation>) {
+        into.clear();
+        std::mem::swap(&mut self.closed, into);
     }
 
     /// Closes every operation still open: the journal has ended.
@@ -419,7 +436,7 @@ impl OperationTracker {
         if !self.cfg.by_fingerprint {
             return None;
         }
-        let key = OpKey::Fingerprint(Fingerprint::of(e)?);
+        let key = OpKey::Fingerprint(Box::new(Fingerprint::of(e)?));
         let continues = self.open.get(&key).is_some_and(|s| {
             s.last.failed
                 && e.t_recv_us.saturating_sub(s.last.t_done_us) <= self.window_us

@@ -3,8 +3,6 @@
 //! `entry(seq, t_recv_ms)` starts a responded `POST /orders` that took 1 ms and answered 200;
 //! the builder methods change what a test is about. Times are milliseconds since server start.
 
-#![allow(dead_code)] // Removed once every builder method has a user.
-
 use std::collections::BTreeMap;
 
 use fault_server::journal::{Entry, Outcome};

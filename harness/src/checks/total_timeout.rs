@@ -247,8 +247,10 @@ mod tests {
             r.summary
         );
         let mut late = j.to_vec();
+        // The wall clock of receipt is what counts, not the monotonic server time.
         late.push(
-            entry(3, 1200)
+            entry(3, 10)
+                .unix_ms(EPOCH_MS + 1200)
                 .key("k")
                 .header("x-deadline", &deadline)
                 .build(),

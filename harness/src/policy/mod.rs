@@ -160,6 +160,8 @@ pub struct Operation<'a> {
     pub run_start: Instant,
     /// A burst's release point: the first attempt waits here, ready to send.
     pub release: Option<&'a tokio::sync::Barrier>,
+    /// Values captured by earlier phases, for `{{var.NAME}}`.
+    pub captured: Option<&'a std::collections::HashMap<String, String>>,
 }
 
 fn random_key(rng: &mut StdRng) -> String {
@@ -170,6 +172,20 @@ fn random_key(rng: &mut StdRng) -> String {
 /// Runs one logical operation under the policy: attempts, classification, backoff with jitter,
 /// Retry-After, budget, breaker, total timeout. Every retry is logged and counted.
 pub async fn execute(
+    conn: &mut Conn,
+    rng: &mut StdRng,
+    op: Operation<'_>,
+    rec: &mut Recorder,
+) -> OpResult {
+    let result = attempts(conn, rng, op, rec).await;
+    let ok = result.end != OpEnd::Fallback && result.status.is_some_and(|s| s < 500);
+    if !ok {
+        rec.failed_operations += 1;
+    }
+    result
+}
+
+async fn attempts(
     conn: &mut Conn,
     rng: &mut StdRng,
     op: Operation<'_>,
@@ -228,6 +244,7 @@ pub async fn execute(
             uuid: op.uuid,
             key,
             round: op.round,
+            captured: op.captured,
         };
         let mut extra: Vec<(HeaderName, HeaderValue)> = op.extra.to_vec();
         if p.deadline_header {

@@ -1,0 +1,158 @@
+//! Every file in `scenarios/` runs with the outcome its header comment states.
+//!
+//! The header is the single source of truth: `Expected: PASS` must exit 0 with every check
+//! passed; `Expected: FAIL` must exit 1, and each check named in backquotes on the Expected line(s)
+//! must be among the failed ones.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use assert_cmd::cargo::CommandCargoExt;
+
+fn scenarios_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios")
+}
+
+/// (expected to pass, checks named on the Expected lines).
+fn expectation(text: &str) -> (bool, Vec<String>) {
+    let mut lines = text.lines().skip_while(|l| !l.starts_with("# Expected:"));
+    let mut expected = String::new();
+    if let Some(first) = lines.next() {
+        expected.push_str(first);
+        for l in lines {
+            let body = l.trim_start_matches('#').trim();
+            // The Expected sentence ends at a blank comment line, a "See …" pointer or a new heading.
+            let heading = body.split_once(':').is_some_and(|(h, _)| !h.contains(' '));
+            if !l.starts_with("# ") || body.is_empty() || body.starts_with("See ") || heading {
+                break;
+            }
+            expected.push(' ');
+            expected.push_str(body);
+        }
+    }
+    assert!(!expected.is_empty(), "scenario lacks an `# Expected:` line");
+    let pass = expected.contains("PASS");
+    assert!(
+        pass != expected.contains("FAIL"),
+        "Expected line must say PASS or FAIL: {expected}"
+    );
+    let names = expected
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|n| {
+            n.chars()
+                .all(|c| c.is_ascii_lowercase() || c == '_' || c.is_ascii_digit())
+        })
+        .map(str::to_string)
+        .collect();
+    (pass, names)
+}
+
+fn run(name: &str) {
+    let path = scenarios_dir().join(format!("{name}.yaml"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.starts_with("# "),
+        "{name}: starts with a comment that says what it demonstrates"
+    );
+    assert!(text.contains("# Run:"), "{name}: says how to run it");
+    let (pass, named) = expectation(&text);
+    let out = Command::cargo_bin("harness")
+        .unwrap()
+        .arg("run")
+        .arg(&path)
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let report: serde_json::Value =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{name}: {e}\n{stdout}\n{stderr}"));
+    let failed: Vec<&str> = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["passed"] == false)
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    let summaries: Vec<String> = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| format!("{}: {}", c["name"], c["summary"]))
+        .collect();
+    if pass {
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{name} should pass; failed: {failed:?}\n{summaries:#?}"
+        );
+    } else {
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{name} should fail\n{summaries:#?}\n{stderr}"
+        );
+        for n in &named {
+            if report["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["name"] == n.as_str())
+            {
+                assert!(
+                    failed.contains(&n.as_str()),
+                    "{name}: `{n}` should fail\n{summaries:#?}"
+                );
+            }
+        }
+        assert!(!failed.is_empty());
+    }
+}
+
+macro_rules! scenarios {
+    ($($test:ident => $file:literal),* $(,)?) => {
+        $(#[test] fn $test() { run($file); })*
+
+        #[test]
+        fn every_scenario_file_is_tested() {
+            let listed = [$($file),*];
+            for entry in std::fs::read_dir(scenarios_dir()).unwrap() {
+                let p = entry.unwrap().path();
+                if p.extension().is_some_and(|e| e == "yaml") {
+                    let stem = p.file_stem().unwrap().to_string_lossy().to_string();
+                    assert!(listed.contains(&stem.as_str()), "scenarios/{stem}.yaml has no test");
+                }
+            }
+        }
+    };
+}
+
+scenarios! {
+    quickstart => "quickstart",
+    idempotency_burst => "idempotency-burst",
+    idempotency_race => "idempotency-race",
+    idempotency_lost_response => "idempotency-lost-response",
+    idempotency_lost_response_new_key => "idempotency-lost-response-new-key",
+    thundering_herd_none => "thundering-herd-none",
+    thundering_herd_full => "thundering-herd-full",
+    thundering_herd_equal => "thundering-herd-equal",
+    thundering_herd_decorrelated => "thundering-herd-decorrelated",
+    retry_on_4xx => "retry-on-4xx",
+    state_transition => "state-transition",
+    state_transition_race => "state-transition-race",
+    retry_after => "retry-after",
+    retry_after_honored => "retry-after-honored",
+    circuit_breaker => "circuit-breaker",
+    circuit_breaker_with_breaker => "circuit-breaker-with-breaker",
+}
+
+#[test]
+fn expectation_parsing() {
+    let (pass, names) = expectation("# x\n# Expected: FAIL (exit 1): `key_stability` finds retries, `duplicates` finds\n# the operations.\nname: x\n");
+    assert!(!pass);
+    assert_eq!(names, ["key_stability", "duplicates"]);
+    let (pass, _) = expectation("# Expected: PASS (exit 0).\n");
+    assert!(pass);
+}
