@@ -429,6 +429,7 @@ async fn create_order(app: &App, req: Request<Incoming>) -> Response<Full<Bytes>
             extra: &extra,
             run_start: app.started,
             release: None,
+            captured: None,
         },
         &mut w.rec,
     )

@@ -499,6 +499,7 @@ async fn handle(
             extra: &extra,
             run_start: state.started,
             release: None,
+            captured: None,
         },
         &mut w.rec,
     )
