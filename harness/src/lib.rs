@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod policy;
 pub mod probe;
 pub mod progress;
+pub mod relay;
 pub mod run;
 pub mod scenario;
 pub mod simulate;
