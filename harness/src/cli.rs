@@ -5,6 +5,7 @@
 //! journal); `3` the run could not be carried out (target unreachable, port in use).
 
 use std::io::{IsTerminal, Write};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -388,9 +389,17 @@ async fn exec(
     let (program, args) = command
         .split_first()
         .ok_or_else(|| Failure::Input("no command given after --".into()))?;
+    // The command's stdout goes to our stderr: stdout carries the report (`--format json` must
+    // stay parseable).
+    let stdout = std::io::stderr()
+        .as_fd()
+        .try_clone_to_owned()
+        .map(std::process::Stdio::from)
+        .unwrap_or_else(|_| std::process::Stdio::inherit());
     let mut child = tokio::process::Command::new(program)
         .args(args)
         .env("HARNESS_FAULT_URL", &url)
+        .stdout(stdout)
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| Failure::Run(format!("cannot start {program:?}: {e}")))?;

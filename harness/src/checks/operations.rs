@@ -266,6 +266,9 @@ pub struct OperationTracker {
     cfg: GroupingConfig,
     window_us: u64,
     open: IdleMap<OpKey, OpState>,
+    /// The operation each fingerprint's last request belonged to, when it failed: a retry under a
+    /// *new* Idempotency-Key (a client that regenerates its key) still continues that operation.
+    failed_by_fingerprint: IdleMap<Fingerprint, (OpKey, u64)>,
     next_op: u64,
     now_us: u64,
     closed: Vec<ClosedOperation>,
@@ -278,6 +281,7 @@ impl OperationTracker {
             cfg: cfg.clone(),
             window_us: cfg.fingerprint_window_ms.saturating_mul(1000),
             open: IdleMap::new(cfg.horizon_ms.saturating_mul(1000)),
+            failed_by_fingerprint: IdleMap::new(cfg.fingerprint_window_ms.saturating_mul(1000)),
             next_op: 1,
             now_us: 0,
             closed: Vec::new(),
@@ -290,6 +294,7 @@ impl OperationTracker {
         let closed = &mut self.closed;
         self.open
             .expire(self.now_us, |key, state| closed.push(state.close(key)));
+        self.failed_by_fingerprint.expire(self.now_us, |_, _| {});
 
         let reported_attempt = self.reported_attempt(e);
         let failed = failure::failed(e);
@@ -376,6 +381,16 @@ impl OperationTracker {
         if let Some(old) = stale {
             self.closed.push(old.close(step.key.clone()));
         }
+        if let Some(fp) = Fingerprint::of(e) {
+            if failed {
+                *self
+                    .failed_by_fingerprint
+                    .touch(&fp, e.t_done_us.max(e.t_recv_us), || (step.key.clone(), 0)) =
+                    (step.key.clone(), e.t_done_us);
+            } else {
+                self.failed_by_fingerprint.remove(&fp);
+            }
+        }
         step
     }
 
@@ -430,7 +445,24 @@ impl OperationTracker {
         }
         if self.cfg.by_idempotency_key {
             if let Some(k) = &e.idempotency_key {
-                return Some(OpKey::IdempotencyKey(k.clone()));
+                let own = OpKey::IdempotencyKey(k.clone());
+                if self.open.get(&own).is_none()
+                    && self.cfg.by_fingerprint
+                    && reported_attempt != Some(1)
+                {
+                    // A key never seen before, on a request that repeats a failed one: the client
+                    // regenerated its key for a retry. Still the same operation.
+                    if let Some(fp) = Fingerprint::of(e) {
+                        if let Some((op_key, done_us)) = self.failed_by_fingerprint.get(&fp) {
+                            if e.t_recv_us.saturating_sub(*done_us) <= self.window_us
+                                && self.open.get(op_key).is_some()
+                            {
+                                return Some(op_key.clone());
+                            }
+                        }
+                    }
+                }
+                return Some(own);
             }
         }
         if !self.cfg.by_fingerprint {

@@ -139,6 +139,34 @@ mod tests {
     const NAME: &str = "retry_on_4xx";
 
     #[test]
+    fn fails_a_retry_of_a_400_under_a_new_key() {
+        // A client that regenerates its key on every attempt still retried the same request.
+        let j = [
+            entry(1, 0)
+                .client("c")
+                .body("b")
+                .key("k1")
+                .status(400)
+                .build(),
+            entry(2, 50)
+                .client("c")
+                .body("b")
+                .key("k2")
+                .status(400)
+                .build(),
+            entry(3, 100)
+                .client("c")
+                .body("b")
+                .key("k3")
+                .status(400)
+                .build(),
+        ];
+        let r = run_one(NAME, "{}", &j);
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
+        assert_eq!(r.metrics["retried_forbidden"], 2);
+    }
+
+    #[test]
     fn fails_a_retry_after_404() {
         let j = [
             entry(1, 0).key("k").status(404).build(),
