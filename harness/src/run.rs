@@ -23,6 +23,8 @@ pub enum RunError {
     Server(#[from] fault_server::StartError),
     #[error("{0}")]
     Target(#[from] crate::http::TargetError),
+    #[error("cannot start the relay tiers: {0}")]
+    Relay(#[from] crate::relay::RelayError),
     #[error("target {url} is unreachable: {source}")]
     Unreachable { url: String, source: std::io::Error },
 }
@@ -71,6 +73,7 @@ pub async fn run_plan(
 /// A run in progress: the embedded server (if any) and what the phases measured so far.
 pub struct Session {
     server: Option<FaultServer>,
+    chain: Option<crate::relay::Chain>,
     started_unix_ms: u64,
     run_start: Instant,
     target_url: Option<String>,
@@ -94,8 +97,15 @@ impl Session {
             ),
             None => None,
         };
+        let chain = match (&server, plan.relay.is_empty()) {
+            (Some(s), false) => {
+                Some(crate::relay::start_chain(plan.relay.clone(), &s.url(), plan.seed).await?)
+            }
+            _ => None,
+        };
         Ok(Session {
             server,
+            chain,
             started_unix_ms: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
@@ -125,6 +135,11 @@ impl Session {
         }
         let url = match (&plan.target, self.server_url()) {
             (Some(t), _) => t.clone(),
+            (None, Some(_)) if self.chain.is_some() => self
+                .chain
+                .as_ref()
+                .map(crate::relay::Chain::url)
+                .unwrap_or_default(),
             (None, Some(s)) => s,
             (None, None) => {
                 return Err(RunError::Target(crate::http::TargetError::Invalid {
@@ -224,6 +239,16 @@ impl Session {
     /// Stops the server, runs the checks on its journal, builds the report.
     pub async fn finish(mut self, plan: &Plan, exec: Option<reports::model::Exec>) -> RunOutcome {
         let duration = self.run_start.elapsed();
+        if let Some(chain) = self.chain.take() {
+            let tiers = chain.stats();
+            if let Some(last) = self.phases.last_mut() {
+                last.metrics.insert(
+                    "relay_tiers".into(),
+                    serde_json::to_value(&tiers).unwrap_or_default(),
+                );
+            }
+            chain.shutdown().await;
+        }
         let journal = match self.server.take() {
             Some(s) => {
                 if !s.settle(Duration::from_secs(10)).await {
@@ -235,7 +260,18 @@ impl Session {
             }
             None => Vec::new(),
         };
-        let mut checks = run_checks(&plan.checks, journal.iter());
+        // The driver knows how many requests it sent to the top: amplification divides by that.
+        let mut checks_cfg = std::borrow::Cow::Borrowed(&plan.checks);
+        if let (Some(a), false) = (&plan.checks.amplification, self.phases.is_empty()) {
+            if a.top_requests.is_none() {
+                checks_cfg.to_mut().amplification =
+                    Some(crate::checks::amplification::AmplificationConfig {
+                        top_requests: Some(self.total.operations),
+                        ..a.clone()
+                    });
+            }
+        }
+        let mut checks = run_checks(&checks_cfg, journal.iter());
         // When the harness drove the load, thresholds speak for the users: the client's latency,
         // the share of operations that failed, the client's throughput.
         if let (Some(t), false) = (&plan.checks.thresholds, self.phases.is_empty()) {

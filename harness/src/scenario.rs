@@ -39,6 +39,10 @@ pub struct ScenarioFile {
     /// Where load goes: a URL; the embedded server when absent. `--target` overrides.
     #[serde(default)]
     pub target: Option<String>,
+    /// A chain of in-process relay tiers between the load and the embedded server: the load calls
+    /// the top tier, each tier calls the next with its own retry policy, the last calls the server.
+    #[serde(default)]
+    pub relay: Option<RelayFile>,
     /// The client policy every phase starts from.
     #[serde(default)]
     pub client: PolicyFile,
@@ -51,6 +55,23 @@ pub struct ScenarioFile {
     /// Report settings.
     #[serde(default)]
     pub report: ReportFile,
+}
+
+/// Relay tiers as written, top first.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelayFile {
+    pub tiers: Vec<TierFile>,
+}
+
+/// One relay tier as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TierFile {
+    pub name: String,
+    /// How this tier calls the one below (same fields as `client`, defaults as `client`'s).
+    #[serde(default)]
+    pub client: PolicyFile,
 }
 
 /// Report settings.
@@ -281,6 +302,8 @@ pub struct Plan {
     /// The embedded fault server's config, durations already scaled.
     pub server: Option<fault_server::Config>,
     pub target: Option<String>,
+    /// Relay tiers between the load and the embedded server, top first.
+    pub relay: Vec<crate::relay::TierSpec>,
     pub phases: Vec<PhasePlan>,
     pub checks: ChecksConfig,
     /// Timeline window (real time).
@@ -400,6 +423,45 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
         s.scale_durations(time_scale);
     }
     let target = o.target.clone().or(f.target);
+    let mut relay = Vec::new();
+    if let Some(r) = &f.relay {
+        if server.is_none() {
+            return Err(invalid(
+                &origin,
+                "relay",
+                "relay tiers need an embedded `server` at the bottom",
+            ));
+        }
+        if target.is_some() {
+            return Err(invalid(
+                &origin,
+                "relay",
+                "with relay tiers the load goes to the top tier; remove `target`",
+            ));
+        }
+        if r.tiers.is_empty() {
+            return Err(invalid(&origin, "relay.tiers", "give at least one tier"));
+        }
+        for (i, t) in r.tiers.iter().enumerate() {
+            let policy = resolve_policy(
+                &t.client,
+                time_scale,
+                &origin,
+                &format!("relay.tiers[{i}].client"),
+            )?;
+            relay.push(crate::relay::TierSpec {
+                name: t.name.clone(),
+                policy,
+            });
+        }
+        // The bottom's journal tells which tier sent each request.
+        if let Some(s) = &mut server {
+            let h = crate::relay::RELAY_TIER_HEADER.to_string();
+            if !s.capture_headers.contains(&h) {
+                s.capture_headers.push(h);
+            }
+        }
+    }
     if server.is_none() && target.is_none() {
         return Err(invalid(
             &origin,
@@ -556,6 +618,7 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
         time_scale,
         server,
         target,
+        relay,
         phases,
         checks,
         window: f.report.window.map(|d| scale(d.0)),

@@ -245,8 +245,10 @@ rules:
         took < Duration::from_millis(380),
         "the top answered after {took:?}"
     );
+    // Each tier keeps a small margin for its answer, so an upper tier may have a few
+    // milliseconds left for one more short call: a handful of calls, not 64.
     assert!(
-        !entries.is_empty() && entries.len() <= 4,
+        !entries.is_empty() && entries.len() <= 6,
         "{}",
         entries.len()
     );
@@ -256,10 +258,16 @@ rules:
             "a call reached the bottom {} ms after the deadline",
             e.unix_ms - deadline
         );
-        assert_eq!(
-            e.headers.get("x-deadline"),
-            Some(&deadline.to_string()),
-            "the same absolute deadline is passed down"
+        // The absolute deadline travels down, each tier keeping at most 10 ms for its answer.
+        let passed: u64 = e
+            .headers
+            .get("x-deadline")
+            .and_then(|v| v.parse().ok())
+            .unwrap();
+        assert!(
+            passed <= deadline && passed >= deadline - 30,
+            "deadline passed down: {} ms before the top's",
+            deadline as i64 - passed as i64
         );
     }
     chain.shutdown().await;
@@ -304,7 +312,8 @@ async fn a_tier_with_deadline_header_starts_the_deadline_from_its_total_timeout(
         .and_then(|v| v.parse().ok())
         .expect("the bottom sees x-deadline");
     assert!(
-        (before + 400..=before + 450).contains(&sent),
+        // 400 ms, less each of the two tiers' margin for its answer (at most 10 ms each).
+        (before + 375..=before + 450).contains(&sent),
         "deadline {} ms after the request",
         sent as i64 - before as i64
     );

@@ -149,6 +149,12 @@ scenarios! {
     total_timeout => "total-timeout",
     total_timeout_bounded => "total-timeout-bounded",
     latency_slo => "latency-slo",
+    retry_amplification_3 => "retry-amplification-3",
+    retry_amplification_4 => "retry-amplification-4",
+    retry_amplification_innermost => "retry-amplification-innermost",
+    retry_amplification_budget => "retry-amplification-budget",
+    retry_amplification_deadline => "retry-amplification-deadline",
+    retry_amplification_breaker => "retry-amplification-breaker",
 }
 
 #[test]
