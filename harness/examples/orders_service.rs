@@ -64,8 +64,8 @@
 //! ```
 //!
 //! The naive mode fails `key_stability` (exit code 1); the resilient mode passes (exit code 0).
-//! Naive retries of a refused payment (400) are in the journal too, but each under a new key, so
-//! `retry_on_4xx`, which groups attempts by key first, counts them as separate operations.
+//! `scenarios/ci-gate-example.yaml` is the full gate: with an outage, declined cards and lost
+//! responses, the naive mode also fails `duplicates`, `retry_on_4xx` and `jitter`.
 
 use std::convert::Infallible;
 use std::io::Write;

@@ -267,3 +267,90 @@ async fn resilient_mode_keeps_one_key_per_order_and_never_retries_a_400() {
         "the gate passes key_stability and retry_on_4xx"
     );
 }
+
+/// `scenarios/ci-gate-example.yaml` end to end, as CI would run it: `harness exec` starts the
+/// fault server, runs the service with its dependency pointed there, drives checkout traffic at
+/// the service, and gates on what the service did. The naive service fails the gate, the resilient
+/// one passes.
+fn ci_gate(mode: &str) -> (Option<i32>, serde_json::Value) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let scenario =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/ci-gate-example.yaml");
+    let out = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .arg("exec")
+        .arg(&scenario)
+        .args([
+            "--target",
+            &format!("http://{addr}"),
+            "--format",
+            "json",
+            "--",
+        ])
+        .arg(example_exe())
+        .args([
+            "--bind",
+            &addr,
+            "--payments-url",
+            "$HARNESS_FAULT_URL",
+            "--mode",
+            mode,
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "{mode}: {e}\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code(), report)
+}
+
+fn verdicts(report: &serde_json::Value) -> Vec<(String, bool)> {
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_string(),
+                c["passed"].as_bool().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn ci_gate_fails_the_naive_service() {
+    let (code, report) = ci_gate("naive");
+    let v = verdicts(&report);
+    assert_eq!(code, Some(1), "{v:?}");
+    for name in ["duplicates", "key_stability", "retry_on_4xx", "jitter"] {
+        assert!(
+            v.contains(&(name.to_string(), false)),
+            "`{name}` should fail: {v:?}"
+        );
+    }
+    assert!(
+        report["requests"]["sent"].as_u64().unwrap() > 50,
+        "the harness drove load at the service"
+    );
+}
+
+#[test]
+fn ci_gate_passes_the_resilient_service() {
+    let (code, report) = ci_gate("resilient");
+    let v = verdicts(&report);
+    assert_eq!(code, Some(0), "{v:?}\n{}", report["checks"]);
+    assert!(v.iter().all(|(_, passed)| *passed));
+    assert_eq!(
+        report["exec"]["exit_code"], 0,
+        "the service was stopped after the load"
+    );
+}
