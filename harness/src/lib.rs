@@ -18,3 +18,4 @@ pub mod run;
 pub mod scenario;
 pub mod simulate;
 pub mod template;
+pub mod verify;

@@ -79,7 +79,12 @@ pub struct Session {
     target_url: Option<String>,
     total: Recorder,
     phases: Vec<Phase>,
+    /// Idempotency-Keys the driver used (one per operation), for the duplicates verify step.
+    keys_used: Vec<String>,
 }
+
+/// Most keys the verify step asks the system of record about.
+pub const VERIFY_MAX_KEYS: usize = 2000;
 
 impl Session {
     /// Starts the embedded fault server, if the plan has one.
@@ -113,6 +118,7 @@ impl Session {
             target_url: None,
             total: Recorder::new(true),
             phases: Vec::new(),
+            keys_used: Vec::new(),
         })
     }
 
@@ -187,6 +193,18 @@ impl Session {
                 capture_sink: None,
             };
             let out = driver::run_phase(Arc::new(p.clone()), ctx).await;
+            if p.template.uses(crate::template::Var::Key)
+                && p.policy.key == crate::policy::KeyMode::PerOperation
+            {
+                if matches!(p.kind, PhaseKind::Burst { .. }) {
+                    self.keys_used.extend(out.round_keys.iter().cloned());
+                } else {
+                    let room = VERIFY_MAX_KEYS.saturating_sub(self.keys_used.len()) as u64;
+                    self.keys_used.extend(
+                        (1..=out.recorder.operations.min(room)).map(|n| keys.key(i as u16, n)),
+                    );
+                }
+            }
             if !out.captured.is_empty() {
                 let mut next = (*captured).clone();
                 next.extend(out.captured.clone());
@@ -249,14 +267,15 @@ impl Session {
             }
             chain.shutdown().await;
         }
-        let journal = match self.server.take() {
+        // The server stays up until the verify step has asked it; its requests come after the
+        // journal was read, so they are not judged.
+        let server = self.server.take();
+        let journal = match &server {
             Some(s) => {
                 if !s.settle(Duration::from_secs(10)).await {
                     tracing::warn!("some requests were still in flight when the journal was read");
                 }
-                let entries = s.journal().entries();
-                s.shutdown().await;
-                entries
+                s.journal().entries()
             }
             None => Vec::new(),
         };
@@ -294,6 +313,45 @@ impl Session {
             if let Some(slot) = checks.iter_mut().find(|c| c.name == "thresholds") {
                 *slot = client;
             }
+        }
+        if let Some(v) = plan
+            .checks
+            .duplicates
+            .as_ref()
+            .and_then(|d| d.verify.as_ref())
+        {
+            let mut keys: Vec<String> = if journal.is_empty() {
+                self.keys_used.clone()
+            } else {
+                let mut seen = std::collections::BTreeSet::new();
+                journal
+                    .iter()
+                    .filter_map(|e| e.idempotency_key.clone())
+                    .filter(|k| seen.insert(k.clone()))
+                    .collect()
+            };
+            keys.truncate(VERIFY_MAX_KEYS);
+            let base = server
+                .as_ref()
+                .map(FaultServer::url)
+                .or_else(|| self.target_url.clone());
+            match crate::verify::counts(v, &keys, base.as_deref()).await {
+                Ok(counts) => {
+                    if let Some(slot) = checks.iter_mut().find(|c| c.name == "duplicates") {
+                        *slot = crate::verify::merge(slot.clone(), &counts);
+                    }
+                }
+                Err(e) => {
+                    if let Some(slot) = checks.iter_mut().find(|c| c.name == "duplicates") {
+                        slot.verdict = reports::Verdict::Fail;
+                        slot.passed = false;
+                        slot.summary = format!("{e}; {}", slot.summary);
+                    }
+                }
+            }
+        }
+        if let Some(s) = server {
+            s.shutdown().await;
         }
         let exec_failed = exec.as_ref().is_some_and(|e| e.exit_code != Some(0));
         let attempts = self.total.attempts.take().unwrap_or_default();

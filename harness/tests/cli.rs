@@ -497,3 +497,35 @@ fn ctrl_c_stops_the_load_and_still_reports() {
     );
     assert!(r["duration_ms"].as_u64().unwrap() < 30_000);
 }
+
+/// Against your own service the harness has no journal: `duplicates` then counts through the
+/// service (a GET per key) or its SQLite store, and fails on a key with two orders.
+#[test]
+fn duplicates_verify_against_an_external_service_by_url_and_by_sql() {
+    let dir = tempfile::tempdir().unwrap();
+    for (implementation, expect_code) in [("check-then-insert", 1), ("unique", 0)] {
+        let db = dir.path().join(format!("{implementation}.sqlite"));
+        let s = server(&format!(
+            "orders: {{ idempotency: {implementation}, work_delay: 30ms, database: {} }}",
+            db.display()
+        ));
+        for verify in [
+            "{ url: \"/orders?idempotency_key={key}\" }".to_string(),
+            format!("{{ sqlite: {}, query: \"SELECT COUNT(*) FROM orders WHERE idempotency_key = ?1\" }}", db.display()),
+        ] {
+            let scenario = write(
+                &dir,
+                "verify.yaml",
+                &format!(
+                    "target: {}\nphases:\n  - name: b\n    burst: {{ size: 10, rounds: 3 }}\n    request: {{ method: POST, path: /orders, headers: {{ Idempotency-Key: \"{{{{key}}}}\" }}, json: {{}} }}\nchecks:\n  duplicates: {{ verify: {verify} }}\n",
+                    s.url
+                ),
+            );
+            let out = harness().arg("run").arg(&scenario).args(["--format", "json"]).output().unwrap();
+            let (stdout, stderr) = text(&out);
+            assert_eq!(out.status.code(), Some(expect_code), "{implementation} {verify}: {stdout}\n{stderr}");
+            let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+            assert_eq!(r["checks"][0]["metrics"]["verified_keys"], 3, "{implementation} {verify}");
+        }
+    }
+}

@@ -12,9 +12,8 @@
 //! request that repeats a *failed* request of the same fingerprint within `window_ms` is its retry,
 //! and a chain of such retries that created more than one resource is a duplicate too.
 //!
-//! Not yet done: verifying through the service itself (a GET per key, or an SQL count) for targets
-//! whose creations the journal cannot see. [`DuplicatesConfig`] is a struct so such a `verify`
-//! section can be added without breaking existing files.
+//! For targets whose creations the journal cannot see, `verify` counts through the system of record
+//! after a harness run (a GET per key, or an SQL count against SQLite) — see [`crate::verify`].
 //!
 //! Metrics: `keys`, `keys_with_creation`, `resources_created`, `duplicate_keys`,
 //! `extra_resources`, `duplicate_requests` (fingerprint chains that created more than one).
@@ -37,6 +36,9 @@ pub struct DuplicatesConfig {
     /// Longest pause (ms) after a failed request for a same-fingerprint request to count as its
     /// retry (the per-request view; see the module docs).
     pub window_ms: u64,
+    /// After a harness run, also count the resources of each key in the system of record (a GET
+    /// per key, or SQL against SQLite); see [`crate::verify`]. Ignored by `analyze`.
+    pub verify: Option<crate::verify::VerifyConfig>,
 }
 
 impl Default for DuplicatesConfig {
@@ -44,6 +46,7 @@ impl Default for DuplicatesConfig {
         DuplicatesConfig {
             key_header: None,
             window_ms: 60_000,
+            verify: None,
         }
     }
 }
