@@ -33,6 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use fault_server::draw::splitmix64;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -243,7 +244,7 @@ impl Tier {
             pool: Mutex::new(Vec::new()),
             workers: AtomicU64::new(0),
             operations: AtomicU64::new(0),
-            seed: mix(seed ^ mix(index)),
+            seed: splitmix64(seed ^ splitmix64(index)),
             started: Instant::now(),
             counters: Counters::default(),
         });
@@ -300,7 +301,7 @@ impl TierState {
             Worker {
                 id: u32::try_from(id).unwrap_or(u32::MAX),
                 conn: Conn::new(self.target.clone()),
-                rng: StdRng::seed_from_u64(mix(self.seed ^ mix(id))),
+                rng: StdRng::seed_from_u64(splitmix64(self.seed ^ splitmix64(id))),
                 rec: Recorder::new(false),
             }
         })
@@ -309,13 +310,6 @@ impl TierState {
     fn checkin(&self, w: Worker) {
         self.pool.lock().unwrap_or_else(|p| p.into_inner()).push(w);
     }
-}
-
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 async fn accept_loop(
