@@ -104,7 +104,15 @@ fn write_markdown(r: &Report, out: &mut String) -> std::fmt::Result {
                 let figures: Vec<String> = c
                     .metrics
                     .iter()
-                    .map(|(k, v)| format!("{k} = {}", format::metric_value(v)))
+                    .map(|(k, v)| {
+                        // Structured metrics (per-group tables) belong in report.json, not a summary.
+                        let shown = format::metric_value(v);
+                        if shown.len() > 60 {
+                            format!("{k} = (see report.json)")
+                        } else {
+                            format!("{k} = {shown}")
+                        }
+                    })
                     .collect();
                 writeln!(out)?;
                 writeln!(out, "Metrics: {}", escape(&figures.join(", ")))?;
