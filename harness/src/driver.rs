@@ -21,7 +21,7 @@ use rand::SeedableRng;
 use tokio::sync::Barrier;
 
 use crate::http::{Conn, Target};
-use crate::metrics::Recorder;
+use crate::metrics::{Recorder, Sink};
 use crate::policy::{execute, Operation, Shared};
 use crate::scenario::{PhaseKind, PhasePlan};
 use crate::template::Var;
@@ -154,17 +154,18 @@ fn client_header(enabled: bool, phase: u16, client: u32) -> Vec<(HeaderName, Hea
 pub async fn run_phase(plan: Arc<PhasePlan>, ctx: PhaseCtx) -> PhaseOutcome {
     let started = Instant::now();
     let shared = Arc::new(Shared::new(&plan.policy));
+    let sink = Sink::new();
     let (recorder, round_keys) = match plan.kind.clone() {
         PhaseKind::Burst {
             size,
             rounds,
             pause,
-        } => burst(&plan, &ctx, &shared, size, rounds, pause).await,
+        } => burst(&plan, &ctx, &shared, &sink, size, rounds, pause).await,
         PhaseKind::Rate {
             stages,
             connections,
         } => (
-            rate(&plan, &ctx, &shared, stages, connections).await,
+            rate(&plan, &ctx, &shared, &sink, stages, connections).await,
             Vec::new(),
         ),
         PhaseKind::Clients {
@@ -173,14 +174,24 @@ pub async fn run_phase(plan: Arc<PhasePlan>, ctx: PhaseCtx) -> PhaseOutcome {
             requests,
             think,
         } => (
-            closed(&plan, &ctx, &shared, concurrency, duration, requests, think).await,
+            closed(
+                &plan,
+                &ctx,
+                &shared,
+                &sink,
+                concurrency,
+                duration,
+                requests,
+                think,
+            )
+            .await,
             Vec::new(),
         ),
         PhaseKind::Fleet {
             clients,
             operations,
         } => (
-            fleet(&plan, &ctx, &shared, clients, operations).await,
+            fleet(&plan, &ctx, &shared, &sink, clients, operations).await,
             Vec::new(),
         ),
     };
@@ -236,6 +247,7 @@ async fn burst(
     plan: &Arc<PhasePlan>,
     ctx: &PhaseCtx,
     shared: &Arc<Shared>,
+    sink: &Arc<Sink>,
     size: u32,
     rounds: u32,
     pause: Duration,
@@ -258,17 +270,18 @@ async fn burst(
         let barrier = Arc::new(Barrier::new(size as usize));
         let mut tasks = Vec::new();
         for (i, mut conn) in conns.drain(..).enumerate() {
-            let (plan, ctx, shared, barrier, key) = (
+            let (plan, ctx, shared, barrier, key, sink) = (
                 plan.clone(),
                 ctx.clone(),
                 shared.clone(),
                 barrier.clone(),
                 key.clone(),
+                sink.clone(),
             );
             tasks.push(tokio::spawn(async move {
                 let client = i as u32;
                 let mut rng = ctx.keys.rng(ctx.index, client ^ ((round as u32) << 16));
-                let mut rec = Recorder::new(ctx.keep_attempts);
+                let mut rec = Recorder::worker(ctx.keep_attempts, &sink);
                 let extra = client_header(plan.client_id_header, ctx.index, client);
                 let op = (round - 1) * u64::from(size) + i as u64 + 1;
                 one(
@@ -338,6 +351,7 @@ async fn rate(
     plan: &Arc<PhasePlan>,
     ctx: &PhaseCtx,
     shared: &Arc<Shared>,
+    sink: &Arc<Sink>,
     stages: Vec<(f64, f64, Duration)>,
     connections: u32,
 ) -> Recorder {
@@ -346,18 +360,19 @@ async fn rate(
     let start = tokio::time::Instant::now();
     let mut tasks = Vec::new();
     for client in 0..connections {
-        let (plan, ctx, shared, stages, next) = (
+        let (plan, ctx, shared, stages, next, sink) = (
             plan.clone(),
             ctx.clone(),
             shared.clone(),
             stages.clone(),
             next.clone(),
+            sink.clone(),
         );
         tasks.push(tokio::spawn(async move {
             let needs_key = plan.template.uses(Var::Key);
             let mut conn = Conn::new(ctx.target.clone());
             let mut rng = ctx.keys.rng(ctx.index, client);
-            let mut rec = Recorder::new(ctx.keep_attempts);
+            let mut rec = Recorder::worker(ctx.keep_attempts, &sink);
             let extra = client_header(plan.client_id_header, ctx.index, client);
             loop {
                 if ctx.stop.load(Ordering::Relaxed) {
@@ -404,10 +419,12 @@ async fn rate(
     collect(tasks, ctx.keep_attempts).await
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn closed(
     plan: &Arc<PhasePlan>,
     ctx: &PhaseCtx,
     shared: &Arc<Shared>,
+    sink: &Arc<Sink>,
     concurrency: u32,
     duration: Option<Duration>,
     requests: Option<u64>,
@@ -417,12 +434,18 @@ async fn closed(
     let next = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for client in 0..concurrency {
-        let (plan, ctx, shared, next) = (plan.clone(), ctx.clone(), shared.clone(), next.clone());
+        let (plan, ctx, shared, next, sink) = (
+            plan.clone(),
+            ctx.clone(),
+            shared.clone(),
+            next.clone(),
+            sink.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             let needs_key = plan.template.uses(Var::Key);
             let mut conn = Conn::new(ctx.target.clone());
             let mut rng = ctx.keys.rng(ctx.index, client);
-            let mut rec = Recorder::new(ctx.keep_attempts);
+            let mut rec = Recorder::worker(ctx.keep_attempts, &sink);
             let extra = client_header(plan.client_id_header, ctx.index, client);
             loop {
                 if ctx.stop.load(Ordering::Relaxed) || end.is_some_and(|e| Instant::now() >= e) {
@@ -466,19 +489,25 @@ async fn fleet(
     plan: &Arc<PhasePlan>,
     ctx: &PhaseCtx,
     shared: &Arc<Shared>,
+    sink: &Arc<Sink>,
     clients: u32,
     operations: u64,
 ) -> Recorder {
     let barrier = Arc::new(Barrier::new(clients as usize));
     let mut tasks = Vec::new();
     for client in 0..clients {
-        let (plan, ctx, shared, barrier) =
-            (plan.clone(), ctx.clone(), shared.clone(), barrier.clone());
+        let (plan, ctx, shared, barrier, sink) = (
+            plan.clone(),
+            ctx.clone(),
+            shared.clone(),
+            barrier.clone(),
+            sink.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             let needs_key = plan.template.uses(Var::Key);
             let mut conn = Conn::new(ctx.target.clone());
             let mut rng = ctx.keys.rng(ctx.index, client);
-            let mut rec = Recorder::new(ctx.keep_attempts);
+            let mut rec = Recorder::worker(ctx.keep_attempts, &sink);
             let extra = client_header(plan.client_id_header, ctx.index, client);
             if let Err(e) = conn.open().await {
                 tracing::warn!("fleet client {client} could not connect: {e}");
