@@ -105,7 +105,7 @@ echo "bare axum: $AXUM_URL   fault server (journal on, bench/five-rules.yaml): $
 
 # Clears the fault server's journal (memory and file) so no run pays for the previous one's.
 reset_fault() { curl -fsS -X POST "$FAULT_URL/__harness/reset" > /dev/null; }
-json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$3"; }
+json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
 
 # --- one measurement each ------------------------------------------------------------------------
 run_wrk() { # name url round
