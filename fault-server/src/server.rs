@@ -633,6 +633,11 @@ async fn serve_resource(state: &Arc<State>, req: ResourceRequest) -> Reply {
     if !is_resource_path(&req.path) {
         return ok_reply();
     }
+    // Let the other connections whose requests are already readable take their arrival stamps
+    // first: the database work below wakes blocking threads, which preempt the runtime's workers
+    // on a small machine, and a burst's later members would otherwise be stamped only after the
+    // earlier members' queries ran — a release skew that the client never caused.
+    tokio::task::yield_now().await;
     let orders = state.orders.clone();
     let task = tokio::spawn(async move { route(orders, req).await });
     task.await.unwrap_or_else(|e| {
