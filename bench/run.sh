@@ -11,8 +11,9 @@
 #   --secs S     seconds per measurement (default 5)
 #   --soak S     length of the RSS soak at 5k req/s (default 60; the documented run uses 3600)
 #   --only LIST  comma-separated parts: throughput,rate,burst,analyze,conns,soak (default: all)
+#   --summary F  where the summary goes (default bench/results/latest.json)
 #
-# Raw samples go to bench/results/raw-<time>.tsv; the summary to bench/results/latest.json.
+# Raw samples go to bench/results/raw-<time>.tsv; the summary to --summary.
 # BENCHMARKS.md says what each number means and what the last documented run gave.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,13 +22,15 @@ ROUNDS=3
 SECS=5
 SOAK=60
 ONLY="throughput,rate,burst,analyze,conns,soak"
+SUMMARY=bench/results/latest.json
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) ROUNDS="$2"; shift 2 ;;
     --secs) SECS="$2"; shift 2 ;;
     --soak) SOAK="$2"; shift 2 ;;
     --only) ONLY="$2"; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --summary) SUMMARY="$2"; shift 2 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "bench/run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -236,6 +239,6 @@ fi
 # --- summary -------------------------------------------------------------------------------------
 FAULT_RSS=$(awk '/^VmHWM:/{print $2}' "/proc/$FAULT_PID/status" 2>/dev/null || echo 0)
 record server fault-server 0 peak_rss_kb "$FAULT_RSS"
-python3 bench/summarize.py "$RAW" bench/results/latest.json \
+python3 bench/summarize.py "$RAW" "$SUMMARY" \
   --meta rounds="$ROUNDS" secs="$SECS" soak="$SOAK" conns=$CONNS rate=$RATE \
   big_conns=$BIG_CONNS soak_rate=$SOAK_RATE
