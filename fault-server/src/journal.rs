@@ -194,23 +194,67 @@ pub struct Stats {
     pub by_outcome: HashMap<String, u64>,
 }
 
-impl Stats {
+/// The writer's running counts, kept in a form that costs no allocation per entry (statuses are
+/// a handful of codes, outcomes a fixed set); turned into [`Stats`] when someone asks.
+#[derive(Debug, Clone, Default)]
+struct Counts {
+    requests: u64,
+    by_rule: HashMap<String, u64>,
+    by_fault: HashMap<String, u64>,
+    /// (status or none, count)
+    by_status: Vec<(Option<u16>, u64)>,
+    by_outcome: [u64; 5],
+}
+
+const OUTCOMES: [Outcome; 5] = [
+    Outcome::Responded,
+    Outcome::Dropped,
+    Outcome::Reset,
+    Outcome::Hung,
+    Outcome::ClientClosed,
+];
+
+impl Counts {
     fn record(&mut self, e: &Entry) {
         self.requests += 1;
         if let Some(r) = &e.rule {
-            *self.by_rule.entry(r.clone()).or_default() += 1;
+            bump(&mut self.by_rule, r);
         }
         if let Some(f) = &e.fault {
-            *self.by_fault.entry(f.clone()).or_default() += 1;
+            bump(&mut self.by_fault, f);
         }
-        let status = e
-            .status
-            .map_or_else(|| "none".to_string(), |s| s.to_string());
-        *self.by_status.entry(status).or_default() += 1;
-        *self
-            .by_outcome
-            .entry(e.outcome.as_str().to_string())
-            .or_default() += 1;
+        match self.by_status.iter_mut().find(|(s, _)| *s == e.status) {
+            Some((_, n)) => *n += 1,
+            None => self.by_status.push((e.status, 1)),
+        }
+        self.by_outcome[e.outcome as usize] += 1;
+    }
+
+    fn stats(&self) -> Stats {
+        Stats {
+            requests: self.requests,
+            by_rule: self.by_rule.clone(),
+            by_fault: self.by_fault.clone(),
+            by_status: self
+                .by_status
+                .iter()
+                .map(|(s, n)| (s.map_or_else(|| "none".to_string(), |s| s.to_string()), *n))
+                .collect(),
+            by_outcome: OUTCOMES
+                .iter()
+                .filter(|o| self.by_outcome[**o as usize] > 0)
+                .map(|o| (o.as_str().to_string(), self.by_outcome[*o as usize]))
+                .collect(),
+        }
+    }
+}
+
+fn bump(m: &mut HashMap<String, u64>, k: &str) {
+    match m.get_mut(k) {
+        Some(n) => *n += 1,
+        None => {
+            m.insert(k.to_string(), 1);
+        }
     }
 }
 
@@ -254,7 +298,7 @@ impl Mem {
 
 struct Shared {
     mem: RwLock<Mem>,
-    stats: Mutex<Stats>,
+    stats: Mutex<Counts>,
     written: AtomicU64,
 }
 
@@ -288,7 +332,7 @@ impl Journal {
         };
         let shared = Arc::new(Shared {
             mem: RwLock::new(Mem::default()),
-            stats: Mutex::new(Stats::default()),
+            stats: Mutex::new(Counts::default()),
             written: AtomicU64::new(0),
         });
         let (tx, rx) = mpsc::channel();
@@ -346,7 +390,7 @@ impl Journal {
             .stats
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .stats()
     }
 
     /// Clears the journal (memory, file, counters) for `epoch`, and waits until that is done.
@@ -420,21 +464,30 @@ impl Writer {
                 continue;
             }
             let mut acks = Vec::new();
+            let mut ready = Vec::with_capacity(batch.len());
             for m in batch {
                 match m {
                     Msg::Entry(epoch, e) => {
-                        if epoch == self.epoch || is_newer(epoch, self.epoch) {
+                        if epoch == self.epoch && e.seq == self.next {
+                            // In order (the common case): no trip through the reorder buffer.
+                            ready.push(e);
+                            self.next += 1;
+                            self.take_contiguous(&mut ready);
+                        } else if epoch == self.epoch || is_newer(epoch, self.epoch) {
                             self.pending.insert((epoch, e.seq), e);
                         }
                     }
                     Msg::Reset(epoch, ack) => {
+                        self.emit(std::mem::take(&mut ready));
                         self.do_reset(epoch);
+                        self.take_contiguous(&mut ready);
                         acks.push(ack);
                     }
                     Msg::Flush(ack) => acks.push(ack),
                 }
             }
-            self.emit_ready();
+            self.take_contiguous(&mut ready);
+            self.emit(ready);
             if let Some(f) = &mut self.file {
                 if let Err(e) = f.flush() {
                     tracing::error!("journal file write failed: {e}");
@@ -455,7 +508,7 @@ impl Writer {
         self.pending
             .retain(|(e, _), _| *e == epoch || is_newer(*e, epoch));
         *self.shared.mem.write().unwrap_or_else(|p| p.into_inner()) = Mem::default();
-        *self.shared.stats.lock().unwrap_or_else(|p| p.into_inner()) = Stats::default();
+        *self.shared.stats.lock().unwrap_or_else(|p| p.into_inner()) = Counts::default();
         self.shared.written.store(0, Ordering::Release);
         if let Some(f) = &mut self.file {
             let r = f
@@ -468,13 +521,22 @@ impl Writer {
         }
     }
 
-    /// Writes every entry that continues the contiguous run from `next`.
-    fn emit_ready(&mut self) {
-        let mut ready = Vec::new();
+    /// Moves the entries that continue the contiguous run from `next` out of the reorder buffer.
+    // The entries stay in the boxes they came through the channel in: unboxing would copy each.
+    #[allow(clippy::vec_box)]
+    fn take_contiguous(&mut self, ready: &mut Vec<Box<Entry>>) {
+        if self.pending.is_empty() {
+            return;
+        }
         while let Some(e) = self.pending.remove(&(self.epoch, self.next)) {
             ready.push(e);
             self.next += 1;
         }
+    }
+
+    /// Writes `ready` (consecutive entries of the current epoch) to memory, file and counts.
+    #[allow(clippy::vec_box)]
+    fn emit(&mut self, ready: Vec<Box<Entry>>) {
         if ready.is_empty() {
             return;
         }
@@ -513,18 +575,41 @@ fn is_newer(a: u16, b: u16) -> bool {
 pub struct Pending {
     entry: Option<Box<Entry>>,
     epoch: u16,
+    emitter: Arc<Emitter>,
+}
+
+/// What a [`Pending`] needs to hand its entry to the writer: the channel and the clock.
+///
+/// Why a handle of its own: cloning the channel's sender and the clock for every request bumps
+/// counters that every connection shares, and on two cores those cache lines bounce between them
+/// on each request. A server makes one emitter per connection; its requests share that.
+pub struct Emitter {
     tx: mpsc::Sender<Msg>,
     clock: Arc<Clock>,
+}
+
+impl Journal {
+    /// An emitter for entries stamped with `clock`.
+    pub fn emitter(&self, clock: Arc<Clock>) -> Arc<Emitter> {
+        Arc::new(Emitter {
+            tx: self.sender(),
+            clock,
+        })
+    }
 }
 
 impl Pending {
     /// Starts an entry for a request of `epoch`.
     pub fn new(journal: &Journal, clock: Arc<Clock>, epoch: u16, entry: Entry) -> Pending {
+        Pending::with_emitter(journal.emitter(clock), epoch, entry)
+    }
+
+    /// Starts an entry for a request of `epoch` that `emitter` will hand to the writer.
+    pub fn with_emitter(emitter: Arc<Emitter>, epoch: u16, entry: Entry) -> Pending {
         Pending {
             entry: Some(Box::new(entry)),
             epoch,
-            tx: journal.sender(),
-            clock,
+            emitter,
         }
     }
 
@@ -541,12 +626,12 @@ impl Pending {
 
     fn emit(&mut self, outcome: Outcome) {
         if let Some(mut e) = self.entry.take() {
-            e.t_done_us = self.clock.now_us();
+            e.t_done_us = self.emitter.clock.now_us();
             e.outcome = outcome;
             if outcome != Outcome::Responded && e.fault.as_deref() != Some("malformed") {
                 e.status = None;
             }
-            let _ = self.tx.send(Msg::Entry(self.epoch, e));
+            let _ = self.emitter.tx.send(Msg::Entry(self.epoch, e));
         }
     }
 }

@@ -95,6 +95,8 @@ pub(crate) struct State {
     pub(crate) seq: Sequencer,
     conn_ids: AtomicU64,
     schedule: RwLock<(Arc<Schedule>, Arc<Vec<RuleConfig>>)>,
+    /// Bumped after every schedule replacement; connections cache the schedule until it moves.
+    schedule_gen: AtomicU64,
     attempts: Mutex<HashMap<String, u32>>,
     pub(crate) journal: Journal,
     pub(crate) orders: Orders,
@@ -117,6 +119,7 @@ impl State {
     pub(crate) fn replace_schedule(&self, rules: Vec<RuleConfig>) {
         let s = Arc::new(Schedule::new(&rules, self.seed, Instant::now()));
         *self.schedule.write().unwrap_or_else(|p| p.into_inner()) = (s, Arc::new(rules));
+        self.schedule_gen.fetch_add(1, Ordering::Release);
     }
 
     /// Clears the journal, counters and the store; reinstalls the schedule.
@@ -196,6 +199,7 @@ impl FaultServer {
             seq: Sequencer::default(),
             conn_ids: AtomicU64::new(0),
             schedule: RwLock::new((schedule, Arc::new(config.rules.clone()))),
+            schedule_gen: AtomicU64::new(0),
             attempts: Mutex::new(HashMap::new()),
             journal,
             orders,
@@ -324,6 +328,33 @@ struct ConnCtl {
     notify: Notify,
 }
 
+/// What the requests of one connection share. A request clones this one handle — owned by its
+/// connection, so its counter stays on one core — instead of the server-wide `State`, the journal
+/// channel and the clock, whose counters both cores would fight over on every request.
+struct Conn {
+    // Declared (so dropped) before `state`: the journal's writer ends only when every emitter is
+    // gone, and dropping the last `State` waits for the writer.
+    emitter: Arc<journal::Emitter>,
+    state: Arc<State>,
+    ctl: ConnCtl,
+    stream: Arc<TcpStream>,
+    id: u64,
+    /// The schedule as of generation `.0`; refreshed when `State::schedule_gen` moves.
+    schedule: Mutex<(u64, Arc<Schedule>)>,
+}
+
+impl Conn {
+    /// Runs `f` on the schedule in force, without touching any counter other connections share.
+    fn with_schedule<R>(&self, f: impl FnOnce(&Schedule) -> R) -> R {
+        let gen = self.state.schedule_gen.load(Ordering::Acquire);
+        let mut cached = self.schedule.lock().unwrap_or_else(|p| p.into_inner());
+        if cached.0 != gen {
+            *cached = (gen, self.state.schedule());
+        }
+        f(&cached.1)
+    }
+}
+
 impl ConnCtl {
     /// Hands the socket to the connection task and never returns.
     async fn hand_over(&self, action: SocketAction, pending: Pending) -> ! {
@@ -340,24 +371,32 @@ async fn serve_connection(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let stream = Arc::new(stream);
-    let ctl = Arc::new(ConnCtl::default());
+    let gen = state.schedule_gen.load(Ordering::Acquire);
+    let conn = Arc::new(Conn {
+        emitter: state.journal.emitter(state.clock.clone()),
+        schedule: Mutex::new((gen, state.schedule())),
+        state: state.clone(),
+        ctl: ConnCtl::default(),
+        stream: stream.clone(),
+        id: conn_id,
+    });
     let svc = {
-        let (state, ctl, stream) = (state.clone(), ctl.clone(), stream.clone());
-        hyper::service::service_fn(move |req| {
-            handle(state.clone(), ctl.clone(), stream.clone(), conn_id, req)
-        })
+        let conn = conn.clone();
+        hyper::service::service_fn(move |req| handle(conn.clone(), req))
     };
+    let ctl = &conn.ctl;
     // No header-read timer: it would arm a timer per request, and a test server on loopback does
     // not need slowloris protection.
-    let conn = hyper::server::conn::http1::Builder::new()
+    let http = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
         .serve_connection(SharedStream(stream.clone()), svc);
     let handed_over = tokio::select! {
-        _ = conn => false,
+        biased;
+        _ = http => false,
         _ = ctl.notify.notified() => true,
         _ = shutdown.changed() => false,
     };
-    // `conn` is dropped here: hyper lets go of the socket; only our handles remain.
+    // `http` is dropped here: hyper lets go of the socket; only our handles remain.
     if !handed_over {
         return;
     }
@@ -418,17 +457,12 @@ async fn peer_closed(stream: &TcpStream) {
 
 type ResBody = Either<JournaledBody, axum::body::Body>;
 
-async fn handle(
-    state: Arc<State>,
-    ctl: Arc<ConnCtl>,
-    stream: Arc<TcpStream>,
-    conn_id: u64,
-    req: Request<Incoming>,
-) -> Result<Response<ResBody>, Infallible> {
+async fn handle(conn: Arc<Conn>, req: Request<Incoming>) -> Result<Response<ResBody>, Infallible> {
     if req.uri().path().starts_with(control::PREFIX) {
-        let res = control::handle(state, req).await;
+        let res = control::handle(conn.state.clone(), req).await;
         return Ok(res.map(Either::Right));
     }
+    let (state, ctl, stream) = (&conn.state, &conn.ctl, &conn.stream);
 
     let (epoch, seq) = state.seq.next();
     let now = Instant::now();
@@ -455,9 +489,9 @@ async fn handle(
     }
     entry.idempotency_key = key.clone();
     entry.client_id = header_str(&parts.headers, "x-client-id").map(str::to_string);
-    entry.conn_id = conn_id;
+    entry.conn_id = conn.id;
     entry.key_attempt = key_attempt;
-    let mut pending = Pending::new(&state.journal, state.clock.clone(), epoch, entry);
+    let mut pending = Pending::with_emitter(conn.emitter.clone(), epoch, entry);
 
     // A body that cannot be read means the client went away: `pending` records client_closed.
     let Ok(collected) = body.collect().await else {
@@ -475,7 +509,6 @@ async fn handle(
         e.body_sha256 = Some(body_sha256.clone());
     }
 
-    let schedule = state.schedule();
     let facts = RequestFacts {
         method: &parts.method,
         path: parts.uri.path(),
@@ -485,10 +518,27 @@ async fn handle(
         key_attempt,
         now,
     };
-    let decision = schedule.decide(&facts);
-    let subject = facts
-        .idempotency_key
-        .map_or_else(|| seq.to_string(), str::to_string);
+    let decision = conn.with_schedule(|schedule| {
+        schedule
+            .decide(&facts)
+            .map(|d| (d.rule.to_string(), d.fault.clone(), d.draw))
+    });
+    let Some((rule, fault, draw)) = decision else {
+        if !is_resource_path(parts.uri.path()) {
+            return Ok(respond(ok_reply(), pending));
+        }
+        let request = ResourceRequest {
+            method: parts.method,
+            path: parts.uri.path().to_string(),
+            query: parts.uri.query().map(str::to_string),
+            key,
+            body,
+            body_sha256,
+        };
+        let reply = serve_resource(state, request).await;
+        return Ok(respond(reply, pending));
+    };
+    let subject = key.clone().unwrap_or_else(|| seq.to_string());
     let request = ResourceRequest {
         method: parts.method.clone(),
         path: parts.uri.path().to_string(),
@@ -497,20 +547,13 @@ async fn handle(
         body,
         body_sha256,
     };
-    let Some(decision) = decision else {
-        let reply = serve_resource(&state, request).await;
-        return Ok(respond(reply, pending));
-    };
     {
         let e = pending.entry();
-        e.rule = Some(decision.rule.to_string());
-        e.fault = Some(decision.fault.kind().to_string());
-        e.draw = decision.draw;
+        e.rule = Some(rule.clone());
+        e.fault = Some(fault.kind().to_string());
+        e.draw = draw;
     }
     let attempt = u64::from(key_attempt.unwrap_or(0));
-    let fault = decision.fault.clone();
-    let rule = decision.rule.to_string();
-    drop(schedule);
 
     match fault {
         FaultConfig::Status(s) => Ok(status_response(&s, pending)),
@@ -518,26 +561,26 @@ async fn handle(
             let d = sample_delay(spec, state.seed, &rule, &subject, attempt);
             tokio::select! {
                 _ = tokio::time::sleep(d) => {}
-                _ = peer_closed(&stream) => ctl.hand_over(SocketAction::Abandon, pending).await,
+                _ = peer_closed(stream) => ctl.hand_over(SocketAction::Abandon, pending).await,
             }
-            let reply = serve_resource(&state, request).await;
+            let reply = serve_resource(state, request).await;
             Ok(respond(reply, pending))
         }
         FaultConfig::Drop => {
-            let reply = serve_resource(&state, request).await;
+            let reply = serve_resource(state, request).await;
             record_reply(&mut pending, &reply);
             ctl.hand_over(SocketAction::Drop, pending).await
         }
         FaultConfig::Reset(r) => {
             if r.process {
-                let reply = serve_resource(&state, request).await;
+                let reply = serve_resource(state, request).await;
                 record_reply(&mut pending, &reply);
             }
             ctl.hand_over(SocketAction::Reset, pending).await
         }
         FaultConfig::Hang(h) => {
             if h.process {
-                let reply = serve_resource(&state, request).await;
+                let reply = serve_resource(state, request).await;
                 record_reply(&mut pending, &reply);
             }
             let cap = h.cap.map_or(state.hang_cap, |d| d.0);
@@ -545,7 +588,7 @@ async fn handle(
         }
         FaultConfig::Malformed(m) => {
             if m.process {
-                let reply = serve_resource(&state, request).await;
+                let reply = serve_resource(state, request).await;
                 record_reply(&mut pending, &reply);
             }
             let (bytes, status) = MalformedKind::bytes(m.kind);
@@ -590,6 +633,11 @@ async fn serve_resource(state: &Arc<State>, req: ResourceRequest) -> Reply {
     if !is_resource_path(&req.path) {
         return ok_reply();
     }
+    // Let the other connections whose requests are already readable take their arrival stamps
+    // first: the database work below wakes blocking threads, which preempt the runtime's workers
+    // on a small machine, and a burst's later members would otherwise be stamped only after the
+    // earlier members' queries ran — a release skew that the client never caused.
+    tokio::task::yield_now().await;
     let orders = state.orders.clone();
     let task = tokio::spawn(async move { route(orders, req).await });
     task.await.unwrap_or_else(|e| {

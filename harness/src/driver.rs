@@ -22,7 +22,7 @@ use rand::SeedableRng;
 use tokio::sync::Barrier;
 
 use crate::http::{Conn, Target};
-use crate::metrics::Recorder;
+use crate::metrics::{Recorder, Sink};
 use crate::policy::{execute, Operation, Shared};
 use crate::scenario::{PhaseKind, PhasePlan};
 use crate::template::Var;
@@ -161,22 +161,23 @@ fn client_header(enabled: bool, phase: u16, client: u32) -> Vec<(HeaderName, Hea
 pub async fn run_phase(plan: Arc<PhasePlan>, ctx: PhaseCtx) -> PhaseOutcome {
     let started = Instant::now();
     let shared = Arc::new(Shared::new(&plan.policy));
-    let sink = Arc::new(std::sync::Mutex::new(HashMap::new()));
+    let captures = Arc::new(std::sync::Mutex::new(HashMap::new()));
     let ctx = PhaseCtx {
-        capture_sink: Some(sink.clone()),
+        capture_sink: Some(captures.clone()),
         ..ctx
     };
+    let sink = Sink::new();
     let (recorder, round_keys) = match plan.kind.clone() {
         PhaseKind::Burst {
             size,
             rounds,
             pause,
-        } => burst(&plan, &ctx, &shared, size, rounds, pause).await,
+        } => burst(&plan, &ctx, &shared, &sink, size, rounds, pause).await,
         PhaseKind::Rate {
             stages,
             connections,
         } => (
-            rate(&plan, &ctx, &shared, stages, connections).await,
+            rate(&plan, &ctx, &shared, &sink, stages, connections).await,
             Vec::new(),
         ),
         PhaseKind::Clients {
@@ -185,18 +186,28 @@ pub async fn run_phase(plan: Arc<PhasePlan>, ctx: PhaseCtx) -> PhaseOutcome {
             requests,
             think,
         } => (
-            closed(&plan, &ctx, &shared, concurrency, duration, requests, think).await,
+            closed(
+                &plan,
+                &ctx,
+                &shared,
+                &sink,
+                concurrency,
+                duration,
+                requests,
+                think,
+            )
+            .await,
             Vec::new(),
         ),
         PhaseKind::Fleet {
             clients,
             operations,
         } => (
-            fleet(&plan, &ctx, &shared, clients, operations).await,
+            fleet(&plan, &ctx, &shared, &sink, clients, operations).await,
             Vec::new(),
         ),
     };
-    let captured = std::mem::take(&mut *sink.lock().unwrap_or_else(|e| e.into_inner()));
+    let captured = std::mem::take(&mut *captures.lock().unwrap_or_else(|e| e.into_inner()));
     PhaseOutcome {
         recorder,
         started,
@@ -258,6 +269,7 @@ async fn burst(
     plan: &Arc<PhasePlan>,
     ctx: &PhaseCtx,
     shared: &Arc<Shared>,
+    sink: &Arc<Sink>,
     size: u32,
     rounds: u32,
     pause: Duration,
@@ -280,17 +292,18 @@ async fn burst(
         let barrier = Arc::new(Barrier::new(size as usize));
         let mut tasks = Vec::new();
         for (i, mut conn) in conns.drain(..).enumerate() {
-            let (plan, ctx, shared, barrier, key) = (
+            let (plan, ctx, shared, barrier, key, sink) = (
                 plan.clone(),
                 ctx.clone(),
                 shared.clone(),
                 barrier.clone(),
                 key.clone(),
+                sink.clone(),
             );
             tasks.push(tokio::spawn(async move {
                 let client = i as u32;
                 let mut rng = ctx.keys.rng(ctx.index, client ^ ((round as u32) << 16));
-                let mut rec = Recorder::new(ctx.keep_attempts);
+                let mut rec = Recorder::worker(ctx.keep_attempts, &sink);
                 let extra = client_header(plan.client_id_header, ctx.index, client);
                 let op = (round - 1) * u64::from(size) + i as u64 + 1;
                 one(
@@ -389,6 +402,7 @@ async fn rate(
     plan: &Arc<PhasePlan>,
     ctx: &PhaseCtx,
     shared: &Arc<Shared>,
+    sink: &Arc<Sink>,
     stages: Vec<(f64, f64, Duration)>,
     connections: u32,
 ) -> Recorder {
@@ -397,18 +411,19 @@ async fn rate(
     let start = tokio::time::Instant::now();
     let mut tasks = Vec::new();
     for client in 0..connections {
-        let (plan, ctx, shared, stages, next) = (
+        let (plan, ctx, shared, stages, next, sink) = (
             plan.clone(),
             ctx.clone(),
             shared.clone(),
             stages.clone(),
             next.clone(),
+            sink.clone(),
         );
         tasks.push(tokio::spawn(async move {
             let needs_key = plan.template.uses(Var::Key);
             let mut conn = Conn::new(ctx.target.clone());
             let mut rng = ctx.keys.rng(ctx.index, client);
-            let mut rec = Recorder::new(ctx.keep_attempts);
+            let mut rec = Recorder::worker(ctx.keep_attempts, &sink);
             let extra = client_header(plan.client_id_header, ctx.index, client);
             loop {
                 if ctx.stop.load(Ordering::Relaxed) {
@@ -455,10 +470,12 @@ async fn rate(
     collect(tasks, ctx.keep_attempts).await
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn closed(
     plan: &Arc<PhasePlan>,
     ctx: &PhaseCtx,
     shared: &Arc<Shared>,
+    sink: &Arc<Sink>,
     concurrency: u32,
     duration: Option<Duration>,
     requests: Option<u64>,
@@ -468,12 +485,18 @@ async fn closed(
     let next = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for client in 0..concurrency {
-        let (plan, ctx, shared, next) = (plan.clone(), ctx.clone(), shared.clone(), next.clone());
+        let (plan, ctx, shared, next, sink) = (
+            plan.clone(),
+            ctx.clone(),
+            shared.clone(),
+            next.clone(),
+            sink.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             let needs_key = plan.template.uses(Var::Key);
             let mut conn = Conn::new(ctx.target.clone());
             let mut rng = ctx.keys.rng(ctx.index, client);
-            let mut rec = Recorder::new(ctx.keep_attempts);
+            let mut rec = Recorder::worker(ctx.keep_attempts, &sink);
             let extra = client_header(plan.client_id_header, ctx.index, client);
             loop {
                 if ctx.stop.load(Ordering::Relaxed) || end.is_some_and(|e| Instant::now() >= e) {
@@ -517,19 +540,25 @@ async fn fleet(
     plan: &Arc<PhasePlan>,
     ctx: &PhaseCtx,
     shared: &Arc<Shared>,
+    sink: &Arc<Sink>,
     clients: u32,
     operations: u64,
 ) -> Recorder {
     let barrier = Arc::new(Barrier::new(clients as usize));
     let mut tasks = Vec::new();
     for client in 0..clients {
-        let (plan, ctx, shared, barrier) =
-            (plan.clone(), ctx.clone(), shared.clone(), barrier.clone());
+        let (plan, ctx, shared, barrier, sink) = (
+            plan.clone(),
+            ctx.clone(),
+            shared.clone(),
+            barrier.clone(),
+            sink.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             let needs_key = plan.template.uses(Var::Key);
             let mut conn = Conn::new(ctx.target.clone());
             let mut rng = ctx.keys.rng(ctx.index, client);
-            let mut rec = Recorder::new(ctx.keep_attempts);
+            let mut rec = Recorder::worker(ctx.keep_attempts, &sink);
             let extra = client_header(plan.client_id_header, ctx.index, client);
             if let Err(e) = conn.open().await {
                 tracing::warn!("fleet client {client} could not connect: {e}");

@@ -6,16 +6,20 @@
 //! the pool and reaches about half. Failures are classified into the kinds the report counts.
 
 use std::fmt;
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Method, Request, StatusCode};
+use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
+use tokio::time::Sleep;
 
 /// Where requests go: `http://host:port` plus a base path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -195,11 +199,26 @@ pub struct Outgoing {
     pub body: Bytes,
 }
 
+/// hyper's state machine for one connection: it reads and writes the socket.
+type Driver = http1::Connection<TokioIo<TcpStream>, Full<Bytes>>;
+
 /// One HTTP/1.1 connection that reconnects when it breaks.
+///
+/// Why the connection is driven by the worker's own task rather than a spawned one: with a spawned
+/// driver every request crosses tasks four times (request in, head out, body wanted, body out),
+/// each a wake-up and a trip through the scheduler. Polling the driver in the same future that
+/// waits for the response does the same work with none of those hand-offs.
 pub struct Conn {
     target: std::sync::Arc<Target>,
     host: HeaderValue,
     sender: Option<SendRequest<Full<Bytes>>>,
+    driver: Option<Pin<Box<Driver>>>,
+    /// One timer for the connection's life, moved forward for each request: re-arming a later
+    /// deadline is an atomic store, where a fresh `tokio::time::timeout` per request inserts into
+    /// and removes from the runtime's shared timer wheel under its lock.
+    timer: Option<Pin<Box<Sleep>>>,
+    /// The last request URI, parsed: a load sends the same path again and again.
+    last_uri: Option<(String, Uri)>,
 }
 
 impl Conn {
@@ -211,14 +230,19 @@ impl Conn {
             target,
             host,
             sender: None,
+            driver: None,
+            timer: None,
+            last_uri: None,
         }
     }
 
     /// Opens the TCP connection now (bursts open theirs before the release).
     pub async fn open(&mut self) -> Result<(), AttemptError> {
-        if self.sender.as_ref().is_some_and(|s| !s.is_closed()) {
+        self.poll_idle();
+        if self.sender.as_ref().is_some_and(|s| !s.is_closed()) && self.driver.is_some() {
             return Ok(());
         }
+        self.close();
         let stream = TcpStream::connect(self.target.addr)
             .await
             .map_err(|e| AttemptError {
@@ -226,18 +250,34 @@ impl Conn {
                 message: format!("{}: {e}", self.target.addr),
             })?;
         let _ = stream.set_nodelay(true);
-        let (sender, conn) = http1::handshake(TokioIo::new(stream))
+        let (sender, driver) = http1::handshake(TokioIo::new(stream))
             .await
             .map_err(classify)?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
         self.sender = Some(sender);
+        self.driver = Some(Box::pin(driver));
         Ok(())
     }
 
+    /// Lets the driver see what happened while the connection was idle (the server may have
+    /// closed it), without waiting; a finished driver means the connection is gone.
+    fn poll_idle(&mut self) {
+        let Some(d) = self.driver.as_mut() else {
+            return;
+        };
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        if d.as_mut().poll(&mut cx).is_ready() {
+            self.close();
+        }
+    }
+
+    fn close(&mut self) {
+        self.sender = None;
+        self.driver = None;
+    }
+
     /// Sends one request and reads the whole response, within `timeout`.
-    pub async fn send(&mut self, req: &Outgoing, timeout: Duration) -> Result<Reply, AttemptError> {
+    pub async fn send(&mut self, req: Outgoing, timeout: Duration) -> Result<Reply, AttemptError> {
         self.send_released(req, timeout, None).await
     }
 
@@ -245,19 +285,33 @@ impl Conn {
     /// `release` so that every member of a burst sends at the same instant.
     pub async fn send_released(
         &mut self,
-        req: &Outgoing,
+        req: Outgoing,
         timeout: Duration,
         release: Option<&tokio::sync::Barrier>,
     ) -> Result<Reply, AttemptError> {
-        match tokio::time::timeout(timeout, self.send_inner(req, release)).await {
-            Ok(Ok(r)) => Ok(r),
-            Ok(Err(e)) => {
-                self.sender = None;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut timer = match self.timer.take() {
+            Some(mut t) => {
+                t.as_mut().reset(deadline);
+                t
+            }
+            None => Box::pin(tokio::time::sleep_until(deadline)),
+        };
+        let result = tokio::select! {
+            biased;
+            r = self.send_inner(req, release) => Some(r),
+            _ = timer.as_mut() => None,
+        };
+        self.timer = Some(timer);
+        match result {
+            Some(Ok(r)) => Ok(r),
+            Some(Err(e)) => {
+                self.close();
                 Err(e)
             }
-            Err(_) => {
+            None => {
                 // The connection may still deliver the late response; never reuse it.
-                self.sender = None;
+                self.close();
                 Err(AttemptError {
                     kind: ErrorKind::Timeout,
                     message: format!("no response within {timeout:?}"),
@@ -268,42 +322,52 @@ impl Conn {
 
     async fn send_inner(
         &mut self,
-        req: &Outgoing,
+        req: Outgoing,
         release: Option<&tokio::sync::Barrier>,
     ) -> Result<Reply, AttemptError> {
         self.open().await?;
+        let uri = match &self.last_uri {
+            Some((s, u)) if *s == req.uri => u.clone(),
+            _ => {
+                let u = Uri::try_from(req.uri.as_str()).map_err(|e| AttemptError {
+                    kind: ErrorKind::Other,
+                    message: e.to_string(),
+                })?;
+                self.last_uri = Some((req.uri, u.clone()));
+                u
+            }
+        };
+        let mut request = Request::new(Full::new(req.body));
+        *request.method_mut() = req.method;
+        *request.uri_mut() = uri;
+        *request.headers_mut() = req.headers;
+        request
+            .headers_mut()
+            .insert(http::header::HOST, self.host.clone());
         let Some(sender) = self.sender.as_mut() else {
             return Err(AttemptError {
                 kind: ErrorKind::Other,
                 message: "connection unavailable".into(),
             });
         };
-        sender.ready().await.map_err(classify)?;
-        let mut builder = Request::builder()
-            .method(req.method.clone())
-            .uri(req.uri.as_str());
-        if let Some(h) = builder.headers_mut() {
-            h.clone_from(&req.headers);
-            h.insert(http::header::HOST, self.host.clone());
-        }
-        let request = builder
-            .body(Full::new(req.body.clone()))
-            .map_err(|e| AttemptError {
-                kind: ErrorKind::Other,
-                message: e.to_string(),
-            })?;
-        if let Some(b) = release {
-            b.wait().await;
-        }
-        let res = sender.send_request(request).await.map_err(classify)?;
-        let (parts, body) = res.into_parts();
-        let body = body.collect().await.map_err(classify)?.to_bytes();
-        if parts
-            .headers
-            .get(http::header::CONNECTION)
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"))
+        let exchange = async move {
+            sender.ready().await.map_err(classify)?;
+            if let Some(b) = release {
+                b.wait().await;
+            }
+            let res = sender.send_request(request).await.map_err(classify)?;
+            let (parts, body) = res.into_parts();
+            let body = body.collect().await.map_err(classify)?.to_bytes();
+            Ok::<_, AttemptError>((parts, body))
+        };
+        let (parts, body) = drive(exchange, &mut self.driver).await?;
+        if self.driver.is_none()
+            || parts
+                .headers
+                .get(http::header::CONNECTION)
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"))
         {
-            self.sender = None;
+            self.close();
         }
         Ok(Reply {
             status: parts.status,
@@ -311,6 +375,30 @@ impl Conn {
             body,
         })
     }
+}
+
+/// Runs `work` to completion while polling the connection's driver in the same task. A driver
+/// that finishes first (the connection closed) is dropped, which fails whatever `work` still waits
+/// for.
+async fn drive<F: Future>(work: F, driver: &mut Option<Pin<Box<Driver>>>) -> F::Output {
+    let mut work = std::pin::pin!(work);
+    std::future::poll_fn(|cx| {
+        // A response takes a few hand-offs between the two (request queued, head parsed, body
+        // wanted, body delivered); alternating a few times here saves a reschedule for each.
+        for _ in 0..4 {
+            if let Poll::Ready(out) = work.as_mut().poll(cx) {
+                return Poll::Ready(out);
+            }
+            let Some(d) = driver.as_mut() else {
+                return Poll::Pending;
+            };
+            if d.as_mut().poll(cx).is_ready() {
+                *driver = None;
+            }
+        }
+        Poll::Pending
+    })
+    .await
 }
 
 /// Maps a hyper error to the kind the report counts.

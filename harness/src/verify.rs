@@ -103,7 +103,7 @@ async fn by_url(
             headers: http::HeaderMap::new(),
             body: bytes::Bytes::new(),
         };
-        let count = match conn.send(&req, Duration::from_secs(10)).await {
+        let count = match conn.send(req, Duration::from_secs(10)).await {
             Ok(r) if r.status.is_success() => serde_json::from_slice::<serde_json::Value>(&r.body)
                 .ok()
                 .and_then(|v| v.get(field).and_then(serde_json::Value::as_u64))

@@ -135,7 +135,7 @@ async fn order(url: &str, id: &str, client: &str, key: Option<&str>) -> Reply {
         headers,
         body: Bytes::from(format!("{{\"sku\":\"{id}\",\"qty\":1}}")),
     };
-    conn.send(&req, Duration::from_secs(20))
+    conn.send(req, Duration::from_secs(20))
         .await
         .expect("the service answers")
 }

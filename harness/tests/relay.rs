@@ -98,7 +98,7 @@ async fn top(url: &str, n: u32, extra: &[(&'static str, String)]) -> (Reply, Dur
     };
     let t0 = Instant::now();
     let reply = conn
-        .send(&req, Duration::from_secs(30))
+        .send(req, Duration::from_secs(30))
         .await
         .expect("the top tier answers");
     (reply, t0.elapsed())
@@ -371,7 +371,7 @@ rules:
         headers: HeaderMap::new(),
         body: Bytes::new(),
     };
-    let gave_up = conn.send(&req, Duration::from_millis(150)).await;
+    let gave_up = conn.send(req, Duration::from_millis(150)).await;
     assert!(gave_up.is_err(), "the top request times out");
     // Without cancellation the innermost tier would go on for 64 slow calls (about 6.4 s).
     tokio::time::sleep(Duration::from_millis(400)).await;

@@ -259,7 +259,7 @@ async fn attempts(
         }
         let t0 = Instant::now();
         let release = if attempt == 1 { op.release } else { None };
-        let result = conn.send_released(&req, timeout, release).await;
+        let result = conn.send_released(req, timeout, release).await;
         let t1 = Instant::now();
         let (status, error) = match &result {
             Ok(r) => (Some(r.status.as_u16()), None),

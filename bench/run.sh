@@ -1,0 +1,244 @@
+#!/usr/bin/env bash
+# Benchmarks of the harness and the fault server against wrk, oha and a bare axum hello-world.
+#
+#   bash bench/run.sh [--rounds N] [--secs S] [--soak S] [--only LIST]     (or: just bench)
+#
+# Every competitor is measured in the same run, interleaved round by round (the order rotates each
+# round), so a build that starts on this machine halfway through slows every tool alike; results
+# are reported as medians and as ratios to their anchor. Load only ever goes to 127.0.0.1.
+#
+#   --rounds N   rounds of the interleaved measurements (default 3)
+#   --secs S     seconds per measurement (default 5)
+#   --soak S     length of the RSS soak at 5k req/s (default 60; the documented run uses 3600)
+#   --only LIST  comma-separated parts: throughput,rate,burst,analyze,conns,soak (default: all)
+#   --summary F  where the summary goes (default bench/results/latest.json)
+#
+# Raw samples go to bench/results/raw-<time>.tsv; the summary to --summary.
+# BENCHMARKS.md says what each number means and what the last documented run gave.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ROUNDS=3
+SECS=5
+SOAK=60
+ONLY="throughput,rate,burst,analyze,conns,soak"
+SUMMARY=bench/results/latest.json
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) ROUNDS="$2"; shift 2 ;;
+    --secs) SECS="$2"; shift 2 ;;
+    --soak) SOAK="$2"; shift 2 ;;
+    --only) ONLY="$2"; shift 2 ;;
+    --summary) SUMMARY="$2"; shift 2 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    *) echo "bench/run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+wants() { [[ ",$ONLY," == *",$1,"* ]]; }
+
+CONNS=64
+RATE=20000
+BIG_CONNS=10000
+SOAK_RATE=5000
+
+# --- tools ----------------------------------------------------------------------------------------
+echo "== building (release)"
+cargo build --release -p fault-server -p harness --examples --bins
+BIN=target/release
+HARNESS=$BIN/harness
+
+if ! command -v wrk >/dev/null 2>&1; then
+  echo "== installing wrk"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
+fi
+if ! command -v oha >/dev/null 2>&1; then
+  echo "== installing oha (a few minutes of compiling, once)"
+  cargo install oha --locked
+  export PATH="$HOME/.cargo/bin:$PATH"
+fi
+if [ ! -x /usr/bin/time ]; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq time >/dev/null
+fi
+
+# 10k connections need 10k descriptors on both ends (the servers inherit this limit).
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt $((BIG_CONNS + 1000)) ]; then
+  ulimit -n $((BIG_CONNS + 1000)) 2>/dev/null || echo "warning: ulimit -n is $(ulimit -n); the 10k-connection test may fail"
+fi
+
+TMP=$(mktemp -d /tmp/harness-bench.XXXXXX)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+mkdir -p bench/results
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+RAW=bench/results/raw-$STAMP.tsv
+printf 'part\tname\tround\tmetric\tvalue\n' > "$RAW"
+record() { printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" >> "$RAW"; }
+
+# Starts a server that prints `listening on URL`; sets URL to it and LAST_PID to its pid.
+start_server() {
+  local name="$1"; shift
+  "$@" > "$TMP/$name.out" 2> "$TMP/$name.err" &
+  LAST_PID=$!
+  PIDS+=("$LAST_PID")
+  for _ in $(seq 100); do
+    if grep -q '^listening on ' "$TMP/$name.out"; then break; fi
+    sleep 0.1
+  done
+  URL=$(sed -n 's/^listening on //p' "$TMP/$name.out" | head -1)
+  if [ -z "$URL" ]; then
+    echo "$name did not start:" >&2; cat "$TMP/$name.err" >&2; exit 3
+  fi
+}
+
+echo "== starting the servers"
+start_server axum "$BIN/examples/bare_axum" 127.0.0.1:0
+AXUM_URL=$URL
+start_server fault "$BIN/fault-server" --config bench/five-rules.yaml --bind 127.0.0.1:0 \
+  --journal "$TMP/journal.jsonl"
+FAULT_URL=$URL
+FAULT_PID=$LAST_PID
+echo "bare axum: $AXUM_URL   fault server (journal on, bench/five-rules.yaml): $FAULT_URL"
+
+# Clears the fault server's journal (memory and file) so no run pays for the previous one's.
+reset_fault() { curl -fsS -X POST "$FAULT_URL/__harness/reset" > /dev/null; }
+json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
+
+# --- one measurement each ------------------------------------------------------------------------
+run_wrk() { # name url round
+  wrk -t1 -c$CONNS -d${SECS}s "$2/" > "$TMP/wrk.out"
+  record throughput "$1" "$3" rps "$(awk '/^Requests\/sec/{print $2}' "$TMP/wrk.out")"
+}
+run_oha() { # name url round
+  oha -c $CONNS -z ${SECS}s --no-tui --output-format json "$2/" > "$TMP/oha.json"
+  record throughput "$1" "$3" rps "$(json "$TMP/oha.json" "d['summary']['requestsPerSec']")"
+}
+run_harness() { # name url round
+  $HARNESS load "$2/" --concurrency $CONNS --duration ${SECS}s --format json > "$TMP/h.json"
+  record throughput "$1" "$3" rps "$(json "$TMP/h.json" "d['throughput_rps']")"
+  record throughput "$1" "$3" errors "$(json "$TMP/h.json" "d['requests']['errors']")"
+}
+run_harness_rate() { # round
+  $HARNESS load "$FAULT_URL/" --rate $RATE --duration ${SECS}s --format json > "$TMP/r.json"
+  record rate harness-rate-fault "$1" rps "$(json "$TMP/r.json" "d['throughput_rps']")"
+  record rate harness-rate-fault "$1" late_starts "$(json "$TMP/r.json" "d['requests']['late_starts']")"
+  record rate harness-rate-fault "$1" p50_ms "$(json "$TMP/r.json" "d['latency_ms']['p50']")"
+  record rate harness-rate-fault "$1" p99_ms "$(json "$TMP/r.json" "d['latency_ms']['p99']")"
+  record rate harness-rate-fault "$1" intended_p50_ms "$(json "$TMP/r.json" "d['phases'][0]['latency_intended_ms']['p50']")"
+  record rate harness-rate-fault "$1" intended_p99_ms "$(json "$TMP/r.json" "d['phases'][0]['latency_intended_ms']['p99']")"
+}
+run_oha_rate() { # round
+  oha -c $CONNS -q $RATE --latency-correction -z ${SECS}s --no-tui --output-format json \
+    "$FAULT_URL/" > "$TMP/oq.json"
+  record rate oha-rate-fault "$1" rps "$(json "$TMP/oq.json" "d['summary']['requestsPerSec']")"
+  record rate oha-rate-fault "$1" intended_p50_ms "$(json "$TMP/oq.json" "d['latencyPercentiles']['p50']*1000")"
+  record rate oha-rate-fault "$1" intended_p99_ms "$(json "$TMP/oq.json" "d['latencyPercentiles']['p99']*1000")"
+}
+
+# Runs CMD with its peak RSS (kB) and wall time (s) appended to the record as rss_kb and wall_s.
+timed() { # part name round cmd...
+  local part="$1" name="$2" round="$3"; shift 3
+  local code=0
+  /usr/bin/time -f '%M %e' -o "$TMP/time.out" "$@" > "$TMP/timed.out" 2> "$TMP/timed.err" || code=$?
+  read -r rss wall < <(tail -1 "$TMP/time.out")
+  record "$part" "$name" "$round" rss_kb "$rss"
+  record "$part" "$name" "$round" wall_s "$wall"
+  record "$part" "$name" "$round" exit "$code"
+}
+
+# --- interleaved rounds --------------------------------------------------------------------------
+if wants throughput || wants rate; then
+  STEPS=()
+  if wants throughput; then
+    STEPS+=("run_wrk wrk-axum $AXUM_URL" "run_wrk wrk-fault $FAULT_URL"
+            "run_oha oha-fault $FAULT_URL" "run_harness harness-fault $FAULT_URL"
+            "run_harness harness-axum $AXUM_URL")
+  fi
+  if wants rate; then STEPS+=("run_harness_rate" "run_oha_rate"); fi
+  n=${#STEPS[@]}
+  for ((r = 1; r <= ROUNDS; r++)); do
+    echo "== round $r/$ROUNDS"
+    for ((k = 0; k < n; k++)); do
+      step=${STEPS[$(((k + r - 1) % n))]}
+      reset_fault
+      # The step is a function name and its arguments: split on purpose.
+      # shellcheck disable=SC2086
+      $step "$r"
+      echo "   $step"
+    done
+  done
+fi
+
+# --- burst release skew --------------------------------------------------------------------------
+if wants burst; then
+  echo "== burst release skew (scenarios/idempotency-burst.yaml)"
+  for ((r = 1; r <= ROUNDS; r++)); do
+    $HARNESS run scenarios/idempotency-burst.yaml --format json > "$TMP/b.json" || true
+    record burst idempotency-burst "$r" skew_max_us "$(json "$TMP/b.json" "d['phases'][0]['metrics']['release_skew_us_max']")"
+    record burst idempotency-burst "$r" skew_p50_us "$(json "$TMP/b.json" "d['phases'][0]['metrics']['release_skew_us_p50']")"
+  done
+fi
+
+# --- analyze on a 1M-entry journal ---------------------------------------------------------------
+if wants analyze; then
+  echo "== analyze: generating journals (1,000,000 and 250,000 entries)"
+  "$BIN/examples/gen_journal" "$TMP/j1m.jsonl" 1000000
+  "$BIN/examples/gen_journal" "$TMP/j250k.jsonl" 250000
+  for ((r = 1; r <= ROUNDS; r++)); do
+    echo "   round $r/$ROUNDS"
+    timed analyze read-1m "$r" cat "$TMP/j1m.jsonl"
+    timed analyze analyze-1m "$r" "$HARNESS" analyze "$TMP/j1m.jsonl" --format json
+    timed analyze analyze-250k "$r" "$HARNESS" analyze "$TMP/j250k.jsonl" --format json
+  done
+  rm -f "$TMP/j1m.jsonl" "$TMP/j250k.jsonl"
+fi
+
+# --- RSS at 10k connections ----------------------------------------------------------------------
+if wants conns; then
+  echo "== $BIG_CONNS connections (peak RSS of the driver)"
+  for ((r = 1; r <= ROUNDS; r++)); do
+    reset_fault
+    timed conns harness-10k "$r" "$HARNESS" load "$FAULT_URL/" --concurrency $BIG_CONNS \
+      --duration ${SECS}s --format json
+    record conns harness-10k "$r" rps "$(json "$TMP/timed.out" "d['throughput_rps']")"
+    record conns harness-10k "$r" errors "$(json "$TMP/timed.out" "d['requests']['errors']")"
+    reset_fault
+    timed conns wrk-10k "$r" wrk -t1 -c$BIG_CONNS -d${SECS}s "$FAULT_URL/"
+    record conns wrk-10k "$r" rps "$(awk '/^Requests\/sec/{print $2}' "$TMP/timed.out")"
+    reset_fault
+    timed conns oha-10k "$r" oha -c $BIG_CONNS -z ${SECS}s --no-tui --output-format json "$FAULT_URL/"
+    record conns oha-10k "$r" rps "$(json "$TMP/timed.out" "d['summary']['requestsPerSec']")"
+  done
+fi
+
+# --- RSS soak ------------------------------------------------------------------------------------
+if wants soak; then
+  echo "== soak: ${SOAK}s at $SOAK_RATE req/s against bare axum, RSS every 5 s"
+  $HARNESS load "$AXUM_URL/" --rate $SOAK_RATE --duration "${SOAK}s" --format json \
+    > "$TMP/soak.json" &
+  SOAK_PID=$!
+  PIDS+=("$SOAK_PID")
+  t=0
+  while kill -0 "$SOAK_PID" 2>/dev/null; do
+    rss=$(awk '/^VmRSS:/{print $2}' "/proc/$SOAK_PID/status" 2>/dev/null || true)
+    [ -n "$rss" ] && record soak harness-soak "$t" rss_kb "$rss"
+    sleep 5
+    t=$((t + 5))
+  done
+  wait "$SOAK_PID" || true
+  record soak harness-soak 0 rps "$(json "$TMP/soak.json" "d['throughput_rps']")"
+  record soak harness-soak 0 late_starts "$(json "$TMP/soak.json" "d['requests']['late_starts']")"
+fi
+
+# --- summary -------------------------------------------------------------------------------------
+FAULT_RSS=$(awk '/^VmHWM:/{print $2}' "/proc/$FAULT_PID/status" 2>/dev/null || echo 0)
+record server fault-server 0 peak_rss_kb "$FAULT_RSS"
+python3 bench/summarize.py "$RAW" "$SUMMARY" \
+  --meta rounds="$ROUNDS" secs="$SECS" soak="$SOAK" conns=$CONNS rate=$RATE \
+  big_conns=$BIG_CONNS soak_rate=$SOAK_RATE
