@@ -56,9 +56,12 @@ if ! command -v oha >/dev/null 2>&1; then
   cargo install oha --locked
   export PATH="$HOME/.cargo/bin:$PATH"
 fi
-if [ ! -x /usr/bin/time ]; then
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq time >/dev/null
-fi
+# /usr/bin/time (peak RSS, CPU time) and curl (the fault server's reset between runs).
+for tool in /usr/bin/time:time curl:curl; do
+  if ! command -v "${tool%%:*}" >/dev/null 2>&1; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${tool##*:}" >/dev/null
+  fi
+done
 
 # 10k connections need 10k descriptors on both ends (the servers inherit this limit).
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
