@@ -56,9 +56,12 @@ if ! command -v oha >/dev/null 2>&1; then
   cargo install oha --locked
   export PATH="$HOME/.cargo/bin:$PATH"
 fi
-if [ ! -x /usr/bin/time ]; then
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq time >/dev/null
-fi
+# /usr/bin/time (peak RSS, CPU time) and curl (the fault server's reset between runs).
+for tool in /usr/bin/time:time curl:curl; do
+  if ! command -v "${tool%%:*}" >/dev/null 2>&1; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${tool##*:}" >/dev/null
+  fi
+done
 
 # 10k connections need 10k descriptors on both ends (the servers inherit this limit).
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
@@ -100,6 +103,7 @@ start_server() {
 echo "== starting the servers"
 start_server axum "$BIN/examples/bare_axum" 127.0.0.1:0
 AXUM_URL=$URL
+AXUM_PID=$LAST_PID
 start_server fault "$BIN/fault-server" --config bench/five-rules.yaml --bind 127.0.0.1:0 \
   --journal "$TMP/journal.jsonl"
 FAULT_URL=$URL
@@ -111,18 +115,42 @@ reset_fault() { curl -fsS -X POST "$FAULT_URL/__harness/reset" > /dev/null; }
 json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
 
 # --- one measurement each ------------------------------------------------------------------------
+# Besides throughput, each closed-loop measurement records CPU time per completed request of the
+# load generator (user + system, from /usr/bin/time) and of the server (from /proc/PID/stat):
+# throughput on a shared two-core machine swings with whatever else runs, CPU per request much less.
+TICK=$(getconf CLK_TCK)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+server_pid() { if [ "$1" = "$AXUM_URL" ]; then echo "$AXUM_PID"; else echo "$FAULT_PID"; fi; }
+# Runs a closed-loop tool (CMD...) against URL; records rps, and CPU µs per request given by N_EXPR.
+measure() { # name url round count-command -- cmd...
+  local name="$1" url="$2" round="$3" count="$4"; shift 5
+  local spid s0 s1 n
+  spid=$(server_pid "$url")
+  s0=$(cpu_ticks "$spid")
+  /usr/bin/time -f '%U %S' -o "$TMP/cpu.out" "$@" > "$TMP/out"
+  s1=$(cpu_ticks "$spid")
+  n=$($count)
+  record throughput "$name" "$round" rps "$(rps_of_$count)"
+  record throughput "$name" "$round" client_cpu_us "$(awk -v n="$n" '{print ($1 + $2) / n * 1e6}' "$TMP/cpu.out")"
+  record throughput "$name" "$round" server_cpu_us "$(awk -v n="$n" -v a="$s0" -v b="$s1" -v t="$TICK" 'BEGIN{print (b - a) / t / n * 1e6}')"
+}
+count_wrk() { awk '/ requests in /{print $1}' "$TMP/out"; }
+rps_of_count_wrk() { awk '/^Requests\/sec/{print $2}' "$TMP/out"; }
+count_oha() { json "$TMP/out" "sum(d['statusCodeDistribution'].values())"; }
+rps_of_count_oha() { json "$TMP/out" "d['summary']['requestsPerSec']"; }
+count_harness() { json "$TMP/out" "d['requests']['completed']"; }
+rps_of_count_harness() { json "$TMP/out" "d['throughput_rps']"; }
+
 run_wrk() { # name url round
-  wrk -t1 -c$CONNS -d${SECS}s "$2/" > "$TMP/wrk.out"
-  record throughput "$1" "$3" rps "$(awk '/^Requests\/sec/{print $2}' "$TMP/wrk.out")"
+  measure "$1" "$2" "$3" count_wrk -- wrk -t1 -c$CONNS -d${SECS}s "$2/"
 }
 run_oha() { # name url round
-  oha -c $CONNS -z ${SECS}s --no-tui --output-format json "$2/" > "$TMP/oha.json"
-  record throughput "$1" "$3" rps "$(json "$TMP/oha.json" "d['summary']['requestsPerSec']")"
+  measure "$1" "$2" "$3" count_oha -- oha -c $CONNS -z ${SECS}s --no-tui --output-format json "$2/"
 }
 run_harness() { # name url round
-  $HARNESS load "$2/" --concurrency $CONNS --duration ${SECS}s --format json > "$TMP/h.json"
-  record throughput "$1" "$3" rps "$(json "$TMP/h.json" "d['throughput_rps']")"
-  record throughput "$1" "$3" errors "$(json "$TMP/h.json" "d['requests']['errors']")"
+  measure "$1" "$2" "$3" count_harness -- \
+    $HARNESS load "$2/" --concurrency $CONNS --duration ${SECS}s --format json
+  record throughput "$1" "$3" errors "$(json "$TMP/out" "d['requests']['errors']")"
 }
 run_harness_rate() { # round
   $HARNESS load "$FAULT_URL/" --rate $RATE --duration ${SECS}s --format json > "$TMP/r.json"

@@ -106,6 +106,11 @@ def main():
             "wrk-fault/wrk-axum": r3,
             "harness-axum/wrk-axum": r4,
         }
+        # CPU per request: what each side costs, less swayed by other load than throughput.
+        if ("harness-fault", "client_cpu_us") in s:
+            ratios_tp["client CPU/req harness-fault/wrk-fault"] = ratio("harness-fault", "wrk-fault", "client_cpu_us")
+            ratios_tp["client CPU/req harness-fault/oha-fault"] = ratio("harness-fault", "oha-fault", "client_cpu_us")
+            ratios_tp["server CPU/req fault/axum (wrk)"] = ratio("wrk-fault", "wrk-axum", "server_cpu_us")
     else:
         ratios_tp = {}
     if ("harness-rate-fault", "rps") in s:
