@@ -217,52 +217,85 @@ pub async fn run_phase(plan: Arc<PhasePlan>, ctx: PhaseCtx) -> PhaseOutcome {
     }
 }
 
-/// Runs one operation on a worker's connection.
-#[allow(clippy::too_many_arguments)]
-async fn one(
-    plan: &PhasePlan,
-    ctx: &PhaseCtx,
-    shared: &Shared,
-    conn: &mut Conn,
-    rng: &mut StdRng,
-    rec: &mut Recorder,
+/// One client of a phase: its connection, random source, measurements and identity header.
+struct Worker {
     client: u32,
-    op: u64,
-    round: u64,
-    key: &str,
-    extra: &[(HeaderName, HeaderValue)],
-    release: Option<&Barrier>,
-) {
-    let uuid = if plan.template.uses(Var::Uuid) {
-        ctx.keys.uuid(ctx.index, op)
-    } else {
-        String::new()
-    };
-    let operation = Operation {
-        template: &plan.template,
-        target: &ctx.target,
-        policy: &plan.policy,
-        shared,
-        phase: ctx.index,
-        op,
-        client,
-        round,
-        key,
-        uuid: &uuid,
-        extra,
-        run_start: ctx.run_start,
-        release,
-        captured: Some(&ctx.captured),
-    };
-    let result = execute(conn, rng, operation, rec).await;
-    if let (false, Some(sink), Some(reply)) =
-        (plan.capture.is_empty(), &ctx.capture_sink, &result.reply)
-    {
-        if reply.status.is_success() {
-            capture(&plan.capture, &reply.body, sink);
+    conn: Conn,
+    rng: StdRng,
+    rec: Recorder,
+    extra: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl Worker {
+    /// Client `client` of the phase, on `conn`, drawing from `rng`.
+    fn new(
+        plan: &PhasePlan,
+        ctx: &PhaseCtx,
+        sink: &Arc<Sink>,
+        client: u32,
+        conn: Conn,
+        rng: StdRng,
+    ) -> Worker {
+        Worker {
+            client,
+            conn,
+            rng,
+            rec: Recorder::worker(ctx.keep_attempts, sink),
+            extra: client_header(plan.client_id_header, ctx.index, client),
         }
     }
-    ctx.done.fetch_add(1, Ordering::Relaxed);
+
+    /// Runs operation `op` under the phase's policy. A burst member passes its round, the
+    /// round's shared key and the release point its first attempt waits at; any other operation
+    /// uses its own key.
+    async fn run(
+        &mut self,
+        plan: &PhasePlan,
+        ctx: &PhaseCtx,
+        shared: &Shared,
+        op: u64,
+        burst: Option<(u64, &str, &Barrier)>,
+    ) {
+        let own_key;
+        let (round, key, release) = match burst {
+            Some((round, key, release)) => (round, key, Some(release)),
+            None if plan.template.uses(Var::Key) => {
+                own_key = ctx.keys.key(ctx.index, op);
+                (0, own_key.as_str(), None)
+            }
+            None => (0, "", None),
+        };
+        let uuid = if plan.template.uses(Var::Uuid) {
+            ctx.keys.uuid(ctx.index, op)
+        } else {
+            String::new()
+        };
+        let operation = Operation {
+            template: &plan.template,
+            target: &ctx.target,
+            policy: &plan.policy,
+            shared,
+            phase: ctx.index,
+            op,
+            client: self.client,
+            round,
+            key,
+            uuid: &uuid,
+            extra: &self.extra,
+            run_start: ctx.run_start,
+            release,
+            captured: Some(&ctx.captured),
+        };
+        let result = execute(&mut self.conn, &mut self.rng, operation, &mut self.rec).await;
+        if let (false, Some(sink), Some(reply)) =
+            (plan.capture.is_empty(), &ctx.capture_sink, &result.reply)
+        {
+            if reply.status.is_success() {
+                capture(&plan.capture, &reply.body, sink);
+            }
+        }
+        ctx.done.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 async fn burst(
@@ -291,7 +324,7 @@ async fn burst(
         }
         let barrier = Arc::new(Barrier::new(size as usize));
         let mut tasks = Vec::new();
-        for (i, mut conn) in conns.drain(..).enumerate() {
+        for (i, conn) in conns.drain(..).enumerate() {
             let (plan, ctx, shared, barrier, key, sink) = (
                 plan.clone(),
                 ctx.clone(),
@@ -302,26 +335,12 @@ async fn burst(
             );
             tasks.push(tokio::spawn(async move {
                 let client = i as u32;
-                let mut rng = ctx.keys.rng(ctx.index, client ^ ((round as u32) << 16));
-                let mut rec = Recorder::worker(ctx.keep_attempts, &sink);
-                let extra = client_header(plan.client_id_header, ctx.index, client);
+                let rng = ctx.keys.rng(ctx.index, client ^ ((round as u32) << 16));
+                let mut w = Worker::new(&plan, &ctx, &sink, client, conn, rng);
                 let op = (round - 1) * u64::from(size) + i as u64 + 1;
-                one(
-                    &plan,
-                    &ctx,
-                    &shared,
-                    &mut conn,
-                    &mut rng,
-                    &mut rec,
-                    client,
-                    op,
-                    round,
-                    &key,
-                    &extra,
-                    Some(&barrier),
-                )
-                .await;
-                (conn, rec)
+                w.run(&plan, &ctx, &shared, op, Some((round, &key, &barrier)))
+                    .await;
+                (w.conn, w.rec)
             }));
         }
         for t in tasks {
@@ -420,11 +439,15 @@ async fn rate(
             sink.clone(),
         );
         tasks.push(tokio::spawn(async move {
-            let needs_key = plan.template.uses(Var::Key);
-            let mut conn = Conn::new(ctx.target.clone());
-            let mut rng = ctx.keys.rng(ctx.index, client);
-            let mut rec = Recorder::worker(ctx.keep_attempts, &sink);
-            let extra = client_header(plan.client_id_header, ctx.index, client);
+            let conn = Conn::new(ctx.target.clone());
+            let mut w = Worker::new(
+                &plan,
+                &ctx,
+                &sink,
+                client,
+                conn,
+                ctx.keys.rng(ctx.index, client),
+            );
             loop {
                 if ctx.stop.load(Ordering::Relaxed) {
                     break;
@@ -438,33 +461,14 @@ async fn rate(
                 // own sub-millisecond lateness, which every request has.
                 if tokio::time::Instant::now().saturating_duration_since(intended) > LATE_THRESHOLD
                 {
-                    rec.late_starts += 1;
+                    w.rec.late_starts += 1;
                 } else {
                     tokio::time::sleep_until(intended).await;
                 }
-                let key = if needs_key {
-                    ctx.keys.key(ctx.index, i + 1)
-                } else {
-                    String::new()
-                };
-                one(
-                    &plan,
-                    &ctx,
-                    &shared,
-                    &mut conn,
-                    &mut rng,
-                    &mut rec,
-                    client,
-                    i + 1,
-                    0,
-                    &key,
-                    &extra,
-                    None,
-                )
-                .await;
-                rec.intended(intended.elapsed());
+                w.run(&plan, &ctx, &shared, i + 1, None).await;
+                w.rec.intended(intended.elapsed());
             }
-            rec
+            w.rec
         }));
     }
     collect(tasks, ctx.keep_attempts).await
@@ -493,11 +497,15 @@ async fn closed(
             sink.clone(),
         );
         tasks.push(tokio::spawn(async move {
-            let needs_key = plan.template.uses(Var::Key);
-            let mut conn = Conn::new(ctx.target.clone());
-            let mut rng = ctx.keys.rng(ctx.index, client);
-            let mut rec = Recorder::worker(ctx.keep_attempts, &sink);
-            let extra = client_header(plan.client_id_header, ctx.index, client);
+            let conn = Conn::new(ctx.target.clone());
+            let mut w = Worker::new(
+                &plan,
+                &ctx,
+                &sink,
+                client,
+                conn,
+                ctx.keys.rng(ctx.index, client),
+            );
             loop {
                 if ctx.stop.load(Ordering::Relaxed) || end.is_some_and(|e| Instant::now() >= e) {
                     break;
@@ -506,31 +514,12 @@ async fn closed(
                 if requests.is_some_and(|r| i >= r) {
                     break;
                 }
-                let key = if needs_key {
-                    ctx.keys.key(ctx.index, i + 1)
-                } else {
-                    String::new()
-                };
-                one(
-                    &plan,
-                    &ctx,
-                    &shared,
-                    &mut conn,
-                    &mut rng,
-                    &mut rec,
-                    client,
-                    i + 1,
-                    0,
-                    &key,
-                    &extra,
-                    None,
-                )
-                .await;
+                w.run(&plan, &ctx, &shared, i + 1, None).await;
                 if !think.is_zero() {
                     tokio::time::sleep(think).await;
                 }
             }
-            rec
+            w.rec
         }));
     }
     collect(tasks, ctx.keep_attempts).await
@@ -555,12 +544,16 @@ async fn fleet(
             sink.clone(),
         );
         tasks.push(tokio::spawn(async move {
-            let needs_key = plan.template.uses(Var::Key);
-            let mut conn = Conn::new(ctx.target.clone());
-            let mut rng = ctx.keys.rng(ctx.index, client);
-            let mut rec = Recorder::worker(ctx.keep_attempts, &sink);
-            let extra = client_header(plan.client_id_header, ctx.index, client);
-            if let Err(e) = conn.open().await {
+            let conn = Conn::new(ctx.target.clone());
+            let mut w = Worker::new(
+                &plan,
+                &ctx,
+                &sink,
+                client,
+                conn,
+                ctx.keys.rng(ctx.index, client),
+            );
+            if let Err(e) = w.conn.open().await {
                 tracing::warn!("fleet client {client} could not connect: {e}");
             }
             barrier.wait().await;
@@ -569,18 +562,9 @@ async fn fleet(
                     break;
                 }
                 let op = u64::from(client) * operations + k + 1;
-                let key = if needs_key {
-                    ctx.keys.key(ctx.index, op)
-                } else {
-                    String::new()
-                };
-                one(
-                    &plan, &ctx, &shared, &mut conn, &mut rng, &mut rec, client, op, 0, &key,
-                    &extra, None,
-                )
-                .await;
+                w.run(&plan, &ctx, &shared, op, None).await;
             }
-            rec
+            w.rec
         }));
     }
     collect(tasks, ctx.keep_attempts).await
