@@ -245,6 +245,19 @@ impl Worker {
         }
     }
 
+    /// Client `client` on a new connection, with the phase's usual random source.
+    fn fresh(plan: &PhasePlan, ctx: &PhaseCtx, sink: &Arc<Sink>, client: u32) -> Worker {
+        let conn = Conn::new(ctx.target.clone());
+        Worker::new(
+            plan,
+            ctx,
+            sink,
+            client,
+            conn,
+            ctx.keys.rng(ctx.index, client),
+        )
+    }
+
     /// Runs operation `op` under the phase's policy. A burst member passes its round, the
     /// round's shared key and the release point its first attempt waits at; any other operation
     /// uses its own key.
@@ -439,15 +452,7 @@ async fn rate(
             sink.clone(),
         );
         tasks.push(tokio::spawn(async move {
-            let conn = Conn::new(ctx.target.clone());
-            let mut w = Worker::new(
-                &plan,
-                &ctx,
-                &sink,
-                client,
-                conn,
-                ctx.keys.rng(ctx.index, client),
-            );
+            let mut w = Worker::fresh(&plan, &ctx, &sink, client);
             loop {
                 if ctx.stop.load(Ordering::Relaxed) {
                     break;
@@ -497,15 +502,7 @@ async fn closed(
             sink.clone(),
         );
         tasks.push(tokio::spawn(async move {
-            let conn = Conn::new(ctx.target.clone());
-            let mut w = Worker::new(
-                &plan,
-                &ctx,
-                &sink,
-                client,
-                conn,
-                ctx.keys.rng(ctx.index, client),
-            );
+            let mut w = Worker::fresh(&plan, &ctx, &sink, client);
             loop {
                 if ctx.stop.load(Ordering::Relaxed) || end.is_some_and(|e| Instant::now() >= e) {
                     break;
@@ -544,15 +541,7 @@ async fn fleet(
             sink.clone(),
         );
         tasks.push(tokio::spawn(async move {
-            let conn = Conn::new(ctx.target.clone());
-            let mut w = Worker::new(
-                &plan,
-                &ctx,
-                &sink,
-                client,
-                conn,
-                ctx.keys.rng(ctx.index, client),
-            );
+            let mut w = Worker::fresh(&plan, &ctx, &sink, client);
             if let Err(e) = w.conn.open().await {
                 tracing::warn!("fleet client {client} could not connect: {e}");
             }
