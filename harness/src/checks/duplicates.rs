@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use super::evidence::{attach, Findings};
 use super::failure;
 use super::idle::IdleMap;
-use super::operations::Fingerprint;
+use super::operations::{Fingerprint, FingerprintRef};
 use super::{Attempt, Check, Context};
 
 /// Configuration of the `duplicates` check.
@@ -126,7 +126,9 @@ impl DuplicatesCheck {
     }
 
     fn observe_chain(&mut self, e: &fault_server::Entry, key: Option<&String>) {
-        let Some(fp) = Fingerprint::of(e) else { return };
+        let Some(fp) = FingerprintRef::of(e) else {
+            return;
+        };
         let failed = failure::failed(e);
         let window = self.window_us;
         let now = e.t_recv_us.max(e.t_done_us);
@@ -154,7 +156,7 @@ impl DuplicatesCheck {
             chain.last_done_us = e.t_done_us;
         }
         if let Some(c) = closed {
-            self.judge_chain(fp, c);
+            self.judge_chain(fp.to_fingerprint(), c);
         }
     }
 

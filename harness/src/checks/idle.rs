@@ -99,6 +99,24 @@ impl Hasher for PreHashed {
     }
 }
 
+/// A key as looked up: the stored key type itself, or a borrowed form of it that hashes the same
+/// way (so a lookup does not have to build an owned key first).
+pub(crate) trait Probe<K>: Hash {
+    /// True when `self` names `key`.
+    fn is(&self, key: &K) -> bool;
+    /// The owned key, stored when the lookup inserts.
+    fn to_key(&self) -> K;
+}
+
+impl<K: Hash + Eq + Clone> Probe<K> for K {
+    fn is(&self, key: &K) -> bool {
+        self == key
+    }
+    fn to_key(&self) -> K {
+        self.clone()
+    }
+}
+
 /// Per-key state with a last-activity time; idle keys are handed back by [`IdleMap::expire`].
 #[derive(Debug)]
 pub(crate) struct IdleMap<K, V> {
@@ -127,11 +145,11 @@ impl<K: Hash + Eq + Ord + Clone, V> IdleMap<K, V> {
 
     /// The slot hash of `key` and whether it is present. A 64-bit collision (two keys, one hash)
     /// moves the second key to the next free hash.
-    fn find(&self, key: &K) -> (u64, bool) {
+    fn find(&self, key: &(impl Probe<K> + ?Sized)) -> (u64, bool) {
         let mut h = slot_hash(key);
         loop {
             match self.map.get(&h) {
-                Some(slot) if slot.key == *key => return (h, true),
+                Some(slot) if key.is(&slot.key) => return (h, true),
                 Some(_) => h = h.wrapping_add(1),
                 None => return (h, false),
             }
@@ -139,7 +157,7 @@ impl<K: Hash + Eq + Ord + Clone, V> IdleMap<K, V> {
     }
 
     /// The value for `key`, if it is open.
-    pub(crate) fn get(&self, key: &K) -> Option<&V> {
+    pub(crate) fn get(&self, key: &(impl Probe<K> + ?Sized)) -> Option<&V> {
         match self.find(key) {
             (h, true) => self.map.get(&h).map(|s| &s.value),
             _ => None,
@@ -147,13 +165,18 @@ impl<K: Hash + Eq + Ord + Clone, V> IdleMap<K, V> {
     }
 
     /// The value for `key` (created by `init` when absent), marked active at `at_us`.
-    pub(crate) fn touch(&mut self, key: &K, at_us: u64, init: impl FnOnce() -> V) -> &mut V {
+    pub(crate) fn touch(
+        &mut self,
+        key: &(impl Probe<K> + ?Sized),
+        at_us: u64,
+        init: impl FnOnce() -> V,
+    ) -> &mut V {
         let (h, present) = self.find(key);
         if !present {
             self.queue.push_back((at_us, h));
         }
         let slot = self.map.entry(h).or_insert_with(|| Slot {
-            key: key.clone(),
+            key: key.to_key(),
             last_us: at_us,
             value: init(),
         });
@@ -165,7 +188,7 @@ impl<K: Hash + Eq + Ord + Clone, V> IdleMap<K, V> {
     /// queue has not closed yet) is first removed and returned: the key starts afresh.
     pub(crate) fn touch_fresh(
         &mut self,
-        key: &K,
+        key: &(impl Probe<K> + ?Sized),
         now_us: u64,
         at_us: u64,
         init: impl FnOnce() -> V,
@@ -184,7 +207,7 @@ impl<K: Hash + Eq + Ord + Clone, V> IdleMap<K, V> {
             self.queue.push_back((at_us, h));
         }
         let slot = self.map.entry(h).or_insert_with(|| Slot {
-            key: key.clone(),
+            key: key.to_key(),
             last_us: at_us,
             value: init(),
         });
@@ -193,7 +216,7 @@ impl<K: Hash + Eq + Ord + Clone, V> IdleMap<K, V> {
     }
 
     /// Removes `key` now, whatever its activity.
-    pub(crate) fn remove(&mut self, key: &K) -> Option<V> {
+    pub(crate) fn remove(&mut self, key: &(impl Probe<K> + ?Sized)) -> Option<V> {
         match self.find(key) {
             (h, true) => self.map.remove(&h).map(|s| s.value),
             _ => None,

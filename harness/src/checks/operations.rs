@@ -76,12 +76,55 @@ pub struct Fingerprint {
 impl Fingerprint {
     /// The fingerprint of `e`, when it has a client id and a body hash.
     pub fn of(e: &Entry) -> Option<Fingerprint> {
-        Some(Fingerprint {
-            client: e.client_id.clone()?,
-            method: e.method.clone(),
-            path: e.path.clone(),
-            body: e.body_sha256.clone()?,
+        FingerprintRef::of(e).map(FingerprintRef::to_fingerprint)
+    }
+}
+
+/// A [`Fingerprint`] borrowed from its entry: what lookups use, so that finding a request's
+/// operation copies nothing. It hashes exactly as the owned form (same fields, same order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FingerprintRef<'a> {
+    /// The `x-client-id`.
+    pub client: &'a str,
+    /// HTTP method.
+    pub method: &'a str,
+    /// Request path.
+    pub path: &'a str,
+    /// Hex SHA-256 of the body.
+    pub body: &'a str,
+}
+
+impl<'a> FingerprintRef<'a> {
+    /// The fingerprint of `e`, when it has a client id and a body hash.
+    pub fn of(e: &'a Entry) -> Option<FingerprintRef<'a>> {
+        Some(FingerprintRef {
+            client: e.client_id.as_deref()?,
+            method: &e.method,
+            path: &e.path,
+            body: e.body_sha256.as_deref()?,
         })
+    }
+
+    /// The owned fingerprint.
+    pub fn to_fingerprint(self) -> Fingerprint {
+        Fingerprint {
+            client: self.client.to_string(),
+            method: self.method.to_string(),
+            path: self.path.to_string(),
+            body: self.body.to_string(),
+        }
+    }
+}
+
+impl super::idle::Probe<Fingerprint> for FingerprintRef<'_> {
+    fn is(&self, fp: &Fingerprint) -> bool {
+        self.client == fp.client
+            && self.method == fp.method
+            && self.path == fp.path
+            && self.body == fp.body
+    }
+    fn to_key(&self) -> Fingerprint {
+        self.to_fingerprint()
     }
 }
 
@@ -381,7 +424,7 @@ impl OperationTracker {
         if let Some(old) = stale {
             self.closed.push(old.close(step.key.clone()));
         }
-        if let Some(fp) = Fingerprint::of(e) {
+        if let Some(fp) = FingerprintRef::of(e) {
             if failed {
                 *self
                     .failed_by_fingerprint
@@ -452,7 +495,7 @@ impl OperationTracker {
                 {
                     // A key never seen before, on a request that repeats a failed one: the client
                     // regenerated its key for a retry. Still the same operation.
-                    if let Some(fp) = Fingerprint::of(e) {
+                    if let Some(fp) = FingerprintRef::of(e) {
                         if let Some((op_key, done_us)) = self.failed_by_fingerprint.get(&fp) {
                             if e.t_recv_us.saturating_sub(*done_us) <= self.window_us
                                 && self.open.get(op_key).is_some()
