@@ -10,7 +10,8 @@ use std::path::Path;
 use fault_server::Entry;
 use reports::model::{Report, Series, Timeline};
 
-use crate::checks::{ChecksConfig, ChecksRunner};
+use crate::checks::operations::Step;
+use crate::checks::{Attempt, ChecksConfig, ChecksRunner, ClosedOperation, OperationTracker};
 use crate::metrics::{latency_ms, Recorder};
 
 /// A journal that cannot be read.
@@ -30,63 +31,70 @@ pub enum AnalyzeError {
     },
 }
 
+/// Entries parsed per batch handed from the reader thread to the checks.
+const BATCH: usize = 2048;
+/// Batches in flight between the two threads.
+const BATCHES_IN_FLIGHT: usize = 4;
+
 /// Reads `path` and runs the checks of `cfg` on it.
+///
+/// Why two threads: parsing a line and placing it in its operation cost about as much as judging
+/// it. A reader thread parses batches of entries and groups them into operations while this one
+/// feeds them to the checks, so the two halves overlap.
 pub fn analyze_file(path: &Path, cfg: &ChecksConfig) -> Result<Report, AnalyzeError> {
     let shown = path.display().to_string();
     let file = std::fs::File::open(path).map_err(|source| AnalyzeError::Read {
         path: shown.clone(),
         source,
     })?;
-    let reader = std::io::BufReader::with_capacity(1 << 20, file);
-    let mut runner = ChecksRunner::new(cfg);
-    let mut rec = Recorder::new(false);
-    let mut first_us = None;
-    let mut last_us = 0u64;
-    // Requests per 100 ms bin and label; re-binned to about 60 windows at the end.
-    let mut bins: BTreeMap<(u64, String), u64> = BTreeMap::new();
-    for (i, line) in reader.lines().enumerate() {
-        let line = line.map_err(|source| AnalyzeError::Read {
+    let (tx, rx) = std::sync::mpsc::sync_channel(BATCHES_IN_FLIGHT);
+    // Judged batches go back to the reader, which frees them: memory is cheapest to free on the
+    // thread that allocated it.
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let reader_shown = shown.clone();
+    let (mut tracker, mut checks) = ChecksRunner::split(cfg);
+    let reader = std::thread::Builder::new()
+        .name("journal-reader".into())
+        .spawn(move || {
+            read_batches(file, &reader_shown, &mut tracker, &tx, &done_rx)?;
+            Ok(tracker.finish())
+        })
+        .map_err(|source| AnalyzeError::Read {
             path: shown.clone(),
             source,
         })?;
-        if line.trim().is_empty() {
-            continue;
+    let mut tally = Tally::default();
+    for batch in rx.iter() {
+        for t in &batch {
+            tally.observe(&t.entry);
+            checks.observe(&Attempt {
+                entry: &t.entry,
+                retry_after_s: None,
+                step: &t.step,
+            });
+            checks.close(&t.closed);
         }
-        let e: Entry = serde_json::from_str(&line).map_err(|err| AnalyzeError::Entry {
-            path: shown.clone(),
-            line: i + 1,
-            column: err.column(),
-            message: err
-                .to_string()
-                .split(" at line ")
-                .next()
-                .unwrap_or_default()
-                .to_string(),
-        })?;
-        let t0 = *first_us.get_or_insert(e.t_recv_us);
-        last_us = last_us.max(e.t_done_us);
-        let label = match (e.outcome, e.status) {
-            (fault_server::Outcome::Responded, Some(s)) => s.to_string(),
-            (fault_server::Outcome::Responded, None) => "malformed".to_string(),
-            (o, _) => o.as_str().to_string(),
-        };
-        *bins
-            .entry((e.t_recv_us.saturating_sub(t0) / 100_000, label))
-            .or_default() += 1;
-        let responded = e.outcome == fault_server::Outcome::Responded && e.status.is_some();
-        rec.result(e.status.filter(|_| responded), None);
-        if !responded {
-            rec.errors[crate::http::ErrorKind::Other.index()] += 1;
-        }
-        if e.key_attempt.is_some_and(|a| a > 1) {
-            rec.retries += 1;
-        }
-        rec.latency(std::time::Duration::from_micros(
-            e.t_done_us.saturating_sub(e.t_recv_us),
-        ));
-        runner.observe(e);
+        // The reader may have finished already; then the batch is freed here.
+        let _ = done_tx.send(batch);
     }
-    let checks = runner.finish();
+    // The channel ended: the reader is done, with an error if the file was bad.
+    let still_open = match reader.join() {
+        Ok(Ok(still_open)) => still_open,
+        Ok(Err(e)) => return Err(e),
+        Err(_) => {
+            return Err(AnalyzeError::Read {
+                path: shown,
+                source: std::io::Error::other("the journal reader stopped unexpectedly"),
+            })
+        }
+    };
+    let checks = checks.finish(still_open);
+    let Tally {
+        rec,
+        first_us,
+        last_us,
+        bins,
+    } = tally;
     let span_us = last_us.saturating_sub(first_us.unwrap_or(0));
     let mut requests = rec.requests();
     requests.errors = requests.sent - requests.completed;
@@ -115,12 +123,153 @@ pub fn analyze_file(path: &Path, cfg: &ChecksConfig) -> Result<Report, AnalyzeEr
     })
 }
 
-fn rebin(bins: &BTreeMap<(u64, String), u64>, span_us: u64) -> Timeline {
+/// A journal entry placed in its operation, with the operations that closed on the way.
+struct Tracked {
+    entry: Entry,
+    step: Step,
+    closed: Vec<ClosedOperation>,
+}
+
+/// Parses the journal, places each entry in its operation and sends them to `tx` in batches of
+/// [`BATCH`]; stops at the first line that is not an entry, or when the receiver is gone.
+fn read_batches(
+    file: std::fs::File,
+    shown: &str,
+    tracker: &mut OperationTracker,
+    tx: &std::sync::mpsc::SyncSender<Vec<Tracked>>,
+    done: &std::sync::mpsc::Receiver<Vec<Tracked>>,
+) -> Result<(), AnalyzeError> {
+    let next_batch = || match done.try_recv() {
+        Ok(mut old) => {
+            old.clear();
+            old
+        }
+        Err(_) => Vec::with_capacity(BATCH),
+    };
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
+    let mut line = Vec::with_capacity(1024);
+    let mut batch = Vec::with_capacity(BATCH);
+    let mut number = 0usize;
+    loop {
+        line.clear();
+        let n = reader
+            .read_until(b'\n', &mut line)
+            .map_err(|source| AnalyzeError::Read {
+                path: shown.to_string(),
+                source,
+            })?;
+        if n == 0 {
+            break;
+        }
+        number += 1;
+        if line.trim_ascii().is_empty() {
+            continue;
+        }
+        let e: Entry = serde_json::from_slice(&line).map_err(|err| AnalyzeError::Entry {
+            path: shown.to_string(),
+            line: number,
+            column: err.column(),
+            message: err
+                .to_string()
+                .split(" at line ")
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+        })?;
+        let step = tracker.observe(&e, None);
+        batch.push(Tracked {
+            entry: e,
+            step,
+            closed: tracker.take_closed(),
+        });
+        if batch.len() == BATCH {
+            let full = std::mem::replace(&mut batch, next_batch());
+            if tx.send(full).is_err() {
+                return Ok(());
+            }
+        }
+    }
+    if !batch.is_empty() {
+        let _ = tx.send(batch);
+    }
+    Ok(())
+}
+
+/// How a request ended, as the timeline labels it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Label {
+    Status(u16),
+    Malformed,
+    Outcome(&'static str),
+}
+
+impl Label {
+    fn of(e: &Entry) -> Label {
+        match (e.outcome, e.status) {
+            (fault_server::Outcome::Responded, Some(s)) => Label::Status(s),
+            (fault_server::Outcome::Responded, None) => Label::Malformed,
+            (o, _) => Label::Outcome(o.as_str()),
+        }
+    }
+
+    fn name(self) -> String {
+        match self {
+            Label::Status(s) => s.to_string(),
+            Label::Malformed => "malformed".to_string(),
+            Label::Outcome(o) => o.to_string(),
+        }
+    }
+}
+
+/// The request totals, latency and timeline of a journal, counted entry by entry.
+struct Tally {
+    rec: Recorder,
+    first_us: Option<u64>,
+    last_us: u64,
+    /// Requests per 100 ms bin and label; re-binned to about 60 windows at the end.
+    bins: BTreeMap<(u64, Label), u64>,
+}
+
+impl Default for Tally {
+    fn default() -> Self {
+        Tally {
+            rec: Recorder::new(false),
+            first_us: None,
+            last_us: 0,
+            bins: BTreeMap::new(),
+        }
+    }
+}
+
+impl Tally {
+    fn observe(&mut self, e: &Entry) {
+        let t0 = *self.first_us.get_or_insert(e.t_recv_us);
+        self.last_us = self.last_us.max(e.t_done_us);
+        *self
+            .bins
+            .entry((e.t_recv_us.saturating_sub(t0) / 100_000, Label::of(e)))
+            .or_default() += 1;
+        let responded = e.outcome == fault_server::Outcome::Responded && e.status.is_some();
+        let rec = &mut self.rec;
+        rec.result(e.status.filter(|_| responded), None);
+        if !responded {
+            rec.errors[crate::http::ErrorKind::Other.index()] += 1;
+        }
+        if e.key_attempt.is_some_and(|a| a > 1) {
+            rec.retries += 1;
+        }
+        rec.latency(std::time::Duration::from_micros(
+            e.t_done_us.saturating_sub(e.t_recv_us),
+        ));
+    }
+}
+
+fn rebin(bins: &BTreeMap<(u64, Label), u64>, span_us: u64) -> Timeline {
     let per = (span_us / 100_000 / 60).max(1);
     let len = (span_us / 100_000 / per + 1) as usize;
-    let mut series: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    let mut series: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     for ((bin, label), n) in bins {
-        let v = series.entry(label.as_str()).or_insert_with(|| vec![0; len]);
+        let v = series.entry(label.name()).or_insert_with(|| vec![0; len]);
         let i = ((bin / per) as usize).min(len - 1);
         v[i] += n;
     }
@@ -128,10 +277,93 @@ fn rebin(bins: &BTreeMap<(u64, String), u64>, span_us: u64) -> Timeline {
         window_ms: per as f64 * 100.0,
         series: series
             .into_iter()
-            .map(|(l, counts)| Series {
-                label: l.to_string(),
-                counts,
-            })
+            .map(|(label, counts)| Series { label, counts })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+    use crate::checks::testutil::entry;
+
+    /// A journal spanning several batches: 8,000 operations, every 7th retried after a 503 under
+    /// a regenerated key (same client and body), every 500th key creating two orders.
+    fn journal() -> Vec<Entry> {
+        let mut out = Vec::new();
+        for i in 0..8_000u64 {
+            let t = i as f64 * 2.0;
+            let key = format!("k{i}");
+            let client = format!("c{}", i % 40);
+            let first = entry(0, t).key(&key).client(&client).body(&key);
+            if i % 7 == 0 {
+                out.push(first.status(503).build());
+                out.push(
+                    entry(0, t + 1.0)
+                        .key(&format!("{key}-again"))
+                        .client(&client)
+                        .body(&key)
+                        .created(&format!("o{i}"))
+                        .build(),
+                );
+            } else if i % 500 == 0 {
+                out.push(first.clone().created(&format!("o{i}")).build());
+                out.push(first.took(1).created(&format!("o{i}-b")).build());
+            } else {
+                out.push(first.created(&format!("o{i}")).build());
+            }
+        }
+        for (n, e) in out.iter_mut().enumerate() {
+            e.seq = n as u64 + 1;
+        }
+        out
+    }
+
+    fn write_journal(entries: &[Entry], extra: &[(usize, &str)]) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().expect("temp file");
+        for (n, e) in entries.iter().enumerate() {
+            for (at, line) in extra {
+                if *at == n {
+                    writeln!(f, "{line}").expect("write");
+                }
+            }
+            writeln!(f, "{}", serde_json::to_string(e).expect("serialize")).expect("write");
+        }
+        f
+    }
+
+    #[test]
+    fn the_pipeline_judges_as_the_checks_do_on_one_thread() {
+        let entries = journal();
+        assert!(entries.len() > 3 * BATCH, "several batches");
+        let cfg = ChecksConfig::default();
+        let expected = crate::checks::run_checks(&cfg, &entries);
+        // A blank line is skipped, not judged.
+        let f = write_journal(&entries, &[(10, "")]);
+        let report = analyze_file(f.path(), &cfg).expect("a valid journal");
+        assert_eq!(report.checks, expected);
+        let dup = report
+            .checks
+            .iter()
+            .find(|c| c.name == "duplicates")
+            .expect("duplicates runs");
+        assert!(!dup.passed, "{}", dup.summary);
+        assert_eq!(report.requests.sent, entries.len() as u64);
+        assert_eq!(report.requests.completed, entries.len() as u64);
+    }
+
+    #[test]
+    fn a_bad_line_deep_in_the_file_is_named_by_its_number() {
+        let entries = journal();
+        let f = write_journal(&entries, &[(2 * BATCH + 5, "{\"seq\": 1, \"method\": 7}")]);
+        match analyze_file(f.path(), &ChecksConfig::default()) {
+            Err(AnalyzeError::Entry { line, column, .. }) => {
+                assert_eq!(line, 2 * BATCH + 6);
+                assert!(column > 0);
+            }
+            other => panic!("expected an entry error, got {other:?}"),
+        }
     }
 }

@@ -68,18 +68,32 @@ pub(crate) struct Context {
 /// Runs the enabled checks over a journal fed entry by entry.
 pub struct ChecksRunner {
     tracker: OperationTracker,
-    checks: Vec<Box<dyn Check>>,
+    checks: CheckSet,
     closed: Vec<ClosedOperation>,
 }
 
 impl ChecksRunner {
     /// A runner for the checks `cfg` enables.
     pub fn new(cfg: &ChecksConfig) -> Self {
+        let (tracker, checks) = ChecksRunner::split(cfg);
         ChecksRunner {
-            tracker: OperationTracker::new(&cfg.grouping),
-            checks: cfg.build(),
+            tracker,
+            checks,
             closed: Vec::new(),
         }
+    }
+
+    /// The runner's two halves, for a pipeline that groups entries into operations on one thread
+    /// and judges them on another: feed each entry to the tracker, then hand the entry, its
+    /// [`Step`](operations::Step) and the operations the tracker closed meanwhile
+    /// ([`OperationTracker::take_closed`]) to the [`CheckSet`], in that order.
+    pub fn split(cfg: &ChecksConfig) -> (OperationTracker, CheckSet) {
+        (
+            OperationTracker::new(&cfg.grouping),
+            CheckSet {
+                checks: cfg.build(),
+            },
+        )
     }
 
     /// Feeds the next journal entry; entries must come in `seq` order.
@@ -87,35 +101,48 @@ impl ChecksRunner {
         let entry = item.entry();
         let retry_after_s = item.retry_after_s();
         let step = self.tracker.observe(entry, retry_after_s);
-        let attempt = Attempt {
+        self.checks.observe(&Attempt {
             entry,
             retry_after_s,
             step: &step,
-        };
-        for check in &mut self.checks {
-            check.observe(&attempt);
-        }
-        self.dispatch_closed();
+        });
+        self.tracker.swap_closed(&mut self.closed);
+        self.checks.close(&self.closed);
     }
 
     /// The verdicts, in the order of [`CHECK_NAMES`].
-    pub fn finish(mut self) -> Vec<CheckResult> {
-        self.dispatch_closed();
-        for op in self.tracker.finish() {
-            for check in &mut self.checks {
-                check.close(&op);
-            }
+    pub fn finish(self) -> Vec<CheckResult> {
+        self.checks.finish(self.tracker.finish())
+    }
+}
+
+/// The enabled checks, fed attempts already placed in their operations.
+pub struct CheckSet {
+    checks: Vec<Box<dyn Check>>,
+}
+
+impl CheckSet {
+    /// Sees the next journal entry, with its place in its operation.
+    pub fn observe(&mut self, attempt: &Attempt<'_>) {
+        for check in &mut self.checks {
+            check.observe(attempt);
         }
-        self.checks.into_iter().map(|c| c.finish()).collect()
     }
 
-    fn dispatch_closed(&mut self) {
-        self.tracker.swap_closed(&mut self.closed);
-        for op in &self.closed {
+    /// Learns that these operations will get no more attempts.
+    pub fn close(&mut self, ops: &[ClosedOperation]) {
+        for op in ops {
             for check in &mut self.checks {
                 check.close(op);
             }
         }
+    }
+
+    /// The verdicts, in the order of [`CHECK_NAMES`], once the journal has ended and the
+    /// operations still open (from [`OperationTracker::finish`]) are closed.
+    pub fn finish(mut self, still_open: Vec<ClosedOperation>) -> Vec<CheckResult> {
+        self.close(&still_open);
+        self.checks.into_iter().map(|c| c.finish()).collect()
     }
 }
 
@@ -216,9 +243,12 @@ mod tests {
     }
 
     #[test]
-    fn a_runner_can_move_to_another_thread() {
+    fn a_runner_and_its_halves_can_move_to_another_thread() {
         fn send<T: Send>(_: &T) {}
         send(&ChecksRunner::new(&ChecksConfig::default()));
+        let (tracker, checks) = ChecksRunner::split(&ChecksConfig::default());
+        send(&tracker);
+        send(&checks);
     }
 
     #[test]
