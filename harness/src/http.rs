@@ -17,6 +17,7 @@
 
 use std::fmt;
 use std::io;
+use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::time::Duration;
@@ -528,12 +529,15 @@ async fn read_head(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<Head, A
 /// Parses the head at the start of `buf` in place; when it is complete, splits it off `buf` and
 /// builds the header map from slices of it (no copy of the values). `None` while incomplete.
 fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, AttemptError> {
-    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    // Left uninitialized: the parser writes the slots it uses, and a head is parsed per response.
+    let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
     // Offsets of each header's name and value in `buf`, kept past the parser's borrow of it.
     let mut spans = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
     let base = buf.as_ptr() as usize;
-    let mut res = httparse::Response::new(&mut slots);
-    let (len, code, minor, count) = match res.parse(buf) {
+    let mut res = httparse::Response::new(&mut []);
+    let parsed = httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut res, buf, &mut slots);
+    let (len, code, minor, count) = match parsed {
         Ok(httparse::Status::Complete(len)) => {
             for (span, h) in spans.iter_mut().zip(res.headers.iter()) {
                 let name = h.name.as_ptr() as usize - base;
@@ -664,18 +668,26 @@ async fn read_chunked(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<Byte
         buf.advance(2);
     }
     loop {
-        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        match httparse::parse_headers(buf, &mut slots) {
-            Ok(httparse::Status::Complete((len, _))) => {
+        // In its own scope so that the slots are not kept in the future across the read.
+        let parsed = {
+            let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+            match httparse::parse_headers(buf, &mut slots) {
+                Ok(httparse::Status::Complete((len, _))) => Ok(Some(len)),
+                Ok(httparse::Status::Partial) => Ok(None),
+                Err(e) => Err(e),
+            }
+        };
+        match parsed {
+            Ok(Some(len)) => {
                 buf.advance(len);
                 return Ok(body.freeze());
             }
-            Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
+            Ok(None) if buf.len() > MAX_HEAD => {
                 return Err(malformed(format!(
                     "trailer section longer than {MAX_HEAD} bytes"
                 )))
             }
-            Ok(httparse::Status::Partial) => {}
+            Ok(None) => {}
             Err(e) => return Err(malformed(format!("invalid trailer section: {e}"))),
         }
         if fill(stream, buf, READ_CHUNK).await? == 0 {
