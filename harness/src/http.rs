@@ -9,11 +9,12 @@
 //! Why not hyper's connection-level client either: with one request in flight per connection, no
 //! upgrades, no pipelining and no streamed bodies, what remains of a general client is its
 //! machinery — the request channel into the connection's dispatcher, the oneshot the response comes
-//! back on, the wake-ups between the two halves — and in profiles that machinery, not HTTP, was
-//! most of the client's CPU per request, more than twice wrk's. Here a request is serialized into a
-//! reused buffer and written with one write; the response is read into a reused buffer, its head
-//! parsed in place by `httparse`, and its head and body split off as shared `Bytes` without
-//! copying. Failures are classified into the kinds the report counts.
+//! back on, the wake-ups between the two halves. On hyper the client spent more than twice wrk's
+//! CPU per request, and in profiles that machinery, not HTTP, was where its user-space time went.
+//! Here a request is serialized into a reused buffer and written with one write; the response is
+//! read into a reused buffer, its head parsed in place by `httparse`, and its head and (sized) body
+//! split off as shared `Bytes` without copying. Failures are classified into the kinds the report
+//! counts.
 
 use std::fmt;
 use std::io;
@@ -224,9 +225,9 @@ const MIN_READ_SPACE: usize = 1024;
 ///
 /// At most one request is in flight: the request is serialized into one buffer and written with
 /// one write, then the response is read into a buffer that lives as long as the connection, its
-/// head parsed in place and its body split off without copying. The connection is reused for the
-/// next request when the response allows keep-alive, and replaced otherwise, after any error and
-/// after a timeout.
+/// head parsed in place and a sized body split off without copying (a chunked one is decoded into
+/// a buffer of its own). The connection is reused for the next request when the response allows
+/// keep-alive, and replaced otherwise, after any error and after a timeout.
 pub struct Conn {
     target: std::sync::Arc<Target>,
     host: HeaderValue,
