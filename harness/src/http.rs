@@ -424,15 +424,12 @@ fn encode(out: &mut Vec<u8>, req: &Outgoing, host: &[u8]) -> Result<(), AttemptE
 /// Whether a request with this method announces its (possibly empty) body: `POST` with no body
 /// still says `content-length: 0`, `GET` says nothing.
 fn carries_body(method: &Method) -> bool {
-    ![
-        Method::GET,
-        Method::HEAD,
-        Method::DELETE,
-        Method::OPTIONS,
-        Method::TRACE,
-        Method::CONNECT,
-    ]
-    .contains(method)
+    !(*method == Method::GET
+        || *method == Method::HEAD
+        || *method == Method::DELETE
+        || *method == Method::OPTIONS
+        || *method == Method::TRACE
+        || *method == Method::CONNECT)
 }
 
 fn push_decimal(out: &mut Vec<u8>, mut n: usize) {
