@@ -1,23 +1,32 @@
-//! The client transport: one HTTP/1.1 connection per worker, straight on hyper.
+//! The client transport: one HTTP/1.1 connection per worker, spoken directly over a
+//! `tokio::net::TcpStream`.
 //!
 //! Why not a pooled client on the hot path: a load generator wants exactly `C` connections for
 //! `--concurrency C`, each owned by one worker with no shared pool lock, no per-request URL parsing
 //! and no hidden retry. That is how wrk reaches its numbers; a plain reqwest loop spends its time in
-//! the pool and reaches about half. Failures are classified into the kinds the report counts.
+//! the pool and reaches about half.
+//!
+//! Why not hyper's connection-level client either: with one request in flight per connection, no
+//! upgrades, no pipelining and no streamed bodies, what remains of a general client is its
+//! machinery — the request channel into the connection's dispatcher, the oneshot the response comes
+//! back on, the wake-ups between the two halves. On hyper the client spent more than twice wrk's
+//! CPU per request, and in profiles that machinery, not HTTP, was where its user-space time went.
+//! Here a request is serialized into a reused buffer and written with one write; the response is
+//! read into a reused buffer, its head parsed in place by `httparse`, and its head and (sized) body
+//! split off as shared `Bytes` without copying. Failures are classified into the kinds the report
+//! counts.
 
 use std::fmt;
-use std::future::Future;
 use std::io;
+use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1::{self, SendRequest};
-use hyper_util::rt::TokioIo;
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::HeaderName;
+use http::{HeaderMap, HeaderValue, Method, StatusCode};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
@@ -199,26 +208,39 @@ pub struct Outgoing {
     pub body: Bytes,
 }
 
-/// hyper's state machine for one connection: it reads and writes the socket.
-type Driver = http1::Connection<TokioIo<TcpStream>, Full<Bytes>>;
+/// Most header fields a response head (or a chunked body's trailer section) may have.
+const MAX_HEADERS: usize = 64;
+/// Largest response head accepted (status line and header fields); a longer one is `Malformed`.
+const MAX_HEAD: usize = 64 * 1024;
+/// Longest chunk-size line accepted (size and chunk extensions).
+const MAX_CHUNK_LINE: usize = 16 * 1024;
+/// The read buffer grows by at least this much when it runs low.
+const READ_CHUNK: usize = 8 * 1024;
+/// The read buffer grows by at most this much at once, whatever length a response announces.
+const MAX_RESERVE: usize = 1024 * 1024;
+/// Free space below which the read buffer is grown (or its space reclaimed) before a read.
+const MIN_READ_SPACE: usize = 1024;
 
 /// One HTTP/1.1 connection that reconnects when it breaks.
 ///
-/// Why the connection is driven by the worker's own task rather than a spawned one: with a spawned
-/// driver every request crosses tasks four times (request in, head out, body wanted, body out),
-/// each a wake-up and a trip through the scheduler. Polling the driver in the same future that
-/// waits for the response does the same work with none of those hand-offs.
+/// At most one request is in flight: the request is serialized into one buffer and written with
+/// one write, then the response is read into a buffer that lives as long as the connection, its
+/// head parsed in place and a sized body split off without copying (a chunked one is decoded into
+/// a buffer of its own). The connection is reused for the next request when the response allows
+/// keep-alive, and replaced otherwise, after any error and after a timeout.
 pub struct Conn {
     target: std::sync::Arc<Target>,
     host: HeaderValue,
-    sender: Option<SendRequest<Full<Bytes>>>,
-    driver: Option<Pin<Box<Driver>>>,
+    stream: Option<TcpStream>,
+    /// The serialized request, reused from one request to the next.
+    out: Vec<u8>,
+    /// Bytes read from the socket and not yet consumed. Heads and bodies are split off it as
+    /// shared `Bytes`; once the caller drops a reply, its space is reclaimed for the next read.
+    buf: BytesMut,
     /// One timer for the connection's life, moved forward for each request: re-arming a later
     /// deadline is an atomic store, where a fresh `tokio::time::timeout` per request inserts into
     /// and removes from the runtime's shared timer wheel under its lock.
     timer: Option<Pin<Box<Sleep>>>,
-    /// The last request URI, parsed: a load sends the same path again and again.
-    last_uri: Option<(String, Uri)>,
 }
 
 impl Conn {
@@ -229,20 +251,22 @@ impl Conn {
         Conn {
             target,
             host,
-            sender: None,
-            driver: None,
+            stream: None,
+            out: Vec::new(),
+            buf: BytesMut::new(),
             timer: None,
-            last_uri: None,
         }
     }
 
-    /// Opens the TCP connection now (bursts open theirs before the release).
+    /// Opens the TCP connection now (bursts open theirs before the release). An open connection
+    /// is kept unless the server closed it while it was idle.
     pub async fn open(&mut self) -> Result<(), AttemptError> {
-        self.poll_idle();
-        if self.sender.as_ref().is_some_and(|s| !s.is_closed()) && self.driver.is_some() {
-            return Ok(());
+        if self.stream.is_some() {
+            if self.still_open() {
+                return Ok(());
+            }
+            self.close();
         }
-        self.close();
         let stream = TcpStream::connect(self.target.addr)
             .await
             .map_err(|e| AttemptError {
@@ -250,30 +274,34 @@ impl Conn {
                 message: format!("{}: {e}", self.target.addr),
             })?;
         let _ = stream.set_nodelay(true);
-        let (sender, driver) = http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(classify)?;
-        self.sender = Some(sender);
-        self.driver = Some(Box::pin(driver));
+        self.buf.clear();
+        self.stream = Some(stream);
         Ok(())
     }
 
-    /// Lets the driver see what happened while the connection was idle (the server may have
-    /// closed it), without waiting; a finished driver means the connection is gone.
-    fn poll_idle(&mut self) {
-        let Some(d) = self.driver.as_mut() else {
-            return;
+    /// Whether the idle connection can carry another request: looks, without waiting, at what
+    /// arrived while it was idle. End of stream means the server closed it (an idle timeout, a
+    /// restart); an error means it was reset; bytes nobody asked for (a server's `408` before it
+    /// closes, say) belong to no request. In each case the connection is replaced rather than
+    /// failing the next request. Only what the runtime's I/O driver has already seen is looked
+    /// at, so a close that arrives at the same instant as the request still fails it.
+    fn still_open(&mut self) -> bool {
+        let Some(stream) = &self.stream else {
+            return false;
         };
-        let waker = std::task::Waker::noop();
-        let mut cx = Context::from_waker(waker);
-        if d.as_mut().poll(&mut cx).is_ready() {
-            self.close();
+        self.buf.clear();
+        if self.buf.capacity() < MIN_READ_SPACE {
+            self.buf.reserve(READ_CHUNK);
+        }
+        match stream.try_read_buf(&mut self.buf) {
+            Err(e) => e.kind() == io::ErrorKind::WouldBlock,
+            Ok(_) => false,
         }
     }
 
     fn close(&mut self) {
-        self.sender = None;
-        self.driver = None;
+        self.stream = None;
+        self.buf.clear();
     }
 
     /// Sends one request and reads the whole response, within `timeout`.
@@ -281,8 +309,9 @@ impl Conn {
         self.send_released(req, timeout, None).await
     }
 
-    /// Like [`Conn::send`], but once the connection is ready and the request built, waits at
-    /// `release` so that every member of a burst sends at the same instant.
+    /// Like [`Conn::send`], but once the connection is open and the request serialized, waits at
+    /// `release` so that every member of a burst sends at the same instant: after the release
+    /// there is only the write.
     pub async fn send_released(
         &mut self,
         req: Outgoing,
@@ -299,7 +328,7 @@ impl Conn {
         };
         let result = tokio::select! {
             biased;
-            r = self.send_inner(req, release) => Some(r),
+            r = self.exchange(req, release) => Some(r),
             _ = timer.as_mut() => None,
         };
         self.timer = Some(timer);
@@ -310,7 +339,7 @@ impl Conn {
                 Err(e)
             }
             None => {
-                // The connection may still deliver the late response; never reuse it.
+                // The late response may still arrive; never reuse the connection.
                 self.close();
                 Err(AttemptError {
                     kind: ErrorKind::Timeout,
@@ -320,129 +349,418 @@ impl Conn {
         }
     }
 
-    async fn send_inner(
+    async fn exchange(
         &mut self,
         req: Outgoing,
         release: Option<&tokio::sync::Barrier>,
     ) -> Result<Reply, AttemptError> {
         self.open().await?;
-        let uri = match &self.last_uri {
-            Some((s, u)) if *s == req.uri => u.clone(),
-            _ => {
-                let u = Uri::try_from(req.uri.as_str()).map_err(|e| AttemptError {
-                    kind: ErrorKind::Other,
-                    message: e.to_string(),
-                })?;
-                self.last_uri = Some((req.uri, u.clone()));
-                u
-            }
-        };
-        let mut request = Request::new(Full::new(req.body));
-        *request.method_mut() = req.method;
-        *request.uri_mut() = uri;
-        *request.headers_mut() = req.headers;
-        request
-            .headers_mut()
-            .insert(http::header::HOST, self.host.clone());
-        let Some(sender) = self.sender.as_mut() else {
+        encode(&mut self.out, &req, self.host.as_bytes())?;
+        let head_only = req.method == Method::HEAD;
+        let asked_close = has_token(&req.headers, http::header::CONNECTION, "close");
+        drop(req);
+        if let Some(b) = release {
+            b.wait().await;
+        }
+        let Some(stream) = self.stream.as_mut() else {
             return Err(AttemptError {
                 kind: ErrorKind::Other,
                 message: "connection unavailable".into(),
             });
         };
-        let exchange = async move {
-            sender.ready().await.map_err(classify)?;
-            if let Some(b) = release {
-                b.wait().await;
-            }
-            let res = sender.send_request(request).await.map_err(classify)?;
-            let (parts, body) = res.into_parts();
-            let body = body.collect().await.map_err(classify)?.to_bytes();
-            Ok::<_, AttemptError>((parts, body))
-        };
-        let (parts, body) = drive(exchange, &mut self.driver).await?;
-        if self.driver.is_none()
-            || parts
-                .headers
-                .get(http::header::CONNECTION)
-                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"))
-        {
+        stream
+            .write_all(&self.out)
+            .await
+            .map_err(|e| io_failure("writing the request", e))?;
+        let (reply, reusable) = read_response(stream, &mut self.buf, head_only).await?;
+        // Bytes after a complete response answer no request of ours: the connection's framing
+        // can no longer be trusted, so it is not reused.
+        if !reusable || asked_close || !self.buf.is_empty() {
             self.close();
         }
-        Ok(Reply {
-            status: parts.status,
-            headers: parts.headers,
-            body,
-        })
+        Ok(reply)
     }
 }
 
-/// Runs `work` to completion while polling the connection's driver in the same task. A driver
-/// that finishes first (the connection closed) is dropped, which fails whatever `work` still waits
-/// for.
-async fn drive<F: Future>(work: F, driver: &mut Option<Pin<Box<Driver>>>) -> F::Output {
-    let mut work = std::pin::pin!(work);
-    std::future::poll_fn(|cx| {
-        // A response takes a few hand-offs between the two (request queued, head parsed, body
-        // wanted, body delivered); alternating a few times here saves a reschedule for each.
-        for _ in 0..4 {
-            if let Poll::Ready(out) = work.as_mut().poll(cx) {
-                return Poll::Ready(out);
-            }
-            let Some(d) = driver.as_mut() else {
-                return Poll::Pending;
-            };
-            if d.as_mut().poll(cx).is_ready() {
-                *driver = None;
-            }
+/// Serializes `req` into `out`: request line, `Host`, the request's headers, `content-length`,
+/// then the body. The framing headers are always derived from the body, never copied.
+fn encode(out: &mut Vec<u8>, req: &Outgoing, host: &[u8]) -> Result<(), AttemptError> {
+    let target = req.uri.as_bytes();
+    if target.is_empty() || !target.iter().all(|b| (0x21..=0x7e).contains(b)) {
+        return Err(AttemptError {
+            kind: ErrorKind::Other,
+            message: format!("invalid request target {:?}", req.uri),
+        });
+    }
+    out.clear();
+    out.extend_from_slice(req.method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target);
+    out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
+    out.extend_from_slice(host);
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in &req.headers {
+        if name == http::header::HOST
+            || name == http::header::CONTENT_LENGTH
+            || name == http::header::TRANSFER_ENCODING
+        {
+            continue;
         }
-        Poll::Pending
-    })
-    .await
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if !req.body.is_empty() || carries_body(&req.method) {
+        out.extend_from_slice(b"content-length: ");
+        push_decimal(out, req.body.len());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(&req.body);
+    Ok(())
 }
 
-/// Maps a hyper error to the kind the report counts.
-pub fn classify(e: hyper::Error) -> AttemptError {
-    let kind = if e.is_parse() || e.is_parse_status() || e.is_parse_too_large() {
-        ErrorKind::Malformed
-    } else if has_io_kind(&e, io::ErrorKind::ConnectionReset) {
-        ErrorKind::Reset
-    } else if e.is_incomplete_message() || e.is_closed() || e.is_canceled() {
-        ErrorKind::Closed
-    } else if e.is_timeout() {
-        ErrorKind::Timeout
-    } else if has_io_kind(&e, io::ErrorKind::UnexpectedEof) || e.is_body_write_aborted() {
-        ErrorKind::Closed
+/// Whether a request with this method announces its (possibly empty) body: `POST` with no body
+/// still says `content-length: 0`, `GET` says nothing.
+fn carries_body(method: &Method) -> bool {
+    !(*method == Method::GET
+        || *method == Method::HEAD
+        || *method == Method::DELETE
+        || *method == Method::OPTIONS
+        || *method == Method::TRACE
+        || *method == Method::CONNECT)
+}
+
+fn push_decimal(out: &mut Vec<u8>, mut n: usize) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
+/// A parsed response head.
+struct Head {
+    status: StatusCode,
+    /// `HTTP/1.0`: keep-alive only when asked for.
+    http10: bool,
+    headers: HeaderMap,
+}
+
+/// Reads one response to a request (`head_only` for `HEAD`), skipping interim `1xx` responses.
+/// Returns it and whether the connection may carry another request.
+async fn read_response(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    head_only: bool,
+) -> Result<(Reply, bool), AttemptError> {
+    let head = loop {
+        let head = read_head(stream, buf).await?;
+        let code = head.status.as_u16();
+        if !(100..200).contains(&code) || code == 101 {
+            break head;
+        }
+    };
+    let code = head.status.as_u16();
+    let headers = &head.headers;
+    let mut reusable = code != 101
+        && !has_token(headers, http::header::CONNECTION, "close")
+        && (!head.http10 || has_token(headers, http::header::CONNECTION, "keep-alive"));
+    let body = if head_only || code < 200 || code == 204 || code == 304 {
+        Bytes::new()
+    } else if headers.contains_key(http::header::TRANSFER_ENCODING) {
+        if !last_token_is(headers, http::header::TRANSFER_ENCODING, "chunked") {
+            // Not chunked at the end: the body ends when the connection does.
+            reusable = false;
+            read_to_close(stream, buf).await?
+        } else {
+            if headers.contains_key(http::header::CONTENT_LENGTH) {
+                // Both framings: chunked wins, and the connection is not trusted afterwards.
+                reusable = false;
+            }
+            read_chunked(stream, buf).await?
+        }
+    } else if let Some(len) = content_length(headers)? {
+        read_sized(stream, buf, len).await?
     } else {
-        ErrorKind::Other
+        reusable = false;
+        read_to_close(stream, buf).await?
+    };
+    let reply = Reply {
+        status: head.status,
+        headers: head.headers,
+        body,
+    };
+    Ok((reply, reusable))
+}
+
+/// Reads until a complete head is in `buf`, then splits it off.
+async fn read_head(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<Head, AttemptError> {
+    loop {
+        if !buf.is_empty() {
+            if let Some(head) = parse_head(buf)? {
+                return Ok(head);
+            }
+            if buf.len() >= MAX_HEAD {
+                return Err(malformed(format!(
+                    "response head longer than {MAX_HEAD} bytes"
+                )));
+            }
+        }
+        if fill(stream, buf, READ_CHUNK).await? == 0 {
+            return Err(closed(if buf.is_empty() {
+                "connection closed before a response"
+            } else {
+                "connection closed in the middle of the response head"
+            }));
+        }
+    }
+}
+
+/// Parses the head at the start of `buf` in place; when it is complete, splits it off `buf` and
+/// builds the header map from slices of it (no copy of the values). `None` while incomplete.
+fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, AttemptError> {
+    // Left uninitialized: the parser writes the slots it uses, and a head is parsed per response.
+    let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    // Offsets of each header's name and value in `buf`, kept past the parser's borrow of it.
+    let mut spans = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
+    let base = buf.as_ptr() as usize;
+    let mut res = httparse::Response::new(&mut []);
+    let parsed = httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut res, buf, &mut slots);
+    let (len, code, minor, count) = match parsed {
+        Ok(httparse::Status::Complete(len)) => {
+            for (span, h) in spans.iter_mut().zip(res.headers.iter()) {
+                let name = h.name.as_ptr() as usize - base;
+                let value = h.value.as_ptr() as usize - base;
+                *span = (name, name + h.name.len(), value, value + h.value.len());
+            }
+            (
+                len,
+                res.code.unwrap_or(0),
+                res.version.unwrap_or(1),
+                res.headers.len(),
+            )
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(malformed(format!("invalid response head: {e}"))),
+    };
+    let status =
+        StatusCode::from_u16(code).map_err(|_| malformed(format!("invalid status code {code}")))?;
+    let head = buf.split_to(len).freeze();
+    let mut headers = HeaderMap::with_capacity(count);
+    for &(name_start, name_end, value_start, value_end) in &spans[..count] {
+        let name = HeaderName::from_bytes(&head[name_start..name_end])
+            .map_err(|e| malformed(format!("invalid header name: {e}")))?;
+        let value = HeaderValue::from_maybe_shared(head.slice(value_start..value_end))
+            .map_err(|e| malformed(format!("invalid value of {name}: {e}")))?;
+        headers.append(name, value);
+    }
+    Ok(Some(Head {
+        status,
+        http10: minor == 0,
+        headers,
+    }))
+}
+
+/// The body length a `Content-Length` announces. Repeated fields (or a list) must agree; anything
+/// but digits is `Malformed`.
+fn content_length(headers: &HeaderMap) -> Result<Option<u64>, AttemptError> {
+    let mut found: Option<u64> = None;
+    for value in headers.get_all(http::header::CONTENT_LENGTH) {
+        for part in value.as_bytes().split(|&b| b == b',') {
+            let part = part.trim_ascii();
+            let n = std::str::from_utf8(part)
+                .ok()
+                .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|s| s.parse::<u64>().ok())
+                .ok_or_else(|| malformed(format!("invalid content-length {value:?}")))?;
+            match found {
+                Some(m) if m != n => {
+                    return Err(malformed(format!(
+                        "conflicting content-length values {m} and {n}"
+                    )))
+                }
+                _ => found = Some(n),
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Reads a body of exactly `len` bytes and splits it off `buf`.
+async fn read_sized(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    len: u64,
+) -> Result<Bytes, AttemptError> {
+    let len =
+        usize::try_from(len).map_err(|_| malformed(format!("content-length {len} too large")))?;
+    while buf.len() < len {
+        if fill(stream, buf, len - buf.len()).await? == 0 {
+            return Err(closed(&format!(
+                "connection closed after {} of {len} body bytes",
+                buf.len()
+            )));
+        }
+    }
+    Ok(buf.split_to(len).freeze())
+}
+
+/// Reads and decodes a chunked body, up to and including its trailer section (which is
+/// discarded).
+async fn read_chunked(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<Bytes, AttemptError> {
+    const CUT: &str = "connection closed in the middle of a chunked body";
+    let mut body = BytesMut::new();
+    loop {
+        let (line, size) = loop {
+            if !buf.is_empty() {
+                // httparse takes an empty size, or one after spaces, as 0: neither is a size.
+                if !buf[0].is_ascii_hexdigit() {
+                    return Err(malformed("invalid chunk size line".into()));
+                }
+                match httparse::parse_chunk_size(buf) {
+                    Ok(httparse::Status::Complete(found)) => break found,
+                    Ok(httparse::Status::Partial) if buf.len() > MAX_CHUNK_LINE => {
+                        return Err(malformed(format!(
+                            "chunk size line longer than {MAX_CHUNK_LINE} bytes"
+                        )))
+                    }
+                    Ok(httparse::Status::Partial) => {}
+                    Err(_) => return Err(malformed("invalid chunk size line".into())),
+                }
+            }
+            if fill(stream, buf, READ_CHUNK).await? == 0 {
+                return Err(closed(CUT));
+            }
+        };
+        buf.advance(line);
+        if size == 0 {
+            break;
+        }
+        let mut left = size;
+        while left > 0 {
+            if buf.is_empty() && fill(stream, buf, READ_CHUNK).await? == 0 {
+                return Err(closed(CUT));
+            }
+            let take = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
+            body.extend_from_slice(&buf[..take]);
+            buf.advance(take);
+            left -= take as u64;
+        }
+        while buf.len() < 2 {
+            if fill(stream, buf, READ_CHUNK).await? == 0 {
+                return Err(closed(CUT));
+            }
+        }
+        if &buf[..2] != b"\r\n" {
+            return Err(malformed("chunk data not followed by CRLF".into()));
+        }
+        buf.advance(2);
+    }
+    loop {
+        // In its own scope so that the slots are not kept in the future across the read.
+        let parsed = {
+            let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+            match httparse::parse_headers(buf, &mut slots) {
+                Ok(httparse::Status::Complete((len, _))) => Ok(Some(len)),
+                Ok(httparse::Status::Partial) => Ok(None),
+                Err(e) => Err(e),
+            }
+        };
+        match parsed {
+            Ok(Some(len)) => {
+                buf.advance(len);
+                return Ok(body.freeze());
+            }
+            Ok(None) if buf.len() > MAX_HEAD => {
+                return Err(malformed(format!(
+                    "trailer section longer than {MAX_HEAD} bytes"
+                )))
+            }
+            Ok(None) => {}
+            Err(e) => return Err(malformed(format!("invalid trailer section: {e}"))),
+        }
+        if fill(stream, buf, READ_CHUNK).await? == 0 {
+            return Err(closed(CUT));
+        }
+    }
+}
+
+/// Reads a body that ends when the server closes the connection.
+async fn read_to_close(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<Bytes, AttemptError> {
+    while fill(stream, buf, READ_CHUNK).await? > 0 {}
+    Ok(buf.split().freeze())
+}
+
+/// Reads what the socket has into `buf`, first growing it by up to `want` bytes if it is low on
+/// space. Returns how many bytes came; 0 is end of stream.
+async fn fill(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    want: usize,
+) -> Result<usize, AttemptError> {
+    if buf.capacity() - buf.len() < MIN_READ_SPACE {
+        buf.reserve(want.clamp(READ_CHUNK, MAX_RESERVE));
+    }
+    stream
+        .read_buf(buf)
+        .await
+        .map_err(|e| io_failure("reading the response", e))
+}
+
+/// Whether any of the comma-separated values of `name` is `token` (case-insensitively).
+fn has_token(headers: &HeaderMap, name: http::header::HeaderName, token: &str) -> bool {
+    headers.get_all(name).iter().any(|v| {
+        v.as_bytes()
+            .split(|&b| b == b',')
+            .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+    })
+}
+
+/// Whether the last of the comma-separated values of `name` is `token` (case-insensitively).
+fn last_token_is(headers: &HeaderMap, name: http::header::HeaderName, token: &str) -> bool {
+    headers
+        .get_all(name)
+        .iter()
+        .next_back()
+        .and_then(|v| v.as_bytes().rsplit(|&b| b == b',').next())
+        .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+}
+
+fn malformed(message: String) -> AttemptError {
+    AttemptError {
+        kind: ErrorKind::Malformed,
+        message,
+    }
+}
+
+fn closed(message: &str) -> AttemptError {
+    AttemptError {
+        kind: ErrorKind::Closed,
+        message: message.to_string(),
+    }
+}
+
+/// Maps a socket error to the kind the report counts: a reset (RST) shows as
+/// `ConnectionReset` on a read, and as any of the three on a write.
+fn io_failure(doing: &str, e: io::Error) -> AttemptError {
+    let kind = match e.kind() {
+        io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::BrokenPipe => ErrorKind::Reset,
+        io::ErrorKind::UnexpectedEof | io::ErrorKind::WriteZero => ErrorKind::Closed,
+        _ => ErrorKind::Other,
     };
     AttemptError {
         kind,
-        message: chain(&e),
+        message: format!("{doing}: {e}"),
     }
-}
-
-fn has_io_kind(e: &(dyn std::error::Error + 'static), kind: io::ErrorKind) -> bool {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if err
-            .downcast_ref::<io::Error>()
-            .is_some_and(|io| io.kind() == kind)
-        {
-            return true;
-        }
-        cur = err.source();
-    }
-    false
-}
-
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }

@@ -1,0 +1,590 @@
+//! The client transport (`harness::http::Conn`): against the fault server, what each socket-level
+//! fault is counted as and that a connection a fault broke is replaced for the next request; then
+//! against scripted servers that send exact bytes, the framing, keep-alive and error kinds.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use fault_server::{Config, FaultServer, ServerOptions};
+use harness::http::{AttemptError, Conn, ErrorKind, Outgoing, Reply, Target};
+use http::{HeaderMap, Method};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const FAULTS: &str = r#"
+rules:
+  - match: { path: /fault/503 }
+    fault: { status: { code: 503, retry_after: 1 } }
+  - match: { path: /fault/hang }
+    fault: { hang: { cap: 5s } }
+  - match: { path: /fault/drop }
+    fault: drop
+  - match: { path: /fault/reset }
+    fault: reset
+  - match: { path: /fault/bad-status-line }
+    fault: { malformed: { kind: bad-status-line } }
+  - match: { path: /fault/truncated-body }
+    fault: { malformed: { kind: truncated-body } }
+  - match: { path: /fault/bad-header }
+    fault: { malformed: { kind: bad-header } }
+  - match: { path: /fault/partial-headers }
+    fault: { malformed: { kind: partial-headers } }
+"#;
+
+async fn server() -> FaultServer {
+    let cfg = Config::from_yaml(FAULTS, "test").expect("test config is valid");
+    FaultServer::start(cfg, ServerOptions::default())
+        .await
+        .expect("fault server starts")
+}
+
+fn get(path: &str) -> Outgoing {
+    Outgoing {
+        method: Method::GET,
+        uri: path.to_string(),
+        headers: HeaderMap::new(),
+        body: Bytes::new(),
+    }
+}
+
+async fn send(conn: &mut Conn, path: &str, timeout: Duration) -> Result<Reply, AttemptError> {
+    conn.send(get(path), timeout).await
+}
+
+#[tokio::test]
+async fn each_fault_is_counted_as_its_kind_and_the_next_request_succeeds() {
+    let s = server().await;
+    let target = Arc::new(Target::parse(&s.url()).expect("server URL parses"));
+    let mut conn = Conn::new(target);
+    let cases = [
+        ("/fault/drop", ErrorKind::Closed),
+        ("/fault/reset", ErrorKind::Reset),
+        ("/fault/hang", ErrorKind::Timeout),
+        ("/fault/bad-status-line", ErrorKind::Malformed),
+        ("/fault/truncated-body", ErrorKind::Closed),
+        ("/fault/bad-header", ErrorKind::Malformed),
+        ("/fault/partial-headers", ErrorKind::Closed),
+    ];
+    for (path, kind) in cases {
+        let err = send(&mut conn, path, Duration::from_millis(300))
+            .await
+            .expect_err(path);
+        eprintln!("{path}: {err}");
+        assert_eq!(err.kind, kind, "{path}: {err}");
+        let ok = send(&mut conn, "/after", Duration::from_secs(5))
+            .await
+            .unwrap_or_else(|e| panic!("request after {path}: {e}"));
+        assert_eq!(ok.status.as_u16(), 200, "after {path}");
+        assert_eq!(&ok.body[..], b"ok\n");
+    }
+    let r = send(&mut conn, "/fault/503", Duration::from_secs(5))
+        .await
+        .expect("a status fault is a response");
+    assert_eq!(r.status.as_u16(), 503);
+    assert_eq!(r.retry_after(), Some(Duration::from_secs(1)));
+    s.shutdown().await;
+}
+
+// --- Against scripted servers: the exact bytes of each response are given. ---
+
+/// A server on `127.0.0.1:0` whose every connection runs a script.
+struct Scripted {
+    target: Arc<Target>,
+    /// Connections accepted so far.
+    accepted: Arc<AtomicUsize>,
+    /// Every request received, as bytes, in order.
+    requests: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+impl Scripted {
+    fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+
+    fn requests(&self) -> Vec<Vec<u8>> {
+        self.requests.lock().expect("request log").clone()
+    }
+
+    fn conn(&self) -> Conn {
+        Conn::new(self.target.clone())
+    }
+}
+
+/// The server's side of one connection.
+struct Peer {
+    /// 0 for the first connection accepted, 1 for the next...
+    index: usize,
+    stream: TcpStream,
+    buf: Vec<u8>,
+    log: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+impl Peer {
+    /// Reads one whole request (head and `content-length` body); false at end of stream.
+    async fn request(&mut self) -> bool {
+        loop {
+            if let Some(end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&self.buf[..end]).to_lowercase();
+                let body = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length: "))
+                    .map_or(0, |n| n.trim().parse::<usize>().expect("request length"));
+                let len = end + 4 + body;
+                if self.buf.len() >= len {
+                    let req: Vec<u8> = self.buf.drain(..len).collect();
+                    self.log.lock().expect("request log").push(req);
+                    return true;
+                }
+            }
+            let mut chunk = [0u8; 4096];
+            match self.stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    async fn send(&mut self, bytes: &[u8]) {
+        let _ = self.stream.write_all(bytes).await;
+    }
+
+    /// Closes with a TCP reset instead of a FIN.
+    fn reset(self) {
+        self.stream
+            .set_zero_linger()
+            .expect("SO_LINGER 0 can be set");
+        drop(self.stream);
+    }
+}
+
+async fn scripted<F, Fut>(script: F) -> Scripted
+where
+    F: Fn(Peer) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("local address");
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let (count, log) = (accepted.clone(), requests.clone());
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let _ = stream.set_nodelay(true);
+            let index = count.fetch_add(1, Ordering::SeqCst);
+            let peer = Peer {
+                index,
+                stream,
+                buf: Vec::new(),
+                log: log.clone(),
+            };
+            tokio::spawn(script(peer));
+        }
+    });
+    let target = Target::parse(&format!("http://{addr}")).expect("server URL parses");
+    Scripted {
+        target: Arc::new(target),
+        accepted,
+        requests,
+    }
+}
+
+/// Answers every request on every connection with `response`, keeping the connection open.
+async fn answering(response: &'static [u8]) -> Scripted {
+    scripted(move |mut peer| async move {
+        while peer.request().await {
+            peer.send(response).await;
+        }
+    })
+    .await
+}
+
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+async fn ok(conn: &mut Conn, req: Outgoing) -> Reply {
+    conn.send(req, TIMEOUT).await.expect("a response")
+}
+
+async fn fails(conn: &mut Conn, req: Outgoing) -> AttemptError {
+    match conn.send(req, TIMEOUT).await {
+        Ok(r) => panic!("expected an error, got {} {:?}", r.status, r.body),
+        Err(e) => e,
+    }
+}
+
+#[tokio::test]
+async fn content_length_body_over_one_kept_alive_connection() {
+    let s =
+        answering(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nx-a: 1\r\nx-a: 2\r\n\r\nhello").await;
+    let mut conn = s.conn();
+    for _ in 0..20 {
+        let r = ok(&mut conn, get("/a")).await;
+        assert_eq!(r.status.as_u16(), 200);
+        assert_eq!(&r.body[..], b"hello");
+        let values: Vec<_> = r.headers.get_all("x-a").iter().collect();
+        assert_eq!(values, ["1", "2"]);
+    }
+    assert_eq!(s.accepted(), 1, "20 requests, one connection");
+}
+
+#[tokio::test]
+async fn request_bytes_on_the_wire() {
+    let s = answering(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").await;
+    let mut conn = s.conn();
+    let authority = s.target.authority.clone();
+    ok(&mut conn, get("/plain?q=1")).await;
+    let mut headers = HeaderMap::new();
+    headers.insert("x-key", "k1".parse().expect("header value"));
+    headers.insert("host", "elsewhere".parse().expect("header value"));
+    headers.insert("content-length", "99".parse().expect("header value"));
+    let post = |body: &'static [u8]| Outgoing {
+        method: Method::POST,
+        uri: "/orders".into(),
+        headers: headers.clone(),
+        body: Bytes::from_static(body),
+    };
+    ok(&mut conn, post(b"")).await;
+    ok(&mut conn, post(b"{\"n\":1}")).await;
+    let reqs: Vec<String> = s
+        .requests()
+        .iter()
+        .map(|r| String::from_utf8_lossy(r).into_owned())
+        .collect();
+    assert_eq!(
+        reqs,
+        [
+            format!("GET /plain?q=1 HTTP/1.1\r\nhost: {authority}\r\n\r\n"),
+            format!(
+                "POST /orders HTTP/1.1\r\nhost: {authority}\r\nx-key: k1\r\ncontent-length: 0\r\n\r\n"
+            ),
+            format!(
+                "POST /orders HTTP/1.1\r\nhost: {authority}\r\nx-key: k1\r\ncontent-length: 7\r\n\r\n{{\"n\":1}}"
+            ),
+        ]
+    );
+    let bad = fails(&mut conn, get("/a b")).await;
+    assert_eq!(bad.kind, ErrorKind::Other, "{bad}");
+}
+
+#[tokio::test]
+async fn chunked_body_with_extensions_and_trailers() {
+    let s = answering(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
+          5;name=value\r\nhello\r\n7 ; x=\"y\"\r\n, world\r\nA\r\n0123456789\r\n\
+          0\r\nx-trailer: t\r\nx-other: u\r\n\r\n",
+    )
+    .await;
+    let mut conn = s.conn();
+    for _ in 0..3 {
+        let r = ok(&mut conn, get("/")).await;
+        assert_eq!(&r.body[..], b"hello, world0123456789");
+    }
+    assert_eq!(s.accepted(), 1, "a chunked body keeps the connection");
+}
+
+#[tokio::test]
+async fn close_delimited_body_then_a_new_connection() {
+    let s = scripted(|mut peer| async move {
+        if peer.request().await {
+            peer.send(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nuntil the end")
+                .await;
+        }
+    })
+    .await;
+    let mut conn = s.conn();
+    for _ in 0..2 {
+        let r = ok(&mut conn, get("/")).await;
+        assert_eq!(&r.body[..], b"until the end");
+    }
+    assert_eq!(s.accepted(), 2);
+}
+
+#[tokio::test]
+async fn connection_close_is_honoured_even_if_the_server_keeps_it_open() {
+    let s = answering(b"HTTP/1.1 200 OK\r\nConnection: close\r\ncontent-length: 2\r\n\r\nok").await;
+    let mut conn = s.conn();
+    for _ in 0..3 {
+        assert_eq!(&ok(&mut conn, get("/")).await.body[..], b"ok");
+    }
+    assert_eq!(s.accepted(), 3);
+}
+
+#[tokio::test]
+async fn http_1_0_keeps_alive_only_when_it_says_so() {
+    let s = answering(b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+    let mut conn = s.conn();
+    for _ in 0..3 {
+        assert_eq!(&ok(&mut conn, get("/")).await.body[..], b"ok");
+    }
+    assert_eq!(s.accepted(), 3, "HTTP/1.0 closes by default");
+
+    let s = answering(b"HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\ncontent-length: 2\r\n\r\nok")
+        .await;
+    let mut conn = s.conn();
+    for _ in 0..3 {
+        assert_eq!(&ok(&mut conn, get("/")).await.body[..], b"ok");
+    }
+    assert_eq!(s.accepted(), 1);
+}
+
+#[tokio::test]
+async fn no_body_for_204_304_and_head() {
+    let s = scripted(|mut peer| async move {
+        let mut n = 0;
+        while peer.request().await {
+            n += 1;
+            let response: &[u8] = match n {
+                1 => b"HTTP/1.1 204 No Content\r\ncontent-length: 10\r\n\r\n",
+                2 => b"HTTP/1.1 304 Not Modified\r\netag: \"x\"\r\n\r\n",
+                3 => b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n",
+                _ => b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nafter",
+            };
+            peer.send(response).await;
+        }
+    })
+    .await;
+    let mut conn = s.conn();
+    let r = ok(&mut conn, get("/")).await;
+    assert_eq!((r.status.as_u16(), r.body.len()), (204, 0));
+    let r = ok(&mut conn, get("/")).await;
+    assert_eq!((r.status.as_u16(), r.body.len()), (304, 0));
+    let head = Outgoing {
+        method: Method::HEAD,
+        ..get("/")
+    };
+    let r = ok(&mut conn, head).await;
+    assert_eq!((r.status.as_u16(), r.body.len()), (200, 0));
+    assert_eq!(r.headers["content-length"], "5");
+    assert_eq!(&ok(&mut conn, get("/")).await.body[..], b"after");
+    assert_eq!(s.accepted(), 1);
+}
+
+#[tokio::test]
+async fn interim_100_continue_is_skipped() {
+    let s = answering(
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n\
+          HTTP/1.1 201 Created\r\ncontent-length: 4\r\n\r\ndone",
+    )
+    .await;
+    let mut conn = s.conn();
+    for _ in 0..2 {
+        let r = ok(&mut conn, get("/")).await;
+        assert_eq!(r.status.as_u16(), 201);
+        assert_eq!(&r.body[..], b"done");
+        assert!(!r.headers.contains_key("link"));
+    }
+    assert_eq!(s.accepted(), 1);
+}
+
+#[tokio::test]
+async fn response_written_one_byte_at_a_time() {
+    let s = scripted(|mut peer| async move {
+        while peer.request().await {
+            let response = b"HTTP/1.1 200 OK\r\nx-long-header: abcdefghij\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n";
+            for b in response {
+                peer.send(&[*b]).await;
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            }
+        }
+    })
+    .await;
+    let mut conn = s.conn();
+    for _ in 0..2 {
+        let r = ok(&mut conn, get("/")).await;
+        assert_eq!(r.headers["x-long-header"], "abcdefghij");
+        assert_eq!(&r.body[..], b"abc");
+    }
+    assert_eq!(s.accepted(), 1);
+}
+
+#[tokio::test]
+async fn unparseable_responses_are_malformed() {
+    let cases: [&'static [u8]; 7] = [
+        b"HTTP/1.1 TWO-HUNDRED NOT OK\r\n\r\n",
+        b"SMTP ready\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nbad header\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\nhello!",
+        b"HTTP/1.1 200 OK\r\ncontent-length: -5\r\n\r\n",
+    ];
+    for response in cases {
+        let s = answering(response).await;
+        let mut conn = s.conn();
+        let e = fails(&mut conn, get("/")).await;
+        assert_eq!(
+            e.kind,
+            ErrorKind::Malformed,
+            "{}: {e}",
+            String::from_utf8_lossy(response)
+        );
+    }
+    // Repeated but equal lengths are one length.
+    let s =
+        answering(b"HTTP/1.1 200 OK\r\ncontent-length: 2, 2\r\ncontent-length: 2\r\n\r\nok").await;
+    assert_eq!(&ok(&mut s.conn(), get("/")).await.body[..], b"ok");
+}
+
+#[tokio::test]
+async fn a_head_that_never_ends_is_malformed() {
+    let s = scripted(|mut peer| async move {
+        if peer.request().await {
+            peer.send(b"HTTP/1.1 200 OK\r\n").await;
+            let line = format!("x-filler: {}\r\n", "y".repeat(1000));
+            for _ in 0..100 {
+                peer.send(line.as_bytes()).await;
+            }
+            std::future::pending::<()>().await;
+        }
+    })
+    .await;
+    let e = fails(&mut s.conn(), get("/")).await;
+    assert_eq!(e.kind, ErrorKind::Malformed, "{e}");
+}
+
+#[tokio::test]
+async fn end_of_stream_mid_body_is_closed() {
+    for response in [
+        &b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhalf"[..],
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhel",
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n0\r\nx-trailer: cut",
+        b"",
+    ] {
+        let s = scripted(move |mut peer| async move {
+            if peer.request().await {
+                peer.send(response).await;
+            }
+        })
+        .await;
+        let e = fails(&mut s.conn(), get("/")).await;
+        assert_eq!(
+            e.kind,
+            ErrorKind::Closed,
+            "{}: {e}",
+            String::from_utf8_lossy(response)
+        );
+    }
+}
+
+#[tokio::test]
+async fn tcp_reset_is_reset() {
+    let s = scripted(|mut peer| async move {
+        if peer.request().await {
+            peer.send(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial")
+                .await;
+            peer.reset();
+        }
+    })
+    .await;
+    let e = fails(&mut s.conn(), get("/")).await;
+    assert_eq!(e.kind, ErrorKind::Reset, "{e}");
+}
+
+#[tokio::test]
+async fn a_connection_closed_while_idle_is_replaced() {
+    // The first connection answers once and then closes without saying so beforehand.
+    let s = scripted(|mut peer| async move {
+        while peer.request().await {
+            peer.send(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .await;
+            if peer.index == 0 {
+                return;
+            }
+        }
+    })
+    .await;
+    let mut conn = s.conn();
+    ok(&mut conn, get("/")).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(&ok(&mut conn, get("/")).await.body[..], b"ok");
+    assert_eq!(s.accepted(), 2);
+    // A reset while idle is the same.
+    let s = scripted(|mut peer| async move {
+        while peer.request().await {
+            peer.send(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .await;
+            if peer.index == 0 {
+                peer.reset();
+                return;
+            }
+        }
+    })
+    .await;
+    let mut conn = s.conn();
+    ok(&mut conn, get("/")).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(&ok(&mut conn, get("/")).await.body[..], b"ok");
+    assert_eq!(s.accepted(), 2);
+}
+
+#[tokio::test]
+async fn bytes_after_a_response_end_the_connection() {
+    // Pipelined garbage, and an unsolicited response while idle: neither is taken for the
+    // answer to the next request.
+    let s = answering(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokHTTP/1.1 500 Extra\r\n\r\n")
+        .await;
+    let mut conn = s.conn();
+    for _ in 0..2 {
+        let r = ok(&mut conn, get("/")).await;
+        assert_eq!((r.status.as_u16(), &r.body[..]), (200, &b"ok"[..]));
+    }
+    assert_eq!(s.accepted(), 2);
+    let s = scripted(|mut peer| async move {
+        while peer.request().await {
+            peer.send(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .await;
+            if peer.index == 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                peer.send(b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\n\r\n")
+                    .await;
+            }
+        }
+    })
+    .await;
+    let mut conn = s.conn();
+    ok(&mut conn, get("/")).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let r = ok(&mut conn, get("/")).await;
+    assert_eq!(r.status.as_u16(), 200);
+    assert_eq!(s.accepted(), 2);
+}
+
+#[tokio::test]
+async fn a_timed_out_connection_is_not_reused() {
+    // The first connection never answers; later ones do.
+    let s = scripted(|mut peer| async move {
+        while peer.request().await {
+            if peer.index == 0 {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            peer.send(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .await;
+        }
+    })
+    .await;
+    let mut conn = s.conn();
+    let e = conn
+        .send(get("/"), Duration::from_millis(100))
+        .await
+        .expect_err("no answer in time");
+    assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
+    // Long enough for the late answer to arrive on the old connection, had it been kept.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let r = ok(&mut conn, get("/")).await;
+    assert_eq!(&r.body[..], b"ok");
+    assert_eq!(s.accepted(), 2);
+}
+
+#[tokio::test]
+async fn refused_connection_is_connect() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("local address");
+    drop(listener);
+    let target = Target::parse(&format!("http://{addr}")).expect("URL parses");
+    let e = Conn::new(Arc::new(target))
+        .send(get("/"), TIMEOUT)
+        .await
+        .expect_err("nothing listens");
+    assert_eq!(e.kind, ErrorKind::Connect, "{e}");
+}
