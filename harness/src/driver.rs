@@ -441,15 +441,22 @@ async fn rate(
     let stages = Arc::new(stages);
     let next = Arc::new(AtomicU64::new(0));
     let start = tokio::time::Instant::now();
+    let permits = Arc::new(tokio::sync::Semaphore::new(0));
+    let pacer = {
+        let (stages, permits, stop) = (stages.clone(), permits.clone(), ctx.stop.clone());
+        let start = start.into_std();
+        tokio::task::spawn_blocking(move || pace(&stages, start, &permits, &stop, connections))
+    };
     let mut tasks = Vec::new();
     for client in 0..connections {
-        let (plan, ctx, shared, stages, next, sink) = (
+        let (plan, ctx, shared, stages, next, sink, permits) = (
             plan.clone(),
             ctx.clone(),
             shared.clone(),
             stages.clone(),
             next.clone(),
             sink.clone(),
+            permits.clone(),
         );
         tasks.push(tokio::spawn(async move {
             let mut w = Worker::fresh(&plan, &ctx, &sink, client);
@@ -457,18 +464,21 @@ async fn rate(
                 if ctx.stop.load(Ordering::Relaxed) {
                     break;
                 }
+                // A permit is a request whose time has come (see `pace`).
+                match permits.acquire().await {
+                    Ok(p) => p.forget(),
+                    Err(_) => break,
+                }
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(offset) = intended_offset(&stages, i) else {
                     break;
                 };
                 let intended = start + offset;
-                // Late means no connection was free when the request was due — not the timer's
-                // own sub-millisecond lateness, which every request has.
+                // Late means no connection was free when the request was due — not the pacer's
+                // own lateness of some microseconds, which every request has.
                 if tokio::time::Instant::now().saturating_duration_since(intended) > LATE_THRESHOLD
                 {
                     w.rec.late_starts += 1;
-                } else {
-                    tokio::time::sleep_until(intended).await;
                 }
                 w.run(&plan, &ctx, &shared, i + 1, None).await;
                 w.rec.intended(intended.elapsed());
@@ -476,7 +486,53 @@ async fn rate(
             w.rec
         }));
     }
-    collect(tasks, ctx.keep_attempts).await
+    let rec = collect(tasks, ctx.keep_attempts).await;
+    if pacer.await.is_err() {
+        tracing::error!("the rate pacer stopped unexpectedly");
+    }
+    rec
+}
+
+/// Releases a rate phase's requests at their intended times: one permit per request, added to
+/// `permits` when its time comes; at the end (or on `stop`) one more per worker, which then finds
+/// no request left and ends.
+///
+/// Why a thread of its own rather than a `tokio::time::sleep_until` in each worker: tokio's timer
+/// has a resolution of 1 ms and rounds a deadline up to the next tick, so requests started on
+/// average about 1 ms after their intended time — a lag of the generator's own that the
+/// CO-corrected latency then reported. A thread sleeping on the OS's high-resolution timer
+/// releases each request within tens of microseconds of its time (late ones in a batch when it
+/// wakes late).
+fn pace(
+    stages: &[(f64, f64, Duration)],
+    start: std::time::Instant,
+    permits: &Arc<tokio::sync::Semaphore>,
+    stop: &AtomicBool,
+    workers: u32,
+) {
+    // At most this long between looks at `stop` and at whether the workers are still there.
+    const LOOK: Duration = Duration::from_millis(10);
+    let mut released = 0u64;
+    // The workers hold the other references; when they are all gone there is nobody to pace.
+    while !stop.load(Ordering::Relaxed) && Arc::strong_count(permits) > 1 {
+        let now = std::time::Instant::now();
+        let mut due = 0usize;
+        let next_at = loop {
+            match intended_offset(stages, released) {
+                Some(offset) if start + offset <= now => {
+                    released += 1;
+                    due += 1;
+                }
+                other => break other.map(|offset| start + offset),
+            }
+        };
+        if due > 0 {
+            permits.add_permits(due);
+        }
+        let Some(at) = next_at else { break };
+        std::thread::sleep(at.saturating_duration_since(now).min(LOOK));
+    }
+    permits.add_permits(workers as usize);
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -590,6 +646,51 @@ mod tests {
             (10.0, 10.0, Duration::from_secs(1)),
         ];
         assert_eq!(intended_offset(&two, 15), Some(Duration::from_millis(1500)));
+    }
+
+    /// Runs `pace` on a thread of its own; the returned `Arc` stands for the workers.
+    fn pacer(
+        stages: Vec<(f64, f64, Duration)>,
+        stop: Arc<AtomicBool>,
+    ) -> (Arc<tokio::sync::Semaphore>, std::thread::JoinHandle<()>) {
+        let permits = Arc::new(tokio::sync::Semaphore::new(0));
+        let (p, start) = (permits.clone(), std::time::Instant::now());
+        let h = std::thread::spawn(move || pace(&stages, start, &p, &stop, 3));
+        (permits, h)
+    }
+
+    #[test]
+    fn the_pacer_releases_every_request_at_its_time_then_one_per_worker() {
+        let start = std::time::Instant::now();
+        let (permits, h) = pacer(
+            vec![(500.0, 500.0, Duration::from_millis(100))],
+            Arc::default(),
+        );
+        h.join().expect("pacer thread");
+        // 50 requests, the last due at 98 ms: none is released before its time.
+        assert!(start.elapsed() >= Duration::from_millis(98));
+        assert_eq!(permits.available_permits(), 50 + 3);
+    }
+
+    #[test]
+    fn the_pacer_ends_on_stop_and_when_the_workers_are_gone() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let hour = vec![(10.0, 10.0, Duration::from_secs(3600))];
+        let started = std::time::Instant::now();
+        let (permits, h) = pacer(hour.clone(), stop.clone());
+        std::thread::sleep(Duration::from_millis(150));
+        stop.store(true, Ordering::Relaxed);
+        h.join().expect("pacer thread");
+        // The requests due by then (at 0 and 100 ms, more if this thread overslept), then one
+        // permit per worker to let them end.
+        let due = started.elapsed().as_millis() as usize / 100 + 1;
+        let released = permits.available_permits() - 3;
+        assert!((2..=due).contains(&released), "{released} of {due}");
+
+        let (permits, h) = pacer(hour, Arc::default());
+        drop(permits);
+        h.join()
+            .expect("the pacer notices that nobody waits for it");
     }
 
     #[test]
