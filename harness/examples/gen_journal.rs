@@ -219,13 +219,5 @@ fn main() -> std::io::Result<()> {
 }
 
 fn uuid(rng: &mut Rng) -> String {
-    let h = rng.hex(16);
-    format!(
-        "{}-{}-4{}-a{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[13..16],
-        &h[17..20],
-        &h[20..32]
-    )
+    harness::driver::uuid_from_hex(&rng.hex(16))
 }

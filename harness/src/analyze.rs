@@ -13,6 +13,7 @@ use reports::model::{Report, Series, Timeline};
 use crate::checks::operations::Step;
 use crate::checks::{Attempt, ChecksConfig, ChecksRunner, ClosedOperation, OperationTracker};
 use crate::metrics::{latency_ms, Recorder};
+use crate::run::TimelineLabel;
 
 /// A journal that cannot be read.
 #[derive(Debug, thiserror::Error)]
@@ -198,39 +199,13 @@ fn read_batches(
     Ok(())
 }
 
-/// How a request ended, as the timeline labels it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Label {
-    Status(u16),
-    Malformed,
-    Outcome(&'static str),
-}
-
-impl Label {
-    fn of(e: &Entry) -> Label {
-        match (e.outcome, e.status) {
-            (fault_server::Outcome::Responded, Some(s)) => Label::Status(s),
-            (fault_server::Outcome::Responded, None) => Label::Malformed,
-            (o, _) => Label::Outcome(o.as_str()),
-        }
-    }
-
-    fn name(self) -> String {
-        match self {
-            Label::Status(s) => s.to_string(),
-            Label::Malformed => "malformed".to_string(),
-            Label::Outcome(o) => o.to_string(),
-        }
-    }
-}
-
 /// The request totals, latency and timeline of a journal, counted entry by entry.
 struct Tally {
     rec: Recorder,
     first_us: Option<u64>,
     last_us: u64,
     /// Requests per 100 ms bin and label; re-binned to about 60 windows at the end.
-    bins: BTreeMap<(u64, Label), u64>,
+    bins: BTreeMap<(u64, TimelineLabel), u64>,
 }
 
 impl Default for Tally {
@@ -250,7 +225,10 @@ impl Tally {
         self.last_us = self.last_us.max(e.t_done_us);
         *self
             .bins
-            .entry((e.t_recv_us.saturating_sub(t0) / 100_000, Label::of(e)))
+            .entry((
+                e.t_recv_us.saturating_sub(t0) / 100_000,
+                TimelineLabel::of(e),
+            ))
             .or_default() += 1;
         let responded = e.outcome == fault_server::Outcome::Responded && e.status.is_some();
         let rec = &mut self.rec;
@@ -267,7 +245,7 @@ impl Tally {
     }
 }
 
-fn rebin(bins: &BTreeMap<(u64, Label), u64>, span_us: u64) -> Timeline {
+fn rebin(bins: &BTreeMap<(u64, TimelineLabel), u64>, span_us: u64) -> Timeline {
     let per = (span_us / 100_000 / 60).max(1);
     let len = (span_us / 100_000 / per + 1) as usize;
     let mut series: BTreeMap<String, Vec<u64>> = BTreeMap::new();

@@ -80,15 +80,7 @@ impl Keys {
 
     /// The `{{uuid}}` of operation `n`.
     pub fn uuid(&self, phase: u16, n: u64) -> String {
-        let h = self.hex(2, phase, n);
-        format!(
-            "{}-{}-4{}-a{}-{}",
-            &h[0..8],
-            &h[8..12],
-            &h[13..16],
-            &h[17..20],
-            &h[20..32]
-        )
+        uuid_from_hex(&self.hex(2, phase, n))
     }
 
     /// An RNG for worker `client` of a phase.
@@ -402,6 +394,18 @@ fn capture(
         };
         out.insert(name.clone(), text);
     }
+}
+
+/// A version-4 UUID string from 32 random hex digits (version and variant digits set).
+pub fn uuid_from_hex(h: &str) -> String {
+    format!(
+        "{}-{}-4{}-a{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[13..16],
+        &h[17..20],
+        &h[20..32]
+    )
 }
 
 /// The intended start of operation `i` (0-based) from the stages, or `None` past the end.

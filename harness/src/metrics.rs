@@ -124,26 +124,16 @@ impl Recorder {
 
     /// Records a latency sample.
     pub fn latency(&mut self, d: Duration) {
-        let us = (d.as_micros() as u64).max(1);
-        if self.sink.is_none() {
-            self.latency.saturating_record(us);
-            return;
-        }
-        self.buf_latency.push(us);
-        if self.buf_latency.len() >= BATCH {
+        let buffered = self.sink.is_some();
+        if record(&mut self.latency, &mut self.buf_latency, buffered, d) {
             self.flush();
         }
     }
 
     /// Records a CO-corrected operation latency.
     pub fn intended(&mut self, d: Duration) {
-        let us = (d.as_micros() as u64).max(1);
-        if self.sink.is_none() {
-            self.intended.saturating_record(us);
-            return;
-        }
-        self.buf_intended.push(us);
-        if self.buf_intended.len() >= BATCH {
+        let buffered = self.sink.is_some();
+        if record(&mut self.intended, &mut self.buf_intended, buffered, d) {
             self.flush();
         }
     }
@@ -280,4 +270,16 @@ pub fn latency_ms(h: &Histogram<u64>) -> reports::model::Latency {
         mean: h.mean() / 1000.0,
         count: h.len(),
     }
+}
+
+/// Records `d` (µs, at least 1) into `hist`, or into `buf` when the samples are `buffered` for a
+/// sink; true when the buffer is full and due for a flush.
+fn record(hist: &mut Histogram<u64>, buf: &mut Vec<u64>, buffered: bool, d: Duration) -> bool {
+    let us = (d.as_micros() as u64).max(1);
+    if !buffered {
+        hist.saturating_record(us);
+        return false;
+    }
+    buf.push(us);
+    buf.len() >= BATCH
 }

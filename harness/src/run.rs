@@ -425,18 +425,35 @@ pub fn release_skews(journal: &[Entry], round_keys: &[String], size: usize) -> V
         .collect()
 }
 
+/// How a request ended, as the timeline labels it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum TimelineLabel {
+    Status(u16),
+    Malformed,
+    Outcome(&'static str),
+}
+
+impl TimelineLabel {
+    pub(crate) fn of(e: &Entry) -> TimelineLabel {
+        match (e.outcome, e.status) {
+            (fault_server::Outcome::Responded, Some(s)) => TimelineLabel::Status(s),
+            (fault_server::Outcome::Responded, None) => TimelineLabel::Malformed,
+            (o, _) => TimelineLabel::Outcome(o.as_str()),
+        }
+    }
+
+    pub(crate) fn name(self) -> String {
+        match self {
+            TimelineLabel::Status(s) => s.to_string(),
+            TimelineLabel::Malformed => "malformed".to_string(),
+            TimelineLabel::Outcome(o) => o.to_string(),
+        }
+    }
+}
+
 /// About 60 windows over the run, at least 1 ms.
 pub fn auto_window(d: Duration) -> Duration {
     (d / 60).max(Duration::from_millis(1))
-}
-
-fn label_for_entry(e: &Entry) -> String {
-    match e.outcome {
-        fault_server::Outcome::Responded => e
-            .status
-            .map_or_else(|| "malformed".to_string(), |s| s.to_string()),
-        other => other.as_str().to_string(),
-    }
 }
 
 /// Requests per window by status (or outcome when no status was sent), from the server's view.
@@ -446,7 +463,7 @@ pub fn timeline_from_journal(journal: &[Entry], window: Duration) -> Timeline {
     build_timeline(
         journal
             .iter()
-            .map(|e| ((e.t_recv_us - t0) / w, label_for_entry(e))),
+            .map(|e| ((e.t_recv_us - t0) / w, TimelineLabel::of(e).name())),
         window,
     )
 }

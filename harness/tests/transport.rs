@@ -483,39 +483,32 @@ async fn tcp_reset_is_reset() {
 
 #[tokio::test]
 async fn a_connection_closed_while_idle_is_replaced() {
-    // The first connection answers once and then closes without saying so beforehand.
-    let s = scripted(|mut peer| async move {
-        while peer.request().await {
-            peer.send(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                .await;
-            if peer.index == 0 {
-                return;
+    // The first connection answers once and then closes without saying so beforehand; a reset
+    // while idle is the same.
+    for reset in [false, true] {
+        let s = scripted(move |mut peer| async move {
+            while peer.request().await {
+                peer.send(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await;
+                if peer.index == 0 {
+                    if reset {
+                        peer.reset();
+                    }
+                    return;
+                }
             }
-        }
-    })
-    .await;
-    let mut conn = s.conn();
-    ok(&mut conn, get("/")).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(&ok(&mut conn, get("/")).await.body[..], b"ok");
-    assert_eq!(s.accepted(), 2);
-    // A reset while idle is the same.
-    let s = scripted(|mut peer| async move {
-        while peer.request().await {
-            peer.send(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                .await;
-            if peer.index == 0 {
-                peer.reset();
-                return;
-            }
-        }
-    })
-    .await;
-    let mut conn = s.conn();
-    ok(&mut conn, get("/")).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(&ok(&mut conn, get("/")).await.body[..], b"ok");
-    assert_eq!(s.accepted(), 2);
+        })
+        .await;
+        let mut conn = s.conn();
+        ok(&mut conn, get("/")).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(
+            &ok(&mut conn, get("/")).await.body[..],
+            b"ok",
+            "reset: {reset}"
+        );
+        assert_eq!(s.accepted(), 2, "reset: {reset}");
+    }
 }
 
 #[tokio::test]
