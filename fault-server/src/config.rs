@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
+use yaml_config::{from_yaml_str, parse_duration, ConfigError, Dur};
 
 /// Everything a fault server needs to know besides where to listen.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -307,76 +308,6 @@ pub struct MalformedFault {
 
 // ---------------------------------------------------------------------------------------------
 // Value types that validate themselves while being deserialized (so errors carry a position).
-
-/// A duration: `"250ms"`, `"1.5s"`, `"2m"`, `"24h"`, or a number of seconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Dur(pub Duration);
-
-impl<'de> Deserialize<'de> for Dur {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = Dur;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a duration such as \"250ms\", \"1.5s\", \"2m\" or a number of seconds")
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Dur, E> {
-                Ok(Dur(Duration::from_secs(v)))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Dur, E> {
-                u64::try_from(v)
-                    .map(|s| Dur(Duration::from_secs(s)))
-                    .map_err(|_| E::custom("a duration cannot be negative"))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Dur, E> {
-                Duration::try_from_secs_f64(v)
-                    .map(Dur)
-                    .map_err(|_| E::custom(format!("{v} is not a valid number of seconds")))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Dur, E> {
-                parse_duration(v).map(Dur).map_err(E::custom)
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// Parses `"250ms"`, `"1.5s"`, `"2m"`, `"1h30m"`, `"0"`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    if t == "0" {
-        return Ok(Duration::ZERO);
-    }
-    // humantime does not take fractions ("1.5s"); handle a single fractional unit ourselves.
-    if let Some((num, unit)) = split_fraction(t) {
-        let scale = match unit {
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            "us" | "µs" => 1e-6,
-            _ => {
-                return Err(format!(
-                    "unknown unit in duration {s:?} (use us, ms, s, m or h)"
-                ))
-            }
-        };
-        return Duration::try_from_secs_f64(num * scale)
-            .map_err(|_| format!("invalid duration {s:?}"));
-    }
-    humantime::parse_duration(t).map_err(|e| {
-        format!("invalid duration {s:?}: {e} (expected e.g. \"250ms\", \"1.5s\", \"2m\")")
-    })
-}
-
-fn split_fraction(t: &str) -> Option<(f64, &str)> {
-    let end = t.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
-    let (num, unit) = t.split_at(end);
-    if !num.contains('.') {
-        return None;
-    }
-    num.parse::<f64>().ok().map(|n| (n, unit.trim()))
-}
 
 /// A status code in 100..=599.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -706,88 +637,6 @@ impl<'de> Deserialize<'de> for DelaySpec {
 // ---------------------------------------------------------------------------------------------
 // Loading, with errors that name the file, line, column and field.
 
-/// A configuration that could not be read or is invalid.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("{path}: cannot read: {source}")]
-    Read {
-        /// The file.
-        path: String,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// The YAML is malformed or a field is wrong.
-    #[error("{}", render_invalid(.origin, .line, .column, .field, .message))]
-    Invalid {
-        /// The file, or a description of where the text came from.
-        origin: String,
-        /// 1-based line, when known.
-        line: Option<usize>,
-        /// 1-based column, when known.
-        column: Option<usize>,
-        /// Path of the offending field, e.g. `rules[2].fault.status.code`.
-        field: Option<String>,
-        /// What was wrong and what was expected.
-        message: String,
-    },
-}
-
-fn render_invalid(
-    origin: &str,
-    line: &Option<usize>,
-    column: &Option<usize>,
-    field: &Option<String>,
-    message: &str,
-) -> String {
-    let mut s = origin.to_string();
-    if let Some(l) = line {
-        s.push_str(&format!(":{l}"));
-        if let Some(c) = column {
-            s.push_str(&format!(":{c}"));
-        }
-    }
-    s.push_str(": ");
-    if let Some(f) = field {
-        s.push_str(&format!("at `{f}`: "));
-    }
-    s.push_str(message);
-    s
-}
-
-/// Deserializes YAML text into `T`, tracking the field path; `origin` names the text in errors.
-pub fn from_yaml_str<T: serde::de::DeserializeOwned>(
-    text: &str,
-    origin: &str,
-) -> Result<T, ConfigError> {
-    // An empty document means "all defaults", not an error.
-    let text = if text.trim().is_empty() { "{}" } else { text };
-    let de = serde_norway::Deserializer::from_str(text);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let field = e.path().to_string();
-        let inner = e.into_inner();
-        let loc = inner.location();
-        let mut message = inner.to_string();
-        // serde_norway appends " at line L column C"; the location is reported separately.
-        if let Some(i) = message.find(" at line ") {
-            message.truncate(i);
-        }
-        // It also prefixes its own path ("rules[0]: …"); the full path is reported separately.
-        if let Some((head, rest)) = message.split_once(": ") {
-            if !head.is_empty() && !head.contains(char::is_whitespace) {
-                message = rest.to_string();
-            }
-        }
-        ConfigError::Invalid {
-            origin: origin.to_string(),
-            line: loc.as_ref().map(|l| l.line()),
-            column: loc.as_ref().map(|l| l.column()),
-            field: (field != "." && !field.is_empty()).then_some(field),
-            message,
-        }
-    })
-}
-
 impl Config {
     /// Reads and validates a configuration file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -1063,13 +912,5 @@ rules:
         assert!(Counts(vec![parse_count_spec("4-").unwrap()]).contains(1000));
         assert!(parse_count_spec("0").is_err());
         assert!(parse_count_spec("every 0").is_err());
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("24h").unwrap(), Duration::from_secs(86400));
-        assert!(parse_duration("soon").is_err());
     }
 }

@@ -238,7 +238,7 @@ struct LoadArgs {
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    fault_server::config::parse_duration(s)
+    yaml_config::parse_duration(s)
 }
 
 /// A failure with its exit code.
@@ -552,7 +552,7 @@ fn analyze(journal: &Path, checks: Option<&Path>, output: &Output) -> Result<boo
         Some(p) => {
             let text = std::fs::read_to_string(p)
                 .map_err(|e| Failure::Input(format!("{}: cannot read: {e}", p.display())))?;
-            fault_server::config::from_yaml_str::<crate::checks::ChecksConfig>(
+            yaml_config::from_yaml_str::<crate::checks::ChecksConfig>(
                 &text,
                 &p.display().to_string(),
             )
@@ -584,7 +584,7 @@ fn report_cmd(
             Some(p) => {
                 let text = std::fs::read_to_string(p)
                     .map_err(|e| Failure::Input(format!("{}: cannot read: {e}", p.display())))?;
-                fault_server::config::from_yaml_str::<reports::compare::Tolerances>(
+                yaml_config::from_yaml_str::<reports::compare::Tolerances>(
                     &text,
                     &p.display().to_string(),
                 )

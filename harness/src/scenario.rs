@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use fault_server::config::{from_yaml_str, ConfigError, Dur};
+use yaml_config::{from_yaml_str, ConfigError, Dur};
 use http::{HeaderName, Method};
 use serde::Deserialize;
 

@@ -1,0 +1,551 @@
+//! YAML configuration loading whose errors name the file, the line, the column and the field.
+//!
+//! Why a crate of its own: the fault server's config, a scenario file, a checks file and a
+//! tolerances file are all YAML written by hand, and a typo in any of them must be answered the
+//! same way — one line that says where and what was expected — whichever binary reads it.
+//!
+//! - [`from_yaml_str`] deserializes any `serde` type and tracks the field path
+//!   (`rules[2].fault.status.code`) beside libyaml's line and column.
+//! - [`ConfigError::at`] builds the error for a value that parsed but makes no sense (a duplicate
+//!   id, a bound exceeded); [`locate`] finds the line and column of that field in the text, so
+//!   errors found after parsing carry a position too.
+//! - [`check_shape`] refuses, before parsing, text nested deeper or larger than any configuration
+//!   needs: libyaml reads a whole document into events before serde sees it, and a document of
+//!   100,000 nested brackets keeps it busy for seconds.
+//! - [`Dur`] and [`parse_duration`] read `"250ms"`, `"1.5s"`, `"2m"`, `"24h"` or a number of
+//!   seconds.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+
+/// Deepest nesting of collections accepted (serde_norway stops at 128 as well).
+pub const MAX_NESTING: usize = 128;
+/// Largest configuration text accepted, in bytes.
+pub const MAX_TEXT: usize = 16 * 1024 * 1024;
+/// Widest indentation accepted, in columns.
+pub const MAX_INDENT: usize = 1024;
+
+/// A configuration that could not be read or is invalid.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The YAML is malformed, a field is wrong, or a value is out of its bounds.
+    #[error("{}", render_invalid(.origin, .line, .column, .field, .message))]
+    Invalid {
+        /// The file, or a description of where the text came from.
+        origin: String,
+        /// 1-based line, when known.
+        line: Option<usize>,
+        /// 1-based column, when known.
+        column: Option<usize>,
+        /// Path of the offending field, e.g. `rules[2].fault.status.code`.
+        field: Option<String>,
+        /// What was wrong and what was expected.
+        message: String,
+    },
+}
+
+impl ConfigError {
+    /// An invalid value at `field` of the text named `origin`, without a position yet (see
+    /// [`ConfigError::located`]).
+    pub fn at(origin: &str, field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        let field = field.into();
+        ConfigError::Invalid {
+            origin: origin.to_string(),
+            line: None,
+            column: None,
+            field: (!field.is_empty()).then_some(field),
+            message: message.into(),
+        }
+    }
+
+    /// The same error with the line and column of its field in `text`, when it had none.
+    pub fn located(self, text: &str) -> ConfigError {
+        match self {
+            ConfigError::Invalid {
+                origin,
+                line: None,
+                column,
+                field: Some(field),
+                message,
+            } => {
+                let pos = locate(text, &field);
+                ConfigError::Invalid {
+                    origin,
+                    line: pos.map(|p| p.0),
+                    column: pos.map(|p| p.1).or(column),
+                    field: Some(field),
+                    message,
+                }
+            }
+            other => other,
+        }
+    }
+}
+
+fn render_invalid(
+    origin: &str,
+    line: &Option<usize>,
+    column: &Option<usize>,
+    field: &Option<String>,
+    message: &str,
+) -> String {
+    let mut s = origin.to_string();
+    if let Some(l) = line {
+        s.push_str(&format!(":{l}"));
+        if let Some(c) = column {
+            s.push_str(&format!(":{c}"));
+        }
+    }
+    s.push_str(": ");
+    if let Some(f) = field {
+        s.push_str(&format!("at `{f}`: "));
+    }
+    s.push_str(message);
+    s
+}
+
+/// Deserializes YAML text into `T`, tracking the field path; `origin` names the text in errors.
+/// An empty document means "all defaults".
+pub fn from_yaml_str<T: serde::de::DeserializeOwned>(
+    text: &str,
+    origin: &str,
+) -> Result<T, ConfigError> {
+    check_shape(text, origin)?;
+    let text = if text.trim().is_empty() { "{}" } else { text };
+    let de = serde_norway::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let field = e.path().to_string();
+        let inner = e.into_inner();
+        let loc = inner.location();
+        let mut message = inner.to_string();
+        // serde_norway appends " at line L column C"; the location is reported separately.
+        if let Some(i) = message.find(" at line ") {
+            message.truncate(i);
+        }
+        // It also prefixes its own path ("rules[0]: …"); the full path is reported separately.
+        if let Some((head, rest)) = message.split_once(": ") {
+            if !head.is_empty() && !head.contains(char::is_whitespace) {
+                message = rest.to_string();
+            }
+        }
+        ConfigError::Invalid {
+            origin: origin.to_string(),
+            line: loc.as_ref().map(|l| l.line()),
+            column: loc.as_ref().map(|l| l.column()),
+            field: (field != "." && !field.is_empty()).then_some(field),
+            message,
+        }
+    })
+}
+
+/// Refuses text larger than [`MAX_TEXT`], nested deeper than [`MAX_NESTING`] (flow brackets and
+/// block sequence dashes on one line) or indented wider than [`MAX_INDENT`] — cheaply, before
+/// libyaml reads it.
+pub fn check_shape(text: &str, origin: &str) -> Result<(), ConfigError> {
+    let fail = |line: usize, column: usize, message: String| ConfigError::Invalid {
+        origin: origin.to_string(),
+        line: Some(line),
+        column: Some(column),
+        field: None,
+        message,
+    };
+    if text.len() > MAX_TEXT {
+        return Err(fail(
+            1,
+            1,
+            format!(
+                "the document is {} bytes; at most {MAX_TEXT} are accepted",
+                text.len()
+            ),
+        ));
+    }
+    let mut flow = 0usize;
+    for (n, line) in text.lines().enumerate() {
+        let indent = line.len() - line.trim_start_matches(' ').len();
+        if indent > MAX_INDENT {
+            return Err(fail(
+                n + 1,
+                indent + 1,
+                format!("indented {indent} columns; at most {MAX_INDENT} are accepted"),
+            ));
+        }
+        // Block sequences opened on one line: `- - - x`.
+        let mut rest = &line[indent..];
+        let mut dashes = 0usize;
+        while let Some(r) = rest.strip_prefix("- ") {
+            dashes += 1;
+            rest = r.trim_start_matches(' ');
+        }
+        let mut quote: Option<char> = None;
+        let mut prev = ' ';
+        for (col, c) in line.char_indices() {
+            match quote {
+                Some(q) => {
+                    if c == q {
+                        quote = None;
+                    }
+                }
+                None => match c {
+                    '#' if prev == ' ' || prev == '\t' || col == 0 => break,
+                    '"' | '\'' if flow > 0 || matches!(prev, ' ' | ':' | '[' | '{' | ',') => {
+                        quote = Some(c)
+                    }
+                    '[' | '{' => flow += 1,
+                    ']' | '}' => flow = flow.saturating_sub(1),
+                    _ => {}
+                },
+            }
+            if flow + dashes > MAX_NESTING {
+                return Err(fail(
+                    n + 1,
+                    col + 1,
+                    format!("nested more than {MAX_NESTING} levels deep"),
+                ));
+            }
+            prev = c;
+        }
+        if dashes > MAX_NESTING {
+            return Err(fail(
+                n + 1,
+                indent + 1,
+                format!("nested more than {MAX_NESTING} levels deep"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The 1-based line and column of the value at `path` (`phases[0].clients.concurrency`, as
+/// [`ConfigError::Invalid::field`] spells it) in `text`, when the path exists there.
+pub fn locate(text: &str, path: &str) -> Option<(usize, usize)> {
+    let segments = parse_path(path)?;
+    if check_shape(text, "").is_err() {
+        return None;
+    }
+    let de = serde_norway::Deserializer::from_str(text);
+    match (Walk { path: &segments }).deserialize(de) {
+        Ok(()) => None,
+        Err(e) if e.to_string().contains(FOUND) => e.location().map(|l| (l.line(), l.column())),
+        Err(_) => None,
+    }
+}
+
+const FOUND: &str = "\u{0}found";
+
+#[derive(Debug, PartialEq)]
+enum Segment {
+    Key(String),
+    Index(usize),
+}
+
+fn parse_path(path: &str) -> Option<Vec<Segment>> {
+    let mut out = Vec::new();
+    for part in path.split('.') {
+        let (name, mut rest) = match part.find('[') {
+            Some(i) => (&part[..i], &part[i..]),
+            None => (part, ""),
+        };
+        if !name.is_empty() {
+            out.push(Segment::Key(name.to_string()));
+        }
+        while let Some(r) = rest.strip_prefix('[') {
+            let end = r.find(']')?;
+            out.push(Segment::Index(r[..end].parse().ok()?));
+            rest = &r[end + 1..];
+        }
+    }
+    Some(out)
+}
+
+/// Walks a document along a path and stops with a [`FOUND`] error at its end, which serde_norway
+/// marks with the position of the value it was reading.
+struct Walk<'a> {
+    path: &'a [Segment],
+}
+
+impl<'de> DeserializeSeed<'de> for Walk<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Walk<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let Some((first, rest)) = self.path.split_first() else {
+            return Err(de::Error::custom(FOUND));
+        };
+        while let Some(key) = map.next_key::<KeyText>()? {
+            let hit = match first {
+                Segment::Key(k) => key.0 == *k,
+                Segment::Index(i) => key.0 == i.to_string(),
+            };
+            if hit {
+                return map.next_value_seed(Walk { path: rest });
+            }
+            map.next_value::<de::IgnoredAny>()?;
+        }
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let Some((first, rest)) = self.path.split_first() else {
+            return Err(de::Error::custom(FOUND));
+        };
+        let Segment::Index(target) = first else {
+            return Ok(());
+        };
+        for _ in 0..*target {
+            if seq.next_element::<de::IgnoredAny>()?.is_none() {
+                return Ok(());
+            }
+        }
+        seq.next_element_seed(Walk { path: rest }).map(|_| ())
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        self.leaf()
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        self.leaf()
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        self.leaf()
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        self.leaf()
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        self.leaf()
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        self.leaf()
+    }
+    fn visit_none<E: de::Error>(self) -> Result<(), E> {
+        self.leaf()
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl Walk<'_> {
+    fn leaf<E: de::Error>(self) -> Result<(), E> {
+        if self.path.is_empty() {
+            Err(E::custom(FOUND))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// A mapping key of any scalar type, as text.
+struct KeyText(String);
+
+impl<'de> Deserialize<'de> for KeyText {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = KeyText;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<KeyText, E> {
+                Ok(KeyText(v.to_string()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<KeyText, E> {
+                Ok(KeyText(v.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<KeyText, E> {
+                Ok(KeyText(v.to_string()))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<KeyText, E> {
+                Ok(KeyText(v.to_string()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<KeyText, E> {
+                Ok(KeyText(v.to_string()))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<KeyText, E> {
+                Ok(KeyText(String::new()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A duration: `"250ms"`, `"1.5s"`, `"2m"`, `"24h"`, or a number of seconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Dur(pub Duration);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Dur;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a duration such as \"250ms\", \"1.5s\", \"2m\" or a number of seconds")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Dur, E> {
+                Ok(Dur(Duration::from_secs(v)))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Dur, E> {
+                u64::try_from(v)
+                    .map(|s| Dur(Duration::from_secs(s)))
+                    .map_err(|_| E::custom("a duration cannot be negative"))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Dur, E> {
+                Duration::try_from_secs_f64(v)
+                    .map(Dur)
+                    .map_err(|_| E::custom(format!("{v} is not a valid number of seconds")))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Dur, E> {
+                parse_duration(v).map(Dur).map_err(E::custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl serde::Serialize for Dur {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{}ms", self.0.as_secs_f64() * 1000.0))
+    }
+}
+
+/// Parses `"250ms"`, `"1.5s"`, `"2m"`, `"1h30m"`, `"0"`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if t == "0" {
+        return Ok(Duration::ZERO);
+    }
+    // humantime does not take fractions ("1.5s"); handle a single fractional unit here.
+    if let Some((num, unit)) = split_fraction(t) {
+        let scale = match unit {
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            "us" | "µs" => 1e-6,
+            _ => {
+                return Err(format!(
+                    "unknown unit in duration {s:?} (use us, ms, s, m or h)"
+                ))
+            }
+        };
+        return Duration::try_from_secs_f64(num * scale)
+            .map_err(|_| format!("invalid duration {s:?}"));
+    }
+    humantime::parse_duration(t).map_err(|e| {
+        format!("invalid duration {s:?}: {e} (expected e.g. \"250ms\", \"1.5s\", \"2m\")")
+    })
+}
+
+fn split_fraction(t: &str) -> Option<(f64, &str)> {
+    let end = t.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+    let (num, unit) = t.split_at(end);
+    if !num.contains('.') {
+        return None;
+    }
+    num.parse::<f64>().ok().map(|n| (n, unit.trim()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Doc {
+        name: String,
+        #[serde(default)]
+        items: Vec<Item>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Item {
+        size: u32,
+        #[serde(default)]
+        every: Option<Dur>,
+    }
+
+    #[test]
+    fn errors_name_origin_line_column_and_field() {
+        let err = from_yaml_str::<Doc>("name: a\nitems:\n  - size: ten\n", "f.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("f.yaml:3:"), "{err}");
+        assert!(err.contains("at `items[0].size`"), "{err}");
+        let err = from_yaml_str::<Doc>("name: a\nbogus: 1\n", "f.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("f.yaml:2:1:"), "{err}");
+        assert!(err.contains("unknown field `bogus`"), "{err}");
+    }
+
+    #[test]
+    fn locate_finds_the_value_at_a_path() {
+        let text = "name: a\nitems:\n  - size: 1\n  - { size: 2, every: 5s }\n";
+        assert_eq!(locate(text, "name"), Some((1, 7)));
+        assert_eq!(locate(text, "items[0].size"), Some((3, 11)));
+        assert_eq!(locate(text, "items[1].every"), Some((4, 23)));
+        assert_eq!(locate(text, "items[1]"), Some((4, 5)));
+        assert_eq!(locate(text, "items[7].size"), None);
+        assert_eq!(locate(text, "nothing"), None);
+    }
+
+    #[test]
+    fn an_error_found_after_parsing_gets_its_position() {
+        let text = "name: a\nitems:\n  - size: 0\n";
+        let err = ConfigError::at("f.yaml", "items[0].size", "must be at least 1").located(text);
+        assert_eq!(
+            err.to_string(),
+            "f.yaml:3:11: at `items[0].size`: must be at least 1"
+        );
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_before_parsing() {
+        let deep = format!("name: {}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let started = std::time::Instant::now();
+        let err = from_yaml_str::<Doc>(&deep, "deep").unwrap_err().to_string();
+        assert!(err.contains("nested more than 128 levels"), "{err}");
+        assert!(err.starts_with("deep:1:"), "{err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        let dashes = format!("items:\n{}x\n", "- ".repeat(200));
+        let err = from_yaml_str::<Doc>(&dashes, "d").unwrap_err().to_string();
+        assert!(err.contains("nested more than 128"), "{err}");
+        // Brackets inside quotes and comments are text, not nesting.
+        let quoted = format!("name: \"{}\" # {}\n", "[".repeat(500), "{".repeat(500));
+        assert!(from_yaml_str::<Doc>(&quoted, "q").is_ok());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("24h").unwrap(), Duration::from_secs(86400));
+        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("1.5parsecs").is_err());
+    }
+}
