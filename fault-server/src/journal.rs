@@ -4,7 +4,7 @@
 //! out of order — a hung request finishes long after the ones that arrived behind it — so the writer
 //! holds a small reorder buffer and emits strictly by `seq`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Seek, Write};
 use std::path::Path;
@@ -13,98 +13,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
-/// What finally happened to a request's connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// A complete response was written.
-    Responded,
-    /// The request was processed, then the connection was closed with no response.
-    Dropped,
-    /// The connection was reset (TCP RST).
-    Reset,
-    /// No response was sent; the server gave up holding the connection (the hang cap passed).
-    Hung,
-    /// The client went away before a response was written.
-    ClientClosed,
-}
-
-impl Outcome {
-    /// The name used in the journal and in stats.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Responded => "responded",
-            Outcome::Dropped => "dropped",
-            Outcome::Reset => "reset",
-            Outcome::Hung => "hung",
-            Outcome::ClientClosed => "client_closed",
-        }
-    }
-}
-
-/// One request as the server saw it. Readers must ignore fields they do not know.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Entry {
-    /// Arrival order, from 1.
-    pub seq: u64,
-    /// Microseconds since server start (monotonic) when the request head was received.
-    pub t_recv_us: u64,
-    /// Microseconds since server start when the response was written or the connection was
-    /// dropped, reset or given up.
-    pub t_done_us: u64,
-    /// Wall-clock arrival, milliseconds since the Unix epoch.
-    pub unix_ms: u64,
-    pub method: String,
-    pub path: String,
-    #[serde(default)]
-    pub query: Option<String>,
-    /// Captured request headers, lower-case names.
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-    #[serde(default)]
-    pub idempotency_key: Option<String>,
-    /// From the `x-client-id` header.
-    #[serde(default)]
-    pub client_id: Option<String>,
-    /// Hex SHA-256 of the request body.
-    #[serde(default)]
-    pub body_sha256: Option<String>,
-    #[serde(default)]
-    pub body_len: u64,
-    /// Identifies the TCP connection the request came on.
-    #[serde(default)]
-    pub conn_id: u64,
-    /// Id of the schedule rule that fired, if any.
-    #[serde(default)]
-    pub rule: Option<String>,
-    /// Kind of fault applied: `status`, `delay`, `hang`, `drop`, `reset`, `malformed`.
-    #[serde(default)]
-    pub fault: Option<String>,
-    /// Status code sent, or null when none was.
-    #[serde(default)]
-    pub status: Option<u16>,
-    pub outcome: Outcome,
-    /// Id of a resource this request created.
-    #[serde(default)]
-    pub created: Option<String>,
-    /// Which attempt of its Idempotency-Key this request was (1 = first).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key_attempt: Option<u32>,
-    /// A state transition this request made, e.g. `pending->paid`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub transition: Option<String>,
-    /// The resource a request acted on (e.g. the order id of a pay request).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resource: Option<String>,
-    /// True when the response was an idempotent replay.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub replayed: bool,
-    /// The uniform draw in [0, 1) behind a probabilistic rule or a random delay.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub draw: Option<f64>,
-}
+use history::{Entry, Outcome};
 
 // ---------------------------------------------------------------------------------------------
 // Writing the journal.
@@ -616,7 +525,7 @@ impl Pending {
     /// The entry, to fill in while the request is handled.
     pub fn entry(&mut self) -> &mut Entry {
         // `entry` is only taken by `finish`/`drop`, which consume `self`.
-        self.entry.get_or_insert_with(|| Box::new(placeholder()))
+        self.entry.get_or_insert_with(|| Box::default())
     }
 
     /// Completes the entry with its outcome, stamped now.
@@ -642,42 +551,6 @@ impl Drop for Pending {
     }
 }
 
-fn placeholder() -> Entry {
-    Entry {
-        seq: 0,
-        t_recv_us: 0,
-        t_done_us: 0,
-        unix_ms: 0,
-        method: String::new(),
-        path: String::new(),
-        query: None,
-        headers: BTreeMap::new(),
-        idempotency_key: None,
-        client_id: None,
-        body_sha256: None,
-        body_len: 0,
-        conn_id: 0,
-        rule: None,
-        fault: None,
-        status: None,
-        outcome: Outcome::Responded,
-        created: None,
-        key_attempt: None,
-        transition: None,
-        resource: None,
-        replayed: false,
-        draw: None,
-    }
-}
-
-/// A blank entry for `seq`, to be filled in.
-pub fn blank(seq: u64) -> Entry {
-    Entry {
-        seq,
-        ..placeholder()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -687,7 +560,7 @@ mod tests {
             method: "GET".into(),
             path: "/".into(),
             status: Some(200),
-            ..blank(seq)
+            ..Entry::blank(seq)
         }
     }
 

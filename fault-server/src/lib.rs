@@ -14,5 +14,4 @@ pub mod schedule;
 pub mod server;
 
 pub use config::Config;
-pub use journal::{Entry, Outcome};
 pub use server::{FaultServer, ServerOptions, StartError};

@@ -28,7 +28,8 @@ use tokio::sync::{watch, Notify};
 use crate::config::{Config, DelaySpec, FaultConfig, MalformedKind, RuleConfig, StatusFault};
 use crate::control;
 use crate::draw;
-use crate::journal::{self, Clock, Journal, Outcome, Pending, Sequencer};
+use crate::journal::{self, Clock, Journal, Pending, Sequencer};
+use history::{Entry, Outcome};
 use crate::orders::{Orders, Reply, StoreError};
 use crate::schedule::{RequestFacts, Schedule};
 
@@ -473,7 +474,7 @@ async fn handle(conn: Arc<Conn>, req: Request<Incoming>) -> Result<Response<ResB
     let (parts, body) = req.into_parts();
     let key = header_str(&parts.headers, "idempotency-key").map(str::to_string);
     let key_attempt = key.as_deref().map(|k| state.bump_attempt(k));
-    let mut entry = journal::blank(seq);
+    let mut entry = Entry::blank(seq);
     entry.t_recv_us = t_recv_us;
     entry.unix_ms = unix_ms;
     entry.method = parts.method.as_str().to_string();

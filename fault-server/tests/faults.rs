@@ -5,7 +5,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{chain, journal, start};
-use fault_server::Outcome;
+use history::Outcome;
 
 const CONFIG: &str = r#"
 seed: 3

@@ -6,7 +6,8 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use fault_server::{Config, FaultServer, Outcome, ServerOptions};
+use fault_server::{Config, FaultServer, ServerOptions};
+use history::Outcome;
 
 const CONFIG: &str = r#"
 rules:

@@ -35,7 +35,7 @@ async fn unique_never_creates_two_orders_for_one_key() {
     let j = journal(&s).await;
     assert_eq!(j.len(), ROUNDS * 10);
     // Per key: exactly one 201 carrying the created id; the rest are 409 (in flight) or 200 replays.
-    let mut by_key: HashMap<&str, Vec<&fault_server::Entry>> = HashMap::new();
+    let mut by_key: HashMap<&str, Vec<&history::Entry>> = HashMap::new();
     for e in &j {
         by_key
             .entry(e.idempotency_key.as_deref().unwrap())
@@ -184,7 +184,7 @@ async fn key_optional_and_none_impl() {
     assert_eq!(s.orders().count().await.unwrap(), 3, "`none` ignores keys");
 }
 
-async fn pay_race(pay: &str) -> (Vec<u16>, u64, Vec<fault_server::Entry>) {
+async fn pay_race(pay: &str) -> (Vec<u16>, u64, Vec<history::Entry>) {
     let s = start(&format!("orders: {{ pay: {pay}, work_delay: 20ms }}")).await;
     let c = tokio::net::TcpStream::connect(s.addr()).await.unwrap();
     let created = exchange(c, &request_bytes("POST", "/orders", Some("p"), "{}"))

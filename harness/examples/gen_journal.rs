@@ -15,7 +15,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::io::{BufWriter, Write};
 
-use fault_server::Outcome;
+use history::Outcome;
 
 const CLIENTS: u64 = 64;
 const MAX_ATTEMPTS: u32 = 4;
@@ -139,7 +139,7 @@ fn main() -> std::io::Result<()> {
         let op = ops.get_mut(&id).expect("open operation");
         op.attempt += 1;
         let service_us = 300 + (rng.unit() * rng.unit() * 4_000.0) as u64;
-        let mut e = fault_server::journal::blank(seq);
+        let mut e = history::Entry::blank(seq);
         e.t_recv_us = t_recv_us;
         e.t_done_us = t_recv_us + service_us;
         e.unix_ms = unix_start_ms + t_recv_us / 1000;

@@ -85,7 +85,8 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use tokio::net::TcpListener;
 
-use harness::http::{Conn, ErrorKind, Target};
+use harness::http::{Conn, Target};
+use history::ErrorKind;
 use harness::metrics::Recorder;
 use harness::policy::{
     execute, Backoff, BackoffKind, BreakerSpec, Jitter, KeyMode, OpEnd, OpResult, Operation,

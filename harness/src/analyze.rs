@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::Path;
 
-use fault_server::Entry;
+use history::Entry;
 use reports::model::{Report, Series, Timeline};
 
 use crate::checks::operations::Step;
@@ -230,11 +230,11 @@ impl Tally {
                 TimelineLabel::of(e),
             ))
             .or_default() += 1;
-        let responded = e.outcome == fault_server::Outcome::Responded && e.status.is_some();
+        let responded = e.outcome == history::Outcome::Responded && e.status.is_some();
         let rec = &mut self.rec;
         rec.result(e.status.filter(|_| responded), None);
         if !responded {
-            rec.errors[crate::http::ErrorKind::Other.index()] += 1;
+            rec.errors[history::ErrorKind::Other.index()] += 1;
         }
         if e.key_attempt.is_some_and(|a| a > 1) {
             rec.retries += 1;

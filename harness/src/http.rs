@@ -28,6 +28,7 @@ use http::header::HeaderName;
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use history::ErrorKind;
 use tokio::time::Sleep;
 
 /// Where requests go: `http://host:port` plus a base path.
@@ -99,61 +100,6 @@ impl Target {
     /// The request URI for `path` (which starts with `/`).
     pub fn path(&self, path: &str) -> String {
         format!("{}{}", self.base_path, path)
-    }
-}
-
-/// Why an attempt got no usable response.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum ErrorKind {
-    /// The TCP connection could not be made.
-    Connect,
-    /// No response within the attempt's timeout.
-    Timeout,
-    /// The connection was reset (RST).
-    Reset,
-    /// The connection closed before a complete response.
-    Closed,
-    /// The response could not be parsed.
-    Malformed,
-    /// Anything else.
-    Other,
-}
-
-impl ErrorKind {
-    /// Every kind, in report order.
-    pub const ALL: [ErrorKind; 6] = [
-        ErrorKind::Connect,
-        ErrorKind::Timeout,
-        ErrorKind::Reset,
-        ErrorKind::Closed,
-        ErrorKind::Malformed,
-        ErrorKind::Other,
-    ];
-
-    /// The name used in reports and scenario files.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorKind::Connect => "connect",
-            ErrorKind::Timeout => "timeout",
-            ErrorKind::Reset => "reset",
-            ErrorKind::Closed => "closed",
-            ErrorKind::Malformed => "malformed",
-            ErrorKind::Other => "other",
-        }
-    }
-
-    /// Index into per-kind counters.
-    pub fn index(self) -> usize {
-        self as usize
-    }
-}
-
-impl fmt::Display for ErrorKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use crate::http::ErrorKind;
+use history::ErrorKind;
 
 /// One attempt as the driver saw it (kept for scenario runs; `load` does not keep them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

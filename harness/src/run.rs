@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use fault_server::{Entry, FaultServer, ServerOptions};
+use fault_server::{FaultServer, ServerOptions};
+use history::Entry;
 use reports::model::{AttemptDelays, Phase, Report, Series, Timeline};
 
 use crate::checks::run_checks;
@@ -394,7 +395,7 @@ pub fn requests_from_journal(journal: &[Entry]) -> reports::model::Requests {
     for e in journal {
         r.sent += 1;
         match e.status {
-            Some(s) if e.outcome == fault_server::Outcome::Responded => {
+            Some(s) if e.outcome == history::Outcome::Responded => {
                 r.completed += 1;
                 *r.by_status.entry(s.to_string()).or_default() += 1;
             }
@@ -436,8 +437,8 @@ pub(crate) enum TimelineLabel {
 impl TimelineLabel {
     pub(crate) fn of(e: &Entry) -> TimelineLabel {
         match (e.outcome, e.status) {
-            (fault_server::Outcome::Responded, Some(s)) => TimelineLabel::Status(s),
-            (fault_server::Outcome::Responded, None) => TimelineLabel::Malformed,
+            (history::Outcome::Responded, Some(s)) => TimelineLabel::Status(s),
+            (history::Outcome::Responded, None) => TimelineLabel::Malformed,
             (o, _) => TimelineLabel::Outcome(o.as_str()),
         }
     }

@@ -11,7 +11,7 @@ use http::{HeaderName, Method};
 use serde::Deserialize;
 
 use crate::checks::ChecksConfig;
-use crate::http::ErrorKind;
+use history::ErrorKind;
 use crate::policy::{Backoff, BackoffKind, BreakerSpec, BudgetSpec, Jitter, KeyMode, Policy};
 use crate::template::{RequestTemplate, Text};
 

@@ -9,7 +9,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use fault_server::{Config, Entry, FaultServer, ServerOptions};
+use fault_server::{Config, FaultServer, ServerOptions};
+use history::Entry;
 use harness::checks::{run_checks, ChecksConfig};
 use harness::http::{Conn, Outgoing, Reply, Target};
 use http::{HeaderMap, HeaderValue, Method};

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use fault_server::{Config, Entry, FaultServer, ServerOptions};
+use fault_server::{Config, FaultServer, ServerOptions};
+use history::Entry;
 use harness::http::{Conn, Outgoing, Reply, Target};
 use harness::policy::{Backoff, BackoffKind, BreakerSpec, BudgetSpec, Jitter, Policy};
 use harness::relay::{start_chain, Chain, TierSpec};

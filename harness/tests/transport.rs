@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use fault_server::{Config, FaultServer, ServerOptions};
-use harness::http::{AttemptError, Conn, ErrorKind, Outgoing, Reply, Target};
+use harness::http::{AttemptError, Conn, Outgoing, Reply, Target};
+use history::ErrorKind;
 use http::{HeaderMap, Method};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use fault_server::{Config, Entry, FaultServer, ServerOptions};
+use fault_server::{Config, FaultServer, ServerOptions};
+use history::Entry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

@@ -200,7 +200,7 @@ impl Check for AmplificationCheck {
 
 #[cfg(test)]
 mod tests {
-    use fault_server::journal::Entry;
+    use history::Entry;
     use reports::Verdict;
 
     use crate::checks::testutil::{entry, run_one};

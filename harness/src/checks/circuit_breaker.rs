@@ -217,7 +217,7 @@ impl Check for CircuitBreakerCheck {
 
 #[cfg(test)]
 mod tests {
-    use fault_server::journal::Entry;
+    use history::Entry;
     use reports::Verdict;
 
     use crate::checks::testutil::{entry, in_arrival_order, run_one};

@@ -125,7 +125,7 @@ impl DuplicatesCheck {
         );
     }
 
-    fn observe_chain(&mut self, e: &fault_server::Entry, key: Option<&String>) {
+    fn observe_chain(&mut self, e: &history::Entry, key: Option<&String>) {
         let Some(fp) = FingerprintRef::of(e) else {
             return;
         };
@@ -279,7 +279,7 @@ impl Check for DuplicatesCheck {
 
 #[cfg(test)]
 mod tests {
-    use fault_server::journal::Outcome;
+    use history::Outcome;
 
     use crate::checks::testutil::{entry, run_one};
     use reports::Verdict;

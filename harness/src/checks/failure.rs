@@ -5,7 +5,7 @@
 //! counts only failures that say the dependency is unwell (`is_transient`), never a 404 that proves
 //! it is up and answering.
 
-use fault_server::journal::{Entry, Outcome};
+use history::{Entry, Outcome};
 
 /// True when no complete response was written (dropped, reset, hung, client gone).
 pub fn no_response(e: &Entry) -> bool {

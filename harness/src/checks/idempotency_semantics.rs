@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use super::evidence::{attach, Findings};
 use super::idle::{hash_key, IdleMap};
 use super::{Attempt, Check, Context};
-use fault_server::journal::Entry;
+use history::Entry;
 
 /// Configuration of the `idempotency_semantics` check.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -320,7 +320,7 @@ impl Check for IdempotencySemanticsCheck {
 
 #[cfg(test)]
 mod tests {
-    use fault_server::journal::Outcome;
+    use history::Outcome;
     use reports::Verdict;
 
     use crate::checks::testutil::{entry, run_one};
@@ -328,7 +328,7 @@ mod tests {
     const NAME: &str = "idempotency_semantics";
 
     /// Seed exercise 3 done right: one 201, concurrent 409s, later 200 replays.
-    fn correct_burst() -> Vec<fault_server::journal::Entry> {
+    fn correct_burst() -> Vec<history::Entry> {
         let mut j = vec![entry(1, 0)
             .key("k")
             .body("b")

@@ -442,7 +442,7 @@ impl Check for JitterCheck {
 
 #[cfg(test)]
 mod tests {
-    use fault_server::journal::Entry;
+    use history::Entry;
     use rand::rngs::StdRng;
     use rand::{RngExt, SeedableRng};
     use reports::{CheckResult, Verdict};

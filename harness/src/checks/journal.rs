@@ -6,7 +6,7 @@
 //! Today that is `retry_after_s`, the Retry-After the server sent, which the fault server's journal
 //! does not record yet: the `retry_after` check takes it from its configuration instead.
 
-use fault_server::journal::Entry;
+use history::Entry;
 use serde::Deserialize;
 
 /// Anything the checks can read as one journal entry.

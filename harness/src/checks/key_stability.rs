@@ -13,7 +13,7 @@
 //!
 //! Metrics: `retries_checked`, `key_changes`.
 
-use fault_server::journal::Entry;
+use history::Entry;
 use reports::{CheckResult, Verdict};
 use serde::{Deserialize, Serialize};
 
@@ -157,7 +157,7 @@ impl Check for KeyStabilityCheck {
 
 #[cfg(test)]
 mod tests {
-    use fault_server::journal::Outcome;
+    use history::Outcome;
     use reports::Verdict;
 
     use crate::checks::testutil::{entry, run_one};

@@ -161,7 +161,7 @@ where
 
 #[cfg(test)]
 mod tests {
-    use fault_server::journal::{Entry, Outcome};
+    use history::{Entry, Outcome};
     use reports::Verdict;
 
     use super::testutil::entry;

@@ -23,7 +23,7 @@
 
 use std::fmt;
 
-use fault_server::journal::{Entry, Outcome};
+use history::{Entry, Outcome};
 use serde::{Deserialize, Serialize};
 
 use super::failure;

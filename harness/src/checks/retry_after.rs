@@ -172,7 +172,7 @@ mod tests {
 
     const NAME: &str = "retry_after";
 
-    fn throttled_then(retry_at_ms: u32) -> Vec<fault_server::journal::Entry> {
+    fn throttled_then(retry_at_ms: u32) -> Vec<history::Entry> {
         vec![
             entry(1, 0).key("k").status(429).took(1).build(),
             entry(2, retry_at_ms).key("k").created("o1").build(),

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use fault_server::journal::{Entry, Outcome};
+use history::{Entry, Outcome};
 use reports::CheckResult;
 
 use super::{run_checks, ChecksConfig};

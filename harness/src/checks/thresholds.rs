@@ -302,7 +302,7 @@ impl Check for ThresholdsCheck {
 
 #[cfg(test)]
 mod tests {
-    use fault_server::journal::{Entry, Outcome};
+    use history::{Entry, Outcome};
     use reports::model::Latency;
     use reports::Verdict;
 

@@ -185,7 +185,7 @@ impl Check for TotalTimeoutCheck {
 
 #[cfg(test)]
 mod tests {
-    use fault_server::journal::{Entry, Outcome};
+    use history::{Entry, Outcome};
     use reports::Verdict;
 
     use crate::checks::testutil::{entry, run_one, EPOCH_MS};

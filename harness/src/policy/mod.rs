@@ -15,7 +15,8 @@ use http::{HeaderName, HeaderValue};
 use rand::rngs::StdRng;
 use rand::RngExt;
 
-use crate::http::{AttemptError, Conn, ErrorKind, Reply, Target};
+use crate::http::{AttemptError, Conn, Reply, Target};
+use history::ErrorKind;
 use crate::metrics::{AttemptRecord, Recorder};
 use crate::template::{RequestTemplate, Vars};
 pub use backoff::{Backoff, BackoffKind};

@@ -1,0 +1,121 @@
+//! One request as the side that observed it saw it: the journal's entry.
+//!
+//! The fault server writes one per request it receives; `harness idempotency` writes one per
+//! exchange it makes, from the client's side. Either way the checks read the same record.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// What finally happened to a request's connection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// A complete response was written.
+    #[default]
+    Responded,
+    /// The request was processed, then the connection was closed with no response.
+    Dropped,
+    /// The connection was reset (TCP RST).
+    Reset,
+    /// No response was sent; the server gave up holding the connection (the hang cap passed).
+    Hung,
+    /// The client went away before a response was written.
+    ClientClosed,
+}
+
+impl Outcome {
+    /// The name used in the journal and in stats.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Responded => "responded",
+            Outcome::Dropped => "dropped",
+            Outcome::Reset => "reset",
+            Outcome::Hung => "hung",
+            Outcome::ClientClosed => "client_closed",
+        }
+    }
+}
+
+/// One request as the server saw it. Readers must ignore fields they do not know.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Arrival order, from 1.
+    pub seq: u64,
+    /// Microseconds since server start (monotonic) when the request head was received.
+    pub t_recv_us: u64,
+    /// Microseconds since server start when the response was written or the connection was
+    /// dropped, reset or given up.
+    pub t_done_us: u64,
+    /// Wall-clock arrival, milliseconds since the Unix epoch.
+    pub unix_ms: u64,
+    /// Request method.
+    pub method: String,
+    /// Request path, without the query.
+    pub path: String,
+    /// Query string, without the `?`.
+    #[serde(default)]
+    pub query: Option<String>,
+    /// Captured request headers, lower-case names.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// From the `Idempotency-Key` header.
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+    /// From the `x-client-id` header.
+    #[serde(default)]
+    pub client_id: Option<String>,
+    /// Hex SHA-256 of the request body.
+    #[serde(default)]
+    pub body_sha256: Option<String>,
+    /// Length of the request body, bytes.
+    #[serde(default)]
+    pub body_len: u64,
+    /// Identifies the TCP connection the request came on.
+    #[serde(default)]
+    pub conn_id: u64,
+    /// Id of the schedule rule that fired, if any.
+    #[serde(default)]
+    pub rule: Option<String>,
+    /// Kind of fault applied: `status`, `delay`, `hang`, `drop`, `reset`, `malformed`.
+    #[serde(default)]
+    pub fault: Option<String>,
+    /// Status code sent, or null when none was.
+    #[serde(default)]
+    pub status: Option<u16>,
+    /// What finally happened to the request's connection.
+    pub outcome: Outcome,
+    /// Id of a resource this request created.
+    #[serde(default)]
+    pub created: Option<String>,
+    /// Which attempt of its Idempotency-Key this request was (1 = first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_attempt: Option<u32>,
+    /// A state transition this request made, e.g. `pending->paid`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transition: Option<String>,
+    /// The resource a request acted on (e.g. the order id of a pay request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
+    /// True when the response was an idempotent replay.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replayed: bool,
+    /// The uniform draw in [0, 1) behind a probabilistic rule or a random delay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draw: Option<f64>,
+}
+
+impl Entry {
+    /// A blank entry for `seq`, to be filled in.
+    pub fn blank(seq: u64) -> Entry {
+        Entry {
+            seq,
+            ..Entry::default()
+        }
+    }
+
+    /// The value of a captured request header (lower-case name).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(String::as_str)
+    }
+}
