@@ -525,7 +525,7 @@ impl Pending {
     /// The entry, to fill in while the request is handled.
     pub fn entry(&mut self) -> &mut Entry {
         // `entry` is only taken by `finish`/`drop`, which consume `self`.
-        self.entry.get_or_insert_with(|| Box::default())
+        self.entry.get_or_insert_with(Box::default)
     }
 
     /// Completes the entry with its outcome, stamped now.

@@ -29,9 +29,9 @@ use crate::config::{Config, DelaySpec, FaultConfig, MalformedKind, RuleConfig, S
 use crate::control;
 use crate::draw;
 use crate::journal::{self, Clock, Journal, Pending, Sequencer};
-use history::{Entry, Outcome};
 use crate::orders::{Orders, Reply, StoreError};
 use crate::schedule::{RequestFacts, Schedule};
+use history::{Entry, Outcome};
 
 /// Headers always copied into the journal.
 pub const DEFAULT_CAPTURED_HEADERS: &[&str] = &[
@@ -227,6 +227,11 @@ impl FaultServer {
     /// `http://ADDR`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// The journal's clock: µs since the server started, as `t_recv_us` counts them.
+    pub fn now_us(&self) -> u64 {
+        self.state.clock.now_us()
     }
 
     /// The journal.

@@ -86,13 +86,13 @@ use rand::{RngExt, SeedableRng};
 use tokio::net::TcpListener;
 
 use harness::http::{Conn, Target};
-use history::ErrorKind;
 use harness::metrics::Recorder;
 use harness::policy::{
     execute, Backoff, BackoffKind, BreakerSpec, Jitter, KeyMode, OpEnd, OpResult, Operation,
     Policy, Shared,
 };
 use harness::template::{RequestTemplate, Text};
+use history::ErrorKind;
 
 /// Request headers passed on to the payment API, so its journal can tie attempts to callers.
 const FORWARDED: [&str; 2] = ["x-request-id", "x-client-id"];

@@ -10,10 +10,10 @@ use std::path::Path;
 use history::Entry;
 use reports::model::{Report, Series, Timeline};
 
-use crate::checks::operations::Step;
-use crate::checks::{Attempt, ChecksConfig, ChecksRunner, ClosedOperation, OperationTracker};
 use crate::metrics::{latency_ms, Recorder};
 use crate::run::TimelineLabel;
+use checks::operations::Step;
+use checks::{Attempt, ChecksConfig, ChecksRunner, ClosedOperation, OperationTracker};
 
 /// A journal that cannot be read.
 #[derive(Debug, thiserror::Error)]
@@ -92,7 +92,7 @@ pub fn analyze_file(path: &Path, cfg: &ChecksConfig) -> Result<Report, AnalyzeEr
             })
         }
     };
-    let checks = checks.finish(still_open);
+    let checks = checks.finish(still_open, &history::Facts::default());
     let Tally {
         rec,
         first_us,
@@ -105,7 +105,7 @@ pub fn analyze_file(path: &Path, cfg: &ChecksConfig) -> Result<Report, AnalyzeEr
     Ok(Report {
         schema_version: reports::model::SCHEMA_VERSION,
         scenario: format!("analyze {shown}"),
-        passed: checks.iter().all(|c| c.passed),
+        passed: checks.iter().all(|c| c.passed()),
         started_unix_ms: 0,
         duration_ms: span_us / 1000,
         target: None,
@@ -268,7 +268,7 @@ mod tests {
     use std::io::Write;
 
     use super::*;
-    use crate::checks::testutil::entry;
+    use history::sample::entry;
 
     /// A journal spanning several batches: 8,000 operations, every 7th retried after a 503 under
     /// a regenerated key (same client and body), every 500th key creating two orders.
@@ -320,7 +320,7 @@ mod tests {
         let entries = journal();
         assert!(entries.len() > 3 * BATCH, "several batches");
         let cfg = ChecksConfig::default();
-        let expected = crate::checks::run_checks(&cfg, &entries);
+        let expected = checks::run_checks(&cfg, &entries);
         // A blank line is skipped, not judged.
         let f = write_journal(&entries, &[(10, "")]);
         let report = analyze_file(f.path(), &cfg).expect("a valid journal");
@@ -330,7 +330,7 @@ mod tests {
             .iter()
             .find(|c| c.name == "duplicates")
             .expect("duplicates runs");
-        assert!(!dup.passed, "{}", dup.summary);
+        assert!(!dup.passed(), "{}", dup.summary);
         assert_eq!(report.requests.sent, entries.len() as u64);
         assert_eq!(report.requests.completed, entries.len() as u64);
     }

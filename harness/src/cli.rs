@@ -552,13 +552,10 @@ fn analyze(journal: &Path, checks: Option<&Path>, output: &Output) -> Result<boo
         Some(p) => {
             let text = std::fs::read_to_string(p)
                 .map_err(|e| Failure::Input(format!("{}: cannot read: {e}", p.display())))?;
-            yaml_config::from_yaml_str::<crate::checks::ChecksConfig>(
-                &text,
-                &p.display().to_string(),
-            )
-            .map_err(|e| Failure::Input(e.to_string()))?
+            checks::ChecksConfig::parse(&text, &p.display().to_string())
+                .map_err(|e| Failure::Input(e.to_string()))?
         }
-        None => crate::checks::ChecksConfig::default(),
+        None => checks::ChecksConfig::default(),
     };
     let report =
         crate::analyze::analyze_file(journal, &cfg).map_err(|e| Failure::Input(e.to_string()))?;

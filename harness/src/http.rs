@@ -24,11 +24,11 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
+use history::ErrorKind;
 use http::header::HeaderName;
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use history::ErrorKind;
 use tokio::time::Sleep;
 
 /// Where requests go: `http://host:port` plus a base path.

@@ -4,7 +4,6 @@
 //! driver records → [`checks`] → report → renderers.
 
 pub mod analyze;
-pub mod checks;
 pub mod cli;
 pub mod driver;
 pub mod http;

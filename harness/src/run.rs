@@ -7,10 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fault_server::{FaultServer, ServerOptions};
-use history::Entry;
+use history::{ClientFigures, Entry, Facts};
 use reports::model::{AttemptDelays, Phase, Report, Series, Timeline};
 
-use crate::checks::run_checks;
 use crate::driver::{self, Keys, PhaseCtx};
 use crate::http::Target;
 use crate::metrics::{latency_ms, AttemptRecord, Recorder};
@@ -77,6 +76,8 @@ pub struct Session {
     chain: Option<crate::relay::Chain>,
     started_unix_ms: u64,
     run_start: Instant,
+    /// The embedded server's journal time at `run_start`.
+    time_origin_us: u64,
     target_url: Option<String>,
     total: Recorder,
     phases: Vec<Phase>,
@@ -109,6 +110,7 @@ impl Session {
             }
             _ => None,
         };
+        let time_origin_us = server.as_ref().map_or(0, FaultServer::now_us);
         Ok(Session {
             server,
             chain,
@@ -116,6 +118,7 @@ impl Session {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
             run_start: Instant::now(),
+            time_origin_us,
             target_url: None,
             total: Recorder::new(true),
             phases: Vec::new(),
@@ -168,6 +171,7 @@ impl Session {
         }
         self.target_url = Some(url);
         self.run_start = Instant::now();
+        self.time_origin_us = self.server.as_ref().map_or(0, FaultServer::now_us);
         // Keys are reproducible against the fresh embedded server; unique against a live service.
         let keys = Keys::new(plan.seed, plan.target.is_some());
         let mut captured: Arc<std::collections::HashMap<String, String>> = Arc::default();
@@ -280,77 +284,34 @@ impl Session {
             }
             None => Vec::new(),
         };
-        // The driver knows how many requests it sent to the top: amplification divides by that.
-        let mut checks_cfg = std::borrow::Cow::Borrowed(&plan.checks);
-        if let (Some(a), false) = (&plan.checks.amplification, self.phases.is_empty()) {
-            if a.top_requests.is_none() {
-                checks_cfg.to_mut().amplification =
-                    Some(crate::checks::amplification::AmplificationConfig {
-                        top_requests: Some(self.total.operations),
-                        ..a.clone()
-                    });
-            }
-        }
-        let mut checks = run_checks(&checks_cfg, journal.iter());
-        // When the harness drove the load, thresholds speak for the users: the client's latency,
-        // the share of operations that failed, the client's throughput.
-        if let (Some(t), false) = (&plan.checks.thresholds, self.phases.is_empty()) {
-            let measured = crate::checks::thresholds::Measured {
-                latency: Some(crate::checks::thresholds::LatencyFigures::Histogram(
-                    self.total.latency.clone(),
-                )),
-                error_rate: (self.total.operations > 0)
-                    .then(|| self.total.failed_operations as f64 / self.total.operations as f64),
-                throughput_rps: Some(
-                    self.total.completed() as f64 / duration.as_secs_f64().max(1e-9),
-                ),
-                requests: self.total.sent,
-            };
-            let mut client = crate::checks::thresholds::evaluate(&t.rules, &measured);
-            client.summary = format!(
-                "{} (client-side: latency per request, errors per operation)",
-                client.summary
-            );
-            if let Some(slot) = checks.iter_mut().find(|c| c.name == "thresholds") {
-                *slot = client;
-            }
-        }
-        if let Some(v) = plan
-            .checks
-            .duplicates
-            .as_ref()
-            .and_then(|d| d.verify.as_ref())
-        {
-            let mut keys: Vec<String> = if journal.is_empty() {
-                self.keys_used.clone()
-            } else {
-                let mut seen = std::collections::BTreeSet::new();
-                journal
-                    .iter()
-                    .filter_map(|e| e.idempotency_key.clone())
-                    .filter(|k| seen.insert(k.clone()))
-                    .collect()
-            };
-            keys.truncate(VERIFY_MAX_KEYS);
-            let base = server
+        let facts = Facts {
+            client: (!self.phases.is_empty()).then(|| ClientFigures {
+                operations: self.total.operations,
+                failed_operations: self.total.failed_operations,
+                sent: self.total.sent,
+                completed: self.total.completed(),
+                latency: self.total.latency.clone(),
+                duration,
+            }),
+            store: match plan
+                .checks
+                .duplicates
                 .as_ref()
-                .map(FaultServer::url)
-                .or_else(|| self.target_url.clone());
-            match crate::verify::counts(v, &keys, base.as_deref()).await {
-                Ok(counts) => {
-                    if let Some(slot) = checks.iter_mut().find(|c| c.name == "duplicates") {
-                        *slot = crate::verify::merge(slot.clone(), &counts);
-                    }
+                .and_then(|d| d.verify.as_ref())
+            {
+                Some(v) => {
+                    let base = server
+                        .as_ref()
+                        .map(FaultServer::url)
+                        .or_else(|| self.target_url.clone());
+                    let keys = self.verify_keys(&journal);
+                    Some(crate::verify::store_counts(v, &keys, base.as_deref()).await)
                 }
-                Err(e) => {
-                    if let Some(slot) = checks.iter_mut().find(|c| c.name == "duplicates") {
-                        slot.verdict = reports::Verdict::Fail;
-                        slot.passed = false;
-                        slot.summary = format!("{e}; {}", slot.summary);
-                    }
-                }
-            }
-        }
+                None => None,
+            },
+            time_origin_us: self.time_origin_us,
+        };
+        let checks = checks::judge(&plan.checks, journal.iter(), &facts);
         if let Some(s) = server {
             s.shutdown().await;
         }
@@ -365,7 +326,7 @@ impl Session {
         let report = Report {
             schema_version: reports::model::SCHEMA_VERSION,
             scenario: plan.name.clone(),
-            passed: checks.iter().all(|c| c.passed) && !exec_failed,
+            passed: checks.iter().all(|c| c.passed()) && !exec_failed,
             started_unix_ms: self.started_unix_ms,
             duration_ms: duration.as_millis() as u64,
             target: self.target_url.clone(),
@@ -386,6 +347,26 @@ impl Session {
             exec,
         };
         RunOutcome { report, journal }
+    }
+}
+
+impl Session {
+    /// The keys to ask the system of record about: every key in the journal, or, against a
+    /// service whose journal the harness does not see, the keys the driver used; at most
+    /// [`VERIFY_MAX_KEYS`].
+    fn verify_keys(&self, journal: &[Entry]) -> Vec<String> {
+        let mut keys: Vec<String> = if journal.is_empty() {
+            self.keys_used.clone()
+        } else {
+            let mut seen = std::collections::BTreeSet::new();
+            journal
+                .iter()
+                .filter_map(|e| e.idempotency_key.clone())
+                .filter(|k| seen.insert(k.clone()))
+                .collect()
+        };
+        keys.truncate(VERIFY_MAX_KEYS);
+        keys
     }
 }
 

@@ -6,14 +6,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use yaml_config::{from_yaml_str, ConfigError, Dur};
 use http::{HeaderName, Method};
 use serde::Deserialize;
+use yaml_config::{from_yaml_str, ConfigError, Dur};
 
-use crate::checks::ChecksConfig;
-use history::ErrorKind;
 use crate::policy::{Backoff, BackoffKind, BreakerSpec, BudgetSpec, Jitter, KeyMode, Policy};
 use crate::template::{RequestTemplate, Text};
+use checks::ChecksConfig;
+use history::ErrorKind;
 
 /// A scenario as written.
 #[derive(Debug, Clone, Deserialize)]
@@ -385,7 +385,7 @@ pub fn load(path: &Path, o: &Overrides) -> Result<Plan, ConfigError> {
     })?;
     let origin = path.display().to_string();
     let file: ScenarioFile = from_yaml_str(&text, &origin)?;
-    resolve(file, path, o)
+    resolve(file, path, o).map_err(|e| e.located(&text))
 }
 
 /// Resolves a parsed scenario.
@@ -609,7 +609,8 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
             .map_or("scenario".into(), |s| s.to_string_lossy().into_owned())
     });
     let mut checks = f.checks;
-    scale_checks(&mut checks, time_scale);
+    checks.validate(&origin, "checks")?;
+    checks.scale(time_scale);
     Ok(Plan {
         name,
         description: f.description,
@@ -805,42 +806,4 @@ pub fn resolve_policy(
         ));
     }
     Ok(out)
-}
-
-/// Scales the check settings that describe the scenario's own time — windows, budgets, the
-/// Retry-After values the server sends — with the scenario. Noise floors and tolerances describe
-/// the measurement, which runs in real time, and stay as written.
-pub fn scale_checks(c: &mut ChecksConfig, f: f64) {
-    if f == 1.0 {
-        return;
-    }
-    let ms = |v: &mut u64| *v = ((*v as f64) * f).round().max(1.0) as u64;
-    ms(&mut c.grouping.fingerprint_window_ms);
-    ms(&mut c.grouping.horizon_ms);
-    if let Some(d) = &mut c.duplicates {
-        ms(&mut d.window_ms);
-    }
-    if let Some(j) = &mut c.jitter {
-        ms(&mut j.together_ms);
-        ms(&mut j.window_ms);
-    }
-    if let Some(r) = &mut c.retry_after {
-        if let Some(d) = &mut r.default_s {
-            *d *= f;
-        }
-        r.by_status.values_mut().for_each(|v| *v *= f);
-        r.by_rule.values_mut().for_each(|v| *v *= f);
-    }
-    if let Some(k) = &mut c.key_stability {
-        ms(&mut k.window_ms);
-    }
-    if let Some(b) = &mut c.circuit_breaker {
-        ms(&mut b.min_outage_ms);
-        ms(&mut b.min_pause_ms);
-    }
-    if let Some(t) = &mut c.total_timeout {
-        if let Some(b) = &mut t.budget_ms {
-            ms(b);
-        }
-    }
 }

@@ -2,40 +2,17 @@
 //!
 //! Why: the journal sees creations only when the server reports them (the fault server's `created`
 //! field). Against your own service, or to double-check, the truth is in its store: a GET per key
-//! that answers a count, or an SQL count against its SQLite database. This is the one part of a
-//! check that is not a pure function of the journal, so it runs after the load, here, and its
-//! findings are merged into the `duplicates` verdict.
+//! that answers a count, or an SQL count against its SQLite database. The counts are gathered
+//! after the load, before any check runs, and enter the history as [`StoreCounts`]; the
+//! `duplicates` check judges them with the journal.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use reports::{CheckResult, Evidence, Verdict};
-use serde::{Deserialize, Serialize};
+use checks::duplicates::VerifyConfig;
+use history::{KeyCount, StoreCounts};
 
 use crate::http::{Conn, Outgoing, Target};
-
-/// Where to count resources per key.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct VerifyConfig {
-    /// A URL (or a path on the target) with `{key}`, answering JSON with a count, e.g. the fault
-    /// server's `/orders?idempotency_key={key}`.
-    #[serde(default)]
-    pub url: Option<String>,
-    /// The JSON field holding the count.
-    #[serde(default = "count_field")]
-    pub count_field: String,
-    /// An SQLite database file to query instead.
-    #[serde(default)]
-    pub sqlite: Option<PathBuf>,
-    /// The SQL returning the count for one key, which is bound to `?1`.
-    #[serde(default)]
-    pub query: Option<String>,
-}
-
-fn count_field() -> String {
-    "count".to_string()
-}
 
 /// The verify step could not run.
 #[derive(Debug, thiserror::Error)]
@@ -51,17 +28,33 @@ pub enum VerifyError {
     },
 }
 
-/// Counts per key, in the order given. A key whose count could not be read is reported as an
-/// error string instead.
-pub async fn counts(
+/// The store's count of each key, in the order given; a key whose count could not be read has
+/// the reason instead, and a store that could not be asked at all says why.
+pub async fn store_counts(
     cfg: &VerifyConfig,
     keys: &[String],
     target: Option<&str>,
-) -> Result<Vec<(String, Result<u64, String>)>, VerifyError> {
-    match (&cfg.url, &cfg.sqlite, &cfg.query) {
-        (Some(url), None, None) => by_url(url, &cfg.count_field, keys, target).await,
-        (None, Some(db), Some(q)) => by_sql(db.clone(), q.clone(), keys.to_vec()).await,
-        _ => Err(VerifyError::Config),
+) -> StoreCounts {
+    let (source, counts) = match (&cfg.url, &cfg.sqlite, &cfg.query) {
+        (Some(url), None, None) => (
+            format!("GET {url}"),
+            by_url(url, &cfg.count_field, keys, target).await,
+        ),
+        (None, Some(db), Some(q)) => (
+            format!("{q} on {}", db.display()),
+            by_sql(db.clone(), q.clone(), keys.to_vec()).await,
+        ),
+        _ => ("verify".to_string(), Err(VerifyError::Config)),
+    };
+    StoreCounts {
+        source,
+        counts: counts
+            .map(|c| {
+                c.into_iter()
+                    .map(|(key, count)| KeyCount { key, count })
+                    .collect()
+            })
+            .map_err(|e| e.to_string()),
     }
 }
 
@@ -158,60 +151,4 @@ fn percent_encode(s: &str) -> String {
         }
     }
     out
-}
-
-/// Merges verified counts into the `duplicates` result: a key counted more than once fails it.
-pub fn merge(mut result: CheckResult, counts: &[(String, Result<u64, String>)]) -> CheckResult {
-    let bad: Vec<&(String, Result<u64, String>)> = counts
-        .iter()
-        .filter(|(_, c)| matches!(c, Ok(n) if *n > 1))
-        .collect();
-    let unreadable = counts.iter().filter(|(_, c)| c.is_err()).count();
-    result
-        .metrics
-        .insert("verified_keys".into(), serde_json::json!(counts.len()));
-    result.metrics.insert(
-        "verified_duplicate_keys".into(),
-        serde_json::json!(bad.len()),
-    );
-    for (key, c) in bad.iter().take(20) {
-        if let Ok(n) = c {
-            result.evidence.insert(
-                0,
-                Evidence {
-                    detail: format!("verify: the store holds {n} resources for key {key}"),
-                    key: Some(key.clone()),
-                    seqs: Vec::new(),
-                },
-            );
-        }
-    }
-    if !bad.is_empty() {
-        result.passed = false;
-        result.verdict = Verdict::Fail;
-        result.summary = format!(
-            "verify: {} of {} keys have more than one resource in the store; {}",
-            bad.len(),
-            counts.len(),
-            result.summary
-        );
-    } else if unreadable > 0 && result.verdict == Verdict::Pass {
-        result.verdict = Verdict::Weak;
-        result.summary = format!(
-            "{} (verify could not read {unreadable} of {} keys)",
-            result.summary,
-            counts.len()
-        );
-    } else if result.verdict != Verdict::Fail {
-        if result.verdict == Verdict::Inconclusive && !counts.is_empty() && unreadable == 0 {
-            result.verdict = Verdict::Pass;
-            result.passed = true;
-        }
-        result.summary = format!(
-            "{} (verified: {} keys, one resource each at most)",
-            result.summary,
-            counts.len()
-        );
-    }
-    result
 }

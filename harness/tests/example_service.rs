@@ -9,10 +9,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
+use checks::{run_checks, ChecksConfig};
 use fault_server::{Config, FaultServer, ServerOptions};
-use history::Entry;
-use harness::checks::{run_checks, ChecksConfig};
 use harness::http::{Conn, Outgoing, Reply, Target};
+use history::Entry;
 use http::{HeaderMap, HeaderValue, Method};
 
 /// The payment API: a declined card (`x-client-id: blocked`) is 400 on every attempt; otherwise
@@ -172,7 +172,7 @@ fn gate(journal: &[Entry]) -> (bool, bool) {
             .iter()
             .find(|c| c.name == name)
             .unwrap_or_else(|| panic!("no {name} check in {results:?}"))
-            .passed
+            .passed()
     };
     (passed("key_stability"), passed("retry_on_4xx"))
 }

@@ -444,7 +444,7 @@ fn a_409_without_retry_after_is_weak() {
         "idempotency_semantics",
     );
     assert_eq!(sem.verdict, Verdict::Weak);
-    assert!(sem.passed, "weak does not fail the run");
+    assert!(sem.passed(), "weak does not fail the run");
     assert_eq!(sem.metrics["losers"], "weak");
     assert_eq!(sem.metrics["losers_409_without_retry_after"], 1);
     assert!(sem.summary.contains("Retry-After"), "{}", sem.summary);

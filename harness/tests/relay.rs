@@ -6,10 +6,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use fault_server::{Config, FaultServer, ServerOptions};
-use history::Entry;
 use harness::http::{Conn, Outgoing, Reply, Target};
 use harness::policy::{Backoff, BackoffKind, BreakerSpec, BudgetSpec, Jitter, Policy};
 use harness::relay::{start_chain, Chain, TierSpec};
+use history::Entry;
 use http::{HeaderMap, HeaderValue, Method};
 
 /// Every request answered 503 at once; `x-relay-tier` journaled so each entry names its sender.

@@ -14,6 +14,7 @@
 
 mod client;
 mod entry;
+pub mod sample;
 mod store;
 
 pub use client::{ClientAttempt, ClientFigures, ErrorKind};

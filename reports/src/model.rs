@@ -142,14 +142,23 @@ pub enum Verdict {
     Inconclusive,
 }
 
+impl Verdict {
+    /// Whether a check with this verdict lets the run pass: every verdict but `fail`.
+    pub fn passes(self) -> bool {
+        self != Verdict::Fail
+    }
+}
+
 /// One check's verdict with its figures and the journal entries that prove it.
+///
+/// Whether it passed is derived from the verdict ([`CheckResult::passed`]), so the two cannot
+/// disagree; `report.json` still carries `passed` beside `verdict` for its readers.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(into = "CheckResultJson", from = "CheckResultJson")]
 pub struct CheckResult {
     /// Stable identifier: `duplicates`, `retry_on_4xx`, `jitter`, ...
     pub name: String,
-    /// False only when the verdict is `fail`.
-    pub passed: bool,
-    /// Finer verdict than `passed`.
+    /// The verdict.
     pub verdict: Verdict,
     /// One line a human reads first.
     pub summary: String,
@@ -159,17 +168,60 @@ pub struct CheckResult {
     pub evidence: Vec<Evidence>,
 }
 
+/// [`CheckResult`] as `report.json` spells it, with the derived `passed`.
+#[derive(Serialize, Deserialize)]
+struct CheckResultJson {
+    name: String,
+    #[serde(default)]
+    passed: bool,
+    verdict: Verdict,
+    summary: String,
+    #[serde(default)]
+    metrics: BTreeMap<String, serde_json::Value>,
+    #[serde(default)]
+    evidence: Vec<Evidence>,
+}
+
+impl From<CheckResult> for CheckResultJson {
+    fn from(c: CheckResult) -> Self {
+        CheckResultJson {
+            passed: c.passed(),
+            name: c.name,
+            verdict: c.verdict,
+            summary: c.summary,
+            metrics: c.metrics,
+            evidence: c.evidence,
+        }
+    }
+}
+
+impl From<CheckResultJson> for CheckResult {
+    fn from(c: CheckResultJson) -> Self {
+        CheckResult {
+            name: c.name,
+            verdict: c.verdict,
+            summary: c.summary,
+            metrics: c.metrics,
+            evidence: c.evidence,
+        }
+    }
+}
+
 impl CheckResult {
-    /// A result whose `passed` agrees with its verdict.
+    /// A result with no metrics or evidence yet.
     pub fn new(name: impl Into<String>, verdict: Verdict, summary: impl Into<String>) -> Self {
         CheckResult {
             name: name.into(),
-            passed: verdict != Verdict::Fail,
             verdict,
             summary: summary.into(),
             metrics: BTreeMap::new(),
             evidence: Vec::new(),
         }
+    }
+
+    /// False only when the verdict is `fail`.
+    pub fn passed(&self) -> bool {
+        self.verdict.passes()
     }
 
     /// Adds a metric.

@@ -16,12 +16,12 @@ use rand::rngs::StdRng;
 use rand::RngExt;
 
 use crate::http::{AttemptError, Conn, Reply, Target};
-use history::ErrorKind;
 use crate::metrics::{AttemptRecord, Recorder};
 use crate::template::{RequestTemplate, Vars};
 pub use backoff::{Backoff, BackoffKind};
 pub use breaker::{Breaker, BreakerSpec, Permit};
 pub use budget::{Budget, BudgetSpec};
+use history::ErrorKind;
 pub use jitter::Jitter;
 
 /// How the Idempotency-Key (`{{key}}`) behaves across attempts.

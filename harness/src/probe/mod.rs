@@ -241,7 +241,7 @@ pub struct ProbeOutcome {
 impl ProbeOutcome {
     /// True when no check failed.
     pub fn passed(&self) -> bool {
-        self.checks.iter().all(|c| c.passed)
+        self.checks.iter().all(|c| c.passed())
     }
 }
 

@@ -8,8 +8,9 @@
 //! - the journal (this check): latency = `t_done_us` − `t_recv_us` of every entry, recorded in an
 //!   HDR histogram (µs, 3 significant digits) so memory stays constant; error = no response or 5xx;
 //!   throughput = entries / (last `t_done_us` − first `t_recv_us`);
-//! - figures measured elsewhere, e.g. client-side latency from the load driver: build a
-//!   [`Measured`] and call [`evaluate`].
+//! - the load driver's figures when the harness drove the load ([`history::ClientFigures`] in the
+//!   history's facts): latency per request, errors per operation after its retries, throughput —
+//!   what the users saw; or any other figures: build a [`Measured`] and call [`evaluate`].
 //!
 //! A rule whose figure is unavailable (e.g. `p95` against a summary that only has p50/p90/p99/p999)
 //! makes the result Inconclusive unless another rule fails.
@@ -18,6 +19,7 @@
 //! `throughput_rps`, `latency_p50_ms`, `latency_p99_ms` (when known).
 
 use hdrhistogram::Histogram;
+use history::Facts;
 use reports::model::Latency;
 use reports::{CheckResult, Verdict};
 use serde::{Deserialize, Serialize};
@@ -25,6 +27,7 @@ use serde_json::json;
 
 use super::evidence::{attach, Findings};
 use super::failure;
+use super::spec::{About, CheckSpec};
 use super::threshold_rules::{Metric, Rule};
 use super::{Attempt, Check, Context};
 
@@ -279,7 +282,25 @@ impl Check for ThresholdsCheck {
         }
     }
 
-    fn finish(self: Box<Self>) -> CheckResult {
+    fn finish(self: Box<Self>, facts: &Facts) -> CheckResult {
+        // When the harness drove the load, the rules speak for the users: the client's latency
+        // per request, the share of operations that failed after their retries, the client's
+        // throughput.
+        if let Some(c) = &facts.client {
+            let measured = Measured {
+                latency: Some(LatencyFigures::Histogram(c.latency.clone())),
+                error_rate: (c.operations > 0)
+                    .then(|| c.failed_operations as f64 / c.operations as f64),
+                throughput_rps: Some(c.completed as f64 / c.duration.as_secs_f64().max(1e-9)),
+                requests: c.sent,
+            };
+            let mut result = evaluate(&self.rules, &measured);
+            result.summary = format!(
+                "{} (client-side: latency per request, errors per operation)",
+                result.summary
+            );
+            return result;
+        }
         let span_us = self
             .first_recv_us
             .map_or(0, |f| self.last_done_us.saturating_sub(f));
@@ -300,6 +321,19 @@ impl Check for ThresholdsCheck {
     }
 }
 
+impl CheckSpec for ThresholdsConfig {
+    const NAME: &'static str = "thresholds";
+    const ABOUT: About = About {
+        catches: "a service that survives by being slow",
+        how: "k6-style rules: `p99 < 200ms`, `p(99.9) <= 1s`, `avg < 50ms`, `error_rate < 1%`, `throughput > 500/s`; with `harness run` on the client's figures (latency per request, errors per operation after retries, throughput), with `analyze`/`exec` on the journal's",
+        limits: "a percentile the figures do not have makes it inconclusive",
+    };
+
+    fn build(&self, ctx: Context) -> Box<dyn Check> {
+        Box::new(ThresholdsCheck::new(self, ctx))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use history::{Entry, Outcome};
@@ -307,8 +341,8 @@ mod tests {
     use reports::Verdict;
 
     use super::{evaluate, Measured};
-    use crate::checks::testutil::{entry, run_one};
-    use crate::checks::ChecksConfig;
+    use crate::testutil::{entry, run_one};
+    use crate::ChecksConfig;
 
     const NAME: &str = "thresholds";
 
@@ -401,11 +435,51 @@ mod tests {
                 .expect_err("bad unit");
         let msg = err.to_string();
         assert!(msg.contains("column 8: expected a duration unit"), "{msg}");
-        assert!(msg.contains("thresholds.rules"), "{msg}");
-        assert!(msg.contains("line 2"), "{msg}");
+        assert!(msg.contains("thresholds.rules[1]"), "{msg}");
+        assert!(msg.starts_with("checks:2:"), "{msg}");
         assert_eq!(
             run_one(NAME, "{}", &journal(0)).verdict,
             Verdict::Inconclusive
         );
+    }
+
+    #[test]
+    fn the_clients_figures_speak_for_the_users_when_the_harness_drove_the_load() {
+        use history::{ClientFigures, Facts};
+        // The server answered every request in at most 100 ms …
+        let j = journal(0);
+        assert_eq!(
+            run_one(NAME, "{ rules: [\"p99 < 200ms\"] }", &j).verdict,
+            Verdict::Pass
+        );
+        // … but the client measured 500 ms per request, and half its operations failed.
+        let mut latency =
+            hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("histogram");
+        for _ in 0..100 {
+            latency.record(500_000).expect("in range");
+        }
+        let facts = Facts {
+            client: Some(ClientFigures {
+                operations: 100,
+                failed_operations: 50,
+                sent: 100,
+                completed: 100,
+                latency,
+                duration: std::time::Duration::from_secs(10),
+            }),
+            ..Facts::default()
+        };
+        let r = crate::testutil::judge_one(NAME, "{ rules: [\"p99 < 200ms\"] }", &j, &facts);
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
+        assert!(r.summary.contains("client-side"), "{}", r.summary);
+        let r = crate::testutil::judge_one(
+            NAME,
+            "{ rules: [\"error_rate < 10%\", \"throughput > 5/s\"] }",
+            &j,
+            &facts,
+        );
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
+        let r = crate::testutil::judge_one(NAME, "{ rules: [\"throughput > 5/s\"] }", &j, &facts);
+        assert_eq!(r.verdict, Verdict::Pass, "{}", r.summary);
     }
 }

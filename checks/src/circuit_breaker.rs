@@ -16,12 +16,14 @@
 //!
 //! Metrics: `outages`, `worst_rate_ratio`, `outages_without_probe`.
 
+use history::Facts;
 use reports::{CheckResult, Verdict};
 use serde::{Deserialize, Serialize};
 
 use super::evidence::{attach, Findings};
 use super::failure;
 use super::idle::IdleMap;
+use super::spec::{non_negative, scale_ms, About, CheckSpec, Invalid};
 use super::{Attempt, Check, Context};
 
 /// Configuration of the `circuit_breaker` check.
@@ -171,7 +173,7 @@ impl Check for CircuitBreakerCheck {
         }
     }
 
-    fn finish(mut self: Box<Self>) -> CheckResult {
+    fn finish(mut self: Box<Self>, _facts: &Facts) -> CheckResult {
         let streaks = std::mem::replace(&mut self.streaks, IdleMap::new(0));
         for (who, times) in streaks.drain() {
             self.judge(&who, &times, None);
@@ -215,12 +217,34 @@ impl Check for CircuitBreakerCheck {
     }
 }
 
+impl CheckSpec for CircuitBreakerConfig {
+    const NAME: &'static str = "circuit_breaker";
+    const ABOUT: About = About {
+        catches: "hammering a dependency that is down",
+        how: "per client, a run of consecutive failures of at least `min_outage_ms` and `min_attempts`: the attempt rate in its second half against its first (`max_rate_ratio`); with `require_probe`, a half-open probe (a pause, then one attempt) must be seen",
+        limits: "needs `x-client-id`; few attempts per client make it inconclusive",
+    };
+
+    fn scale(&mut self, f: f64) {
+        scale_ms(&mut self.min_outage_ms, f);
+        scale_ms(&mut self.min_pause_ms, f);
+    }
+
+    fn validate(&self) -> Result<(), Invalid> {
+        non_negative("max_rate_ratio", self.max_rate_ratio)
+    }
+
+    fn build(&self, ctx: Context) -> Box<dyn Check> {
+        Box::new(CircuitBreakerCheck::new(self, ctx))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use history::Entry;
     use reports::Verdict;
 
-    use crate::checks::testutil::{entry, in_arrival_order, run_one};
+    use crate::testutil::{entry, in_arrival_order, run_one};
 
     const NAME: &str = "circuit_breaker";
 

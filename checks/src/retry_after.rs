@@ -17,6 +17,7 @@
 //!
 //! Metrics: `retries_checked`, `too_early`, `smallest_margin_ms` (delay minus Retry-After).
 
+use history::Facts;
 use std::collections::BTreeMap;
 
 use reports::{CheckResult, Verdict};
@@ -24,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use super::evidence::{attach, Findings};
 use super::operations::Previous;
+use super::spec::{non_negative, About, CheckSpec, Invalid};
 use super::{Attempt, Check, Context};
 
 /// Configuration of the `retry_after` check.
@@ -121,7 +123,7 @@ impl Check for RetryAfterCheck {
         }
     }
 
-    fn finish(self: Box<Self>) -> CheckResult {
+    fn finish(self: Box<Self>, _facts: &Facts) -> CheckResult {
         let configured = self.cfg.default_s.is_some()
             || !self.cfg.by_status.is_empty()
             || !self.cfg.by_rule.is_empty();
@@ -163,12 +165,46 @@ impl Check for RetryAfterCheck {
     }
 }
 
+impl CheckSpec for RetryAfterConfig {
+    const NAME: &'static str = "retry_after";
+    const ABOUT: About = About {
+        catches: "clients that come back before they were told to",
+        how: "next arrival minus the response's end, against the Retry-After of that response",
+        limits: "the journal records no response headers: the value comes from the config (`by_rule`, `by_status`, `default_s`, matching the schedule) or a journal field `retry_after_s`; HTTP-dates cannot be expressed",
+    };
+
+    fn scale(&mut self, f: f64) {
+        if let Some(d) = &mut self.default_s {
+            *d *= f;
+        }
+        self.by_status.values_mut().for_each(|v| *v *= f);
+        self.by_rule.values_mut().for_each(|v| *v *= f);
+    }
+
+    fn validate(&self) -> Result<(), Invalid> {
+        if let Some(d) = self.default_s {
+            non_negative("default_s", d)?;
+        }
+        for (status, s) in &self.by_status {
+            non_negative(&format!("by_status.{status}"), *s)?;
+        }
+        for (rule, s) in &self.by_rule {
+            non_negative(&format!("by_rule.{rule}"), *s)?;
+        }
+        Ok(())
+    }
+
+    fn build(&self, ctx: Context) -> Box<dyn Check> {
+        Box::new(RetryAfterCheck::new(self, ctx))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use reports::Verdict;
 
-    use crate::checks::testutil::{entry, run_one};
-    use crate::checks::{run_checks, ChecksConfig, JournalRecord};
+    use crate::testutil::{entry, run_one};
+    use crate::{run_checks, ChecksConfig, JournalRecord};
 
     const NAME: &str = "retry_after";
 

@@ -1,24 +1,29 @@
-//! Hand-written journals for the checks' tests.
+//! Hand-written histories, for tests of the checks (ours and yours).
 //!
-//! `entry(seq, t_recv_ms)` starts a responded `POST /orders` that took 1 ms and answered 200;
-//! the builder methods change what a test is about. Times are milliseconds since server start.
+//! `entry(seq, t_recv_ms)` starts a responded `POST /orders` that took 1 ms and answered 200; the
+//! builder's methods change what a test is about. Times are milliseconds since server start.
+//!
+//! ```
+//! use history::sample::entry;
+//! let first = entry(1, 0).key("k1").client("c1").status(503).build();
+//! let retry = entry(2, 250).key("k1").client("c1").created("order-1").build();
+//! assert_eq!(retry.status, Some(201));
+//! assert_eq!(first.idempotency_key, retry.idempotency_key);
+//! ```
 
 use std::collections::BTreeMap;
 
-use history::{Entry, Outcome};
-use reports::CheckResult;
-
-use super::{run_checks, ChecksConfig};
+use crate::{Entry, Outcome};
 
 /// Wall clock of server start in the test journals.
-pub(crate) const EPOCH_MS: u64 = 1_700_000_000_000;
+pub const EPOCH_MS: u64 = 1_700_000_000_000;
 
 /// Builds one journal entry.
 #[derive(Debug, Clone)]
-pub(crate) struct EntryBuilder(Entry);
+pub struct EntryBuilder(Entry);
 
 /// A responded `POST /orders` (status 200, 1 ms) received at `t_recv_ms`.
-pub(crate) fn entry(seq: u64, t_recv_ms: impl Into<f64>) -> EntryBuilder {
+pub fn entry(seq: u64, t_recv_ms: impl Into<f64>) -> EntryBuilder {
     let t_recv_us = (t_recv_ms.into() * 1000.0).round() as u64;
     EntryBuilder(Entry {
         seq,
@@ -49,27 +54,27 @@ pub(crate) fn entry(seq: u64, t_recv_ms: impl Into<f64>) -> EntryBuilder {
 
 impl EntryBuilder {
     /// Response written `ms` after the request arrived.
-    pub(crate) fn took(mut self, ms: impl Into<f64>) -> Self {
+    pub fn took(mut self, ms: impl Into<f64>) -> Self {
         self.0.t_done_us = self.0.t_recv_us + (ms.into() * 1000.0).round() as u64;
         self
     }
 
     /// Answered with `status`.
-    pub(crate) fn status(mut self, status: u16) -> Self {
+    pub fn status(mut self, status: u16) -> Self {
         self.0.status = Some(status);
         self.0.outcome = Outcome::Responded;
         self
     }
 
     /// No response: dropped, reset, hung or client closed.
-    pub(crate) fn no_response(mut self, outcome: Outcome) -> Self {
+    pub fn no_response(mut self, outcome: Outcome) -> Self {
         self.0.status = None;
         self.0.outcome = outcome;
         self
     }
 
     /// Carries an Idempotency-Key.
-    pub(crate) fn key(mut self, key: &str) -> Self {
+    pub fn key(mut self, key: &str) -> Self {
         self.0.idempotency_key = Some(key.to_string());
         self.0
             .headers
@@ -78,7 +83,7 @@ impl EntryBuilder {
     }
 
     /// Sent by client `id` (x-client-id).
-    pub(crate) fn client(mut self, id: &str) -> Self {
+    pub fn client(mut self, id: &str) -> Self {
         self.0.client_id = Some(id.to_string());
         self.0
             .headers
@@ -87,27 +92,27 @@ impl EntryBuilder {
     }
 
     /// Body fingerprint (stands for the hex SHA-256).
-    pub(crate) fn body(mut self, fingerprint: &str) -> Self {
+    pub fn body(mut self, fingerprint: &str) -> Self {
         self.0.body_sha256 = Some(fingerprint.to_string());
         self.0.body_len = fingerprint.len() as u64;
         self
     }
 
     /// A captured request header.
-    pub(crate) fn header(mut self, name: &str, value: &str) -> Self {
+    pub fn header(mut self, name: &str, value: &str) -> Self {
         self.0.headers.insert(name.to_string(), value.to_string());
         self
     }
 
     /// Method and path.
-    pub(crate) fn at(mut self, method: &str, path: &str) -> Self {
+    pub fn at(mut self, method: &str, path: &str) -> Self {
         self.0.method = method.to_string();
         self.0.path = path.to_string();
         self
     }
 
     /// Created resource `id` (and answered 201).
-    pub(crate) fn created(mut self, id: &str) -> Self {
+    pub fn created(mut self, id: &str) -> Self {
         self.0.created = Some(id.to_string());
         if self.0.outcome == Outcome::Responded {
             self.0.status = Some(201);
@@ -116,49 +121,40 @@ impl EntryBuilder {
     }
 
     /// An idempotent replay answered 200.
-    pub(crate) fn replayed(mut self) -> Self {
+    pub fn replayed(mut self) -> Self {
         self.0.replayed = true;
         self.0.status = Some(200);
         self
     }
 
     /// The fault schedule's rule `id` fired with fault `kind`.
-    pub(crate) fn fault(mut self, rule: &str, kind: &str) -> Self {
+    pub fn fault(mut self, rule: &str, kind: &str) -> Self {
         self.0.rule = Some(rule.to_string());
         self.0.fault = Some(kind.to_string());
         self
     }
 
     /// Made `transition` (e.g. `pending->paid`) on `resource`.
-    pub(crate) fn transition(mut self, resource: &str, transition: &str) -> Self {
+    pub fn transition(mut self, resource: &str, transition: &str) -> Self {
         self.0.resource = Some(resource.to_string());
         self.0.transition = Some(transition.to_string());
         self
     }
 
     /// Wall-clock arrival, ms since the Unix epoch.
-    pub(crate) fn unix_ms(mut self, unix_ms: u64) -> Self {
+    pub fn unix_ms(mut self, unix_ms: u64) -> Self {
         self.0.unix_ms = unix_ms;
         self
     }
 
     /// The entry.
-    pub(crate) fn build(self) -> Entry {
+    pub fn build(self) -> Entry {
         self.0
     }
 }
 
-/// Runs the one check `name` configured by the YAML `check_yaml` (e.g. `{}`) over `entries`.
-pub(crate) fn run_one(name: &str, check_yaml: &str, entries: &[Entry]) -> CheckResult {
-    let cfg = ChecksConfig::from_yaml(&format!("{name}: {check_yaml}"))
-        .unwrap_or_else(|e| panic!("test config for {name}: {e}"));
-    let mut results = run_checks(&cfg, entries);
-    assert_eq!(results.len(), 1, "exactly the check {name} runs");
-    results.remove(0)
-}
-
 /// Renumbers `entries` by arrival time (seq order = arrival order, as in a real journal).
-pub(crate) fn in_arrival_order(mut entries: Vec<Entry>) -> Vec<Entry> {
+pub fn in_arrival_order(mut entries: Vec<Entry>) -> Vec<Entry> {
     entries.sort_by_key(|e| (e.t_recv_us, e.seq));
     for (i, e) in entries.iter_mut().enumerate() {
         e.seq = i as u64 + 1;

@@ -13,13 +13,14 @@
 //!
 //! Metrics: `retries_checked`, `key_changes`.
 
-use history::Entry;
+use history::{Entry, Facts};
 use reports::{CheckResult, Verdict};
 use serde::{Deserialize, Serialize};
 
 use super::evidence::{attach, Findings};
 use super::failure;
 use super::idle::{hash_key, IdleMap};
+use super::spec::{scale_ms, About, CheckSpec};
 use super::{Attempt, Check, Context};
 
 /// Configuration of the `key_stability` check.
@@ -125,7 +126,7 @@ impl Check for KeyStabilityCheck {
         }
     }
 
-    fn finish(self: Box<Self>) -> CheckResult {
+    fn finish(self: Box<Self>, _facts: &Facts) -> CheckResult {
         let (verdict, summary) = if let Some(first) = self.findings.first_detail() {
             (
                 Verdict::Fail,
@@ -155,12 +156,29 @@ impl Check for KeyStabilityCheck {
     }
 }
 
+impl CheckSpec for KeyStabilityConfig {
+    const NAME: &'static str = "key_stability";
+    const ABOUT: About = About {
+        catches: "a new key per attempt",
+        how: "a request with the same `x-client-id`, method, path and body as a *failed* one within `window_ms`, under a different key",
+        limits: "a client that deliberately repeats an identical order right after a failure looks the same",
+    };
+
+    fn scale(&mut self, f: f64) {
+        scale_ms(&mut self.window_ms, f);
+    }
+
+    fn build(&self, ctx: Context) -> Box<dyn Check> {
+        Box::new(KeyStabilityCheck::new(self, ctx))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use history::Outcome;
     use reports::Verdict;
 
-    use crate::checks::testutil::{entry, run_one};
+    use crate::testutil::{entry, run_one};
 
     const NAME: &str = "key_stability";
 

@@ -11,10 +11,12 @@
 //!
 //! Metrics: `responses_4xx`, `retried_forbidden`, `retried_allowed`, `retried_other`.
 
+use history::Facts;
 use reports::{CheckResult, Verdict};
 use serde::{Deserialize, Serialize};
 
 use super::evidence::{attach, Findings};
+use super::spec::{About, CheckSpec};
 use super::{Attempt, Check, Context};
 
 /// Configuration of the `retry_on_4xx` check.
@@ -89,7 +91,7 @@ impl Check for RetryOn4xxCheck {
         }
     }
 
-    fn finish(self: Box<Self>) -> CheckResult {
+    fn finish(self: Box<Self>, _facts: &Facts) -> CheckResult {
         let (verdict, summary) = if let Some(first) = self.forbidden.first_detail() {
             (
                 Verdict::Fail,
@@ -130,11 +132,24 @@ impl Check for RetryOn4xxCheck {
     }
 }
 
+impl CheckSpec for RetryOn4xxConfig {
+    const NAME: &'static str = "retry_on_4xx";
+    const ABOUT: About = About {
+        catches: "retrying a request that cannot succeed",
+        how: "a later attempt of an operation after 400, 401, 403, 404 or 422 (`never_retry`) fails; after 408, 429, 409 (`may_retry`) is fine; after another 4xx is weak",
+        limits: "needs attempts grouped (a key, an operation header, or `x-client-id` + same body)",
+    };
+
+    fn build(&self, ctx: Context) -> Box<dyn Check> {
+        Box::new(RetryOn4xxCheck::new(self, ctx))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use reports::Verdict;
 
-    use crate::checks::testutil::{entry, run_one};
+    use crate::testutil::{entry, run_one};
 
     const NAME: &str = "retry_on_4xx";
 
@@ -211,7 +226,7 @@ mod tests {
         ];
         let r = run_one(NAME, "{}", &j);
         assert_eq!(r.verdict, Verdict::Weak);
-        assert!(r.passed);
+        assert!(r.passed());
         let r = run_one(NAME, "{ never_retry: [410] }", &j);
         assert_eq!(r.verdict, Verdict::Fail);
         let nothing = [entry(1, 0).status(200).build()];

@@ -1,8 +1,11 @@
-//! Resilience checks: pure functions from the request journal to a verdict with evidence.
+//! Resilience checks: pure functions from a run's history to a verdict with evidence.
 //!
-//! Why pure functions of the journal: the journal is the one timeline of a run (Jepsen's history).
-//! A check that only reads it gives the same verdict every time, can be proven on a hand-written
-//! journal in a unit test, and points at the journal `seq`s and keys that prove its verdict.
+//! Why pure functions of the history: the journal is the one timeline of a run (Jepsen's history),
+//! and the few facts gathered beside it — the load driver's totals, a system of record's counts
+//! ([`history::Facts`]) — are gathered before any check runs. A check that only reads them gives
+//! the same verdict every time, decides it once (nothing after it rewrites a result), can be
+//! proven on a hand-written history in a unit test, and points at the journal `seq`s and keys
+//! that prove its verdict.
 //!
 //! Why streaming: a big run journals a million requests and `harness analyze` must judge it in
 //! seconds. Entries are read once, in `seq` order; each is placed in its logical operation by the
@@ -11,7 +14,11 @@
 //! `grouping.horizon_ms`, so memory follows the number of open operations, not the file.
 //!
 //! Use [`run_checks`] for a whole journal, or [`ChecksRunner`] to feed entries as they are read.
-//! Configuration: [`ChecksConfig`], from YAML with [`ChecksConfig::from_yaml`].
+//! Configuration: [`ChecksConfig`], from YAML with [`ChecksConfig::parse`]. Each check describes
+//! itself in one place, its module's [`CheckSpec`].
+//!
+//! This crate depends on the history and report models only: no runtime, socket, server or
+//! database (a test in `tests/` holds it to that).
 
 #![warn(missing_docs)]
 
@@ -29,6 +36,7 @@ pub mod key_stability;
 pub mod operations;
 pub mod retry_after;
 pub mod retry_on_4xx;
+pub mod spec;
 pub mod state_transition;
 mod stats;
 pub mod threshold_rules;
@@ -38,11 +46,13 @@ pub mod total_timeout;
 #[cfg(test)]
 pub(crate) mod testutil;
 
+use history::Facts;
 use reports::CheckResult;
 
-pub use config::{ChecksConfig, ConfigError, CHECK_NAMES};
+pub use config::{ChecksConfig, CHECK_NAMES};
 pub use journal::{JournalItem, JournalRecord};
 pub use operations::{Attempt, ClosedOperation, GroupingConfig, OperationTracker};
+pub use spec::{About, CheckSpec};
 
 /// One resilience check, fed the journal one attempt at a time.
 pub trait Check: Send {
@@ -52,13 +62,13 @@ pub trait Check: Send {
     fn observe(&mut self, attempt: &Attempt<'_>);
     /// Learns that an operation will get no more attempts.
     fn close(&mut self, _op: &ClosedOperation) {}
-    /// The verdict, once the journal has ended.
-    fn finish(self: Box<Self>) -> CheckResult;
+    /// The verdict, once the journal has ended, with the facts gathered beside it.
+    fn finish(self: Box<Self>, facts: &Facts) -> CheckResult;
 }
 
 /// What every check shares: the idle horizon and how much evidence to keep.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Context {
+pub struct Context {
     /// Per-key state idle for longer than this (µs) is judged and dropped.
     pub(crate) horizon_us: u64,
     /// Most pieces of evidence one check reports.
@@ -110,9 +120,10 @@ impl ChecksRunner {
         self.checks.close(&self.closed);
     }
 
-    /// The verdicts, in the order of [`CHECK_NAMES`].
-    pub fn finish(self) -> Vec<CheckResult> {
-        self.checks.finish(self.tracker.finish())
+    /// The verdicts, in the order of [`CHECK_NAMES`], given the facts gathered beside the
+    /// journal.
+    pub fn finish(self, facts: &Facts) -> Vec<CheckResult> {
+        self.checks.finish(self.tracker.finish(), facts)
     }
 }
 
@@ -140,14 +151,25 @@ impl CheckSet {
 
     /// The verdicts, in the order of [`CHECK_NAMES`], once the journal has ended and the
     /// operations still open (from [`OperationTracker::finish`]) are closed.
-    pub fn finish(mut self, still_open: Vec<ClosedOperation>) -> Vec<CheckResult> {
+    pub fn finish(mut self, still_open: Vec<ClosedOperation>, facts: &Facts) -> Vec<CheckResult> {
         self.close(&still_open);
-        self.checks.into_iter().map(|c| c.finish()).collect()
+        self.checks.into_iter().map(|c| c.finish(facts)).collect()
     }
 }
 
-/// Runs the checks `cfg` enables over a whole journal (entries in `seq` order).
+/// Runs the checks `cfg` enables over a whole journal (entries in `seq` order), with no facts
+/// beside it.
 pub fn run_checks<I>(cfg: &ChecksConfig, entries: I) -> Vec<CheckResult>
+where
+    I: IntoIterator,
+    I::Item: JournalItem,
+{
+    judge(cfg, entries, &Facts::default())
+}
+
+/// Runs the checks `cfg` enables over a history: its journal (entries in `seq` order) and the
+/// facts gathered beside it.
+pub fn judge<I>(cfg: &ChecksConfig, entries: I, facts: &Facts) -> Vec<CheckResult>
 where
     I: IntoIterator,
     I::Item: JournalItem,
@@ -156,7 +178,7 @@ where
     for item in entries {
         runner.observe(item);
     }
-    runner.finish()
+    runner.finish(facts)
 }
 
 #[cfg(test)]
@@ -233,7 +255,7 @@ mod tests {
         let names: Vec<&str> = results.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, CHECK_NAMES.to_vec());
         for r in &results {
-            assert!(r.passed, "{}: {}", r.name, r.summary);
+            assert!(r.passed(), "{}: {}", r.name, r.summary);
         }
         let verdict = |n: &str| results.iter().find(|r| r.name == n).map(|r| r.verdict);
         assert_eq!(verdict("duplicates"), Some(Verdict::Pass));

@@ -30,7 +30,7 @@ pub fn is_transient(e: &Entry) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checks::testutil::entry;
+    use crate::testutil::entry;
 
     #[test]
     fn classifies_statuses_and_outcomes() {

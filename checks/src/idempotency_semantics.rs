@@ -23,8 +23,9 @@ use serde::{Deserialize, Serialize};
 
 use super::evidence::{attach, Findings};
 use super::idle::{hash_key, IdleMap};
+use super::spec::{About, CheckSpec};
 use super::{Attempt, Check, Context};
-use history::Entry;
+use history::{Entry, Facts};
 
 /// Configuration of the `idempotency_semantics` check.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -273,7 +274,7 @@ impl Check for IdempotencySemanticsCheck {
             });
     }
 
-    fn finish(mut self: Box<Self>) -> CheckResult {
+    fn finish(mut self: Box<Self>, _facts: &Facts) -> CheckResult {
         let keys = std::mem::replace(&mut self.keys, IdleMap::new(0));
         for (k, v) in keys.drain() {
             self.judge(k, v);
@@ -318,12 +319,25 @@ impl Check for IdempotencySemanticsCheck {
     }
 }
 
+impl CheckSpec for IdempotencySemanticsConfig {
+    const NAME: &'static str = "idempotency_semantics";
+    const ABOUT: About = About {
+        catches: "a protocol that lies to the client",
+        how: "per key: exactly one 201; replays `200` (`replayed`); races answered 409 or replay, never 5xx; a different body with the same key refused (422; 2xx fails); a missing key refused (400) where `require_key_paths` says it is required",
+        limits: "the journal records no response headers, so 409's Retry-After is checked by `harness idempotency`, not here; responses replaced by a fault are skipped",
+    };
+
+    fn build(&self, ctx: Context) -> Box<dyn Check> {
+        Box::new(IdempotencySemanticsCheck::new(self, ctx))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use history::Outcome;
     use reports::Verdict;
 
-    use crate::checks::testutil::{entry, run_one};
+    use crate::testutil::{entry, run_one};
 
     const NAME: &str = "idempotency_semantics";
 

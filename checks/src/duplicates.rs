@@ -13,18 +13,22 @@
 //! and a chain of such retries that created more than one resource is a duplicate too.
 //!
 //! For targets whose creations the journal cannot see, `verify` counts through the system of record
-//! after a harness run (a GET per key, or an SQL count against SQLite) — see [`crate::verify`].
+//! after a harness run (a GET per key, or an SQL count against SQLite) — see [`VerifyConfig`].
 //!
 //! Metrics: `keys`, `keys_with_creation`, `resources_created`, `duplicate_keys`,
 //! `extra_resources`, `duplicate_requests` (fingerprint chains that created more than one).
 
-use reports::{CheckResult, Verdict};
+use std::path::PathBuf;
+
+use history::{Facts, StoreCounts};
+use reports::{CheckResult, Evidence, Verdict};
 use serde::{Deserialize, Serialize};
 
 use super::evidence::{attach, Findings};
 use super::failure;
 use super::idle::IdleMap;
 use super::operations::{Fingerprint, FingerprintRef};
+use super::spec::{scale_ms, About, CheckSpec};
 use super::{Attempt, Check, Context};
 
 /// Configuration of the `duplicates` check.
@@ -37,8 +41,8 @@ pub struct DuplicatesConfig {
     /// retry (the per-request view; see the module docs).
     pub window_ms: u64,
     /// After a harness run, also count the resources of each key in the system of record (a GET
-    /// per key, or SQL against SQLite); see [`crate::verify`]. Ignored by `analyze`.
-    pub verify: Option<crate::verify::VerifyConfig>,
+    /// per key, or SQL against SQLite); see [`VerifyConfig`]. Ignored by `analyze`.
+    pub verify: Option<VerifyConfig>,
 }
 
 impl Default for DuplicatesConfig {
@@ -49,6 +53,29 @@ impl Default for DuplicatesConfig {
             verify: None,
         }
     }
+}
+
+/// Where to count resources per key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerifyConfig {
+    /// A URL (or a path on the target) with `{key}`, answering JSON with a count, e.g. the fault
+    /// server's `/orders?idempotency_key={key}`.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// The JSON field holding the count.
+    #[serde(default = "count_field")]
+    pub count_field: String,
+    /// An SQLite database file to query instead.
+    #[serde(default)]
+    pub sqlite: Option<PathBuf>,
+    /// The SQL returning the count for one key, which is bound to `?1`.
+    #[serde(default)]
+    pub query: Option<String>,
+}
+
+fn count_field() -> String {
+    "count".to_string()
 }
 
 #[derive(Debug, Default)]
@@ -220,7 +247,7 @@ impl Check for DuplicatesCheck {
         }
     }
 
-    fn finish(mut self: Box<Self>) -> CheckResult {
+    fn finish(mut self: Box<Self>, facts: &Facts) -> CheckResult {
         let keys = std::mem::replace(&mut self.keys, IdleMap::new(0));
         for (k, v) in keys.drain() {
             self.judge(k, v);
@@ -229,7 +256,7 @@ impl Check for DuplicatesCheck {
         for (k, v) in chains.drain() {
             self.judge_chain(k, v);
         }
-        let (verdict, summary) = if !self.findings.is_empty() {
+        let (mut verdict, mut summary) = if !self.findings.is_empty() {
             (
                 Verdict::Fail,
                 format!(
@@ -263,7 +290,18 @@ impl Check for DuplicatesCheck {
                 ),
             )
         };
-        let result = CheckResult::new("duplicates", verdict, summary)
+        let mut store_evidence = Vec::new();
+        let mut store_metrics = Vec::new();
+        if let Some(store) = &facts.store {
+            (verdict, summary) = with_store(
+                verdict,
+                summary,
+                store,
+                &mut store_evidence,
+                &mut store_metrics,
+            );
+        }
+        let mut result = CheckResult::new("duplicates", verdict, summary)
             .metric("keys", self.keys_seen)
             .metric("keys_with_creation", self.keys_with_creation)
             .metric("resources_created", self.resources_created)
@@ -273,7 +311,104 @@ impl Check for DuplicatesCheck {
             )
             .metric("duplicate_requests", self.duplicate_requests)
             .metric("extra_resources", self.extra_resources);
-        attach(result, self.findings)
+        for (name, value) in store_metrics {
+            result = result.metric(name, value);
+        }
+        let mut result = attach(result, self.findings);
+        result.evidence.splice(0..0, store_evidence);
+        result
+    }
+}
+
+/// Most keys named in the evidence of the store's counts.
+const STORE_EVIDENCE: usize = 20;
+
+/// The journal's verdict, completed with what the system of record counted per key: a key
+/// stored more than once fails; keys the store could not answer for weaken a pass; counts that
+/// confirm every key decide a verdict the journal alone could not.
+fn with_store(
+    verdict: Verdict,
+    summary: String,
+    store: &StoreCounts,
+    evidence: &mut Vec<Evidence>,
+    metrics: &mut Vec<(&'static str, u64)>,
+) -> (Verdict, String) {
+    let counts = match &store.counts {
+        Ok(c) => c,
+        Err(e) => {
+            return (
+                Verdict::Fail,
+                format!("verify ({}): {e}; {summary}", store.source),
+            )
+        }
+    };
+    let bad: Vec<(&str, u64)> = counts
+        .iter()
+        .filter_map(|k| match k.count {
+            Ok(n) if n > 1 => Some((k.key.as_str(), n)),
+            _ => None,
+        })
+        .collect();
+    let unreadable = counts.iter().filter(|k| k.count.is_err()).count();
+    metrics.push(("verified_keys", counts.len() as u64));
+    metrics.push(("verified_duplicate_keys", bad.len() as u64));
+    for (key, n) in bad.iter().take(STORE_EVIDENCE) {
+        evidence.push(Evidence {
+            detail: format!("verify: the store holds {n} resources for key {key}"),
+            key: Some(key.to_string()),
+            seqs: Vec::new(),
+        });
+    }
+    if !bad.is_empty() {
+        return (
+            Verdict::Fail,
+            format!(
+                "verify: {} of {} keys have more than one resource in the store; {summary}",
+                bad.len(),
+                counts.len()
+            ),
+        );
+    }
+    if unreadable > 0 && verdict == Verdict::Pass {
+        return (
+            Verdict::Weak,
+            format!(
+                "{summary} (verify could not read {unreadable} of {} keys)",
+                counts.len()
+            ),
+        );
+    }
+    if verdict == Verdict::Fail {
+        return (verdict, summary);
+    }
+    let verdict = if verdict == Verdict::Inconclusive && !counts.is_empty() && unreadable == 0 {
+        Verdict::Pass
+    } else {
+        verdict
+    };
+    (
+        verdict,
+        format!(
+            "{summary} (verified: {} keys, one resource each at most)",
+            counts.len()
+        ),
+    )
+}
+
+impl CheckSpec for DuplicatesConfig {
+    const NAME: &'static str = "duplicates";
+    const ABOUT: About = About {
+        catches: "one click, two orders",
+        how: "distinct `created` ids per Idempotency-Key; and per request followed across *new* keys by fingerprint (a client that makes a new key per attempt creates one order per key — each key looks clean)",
+        limits: "from the journal it sees only creations the server records; `verify` counts in the system of record after a `harness run` — `verify: { url: \"/orders?idempotency_key={key}\", count_field: count }` (a GET per key, path relative to the target) or `verify: { sqlite: FILE, query: \"SELECT COUNT(*) FROM orders WHERE idempotency_key = ?1\" }` — for the keys the journal (or, against your own service, the driver) used, at most 2,000; Postgres is not supported yet",
+    };
+
+    fn scale(&mut self, f: f64) {
+        scale_ms(&mut self.window_ms, f);
+    }
+
+    fn build(&self, ctx: Context) -> Box<dyn Check> {
+        Box::new(DuplicatesCheck::new(self, ctx))
     }
 }
 
@@ -281,7 +416,7 @@ impl Check for DuplicatesCheck {
 mod tests {
     use history::Outcome;
 
-    use crate::checks::testutil::{entry, run_one};
+    use crate::testutil::{entry, run_one};
     use reports::Verdict;
 
     #[test]
@@ -302,7 +437,7 @@ mod tests {
             .collect();
         let r = run_one("duplicates", "{}", &j);
         assert_eq!(r.verdict, Verdict::Fail);
-        assert!(!r.passed);
+        assert!(!r.passed());
         assert_eq!(r.metrics["duplicate_keys"], 1);
         assert_eq!(r.metrics["extra_resources"], 6);
         assert_eq!(r.evidence[0].key.as_deref(), Some("k1"));
@@ -398,7 +533,7 @@ mod tests {
         assert_eq!(r.verdict, Verdict::Pass);
         let none = run_one("duplicates", "{}", &j[2..]);
         assert_eq!(none.verdict, Verdict::Inconclusive);
-        assert!(none.passed);
+        assert!(none.passed());
     }
 
     #[test]
@@ -409,5 +544,99 @@ mod tests {
         ];
         let r = run_one("duplicates", "{ key_header: x-op }", &j);
         assert_eq!(r.verdict, Verdict::Fail);
+    }
+
+    /// Three keys, each creating one order in the journal.
+    fn clean() -> Vec<history::Entry> {
+        (1..=3)
+            .map(|i| {
+                entry(i, i as u32 * 10)
+                    .key(&format!("k{i}"))
+                    .created(&format!("o{i}"))
+                    .build()
+            })
+            .collect()
+    }
+
+    fn store(counts: &[(&str, Result<u64, &str>)]) -> history::Facts {
+        history::Facts {
+            store: Some(history::StoreCounts {
+                source: "GET /orders?idempotency_key={key}".into(),
+                counts: Ok(counts
+                    .iter()
+                    .map(|(k, c)| history::KeyCount {
+                        key: k.to_string(),
+                        count: c.map_err(str::to_string),
+                    })
+                    .collect()),
+            }),
+            ..history::Facts::default()
+        }
+    }
+
+    #[test]
+    fn the_store_counts_decide_with_the_journal() {
+        use crate::testutil::judge_one;
+        let j = clean();
+        // The store holds three orders for k2 although the journal saw one.
+        let r = judge_one(
+            "duplicates",
+            "{}",
+            &j,
+            &store(&[("k1", Ok(1)), ("k2", Ok(3)), ("k3", Ok(1))]),
+        );
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
+        assert!(
+            r.summary.starts_with("verify: 1 of 3 keys"),
+            "{}",
+            r.summary
+        );
+        assert_eq!(r.evidence[0].key.as_deref(), Some("k2"));
+        assert_eq!(r.metrics["verified_duplicate_keys"], 1);
+        // Every key once: a pass that says it was verified.
+        let r = judge_one(
+            "duplicates",
+            "{}",
+            &j,
+            &store(&[("k1", Ok(1)), ("k2", Ok(1)), ("k3", Ok(1))]),
+        );
+        assert_eq!(r.verdict, Verdict::Pass, "{}", r.summary);
+        assert!(r.summary.contains("verified: 3 keys"), "{}", r.summary);
+        // A key the store could not answer for weakens the pass.
+        let r = judge_one(
+            "duplicates",
+            "{}",
+            &j,
+            &store(&[("k1", Ok(1)), ("k2", Err("answered 500")), ("k3", Ok(1))]),
+        );
+        assert_eq!(r.verdict, Verdict::Weak, "{}", r.summary);
+        // A store that could not be asked at all fails: the gate cannot vouch for anything.
+        let mut facts = store(&[]);
+        if let Some(s) = &mut facts.store {
+            s.counts = Err("connection refused".into());
+        }
+        let r = judge_one("duplicates", "{}", &j, &facts);
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
+        assert!(r.summary.contains("connection refused"), "{}", r.summary);
+    }
+
+    #[test]
+    fn counts_decide_what_a_journal_without_creations_cannot() {
+        use crate::testutil::judge_one;
+        // A service whose creations the journal does not see: keys, no `created`.
+        let j: Vec<_> = (1..=3)
+            .map(|i| entry(i, i as u32).key(&format!("k{i}")).build())
+            .collect();
+        assert_eq!(
+            run_one("duplicates", "{}", &j).verdict,
+            Verdict::Inconclusive
+        );
+        let r = judge_one(
+            "duplicates",
+            "{}",
+            &j,
+            &store(&[("k1", Ok(1)), ("k2", Ok(1)), ("k3", Ok(0))]),
+        );
+        assert_eq!(r.verdict, Verdict::Pass, "{}", r.summary);
     }
 }

@@ -529,7 +529,7 @@ impl OperationTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checks::testutil::entry;
+    use crate::testutil::entry;
 
     fn steps(cfg: &GroupingConfig, entries: &[Entry]) -> (Vec<Step>, Vec<ClosedOperation>) {
         let mut t = OperationTracker::new(cfg);

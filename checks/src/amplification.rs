@@ -8,20 +8,22 @@
 //!
 //! Counting: bottom requests are the journal entries that match `bottom_path_prefix` and
 //! `bottom_header` (both optional; with neither, every entry — the fault server is the bottom when a
-//! service under test calls it). Top requests are `top_requests` when the driver knows how many it
-//! sent, else the number of distinct `request_id_header` values among bottom requests (each layer
-//! must propagate the id). `bottom_attempts_per_request` = bottom / top, failing above
+//! service under test calls it). Top requests are `top_requests` when configured, else the
+//! operations the load driver started (the history's [`history::ClientFigures`]), else the number
+//! of distinct `request_id_header` values among bottom requests (each layer must propagate the id). `bottom_attempts_per_request` = bottom / top, failing above
 //! `max_attempts_per_request` (default 4: one layer with three retries). A request id idle longer
 //! than the horizon and seen again counts as a new request.
 //!
 //! Metrics: `bottom_attempts`, `top_requests`, `bottom_attempts_per_request`,
 //! `max_attempts_for_one_request`.
 
+use history::Facts;
 use reports::{CheckResult, Verdict};
 use serde::{Deserialize, Serialize};
 
 use super::evidence::{attach, Findings};
 use super::idle::IdleMap;
+use super::spec::{non_negative, About, CheckSpec, Invalid};
 use super::{Attempt, Check, Context};
 
 /// Configuration of the `amplification` check.
@@ -141,12 +143,17 @@ impl Check for AmplificationCheck {
         }
     }
 
-    fn finish(mut self: Box<Self>) -> CheckResult {
+    fn finish(mut self: Box<Self>, facts: &Facts) -> CheckResult {
         let ids = std::mem::replace(&mut self.ids, IdleMap::new(0));
         for (k, v) in ids.drain() {
             self.close(k, v);
         }
-        let top = self.cfg.top_requests.unwrap_or(self.distinct);
+        // The driver knows how many requests it sent to the top; without it, the distinct ids.
+        let top = self
+            .cfg
+            .top_requests
+            .or(facts.client.as_ref().map(|c| c.operations))
+            .unwrap_or(self.distinct);
         let mut result;
         if self.bottom == 0 || top == 0 {
             let why = if self.bottom == 0 {
@@ -198,12 +205,29 @@ impl Check for AmplificationCheck {
     }
 }
 
+impl CheckSpec for AmplificationConfig {
+    const NAME: &'static str = "amplification";
+    const ABOUT: About = About {
+        catches: "retries multiplied across layers",
+        how: "bottom requests (path prefix / header) per top request (`top_requests` from the driver, or distinct `x-request-id`); metric `bottom_attempts_per_request`, fails above `max_attempts_per_request`",
+        limits: "the ids must be propagated when the driver does not count",
+    };
+
+    fn validate(&self) -> Result<(), Invalid> {
+        non_negative("max_attempts_per_request", self.max_attempts_per_request)
+    }
+
+    fn build(&self, ctx: Context) -> Box<dyn Check> {
+        Box::new(AmplificationCheck::new(self, ctx))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use history::Entry;
     use reports::Verdict;
 
-    use crate::checks::testutil::{entry, run_one};
+    use crate::testutil::{entry, run_one};
 
     const NAME: &str = "amplification";
 
@@ -264,5 +288,33 @@ mod tests {
         let r = run_one(NAME, "{}", &anonymous);
         assert_eq!(r.verdict, Verdict::Inconclusive);
         assert!(r.summary.contains("top_requests"), "{}", r.summary);
+    }
+
+    #[test]
+    fn the_drivers_operation_count_is_the_top_when_ids_are_not_propagated() {
+        use history::{ClientFigures, Facts};
+        // 64 bottom calls that carry no request id: alone, the journal cannot say how many user
+        // requests they served.
+        let j: Vec<Entry> = (1..=64).map(|i| entry(i, i as u32).build()).collect();
+        let alone = run_one(NAME, "{}", &j);
+        assert_eq!(alone.verdict, Verdict::Inconclusive, "{}", alone.summary);
+        let facts = Facts {
+            client: Some(ClientFigures {
+                operations: 1,
+                failed_operations: 0,
+                sent: 1,
+                completed: 1,
+                latency: hdrhistogram::Histogram::new(3).expect("histogram"),
+                duration: std::time::Duration::from_secs(1),
+            }),
+            ..Facts::default()
+        };
+        let r = crate::testutil::judge_one(NAME, "{}", &j, &facts);
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
+        assert_eq!(r.metrics["top_requests"], 1);
+        assert_eq!(r.metrics["bottom_attempts_per_request"], 64.0);
+        // A configured count wins over the driver's.
+        let r = crate::testutil::judge_one(NAME, "{ top_requests: 16 }", &j, &facts);
+        assert_eq!(r.verdict, Verdict::Pass, "{}", r.summary);
     }
 }

@@ -13,11 +13,13 @@
 //!
 //! Metrics: `transitions`, `resources`, `repeated`.
 
+use history::Facts;
 use reports::{CheckResult, Verdict};
 use serde::{Deserialize, Serialize};
 
 use super::evidence::{attach, Findings};
 use super::idle::IdleMap;
+use super::spec::{About, CheckSpec};
 use super::{Attempt, Check, Context};
 
 /// Configuration of the `state_transition` check.
@@ -103,7 +105,7 @@ impl Check for StateTransitionCheck {
             .push((transition.clone(), e.seq));
     }
 
-    fn finish(mut self: Box<Self>) -> CheckResult {
+    fn finish(mut self: Box<Self>, _facts: &Facts) -> CheckResult {
         let seen = std::mem::replace(&mut self.seen, IdleMap::new(0));
         for (k, v) in seen.drain() {
             self.judge(k, v);
@@ -138,15 +140,29 @@ impl Check for StateTransitionCheck {
     }
 }
 
+impl CheckSpec for StateTransitionConfig {
+    const NAME: &'static str = "state_transition";
+    const ABOUT: About = About {
+        catches: "paying twice",
+        how:
+            "per resource, two transitions out of the same state (journal `transition`, `resource`)",
+        limits: "sees transitions the server records (the fault server's pay endpoint)",
+    };
+
+    fn build(&self, ctx: Context) -> Box<dyn Check> {
+        Box::new(StateTransitionCheck::new(self, ctx))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use reports::Verdict;
 
-    use crate::checks::testutil::{entry, run_one};
+    use crate::testutil::{entry, run_one};
 
     const NAME: &str = "state_transition";
 
-    fn pay(seq: u64, t: u32, order: &str) -> crate::checks::testutil::EntryBuilder {
+    fn pay(seq: u64, t: u32, order: &str) -> history::sample::EntryBuilder {
         entry(seq, t).at("POST", &format!("/orders/{order}/pay"))
     }
 

@@ -35,6 +35,7 @@
 //! first), `groups_analyzed`, `retries_analyzed`, `lowest_dispersion`,
 //! `highest_densest_window_fraction`, `highest_peak_to_mean`.
 
+use history::Facts;
 use std::collections::BTreeMap;
 
 use reports::{CheckResult, Verdict};
@@ -42,6 +43,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::evidence::{attach, Findings};
+use super::spec::{non_negative, scale_ms, About, CheckSpec, Invalid};
 use super::stats::{densest_window, mad, median, peak_to_mean, quantile};
 use super::{Attempt, Check, Context};
 
@@ -346,7 +348,7 @@ impl Check for JitterCheck {
         g.arrivals.push((a.entry.t_recv_us, a.entry.seq));
     }
 
-    fn finish(mut self: Box<Self>) -> CheckResult {
+    fn finish(mut self: Box<Self>, _facts: &Facts) -> CheckResult {
         if let Some(s) = self.open.take() {
             self.seal(s);
         }
@@ -440,6 +442,30 @@ impl Check for JitterCheck {
     }
 }
 
+impl CheckSpec for JitterConfig {
+    const NAME: &'static str = "jitter";
+    const ABOUT: About = About {
+        catches: "the thundering herd",
+        how: "operations whose first failures cluster in time; per attempt index the retry delays' dispersion (MAD / median, IQR / median) and the arrivals' clustering (densest-window fraction, peak-to-mean). No jitter fails; full, equal, decorrelated pass; a spread above the noise floor but under `min_dispersion` (e.g. 0–100 ms on 1 s) is weak; a median delay under `immediate_ms` is its own finding (no backoff at all)",
+        limits: "needs `min_samples` retries per group, else inconclusive; under a strong time scale lower `noise_floor_ms`",
+    };
+
+    fn scale(&mut self, f: f64) {
+        scale_ms(&mut self.together_ms, f);
+        scale_ms(&mut self.window_ms, f);
+    }
+
+    fn validate(&self) -> Result<(), Invalid> {
+        non_negative("min_dispersion", self.min_dispersion)?;
+        non_negative("noise_floor_ms", self.noise_floor_ms)?;
+        non_negative("immediate_ms", self.immediate_ms)
+    }
+
+    fn build(&self, ctx: Context) -> Box<dyn Check> {
+        Box::new(JitterCheck::new(self, ctx))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use history::Entry;
@@ -447,7 +473,7 @@ mod tests {
     use rand::{RngExt, SeedableRng};
     use reports::{CheckResult, Verdict};
 
-    use crate::checks::testutil::{entry, in_arrival_order, run_one};
+    use crate::testutil::{entry, in_arrival_order, run_one};
 
     /// `clients` operations failing together at t≈0 (one 503 each, 1 ms apart at most), each
     /// retrying `retries` times with `delay(rng, k, prev)` ms before retry k (1-based); every
@@ -539,7 +565,7 @@ mod tests {
         });
         let r = run_one("jitter", "{}", &j);
         assert_eq!(r.verdict, Verdict::Weak, "{}", r.summary);
-        assert!(r.passed);
+        assert!(r.passed());
         assert!(r.summary.contains("too small"), "{}", r.summary);
         // Both thresholds are configurable: a noise floor above the spread calls it no jitter,
         // a dispersion threshold below it (0.006 on the 4 s delay) lets it pass.
@@ -575,10 +601,9 @@ mod tests {
             e.t_done_us += 100_000_000;
         }
         let j = in_arrival_order(first.into_iter().chain(second).collect());
-        let cfg =
-            crate::checks::ChecksConfig::from_yaml("grouping: { horizon_ms: 20000 }\njitter: {}")
-                .expect("valid");
-        let r = crate::checks::run_checks(&cfg, &j).remove(0);
+        let cfg = crate::ChecksConfig::from_yaml("grouping: { horizon_ms: 20000 }\njitter: {}")
+            .expect("valid");
+        let r = crate::run_checks(&cfg, &j).remove(0);
         assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
         assert_eq!(r.metrics["groups_analyzed"], 8);
         assert_eq!(r.metrics["groups"][0]["finding"], "no_jitter");

@@ -17,10 +17,12 @@
 //! Metrics: `operations_checked`, `over_budget`, `deadlines_seen`, `after_deadline`,
 //! `unparseable_deadlines`.
 
+use history::Facts;
 use reports::{CheckResult, Verdict};
 use serde::{Deserialize, Serialize};
 
 use super::evidence::{attach, Findings};
+use super::spec::{scale_ms, About, CheckSpec};
 use super::{Attempt, Check, ClosedOperation, Context};
 
 /// Configuration of the `total_timeout` check.
@@ -130,7 +132,7 @@ impl Check for TotalTimeoutCheck {
         }
     }
 
-    fn finish(self: Box<Self>) -> CheckResult {
+    fn finish(self: Box<Self>, _facts: &Facts) -> CheckResult {
         let over = self.over_budget.total();
         let late = self.late.total();
         let (verdict, summary) = if over + late > 0 {
@@ -183,12 +185,32 @@ impl Check for TotalTimeoutCheck {
     }
 }
 
+impl CheckSpec for TotalTimeoutConfig {
+    const NAME: &'static str = "total_timeout";
+    const ABOUT: About = About {
+        catches: "work after the caller gave up",
+        how: "an operation whose attempts span longer than `budget_ms`; a request received after its `x-deadline` (absolute unix ms) passed",
+        limits: "other deadline formats are counted as weak",
+    };
+
+    fn scale(&mut self, f: f64) {
+        if let Some(b) = &mut self.budget_ms {
+            scale_ms(b, f);
+        }
+    }
+
+    fn build(&self, ctx: Context) -> Box<dyn Check> {
+        Box::new(TotalTimeoutCheck::new(self, ctx))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use history::{Entry, Outcome};
     use reports::Verdict;
 
-    use crate::checks::testutil::{entry, run_one, EPOCH_MS};
+    use crate::testutil::{entry, run_one};
+    use history::sample::EPOCH_MS;
 
     const NAME: &str = "total_timeout";
 
