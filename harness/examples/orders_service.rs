@@ -85,14 +85,10 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use tokio::net::TcpListener;
 
-use harness::http::{Conn, Target};
-use harness::metrics::Recorder;
-use harness::policy::{
-    execute, Backoff, BackoffKind, BreakerSpec, Jitter, KeyMode, OpEnd, OpResult, Operation,
-    Policy, Shared,
-};
-use harness::template::{RequestTemplate, Text};
+use harness::http::{AttemptError, Conn, Outgoing, Reply, Target};
+use harness::operation::{execute, AttemptSpec, OpResult, Transport};
 use history::ErrorKind;
+use retry_policy::{Backoff, BackoffKind, BreakerSpec, Jitter, KeyMode, Limits, OpEnd, Policy};
 
 /// Request headers passed on to the payment API, so its journal can tie attempts to callers.
 const FORWARDED: [&str; 2] = ["x-request-id", "x-client-id"];
@@ -191,24 +187,21 @@ struct App {
     mode: Mode,
     policy: Policy,
     /// The breaker (and budget, if any): one per dependency, across all requests.
-    shared: Shared,
+    limits: Limits,
     target: Arc<Target>,
-    path: Text,
-    key_header: (HeaderName, Text),
+    /// The payment call's path under the base URL.
+    path: String,
     /// Idle payment connections; one per concurrent request.
     pool: Mutex<Vec<Worker>>,
     workers: AtomicU64,
     orders: AtomicU64,
     seed: u64,
-    started: Instant,
 }
 
-/// A payment connection with the RNG and recorder that go with it.
+/// A payment connection with the RNG that goes with it.
 struct Worker {
-    id: u32,
     conn: Conn,
     rng: StdRng,
-    rec: Recorder,
 }
 
 impl App {
@@ -217,10 +210,8 @@ impl App {
         idle.unwrap_or_else(|| {
             let id = self.workers.fetch_add(1, Ordering::Relaxed);
             Worker {
-                id: u32::try_from(id).unwrap_or(u32::MAX),
                 conn: Conn::new(self.target.clone()),
                 rng: StdRng::seed_from_u64(self.seed ^ id.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
-                rec: Recorder::new(false),
             }
         })
     }
@@ -247,13 +238,11 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let (path, key_template) = match (Text::parse(&args.payments_path), Text::parse("{{key}}")) {
-        (Ok(p), Ok(k)) if args.payments_path.starts_with('/') => (p, k),
-        _ => {
-            eprintln!("orders_service: --payments-path must be a path starting with '/'");
-            return ExitCode::from(2);
-        }
-    };
+    if !args.payments_path.starts_with('/') {
+        eprintln!("orders_service: --payments-path must be a path starting with '/'");
+        return ExitCode::from(2);
+    }
+    let path = target.path(&args.payments_path);
     let listener = match TcpListener::bind(args.bind).await {
         Ok(l) => l,
         Err(e) => {
@@ -271,16 +260,14 @@ async fn main() -> ExitCode {
     let policy = args.mode.policy();
     let app = Arc::new(App {
         mode: args.mode,
-        shared: Shared::new(&policy),
+        limits: Limits::new(&policy, Instant::now()),
         policy,
         target,
         path,
-        key_header: (HeaderName::from_static("idempotency-key"), key_template),
         pool: Mutex::new(Vec::new()),
         workers: AtomicU64::new(0),
         orders: AtomicU64::new(0),
         seed: args.seed,
-        started: Instant::now(),
     });
     let mut out = std::io::stdout().lock();
     if writeln!(out, "listening on http://{addr}")
@@ -368,41 +355,29 @@ fn problem(status: StatusCode, detail: &str) -> Response<Full<Bytes>> {
     )
 }
 
-/// A `Text` with no placeholders (`RequestTemplate::get` compiles its path literally), so a body
-/// that contains `{{` is sent as it is.
-fn literal(s: &str) -> Text {
-    RequestTemplate::get(s).path
-}
-
 async fn create_order(app: &App, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let (parts, body) = req.into_parts();
     let Ok(body) = body.collect().await.map(|c| c.to_bytes()) else {
         return problem(StatusCode::BAD_REQUEST, "incomplete request body");
     };
-    // A JSON document is UTF-8, so the check below also guarantees `text`.
-    let (Ok(_), Ok(text)) = (
-        serde_json::from_slice::<serde_json::Value>(&body),
-        std::str::from_utf8(&body),
-    ) else {
+    if serde_json::from_slice::<serde_json::Value>(&body).is_err() {
         return problem(StatusCode::BAD_REQUEST, "the body must be a JSON document");
-    };
+    }
     let caller_key = parts
         .headers
         .get("idempotency-key")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let mut extra = Vec::new();
+    let mut headers = http::HeaderMap::new();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     for name in FORWARDED {
         if let Some(v) = parts.headers.get(name) {
-            extra.push((HeaderName::from_static(name), v.clone()));
+            headers.insert(HeaderName::from_static(name), v.clone());
         }
     }
-    let template = RequestTemplate {
-        method: Method::POST,
-        path: app.path.clone(),
-        headers: vec![app.key_header.clone()],
-        body: Some((literal(text), true)),
-    };
 
     let order = app.orders.fetch_add(1, Ordering::Relaxed) + 1;
     // A worker dropped with a cancelled request may have a call in flight: it is not pooled again.
@@ -413,28 +388,17 @@ async fn create_order(app: &App, req: Request<Incoming>) -> Response<Full<Bytes>
         (Mode::Resilient, Some(k)) => k,
         _ => format!("{:032x}", w.rng.random::<u128>()),
     };
-    let result = execute(
-        &mut w.conn,
-        &mut w.rng,
-        Operation {
-            template: &template,
-            target: &app.target,
-            policy: &app.policy,
-            shared: &app.shared,
-            phase: 0,
-            op: order,
-            client: w.id,
-            round: 0,
-            key: &key,
-            uuid: "",
-            extra: &extra,
-            run_start: app.started,
-            release: None,
-            captured: None,
+    let mut call = PaymentCall {
+        conn: &mut w.conn,
+        request: Outgoing {
+            method: Method::POST,
+            uri: app.path.clone(),
+            headers,
+            body,
         },
-        &mut w.rec,
-    )
-    .await;
+        key: &key,
+    };
+    let result = execute(&mut call, &mut (), &app.policy, &app.limits, &mut w.rng).await;
     app.checkin(w);
     let res = answer(app, &result, &key);
     eprintln!(
@@ -447,6 +411,30 @@ async fn create_order(app: &App, req: Request<Incoming>) -> Response<Full<Bytes>
         res.status().as_u16()
     );
     res
+}
+
+/// The payment call: the order's JSON, with the operation's Idempotency-Key — or, under
+/// `KeyMode::PerAttempt`, a new one on every retry — and the deadline the policy propagates.
+struct PaymentCall<'a> {
+    conn: &'a mut Conn,
+    request: Outgoing,
+    key: &'a str,
+}
+
+impl Transport for PaymentCall<'_> {
+    async fn send(&mut self, spec: AttemptSpec<'_>) -> Result<Reply, AttemptError> {
+        let mut req = self.request.clone();
+        let key = spec.fresh_key.unwrap_or(self.key);
+        if let Ok(v) = HeaderValue::from_str(key) {
+            req.headers
+                .insert(HeaderName::from_static("idempotency-key"), v);
+        }
+        if let Some(ms) = spec.deadline_unix_ms {
+            req.headers
+                .insert(HeaderName::from_static("x-deadline"), HeaderValue::from(ms));
+        }
+        self.conn.send(req, spec.call.timeout).await
+    }
 }
 
 /// The caller's answer, from how the payment call ended.

@@ -21,11 +21,13 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use tokio::sync::Barrier;
 
-use crate::http::{Conn, Target};
-use crate::metrics::{Recorder, Sink};
-use crate::policy::{execute, Operation, Shared};
+use retry_policy::Limits;
+
+use crate::http::{AttemptError, Conn, Reply, Target};
+use crate::metrics::{AttemptIds, Recorder, Sink};
+use crate::operation::{execute, AttemptSpec, Transport};
 use crate::scenario::{PhaseKind, PhasePlan};
-use crate::template::Var;
+use crate::template::{RequestTemplate, Var, Vars};
 
 /// A request is a late start when no worker could pick it up within this of its intended time.
 pub const LATE_THRESHOLD: Duration = Duration::from_millis(1);
@@ -152,7 +154,7 @@ fn client_header(enabled: bool, phase: u16, client: u32) -> Vec<(HeaderName, Hea
 /// Runs one phase to its end (duration, request count, or rounds), or until `stop` is set.
 pub async fn run_phase(plan: Arc<PhasePlan>, ctx: PhaseCtx) -> PhaseOutcome {
     let started = Instant::now();
-    let shared = Arc::new(Shared::new(&plan.policy));
+    let shared = Arc::new(Limits::new(&plan.policy, Instant::now()));
     let captures = Arc::new(std::sync::Mutex::new(HashMap::new()));
     let ctx = PhaseCtx {
         capture_sink: Some(captures.clone()),
@@ -257,7 +259,7 @@ impl Worker {
         &mut self,
         plan: &PhasePlan,
         ctx: &PhaseCtx,
-        shared: &Shared,
+        shared: &Limits,
         op: u64,
         burst: Option<(u64, &str, &Barrier)>,
     ) {
@@ -275,23 +277,35 @@ impl Worker {
         } else {
             String::new()
         };
-        let operation = Operation {
+        let mut transport = Rendered {
+            conn: &mut self.conn,
             template: &plan.template,
             target: &ctx.target,
-            policy: &plan.policy,
-            shared,
+            vars: Vars {
+                seq: op,
+                client: self.client,
+                uuid: &uuid,
+                key,
+                round,
+                captured: Some(&ctx.captured),
+            },
+            extra: &self.extra,
+            release,
+        };
+        let ids = AttemptIds {
             phase: ctx.index,
             op,
             client: self.client,
-            round,
-            key,
-            uuid: &uuid,
-            extra: &self.extra,
-            run_start: ctx.run_start,
-            release,
-            captured: Some(&ctx.captured),
         };
-        let result = execute(&mut self.conn, &mut self.rng, operation, &mut self.rec).await;
+        let mut observer = self.rec.operation(ids, ctx.run_start);
+        let result = execute(
+            &mut transport,
+            &mut observer,
+            &plan.policy,
+            shared,
+            &mut self.rng,
+        )
+        .await;
         if let (false, Some(sink), Some(reply)) =
             (plan.capture.is_empty(), &ctx.capture_sink, &result.reply)
         {
@@ -306,7 +320,7 @@ impl Worker {
 async fn burst(
     plan: &Arc<PhasePlan>,
     ctx: &PhaseCtx,
-    shared: &Arc<Shared>,
+    shared: &Arc<Limits>,
     sink: &Arc<Sink>,
     size: u32,
     rounds: u32,
@@ -365,6 +379,38 @@ async fn burst(
         }
     }
     (total, keys)
+}
+
+/// The driver's transport: each attempt rendered from the phase's request template, on the
+/// worker's connection; a burst's first attempt waits at the round's release point.
+struct Rendered<'a> {
+    conn: &'a mut Conn,
+    template: &'a RequestTemplate,
+    target: &'a Target,
+    vars: Vars<'a>,
+    extra: &'a [(HeaderName, HeaderValue)],
+    release: Option<&'a Barrier>,
+}
+
+impl Transport for Rendered<'_> {
+    async fn send(&mut self, spec: AttemptSpec<'_>) -> Result<Reply, AttemptError> {
+        let vars = Vars {
+            key: spec.fresh_key.unwrap_or(self.vars.key),
+            ..self.vars
+        };
+        let req = match spec.deadline_unix_ms {
+            Some(ms) => {
+                let mut extra = self.extra.to_vec();
+                extra.push((HeaderName::from_static("x-deadline"), HeaderValue::from(ms)));
+                self.template.render(self.target, &vars, &extra)
+            }
+            None => self.template.render(self.target, &vars, self.extra),
+        };
+        let release = self.release.filter(|_| spec.call.attempt == 1);
+        self.conn
+            .send_released(req, spec.call.timeout, release)
+            .await
+    }
 }
 
 /// Keeps the named fields of a JSON response body.
@@ -437,7 +483,7 @@ pub fn intended_offset(stages: &[(f64, f64, Duration)], i: u64) -> Option<Durati
 async fn rate(
     plan: &Arc<PhasePlan>,
     ctx: &PhaseCtx,
-    shared: &Arc<Shared>,
+    shared: &Arc<Limits>,
     sink: &Arc<Sink>,
     stages: Vec<(f64, f64, Duration)>,
     connections: u32,
@@ -543,7 +589,7 @@ fn pace(
 async fn closed(
     plan: &Arc<PhasePlan>,
     ctx: &PhaseCtx,
-    shared: &Arc<Shared>,
+    shared: &Arc<Limits>,
     sink: &Arc<Sink>,
     concurrency: u32,
     duration: Option<Duration>,
@@ -585,7 +631,7 @@ async fn closed(
 async fn fleet(
     plan: &Arc<PhasePlan>,
     ctx: &PhaseCtx,
-    shared: &Arc<Shared>,
+    shared: &Arc<Limits>,
     sink: &Arc<Sink>,
     clients: u32,
     operations: u64,

@@ -9,7 +9,7 @@ pub mod driver;
 pub mod http;
 pub mod load;
 pub mod metrics;
-pub mod policy;
+pub mod operation;
 pub mod probe;
 pub mod progress;
 pub mod relay;

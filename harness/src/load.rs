@@ -11,11 +11,11 @@ use reports::model::{Phase, Report};
 use crate::driver::{self, Keys, PhaseCtx};
 use crate::http::Target;
 use crate::metrics::latency_ms;
-use crate::policy::Policy;
 use crate::progress::Progress;
 use crate::run::{ensure_reachable, RunError};
 use crate::scenario::{PhaseKind, PhasePlan};
 use crate::template::{RequestTemplate, Text};
+use retry_policy::Policy;
 
 /// Default duration when neither `--duration` nor `--requests` is given.
 pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);

@@ -13,20 +13,22 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use history::ErrorKind;
+use std::time::Instant;
 
-/// One attempt as the driver saw it (kept for scenario runs; `load` does not keep them).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct AttemptRecord {
+use history::{ClientAttempt, ErrorKind};
+use retry_policy::{AttemptOutcome, Call, OpEnd};
+
+use crate::operation::{Observer, OpResult};
+
+/// Which operation of which phase and client an attempt belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttemptIds {
+    /// Index of the phase.
     pub phase: u16,
+    /// Operation number within the phase, from 1.
     pub op: u64,
-    pub attempt: u32,
+    /// The worker.
     pub client: u32,
-    /// µs since the run started.
-    pub t_start_us: u64,
-    pub t_end_us: u64,
-    pub status: Option<u16>,
-    pub error: Option<ErrorKind>,
 }
 
 /// Samples a worker buffers before folding them into its phase's [`Sink`].
@@ -69,7 +71,7 @@ pub struct Recorder {
     pub deadline_exceeded: u64,
     /// Operations that did not end in a response below 500 (no response, 5xx, or a fallback).
     pub failed_operations: u64,
-    pub attempts: Option<Vec<AttemptRecord>>,
+    pub attempts: Option<Vec<ClientAttempt>>,
     /// A worker's recorder: samples wait in the buffers below, then go to the sink.
     sink: Option<Arc<Sink>>,
     buf_latency: Vec<u64>,
@@ -252,6 +254,68 @@ impl Recorder {
             .filter(|k| self.errors[k.index()] > 0)
             .map(|k| (k.as_str().to_string(), self.errors[k.index()]))
             .collect()
+    }
+}
+
+impl Recorder {
+    /// An observer that records one operation's attempts here.
+    pub fn operation(&mut self, ids: AttemptIds, run_start: Instant) -> OperationLog<'_> {
+        OperationLog {
+            rec: self,
+            ids,
+            run_start,
+        }
+    }
+}
+
+/// Records one operation's attempts into a [`Recorder`]: counts, latency, retries, and (for
+/// scenario runs) one [`ClientAttempt`] per attempt, timed from the run's start.
+pub struct OperationLog<'a> {
+    rec: &'a mut Recorder,
+    ids: AttemptIds,
+    run_start: Instant,
+}
+
+impl Observer for OperationLog<'_> {
+    fn started(&mut self) {
+        self.rec.operations += 1;
+    }
+
+    fn attempt(&mut self, call: &Call, sent: Instant, ended: Instant, o: &AttemptOutcome) {
+        let rec = &mut *self.rec;
+        rec.result(o.status, o.error);
+        if o.status.is_some() {
+            rec.latency(ended - sent);
+        }
+        if call.attempt > 1 {
+            rec.retries += 1;
+        }
+        if let Some(a) = &mut rec.attempts {
+            let us = |t: Instant| t.saturating_duration_since(self.run_start).as_micros() as u64;
+            a.push(ClientAttempt {
+                phase: self.ids.phase,
+                op: self.ids.op,
+                attempt: call.attempt,
+                client: self.ids.client,
+                t_start_us: us(sent),
+                t_end_us: us(ended),
+                status: o.status,
+                error: o.error,
+            });
+        }
+    }
+
+    fn ended(&mut self, r: &OpResult) {
+        let rec = &mut *self.rec;
+        match r.end {
+            OpEnd::Fallback => rec.fallbacks += 1,
+            OpEnd::BudgetRefused => rec.budget_refusals += 1,
+            OpEnd::DeadlineExceeded => rec.deadline_exceeded += 1,
+            OpEnd::Done | OpEnd::Exhausted => {}
+        }
+        if !r.succeeded() {
+            rec.failed_operations += 1;
+        }
     }
 }
 

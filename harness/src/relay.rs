@@ -4,7 +4,8 @@
 //! Why: retries multiply across layers. Three layers that each try 4 times send 4 × 4 × 4 = 64
 //! calls to the bottom for one user request, and an arithmetic argument convinces nobody who has
 //! not watched it happen. Each tier here is a real HTTP/1.1 server on `127.0.0.1:0` that calls the
-//! tier below through [`policy::execute`] — the same policy parts the load driver uses — so the
+//! tier below through [`crate::operation::execute`] — the same policy and executor the load
+//! driver uses — so the
 //! multiplication, and each fix the seed names, can be measured in the bottom's journal:
 //!
 //! - retry at one layer only: give the outer tiers `max_attempts: 1`;
@@ -21,8 +22,8 @@
 //! `Retry-After`), 502 when the downstream gave no response, 504 when the deadline passed before
 //! one came. It forwards method, path and query, body, the headers in [`FORWARDED_HEADERS`] and
 //! `X-Deadline`, and adds [`RELAY_TIER_HEADER`] with its name (add `x-relay-tier` to the fault
-//! server's `capture_headers` to see it in the journal). Bodies are forwarded as text: the request
-//! template model is textual, so a body that is not UTF-8 is refused with 400.
+//! server's `capture_headers` to see it in the journal). The request is forwarded as it came, bytes
+//! and all: a body need not be text.
 
 use std::borrow::Cow;
 use std::convert::Infallible;
@@ -43,10 +44,10 @@ use rand::SeedableRng;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-use crate::http::{Conn, Target, TargetError};
-use crate::metrics::Recorder;
-use crate::policy::{self, OpEnd, OpResult, Operation, Policy, Shared};
-use crate::template::{RequestTemplate, Text};
+use retry_policy::{Limits, OpEnd, Policy};
+
+use crate::http::{AttemptError, Conn, Outgoing, Reply, Target, TargetError};
+use crate::operation::{execute, AttemptSpec, OpResult, Transport};
 
 /// The header a tier adds to every downstream request, carrying its name.
 pub const RELAY_TIER_HEADER: &str = "x-relay-tier";
@@ -236,7 +237,7 @@ impl Tier {
         let listener = TcpListener::bind(bind).await.map_err(bind_err)?;
         let addr = listener.local_addr().map_err(bind_err)?;
         let state = Arc::new(TierState {
-            shared: Shared::new(&spec.policy),
+            limits: Limits::new(&spec.policy, Instant::now()),
             name: spec.name,
             tier_header,
             policy: spec.policy,
@@ -245,7 +246,6 @@ impl Tier {
             workers: AtomicU64::new(0),
             operations: AtomicU64::new(0),
             seed: splitmix64(seed ^ splitmix64(index)),
-            started: Instant::now(),
             counters: Counters::default(),
         });
         let (shutdown, rx) = watch::channel(false);
@@ -274,40 +274,35 @@ struct TierState {
     tier_header: HeaderValue,
     policy: Policy,
     /// Budget and breaker: one per tier, across all its requests.
-    shared: Shared,
+    limits: Limits,
     target: Arc<Target>,
     /// Idle downstream connections; a request checks one out and returns it when done.
-    pool: Mutex<Vec<Worker>>,
+    pool: Mutex<Vec<Downstream>>,
     workers: AtomicU64,
     operations: AtomicU64,
     seed: u64,
-    started: Instant,
     counters: Counters,
 }
 
-/// A downstream connection with the RNG and recorder that go with it.
-struct Worker {
-    id: u32,
+/// A downstream connection with the RNG that goes with it.
+struct Downstream {
     conn: Conn,
     rng: StdRng,
-    rec: Recorder,
 }
 
 impl TierState {
-    fn checkout(&self) -> Worker {
+    fn checkout(&self) -> Downstream {
         let idle = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
         idle.unwrap_or_else(|| {
             let id = self.workers.fetch_add(1, Ordering::Relaxed);
-            Worker {
-                id: u32::try_from(id).unwrap_or(u32::MAX),
+            Downstream {
                 conn: Conn::new(self.target.clone()),
                 rng: StdRng::seed_from_u64(splitmix64(self.seed ^ splitmix64(id))),
-                rec: Recorder::new(false),
             }
         })
     }
 
-    fn checkin(&self, w: Worker) {
+    fn checkin(&self, w: Downstream) {
         self.pool.lock().unwrap_or_else(|p| p.into_inner()).push(w);
     }
 }
@@ -367,12 +362,6 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     res
-}
-
-/// A `Text` with no placeholders: `RequestTemplate::get` compiles its path literally, so a body
-/// or path that happens to contain `{{` is forwarded as it is.
-fn literal(s: &str) -> Text {
-    RequestTemplate::get(s).path
 }
 
 /// The absolute deadline (unix ms) of a request: the caller's `X-Deadline`, or the tier's own
@@ -435,41 +424,29 @@ async fn handle(
         ));
     };
     let body = collected.to_bytes();
-    let Ok(body_text) = std::str::from_utf8(&body) else {
-        return Ok(text(
-            StatusCode::BAD_REQUEST,
-            "the relay forwards text bodies only; this body is not UTF-8\n".to_string(),
-        ));
-    };
-
-    let path = parts
+    let uri = parts
         .uri
         .path_and_query()
         .map_or("/", |pq| pq.as_str())
         .to_string();
-    let mut template = RequestTemplate::get(&path);
-    template.method = parts.method.clone();
-    if !body.is_empty() {
-        template.body = Some((literal(body_text), false));
-    }
-    let mut extra: Vec<(HeaderName, HeaderValue)> = Vec::with_capacity(FORWARDED_HEADERS.len() + 2);
+    let mut headers = HeaderMap::with_capacity(FORWARDED_HEADERS.len() + 2);
     for name in FORWARDED_HEADERS {
         if let Some(v) = parts.headers.get(*name) {
-            extra.push((HeaderName::from_static(name), v.clone()));
+            headers.insert(HeaderName::from_static(name), v.clone());
         }
     }
-    extra.push((
+    headers.insert(
         HeaderName::from_static(RELAY_TIER_HEADER),
         state.tier_header.clone(),
-    ));
+    );
     // Under a deadline: pass the absolute deadline down (not one recomputed from a duration,
     // which would drift by a millisecond per tier) and cap this tier's total time.
     let policy: Cow<'_, Policy> = match (deadline, remaining) {
         (Some(d), Some(r)) => {
-            extra.push((
+            headers.insert(
                 HeaderName::from_static(DEADLINE_HEADER),
                 HeaderValue::from(d),
-            ));
+            );
             let mut p = state.policy.clone();
             p.total_timeout = Some(p.total_timeout.map_or(r, |t| t.min(r)));
             p.deadline_header = false;
@@ -478,39 +455,41 @@ async fn handle(
         _ => Cow::Borrowed(&state.policy),
     };
 
-    let op_no = state.operations.fetch_add(1, Ordering::Relaxed) + 1;
-    // If the caller leaves, this future is dropped with the worker in it: its connection may
-    // have a request in flight, so it is not returned to the pool.
+    state.operations.fetch_add(1, Ordering::Relaxed);
+    // If the caller leaves, this future is dropped with the connection in it: it may have a
+    // request in flight, so it is not returned to the pool.
     let mut in_flight = InFlight {
         counters: &state.counters,
         done: false,
     };
     let mut w = state.checkout();
-    let result = policy::execute(
-        &mut w.conn,
-        &mut w.rng,
-        Operation {
-            template: &template,
-            target: &state.target,
-            policy: &policy,
-            shared: &state.shared,
-            phase: 0,
-            op: op_no,
-            client: w.id,
-            round: 0,
-            key: "",
-            uuid: "",
-            extra: &extra,
-            run_start: state.started,
-            release: None,
-            captured: None,
+    let mut forward = Forward {
+        conn: &mut w.conn,
+        request: Outgoing {
+            method: parts.method.clone(),
+            uri,
+            headers,
+            body,
         },
-        &mut w.rec,
-    )
-    .await;
+    };
+    let result = execute(&mut forward, &mut (), &policy, &state.limits, &mut w.rng).await;
     state.checkin(w);
     in_flight.done = true;
     Ok(answer(&state, &policy, result, deadline_at))
+}
+
+/// A tier's transport: the caller's request, forwarded as it came (bytes, not text).
+struct Forward<'a> {
+    conn: &'a mut Conn,
+    request: Outgoing,
+}
+
+impl Transport for Forward<'_> {
+    async fn send(&mut self, spec: AttemptSpec<'_>) -> Result<Reply, AttemptError> {
+        self.conn
+            .send(self.request.clone(), spec.call.timeout)
+            .await
+    }
 }
 
 /// Counts a request as cancelled when its handler is dropped before the call down ended.

@@ -12,9 +12,10 @@ use reports::model::{AttemptDelays, Phase, Report, Series, Timeline};
 
 use crate::driver::{self, Keys, PhaseCtx};
 use crate::http::Target;
-use crate::metrics::{latency_ms, AttemptRecord, Recorder};
+use crate::metrics::{latency_ms, Recorder};
 use crate::progress::Progress;
 use crate::scenario::{PhaseKind, Plan};
+use history::ClientAttempt;
 
 /// The run could not be carried out (exit code 3).
 #[derive(Debug, thiserror::Error)]
@@ -199,7 +200,7 @@ impl Session {
             };
             let out = driver::run_phase(Arc::new(p.clone()), ctx).await;
             if p.template.uses(crate::template::Var::Key)
-                && p.policy.key == crate::policy::KeyMode::PerOperation
+                && p.policy.key == retry_policy::KeyMode::PerOperation
             {
                 if matches!(p.kind, PhaseKind::Burst { .. }) {
                     self.keys_used.extend(out.round_keys.iter().cloned());
@@ -451,7 +452,7 @@ pub fn timeline_from_journal(journal: &[Entry], window: Duration) -> Timeline {
 }
 
 /// Requests per window by status or error kind, from the client's view.
-pub fn timeline_from_attempts(attempts: &[AttemptRecord], window: Duration) -> Timeline {
+pub fn timeline_from_attempts(attempts: &[ClientAttempt], window: Duration) -> Timeline {
     let t0 = attempts.iter().map(|a| a.t_start_us).min().unwrap_or(0);
     let w = (window.as_micros() as u64).max(1);
     build_timeline(
@@ -493,8 +494,8 @@ fn build_timeline(points: impl Iterator<Item = (u64, String)>, window: Duration)
 }
 
 /// Observed waits before each retry, grouped by attempt index, from the driver's records.
-pub fn retry_delays(attempts: &[AttemptRecord]) -> Vec<AttemptDelays> {
-    let mut sorted: Vec<&AttemptRecord> = attempts.iter().collect();
+pub fn retry_delays(attempts: &[ClientAttempt]) -> Vec<AttemptDelays> {
+    let mut sorted: Vec<&ClientAttempt> = attempts.iter().collect();
     sorted.sort_by_key(|a| (a.phase, a.op, a.client, a.attempt));
     let mut by_attempt: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
     for pair in sorted.windows(2) {

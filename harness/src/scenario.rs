@@ -10,10 +10,10 @@ use http::{HeaderName, Method};
 use serde::Deserialize;
 use yaml_config::{from_yaml_str, ConfigError, Dur};
 
-use crate::policy::{Backoff, BackoffKind, BreakerSpec, BudgetSpec, Jitter, KeyMode, Policy};
 use crate::template::{RequestTemplate, Text};
 use checks::ChecksConfig;
 use history::ErrorKind;
+use retry_policy::{Backoff, BackoffKind, BreakerSpec, BudgetSpec, Jitter, KeyMode, Policy};
 
 /// A scenario as written.
 #[derive(Debug, Clone, Deserialize)]

@@ -106,3 +106,9 @@ fn the_yaml_loader_stands_alone() {
 fn the_fault_server_does_not_know_the_harness() {
     assert_free_of("fault-server", &["harness", "checks"]);
 }
+
+#[test]
+fn the_retry_policy_decides_and_sends_nothing() {
+    assert_free_of("retry-policy", RUNTIME_AND_IO);
+    assert_free_of("retry-policy", &["http", "harness", "fault-server"]);
+}

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use fault_server::{Config, FaultServer, ServerOptions};
 use harness::http::{Conn, Outgoing, Reply, Target};
-use harness::policy::{Backoff, BackoffKind, BreakerSpec, BudgetSpec, Jitter, Policy};
 use harness::relay::{start_chain, Chain, TierSpec};
 use history::Entry;
 use http::{HeaderMap, HeaderValue, Method};
+use retry_policy::{Backoff, BackoffKind, BreakerSpec, BudgetSpec, Jitter, Policy};
 
 /// Every request answered 503 at once; `x-relay-tier` journaled so each entry names its sender.
 const ALWAYS_503: &str = r#"
@@ -387,4 +387,33 @@ rules:
     assert_eq!(cancelled, [1, 1, 1], "every tier abandoned its call down");
     chain.shutdown().await;
     server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_tier_forwards_a_body_that_is_not_text_byte_for_byte() {
+    let server = bottom("rules: []").await;
+    let c = chain(vec![retrying(1), retrying(1)], &server).await;
+    let body: Vec<u8> = (0..=255u8).rev().collect();
+    let mut conn = Conn::new(Arc::new(Target::parse(&c.url()).expect("chain URL parses")));
+    let req = Outgoing {
+        method: Method::PUT,
+        uri: "/blob".to_string(),
+        headers: HeaderMap::new(),
+        body: Bytes::from(body.clone()),
+    };
+    let reply = conn
+        .send(req, Duration::from_secs(10))
+        .await
+        .expect("the top tier answers");
+    assert_eq!(reply.status.as_u16(), 200);
+    let j = journal(&server).await;
+    assert_eq!(j.len(), 1);
+    assert_eq!(j[0].body_len, 256);
+    use sha2::Digest;
+    let expected: String = sha2::Sha256::digest(&body)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(j[0].body_sha256.as_deref(), Some(expected.as_str()));
+    c.shutdown().await;
 }

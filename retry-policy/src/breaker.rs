@@ -12,10 +12,15 @@ use std::time::{Duration, Instant};
 /// A resolved breaker configuration.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BreakerSpec {
+    /// Share of failed calls in the window that opens it.
     pub failure_ratio: f64,
+    /// Calls the window must hold before it may open (the minimum throughput).
     pub min_requests: u32,
+    /// How far back calls count.
     pub window: Duration,
+    /// How long it stays open before letting probes through.
     pub open_for: Duration,
+    /// Calls let through at once while half-open.
     pub half_open_probes: u32,
 }
 

@@ -20,9 +20,13 @@ pub enum BackoffKind {
 /// A resolved backoff.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Backoff {
+    /// How the wait grows.
     pub kind: BackoffKind,
+    /// The first wait.
     pub base: Duration,
+    /// The longest wait.
     pub cap: Duration,
+    /// Growth per retry of an exponential backoff.
     pub factor: f64,
 }
 

@@ -11,9 +11,19 @@ use std::time::Instant;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum BudgetSpec {
     /// Retries may be at most `ratio` of first attempts, plus `reserve` to start with.
-    Ratio { ratio: f64, reserve: f64 },
+    Ratio {
+        /// Retry tokens each first attempt deposits.
+        ratio: f64,
+        /// Tokens at the start.
+        reserve: f64,
+    },
     /// At most `capacity` retries at once, refilled at `refill_per_s`.
-    TokenBucket { capacity: f64, refill_per_s: f64 },
+    TokenBucket {
+        /// Most tokens held.
+        capacity: f64,
+        /// Tokens added per second.
+        refill_per_s: f64,
+    },
 }
 
 /// Budget state.
@@ -25,8 +35,8 @@ pub struct Budget {
 }
 
 impl Budget {
-    /// A full budget.
-    pub fn new(spec: BudgetSpec) -> Budget {
+    /// A full budget at `now`.
+    pub fn new(spec: BudgetSpec, now: Instant) -> Budget {
         let tokens = match spec {
             BudgetSpec::Ratio { reserve, .. } => reserve,
             BudgetSpec::TokenBucket { capacity, .. } => capacity,
@@ -34,7 +44,7 @@ impl Budget {
         Budget {
             spec,
             tokens,
-            last: Instant::now(),
+            last: now,
         }
     }
 
@@ -45,14 +55,13 @@ impl Budget {
         }
     }
 
-    /// Takes one retry from the budget, if it can afford it.
-    pub fn withdraw(&mut self) -> bool {
+    /// Takes one retry from the budget at `now`, if it can afford it.
+    pub fn withdraw(&mut self, now: Instant) -> bool {
         if let BudgetSpec::TokenBucket {
             capacity,
             refill_per_s,
         } = self.spec
         {
-            let now = Instant::now();
             let dt = now.saturating_duration_since(self.last).as_secs_f64();
             self.last = now;
             self.tokens = (self.tokens + dt * refill_per_s).min(capacity);
@@ -73,14 +82,18 @@ mod tests {
 
     #[test]
     fn ratio_caps_retries_to_a_share_of_requests() {
-        let mut b = Budget::new(BudgetSpec::Ratio {
-            ratio: 0.1,
-            reserve: 0.0,
-        });
+        let now = Instant::now();
+        let mut b = Budget::new(
+            BudgetSpec::Ratio {
+                ratio: 0.1,
+                reserve: 0.0,
+            },
+            now,
+        );
         let mut allowed = 0;
         for _ in 0..100 {
             b.deposit();
-            if b.withdraw() {
+            if b.withdraw(now) {
                 allowed += 1;
             }
         }
@@ -89,10 +102,17 @@ mod tests {
 
     #[test]
     fn token_bucket_empties() {
-        let mut b = Budget::new(BudgetSpec::TokenBucket {
-            capacity: 3.0,
-            refill_per_s: 0.0,
-        });
-        assert_eq!((0..5).filter(|_| b.withdraw()).count(), 3);
+        let now = Instant::now();
+        let mut b = Budget::new(
+            BudgetSpec::TokenBucket {
+                capacity: 3.0,
+                refill_per_s: 2.0,
+            },
+            now,
+        );
+        assert_eq!((0..5).filter(|_| b.withdraw(now)).count(), 3);
+        // Half a second later, one token has come back (in virtual time).
+        let later = now + std::time::Duration::from_millis(500);
+        assert_eq!((0..5).filter(|_| b.withdraw(later)).count(), 1);
     }
 }
