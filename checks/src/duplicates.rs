@@ -108,7 +108,16 @@ pub(crate) struct DuplicatesCheck {
     keys_with_creation: u64,
     resources_created: u64,
     extra_resources: u64,
+    /// Most resources one key created.
+    max_per_key: u64,
+    /// Keys that created a resource, to compare with a store that counts none for them (at
+    /// most [`CREATED_KEYS_KEPT`]).
+    created_keys: std::collections::HashSet<String>,
 }
+
+/// Keys with a creation kept to compare with the store's counts: as many as the verify step asks
+/// about, with room to spare.
+const CREATED_KEYS_KEPT: usize = 10_000;
 
 impl DuplicatesCheck {
     /// A check configured by `cfg`.
@@ -125,6 +134,8 @@ impl DuplicatesCheck {
             keys_with_creation: 0,
             resources_created: 0,
             extra_resources: 0,
+            max_per_key: 0,
+            created_keys: std::collections::HashSet::new(),
         }
     }
 
@@ -195,6 +206,10 @@ impl DuplicatesCheck {
             return;
         }
         self.keys_with_creation += 1;
+        self.max_per_key = self.max_per_key.max(n);
+        if self.created_keys.len() < CREATED_KEYS_KEPT {
+            self.created_keys.insert(key.clone());
+        }
         if n > 1 {
             self.extra_resources += n - 1;
             let ids: Vec<&str> = state.created.iter().map(|(id, _)| id.as_str()).collect();
@@ -297,6 +312,7 @@ impl Check for DuplicatesCheck {
                 verdict,
                 summary,
                 store,
+                &self.created_keys,
                 &mut store_evidence,
                 &mut store_metrics,
             );
@@ -310,6 +326,7 @@ impl Check for DuplicatesCheck {
                 self.findings.total() - self.duplicate_requests,
             )
             .metric("duplicate_requests", self.duplicate_requests)
+            .metric("max_resources_per_key", self.max_per_key)
             .metric("extra_resources", self.extra_resources);
         for (name, value) in store_metrics {
             result = result.metric(name, value);
@@ -330,6 +347,7 @@ fn with_store(
     verdict: Verdict,
     summary: String,
     store: &StoreCounts,
+    created_keys: &std::collections::HashSet<String>,
     evidence: &mut Vec<Evidence>,
     metrics: &mut Vec<(&'static str, u64)>,
 ) -> (Verdict, String) {
@@ -350,7 +368,17 @@ fn with_store(
         })
         .collect();
     let unreadable = counts.iter().filter(|k| k.count.is_err()).count();
+    // A store that counts nothing for a key the journal saw create is probably asked the wrong
+    // question (a wrong URL or query); then its silence proves nothing.
+    let blind: Vec<&str> = counts
+        .iter()
+        .filter(|k| k.count == Ok(0) && created_keys.contains(&k.key))
+        .map(|k| k.key.as_str())
+        .collect();
     metrics.push(("verified_keys", counts.len() as u64));
+    if let Some(max) = counts.iter().filter_map(|k| k.count.as_ref().ok()).max() {
+        metrics.push(("max_resources_per_key_in_store", *max));
+    }
     metrics.push(("verified_duplicate_keys", bad.len() as u64));
     for (key, n) in bad.iter().take(STORE_EVIDENCE) {
         evidence.push(Evidence {
@@ -366,6 +394,27 @@ fn with_store(
                 "verify: {} of {} keys have more than one resource in the store; {summary}",
                 bad.len(),
                 counts.len()
+            ),
+        );
+    }
+    if !blind.is_empty() && verdict == Verdict::Pass {
+        for key in blind.iter().take(STORE_EVIDENCE) {
+            evidence.push(Evidence {
+                detail: format!(
+                    "verify: the store counts 0 resources for key {key}, which created one: is \
+                     the verify lookup ({}) right?",
+                    store.source
+                ),
+                key: Some(key.to_string()),
+                seqs: Vec::new(),
+            });
+        }
+        return (
+            Verdict::Weak,
+            format!(
+                "{summary} (but the store counts nothing for {} of the keys that created: the \
+                 verify lookup does not confirm it)",
+                blind.len()
             ),
         );
     }
@@ -638,5 +687,18 @@ mod tests {
             &store(&[("k1", Ok(1)), ("k2", Ok(1)), ("k3", Ok(0))]),
         );
         assert_eq!(r.verdict, Verdict::Pass, "{}", r.summary);
+    }
+
+    #[test]
+    fn a_store_that_counts_nothing_for_a_creating_key_weakens_the_pass() {
+        let r = crate::testutil::judge_one(
+            "duplicates",
+            "{}",
+            &clean(),
+            &store(&[("k1", Ok(1)), ("k2", Ok(0)), ("k3", Ok(1))]),
+        );
+        assert_eq!(r.verdict, Verdict::Weak, "{}", r.summary);
+        assert_eq!(r.evidence[0].key.as_deref(), Some("k2"));
+        assert_eq!(r.metrics["max_resources_per_key"], 1);
     }
 }

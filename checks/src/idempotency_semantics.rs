@@ -3,12 +3,21 @@
 //! Why: `duplicates` proves the effect happened once; this check proves the client was told the
 //! truth each time, as the IETF draft and Stripe specify. A key must create exactly one resource
 //! (one 201). A retry after the first request completed must get the stored result — a `200` replay
-//! (journal `replayed: true`), not a `409` and not a fresh `201`. A request racing the first one may
-//! get `409` (the server should send Retry-After; the journal records no response headers, so only
-//! the status is checked) or a replay, but never a `5xx`: a unique-constraint violation surfacing as
-//! a 500 tells the loser of the race that its payment failed when it did not. The same key with a
-//! different body must be refused (`422`; any 2xx fails). A request missing a required key must be
-//! refused (`400`; any non-4xx fails), configured with `require_key_paths`.
+//! (journal `replayed: true`), not a `409`, an error or a fresh `201`. A request racing the first one
+//! may get `409` with Retry-After or a replay, but never a `5xx` or no answer: a unique-constraint
+//! violation surfacing as a 500 tells the loser of the race that its payment failed when it did
+//! not. The same key with a different body must be refused (`422`; any 2xx fails). A request
+//! missing a required key must be refused (`400`; any non-4xx fails), configured with
+//! `require_key_paths`.
+//!
+//! Two grades: a *violation* fails the check; a *weakness* — a 409 without Retry-After, the same
+//! resource returned without `Idempotent-Replayed: true`, a creation answered 200, a mismatch
+//! refused with a 4xx other than 422, a missing key refused with one other than 400 — makes it
+//! `weak`: the property holds, the client is told less than it should be. Retry-After is judged
+//! only where the observer recorded response headers ([`history::Entry::response_headers`]).
+//!
+//! The same check judges the fault server's journal and `harness idempotency`'s own record of its
+//! exchanges (the client's side: what it sent, what came back).
 //!
 //! Responses injected by the fault schedule (`fault` of `status`, `hang`, `reset`, `malformed`)
 //! say nothing about the implementation and are not judged, but what such a request created still
@@ -16,7 +25,11 @@
 //! processed).
 //!
 //! Metrics: `keys`, `creations`, `replays`, `conflicts_409`, `mismatches`, `missing_key_requests`,
-//! `violations`.
+//! `violations`, `weaknesses`, and one count per kind of finding (`several_creations`,
+//! `race_5xx`, `race_no_response`, `conflict_after_completion`, `replay_failed`,
+//! `replay_wrong_status`, `replay_not_flagged`, `mismatch_accepted`, `mismatch_not_422`,
+//! `missing_key_accepted`, `missing_key_not_400`, `conflict_without_retry_after`,
+//! `replay_unflagged`, `created_not_201`).
 
 use reports::{CheckResult, Verdict};
 use serde::{Deserialize, Serialize};
@@ -25,7 +38,7 @@ use super::evidence::{attach, Findings};
 use super::idle::{hash_key, IdleMap};
 use super::spec::{About, CheckSpec};
 use super::{Attempt, Check, Context};
-use history::{Entry, Facts};
+use history::{Entry, Facts, Outcome};
 
 /// Configuration of the `idempotency_semantics` check.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -55,9 +68,17 @@ struct Req {
     seq: u64,
     t_recv_us: u64,
     t_done_us: u64,
+    /// The status the implementation chose; `None` when no response came or the schedule chose
+    /// it.
     status: Option<u16>,
+    /// No response reached the client, and no fault of the schedule is to blame.
+    unanswered: bool,
     replayed: bool,
     created: Option<String>,
+    /// The resource the response named (the observer's reading of its body or `Location`).
+    resource: Option<String>,
+    /// Whether a Retry-After came with the response; `None` when headers were not recorded.
+    retry_after: Option<bool>,
     /// Hash of the body's SHA-256 (only compared, never shown).
     body: Option<u64>,
 }
@@ -69,12 +90,100 @@ fn injected(e: &Entry) -> bool {
         .is_some_and(|f| f != "delay" && f != "drop")
 }
 
+/// What a finding is about; each kind is counted in a metric of its own name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// More than one resource, or more than one fresh 201, for one key.
+    SeveralCreations,
+    /// A request racing another with the same key got a 5xx.
+    Race5xx,
+    /// A request racing another with the same key got no response.
+    RaceNoResponse,
+    /// A 409 after the first request had completed.
+    ConflictAfterCompletion,
+    /// A retry of a completed request failed, was refused or got no response.
+    ReplayFailed,
+    /// A replay with a status the contract does not allow.
+    ReplayWrongStatus,
+    /// A retry after completion answered 2xx without being flagged as a replay, naming another
+    /// resource or none.
+    ReplayNotFlagged,
+    /// The same key with a different body was accepted.
+    MismatchAccepted,
+    /// The same key with a different body was refused, but not with 422.
+    MismatchNot422,
+    /// A request without a required key was not refused.
+    MissingKeyAccepted,
+    /// A request without a required key was refused, but not with 400.
+    MissingKeyNot400,
+    /// A 409 without Retry-After: the client cannot tell when to come back.
+    ConflictWithoutRetryAfter,
+    /// The same resource returned again without `Idempotent-Replayed: true`.
+    ReplayUnflagged,
+    /// A creation answered with a 2xx other than 201: a client cannot tell it from a replay.
+    CreatedNot201,
+}
+
+impl Kind {
+    const ALL: [Kind; 14] = [
+        Kind::SeveralCreations,
+        Kind::Race5xx,
+        Kind::RaceNoResponse,
+        Kind::ConflictAfterCompletion,
+        Kind::ReplayFailed,
+        Kind::ReplayWrongStatus,
+        Kind::ReplayNotFlagged,
+        Kind::MismatchAccepted,
+        Kind::MismatchNot422,
+        Kind::MissingKeyAccepted,
+        Kind::MissingKeyNot400,
+        Kind::ConflictWithoutRetryAfter,
+        Kind::ReplayUnflagged,
+        Kind::CreatedNot201,
+    ];
+
+    /// The metric that counts this kind.
+    fn metric(self) -> &'static str {
+        match self {
+            Kind::SeveralCreations => "several_creations",
+            Kind::Race5xx => "race_5xx",
+            Kind::RaceNoResponse => "race_no_response",
+            Kind::ConflictAfterCompletion => "conflict_after_completion",
+            Kind::ReplayFailed => "replay_failed",
+            Kind::ReplayWrongStatus => "replay_wrong_status",
+            Kind::ReplayNotFlagged => "replay_not_flagged",
+            Kind::MismatchAccepted => "mismatch_accepted",
+            Kind::MismatchNot422 => "mismatch_not_422",
+            Kind::MissingKeyAccepted => "missing_key_accepted",
+            Kind::MissingKeyNot400 => "missing_key_not_400",
+            Kind::ConflictWithoutRetryAfter => "conflict_without_retry_after",
+            Kind::ReplayUnflagged => "replay_unflagged",
+            Kind::CreatedNot201 => "created_not_201",
+        }
+    }
+
+    /// A violation fails the check; the others weaken it (the property holds, the client is
+    /// told less than it should be).
+    fn violates(self) -> bool {
+        !matches!(
+            self,
+            Kind::MismatchNot422
+                | Kind::MissingKeyNot400
+                | Kind::ConflictWithoutRetryAfter
+                | Kind::ReplayUnflagged
+                | Kind::CreatedNot201
+        )
+    }
+}
+
 /// The `idempotency_semantics` check.
 pub(crate) struct IdempotencySemanticsCheck {
     cfg: IdempotencySemanticsConfig,
     keys: IdleMap<String, Vec<Req>>,
     now_us: u64,
-    findings: Findings,
+    violations: Findings,
+    weaknesses: Findings,
+    counts: [u64; Kind::ALL.len()],
     n_keys: u64,
     creations: u64,
     replays: u64,
@@ -90,7 +199,9 @@ impl IdempotencySemanticsCheck {
             cfg: cfg.clone(),
             keys: IdleMap::new(ctx.horizon_us),
             now_us: 0,
-            findings: Findings::new(ctx.max_evidence),
+            violations: Findings::new(ctx.max_evidence),
+            weaknesses: Findings::new(ctx.max_evidence),
+            counts: [0; Kind::ALL.len()],
             n_keys: 0,
             creations: 0,
             replays: 0,
@@ -98,6 +209,18 @@ impl IdempotencySemanticsCheck {
             mismatches: 0,
             missing_key: 0,
         }
+    }
+
+    fn find(&mut self, kind: Kind, detail: String, key: Option<&str>, seqs: Vec<u64>) {
+        if let Some(i) = Kind::ALL.iter().position(|k| *k == kind) {
+            self.counts[i] += 1;
+        }
+        let list = if kind.violates() {
+            &mut self.violations
+        } else {
+            &mut self.weaknesses
+        };
+        list.push(detail, key.map(str::to_string), seqs);
     }
 
     fn check_missing_key(&mut self, e: &Entry) {
@@ -112,12 +235,18 @@ impl IdempotencySemanticsCheck {
         }
         let Some(status) = e.status else { return };
         self.missing_key += 1;
+        let what = format!("{} {} without an Idempotency-Key", e.method, e.path);
         if !(400..500).contains(&status) {
-            self.findings.push(
-                format!(
-                    "{} {} without an Idempotency-Key was answered {status}, expected 400",
-                    e.method, e.path
-                ),
+            self.find(
+                Kind::MissingKeyAccepted,
+                format!("{what} was answered {status}, expected 400: a retry of it cannot be deduplicated"),
+                None,
+                vec![e.seq],
+            );
+        } else if status != 400 {
+            self.find(
+                Kind::MissingKeyNot400,
+                format!("{what} was refused with {status}; the draft answers 400"),
                 None,
                 vec![e.seq],
             );
@@ -126,11 +255,6 @@ impl IdempotencySemanticsCheck {
 
     fn judge(&mut self, key: String, reqs: Vec<Req>) {
         self.n_keys += 1;
-        if let [only] = reqs.as_slice() {
-            // One request: nothing to race, replay or mismatch.
-            self.creations += u64::from(only.created.is_some());
-            return;
-        }
         let mut ids: Vec<(&str, u64)> = Vec::new();
         for r in &reqs {
             if let Some(id) = &r.created {
@@ -142,14 +266,16 @@ impl IdempotencySemanticsCheck {
         self.creations += ids.len() as u64;
         if ids.len() > 1 {
             let names: Vec<&str> = ids.iter().map(|(id, _)| *id).collect();
-            self.findings.push(
+            let seqs = ids.iter().map(|(_, s)| *s).collect();
+            self.find(
+                Kind::SeveralCreations,
                 format!(
                     "key {key}: {} resources created ({}), expected exactly one",
                     ids.len(),
                     names.join(", ")
                 ),
-                Some(key.clone()),
-                ids.iter().map(|(_, s)| *s).collect(),
+                Some(&key),
+                seqs,
             );
         }
         let fresh_201: Vec<u64> = reqs
@@ -158,86 +284,184 @@ impl IdempotencySemanticsCheck {
             .map(|r| r.seq)
             .collect();
         if fresh_201.len() > 1 && ids.len() <= 1 {
-            self.findings.push(
+            self.find(
+                Kind::SeveralCreations,
                 format!(
                     "key {key}: {} requests answered 201, expected exactly one",
                     fresh_201.len()
                 ),
-                Some(key.clone()),
+                Some(&key),
                 fresh_201,
             );
         }
         let creator = reqs.iter().find(|r| r.created.is_some());
+        if let Some(c) = creator {
+            if let Some(s) = c.status.filter(|s| (200..300).contains(s) && *s != 201) {
+                self.find(
+                    Kind::CreatedNot201,
+                    format!(
+                        "key {key}: the creation was answered {s}, not 201, so a client cannot \
+                         tell it from a replay"
+                    ),
+                    Some(&key),
+                    vec![c.seq],
+                );
+            }
+        }
+        let created_id = creator.and_then(|c| c.created.as_deref());
         let original_body = creator.or(reqs.first()).and_then(|r| r.body);
+        let mut findings: Vec<(Kind, String, u64)> = Vec::new();
         for r in &reqs {
-            let Some(status) = r.status else { continue };
             if creator.is_some_and(|c| c.seq == r.seq) {
                 continue;
             }
-            let ok = (200..300).contains(&status);
+            let raced = reqs
+                .iter()
+                .any(|o| o.seq != r.seq && o.t_recv_us < r.t_done_us && r.t_recv_us < o.t_done_us);
+            let after = creator.is_some_and(|c| r.t_recv_us >= c.t_done_us);
             if r.body.is_some() && original_body.is_some() && r.body != original_body {
+                if r.status.is_none() && !r.unanswered {
+                    continue;
+                }
                 self.mismatches += 1;
-                if ok {
-                    self.findings.push(
-                        format!(
-                            "key {key}: reused with a different body and answered {status}, \
-                             expected 422"
-                        ),
-                        Some(key.clone()),
-                        vec![r.seq],
-                    );
+                match r.status {
+                    Some(422) => {}
+                    Some(s) if (400..500).contains(&s) => findings.push((
+                        Kind::MismatchNot422,
+                        format!("reused with a different body and refused with {s}; the draft and Stripe answer 422"),
+                        r.seq,
+                    )),
+                    Some(s) if (200..300).contains(&s) => findings.push((
+                        Kind::MismatchAccepted,
+                        format!("reused with a different body and answered {s}, expected 422: a reused key silently returns or creates the wrong thing"),
+                        r.seq,
+                    )),
+                    Some(s) => findings.push((
+                        Kind::MismatchAccepted,
+                        format!("reused with a different body and answered {s} instead of refusing with 422"),
+                        r.seq,
+                    )),
+                    None => findings.push((
+                        Kind::MismatchAccepted,
+                        "reused with a different body and got no response instead of a 422".to_string(),
+                        r.seq,
+                    )),
                 }
                 continue;
             }
+            let Some(status) = r.status else {
+                if !r.unanswered {
+                    continue;
+                }
+                if after {
+                    findings.push((
+                        Kind::ReplayFailed,
+                        "a retry of the completed request got no response".to_string(),
+                        r.seq,
+                    ));
+                } else if raced {
+                    findings.push((
+                        Kind::RaceNoResponse,
+                        "a request racing another with the same key got no response; the \
+                         loser of a race must get 409 or the stored result"
+                            .to_string(),
+                        r.seq,
+                    ));
+                }
+                continue;
+            };
             if status >= 500 {
-                let raced = reqs.iter().any(|o| {
-                    o.seq != r.seq && o.t_recv_us < r.t_done_us && r.t_recv_us < o.t_done_us
-                });
-                if raced {
-                    self.findings.push(
+                if after {
+                    findings.push((
+                        Kind::ReplayFailed,
+                        format!("a retry of the completed request got {status}: it fails"),
+                        r.seq,
+                    ));
+                } else if raced {
+                    findings.push((
+                        Kind::Race5xx,
                         format!(
-                            "key {key}: a request racing another with the same key got {status}; \
-                             the loser of a race must get 409 or the stored result"
+                            "a request racing another with the same key got {status}; the \
+                             loser of a race must get 409 or the stored result"
                         ),
-                        Some(key.clone()),
-                        vec![r.seq],
-                    );
+                        r.seq,
+                    ));
                 }
                 continue;
             }
-            let after_completion = creator.is_some_and(|c| r.t_recv_us >= c.t_done_us);
-            if r.replayed && self.cfg.replay_statuses.contains(&status) {
-                self.replays += 1;
-            } else if status == 409 && after_completion {
-                self.findings.push(
+            if status == 409 {
+                if after {
+                    findings.push((
+                        Kind::ConflictAfterCompletion,
+                        "answered 409 after the first request had completed; expected a 200 \
+                         replay of the stored result"
+                            .to_string(),
+                        r.seq,
+                    ));
+                } else {
+                    self.conflicts += 1;
+                    if r.retry_after == Some(false) {
+                        findings.push((
+                            Kind::ConflictWithoutRetryAfter,
+                            "answered 409 without Retry-After: the client cannot tell when to \
+                             come back"
+                                .to_string(),
+                            r.seq,
+                        ));
+                    }
+                }
+                continue;
+            }
+            if !(200..300).contains(&status) {
+                if after {
+                    findings.push((
+                        Kind::ReplayFailed,
+                        format!("a retry of the completed request was refused with {status}"),
+                        r.seq,
+                    ));
+                }
+                continue;
+            }
+            if r.replayed {
+                if self.cfg.replay_statuses.contains(&status) {
+                    self.replays += 1;
+                } else {
+                    findings.push((
+                        Kind::ReplayWrongStatus,
+                        format!(
+                            "replay answered {status}, expected {:?}",
+                            self.cfg.replay_statuses
+                        ),
+                        r.seq,
+                    ));
+                }
+                continue;
+            }
+            let named = r.created.as_deref().or(r.resource.as_deref());
+            match (named, created_id) {
+                // A second creation is `several_creations`'s finding, above.
+                (Some(a), Some(b)) if a != b => {}
+                (Some(_), Some(_)) if status != 201 => findings.push((
+                    Kind::ReplayUnflagged,
                     format!(
-                        "key {key}: answered 409 after the first request had completed; \
-                         expected a 200 replay of the stored result"
+                        "answered {status} with the same resource but without \
+                         Idempotent-Replayed: true"
                     ),
-                    Some(key.clone()),
-                    vec![r.seq],
-                );
-            } else if status == 409 {
-                self.conflicts += 1;
-            } else if r.replayed {
-                self.findings.push(
+                    r.seq,
+                )),
+                (None, _) if after => findings.push((
+                    Kind::ReplayNotFlagged,
                     format!(
-                        "key {key}: replay answered {status}, expected {:?}",
-                        self.cfg.replay_statuses
-                    ),
-                    Some(key.clone()),
-                    vec![r.seq],
-                );
-            } else if ok && after_completion && r.created.is_none() {
-                self.findings.push(
-                    format!(
-                        "key {key}: a retry after completion answered {status} without \
+                        "a retry after completion answered {status} without \
                          Idempotent-Replayed; expected a 200 replay"
                     ),
-                    Some(key.clone()),
-                    vec![r.seq],
-                );
+                    r.seq,
+                )),
+                _ => {}
             }
+        }
+        for (kind, detail, seq) in findings {
+            self.find(kind, format!("key {key}: {detail}"), Some(&key), vec![seq]);
         }
     }
 }
@@ -259,6 +483,7 @@ impl Check for IdempotencySemanticsCheck {
             self.check_missing_key(e);
             return;
         };
+        let injected = injected(e);
         self.keys
             .touch(key, e.t_recv_us.max(e.t_done_us), Vec::new)
             .push(Req {
@@ -267,9 +492,17 @@ impl Check for IdempotencySemanticsCheck {
                 t_done_us: e.t_done_us,
                 // The schedule's answer says nothing about the implementation; what the request
                 // created still counts.
-                status: if injected(e) { None } else { e.status },
+                status: if injected { None } else { e.status },
+                unanswered: e.status.is_none()
+                    && e.fault.is_none()
+                    && matches!(e.outcome, Outcome::Reset | Outcome::Dropped | Outcome::Hung),
                 replayed: e.replayed,
                 created: e.created.clone(),
+                resource: e.resource.clone(),
+                retry_after: e
+                    .response_headers
+                    .as_ref()
+                    .map(|h| h.contains_key("retry-after")),
                 body: e.body_sha256.as_deref().map(hash_key),
             });
     }
@@ -279,12 +512,31 @@ impl Check for IdempotencySemanticsCheck {
         for (k, v) in keys.drain() {
             self.judge(k, v);
         }
-        let (verdict, summary) = if let Some(first) = self.findings.first_detail() {
+        let tally = format!(
+            "{} keys: {} created once, {} replays, {} conflicts (409), {} body mismatches, {} \
+             missing keys",
+            self.n_keys,
+            self.creations,
+            self.replays,
+            self.conflicts,
+            self.mismatches,
+            self.missing_key
+        );
+        let (verdict, summary) = if let Some(first) = self.violations.first_detail() {
             (
                 Verdict::Fail,
                 format!(
                     "{} idempotency violations; first: {first}",
-                    self.findings.total()
+                    self.violations.total()
+                ),
+            )
+        } else if let Some(first) = self.weaknesses.first_detail() {
+            (
+                Verdict::Weak,
+                format!(
+                    "no violation, but {} answers tell the client less than they should; first: \
+                     {first}",
+                    self.weaknesses.total()
                 ),
             )
         } else if self.n_keys == 0 && self.missing_key == 0 {
@@ -293,29 +545,22 @@ impl Check for IdempotencySemanticsCheck {
                 "not enough data: no request carried an idempotency key".to_string(),
             )
         } else {
-            (
-                Verdict::Pass,
-                format!(
-                    "{} keys: {} created once, {} replays, {} conflicts (409), {} body mismatches \
-                     refused, {} missing keys refused",
-                    self.n_keys,
-                    self.creations,
-                    self.replays,
-                    self.conflicts,
-                    self.mismatches,
-                    self.missing_key
-                ),
-            )
+            (Verdict::Pass, tally)
         };
-        let result = CheckResult::new("idempotency_semantics", verdict, summary)
+        let mut result = CheckResult::new("idempotency_semantics", verdict, summary)
             .metric("keys", self.n_keys)
             .metric("creations", self.creations)
             .metric("replays", self.replays)
             .metric("conflicts_409", self.conflicts)
             .metric("mismatches", self.mismatches)
             .metric("missing_key_requests", self.missing_key)
-            .metric("violations", self.findings.total());
-        attach(result, self.findings)
+            .metric("violations", self.violations.total())
+            .metric("weaknesses", self.weaknesses.total());
+        for (kind, n) in Kind::ALL.iter().zip(self.counts) {
+            result = result.metric(kind.metric(), n);
+        }
+        let result = attach(result, self.violations);
+        attach(result, self.weaknesses)
     }
 }
 
@@ -323,8 +568,8 @@ impl CheckSpec for IdempotencySemanticsConfig {
     const NAME: &'static str = "idempotency_semantics";
     const ABOUT: About = About {
         catches: "a protocol that lies to the client",
-        how: "per key: exactly one 201; replays `200` (`replayed`); races answered 409 or replay, never 5xx; a different body with the same key refused (422; 2xx fails); a missing key refused (400) where `require_key_paths` says it is required",
-        limits: "the journal records no response headers, so 409's Retry-After is checked by `harness idempotency`, not here; responses replaced by a fault are skipped",
+        how: "per key: exactly one 201; replays `200` (`replayed`); races answered 409 or replay, never 5xx or silence; a retry after completion replayed; a different body with the same key refused (422; 2xx fails); a missing key refused (400) where `require_key_paths` says it is required; a 409 without Retry-After or an unflagged replay is weak",
+        limits: "409's Retry-After is judged where response headers were recorded (`harness idempotency` records them); responses replaced by a fault are skipped",
     };
 
     fn build(&self, ctx: Context) -> Box<dyn Check> {
@@ -475,5 +720,114 @@ mod tests {
         let r = run_one(NAME, "{}", &j);
         assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
         assert_eq!(r.evidence[0].seqs, vec![1, 2]);
+    }
+
+    /// A burst as `harness idempotency` records it from the client's side: one 201 naming o1,
+    /// then `losers`, all released together; response headers recorded.
+    fn client_side(losers: Vec<history::sample::EntryBuilder>) -> Vec<history::Entry> {
+        let mut j = vec![entry(1, 0)
+            .key("k")
+            .body("b")
+            .took(20)
+            .created("o1")
+            .resource("o1")
+            .response_header("location", "/orders/o1")
+            .build()];
+        for (i, l) in losers.into_iter().enumerate() {
+            j.push(l.key("k").body("b").took(10).build());
+            j.last_mut().expect("pushed").seq = i as u64 + 2;
+        }
+        j
+    }
+
+    fn conflict(t: u32, retry_after: bool) -> history::sample::EntryBuilder {
+        let e = entry(0, t).status(409).recorded_headers();
+        if retry_after {
+            e.response_header("retry-after", "1")
+        } else {
+            e
+        }
+    }
+
+    #[test]
+    fn a_409_without_retry_after_is_weak_where_headers_were_recorded() {
+        let j = client_side(vec![conflict(1, true), conflict(2, false)]);
+        let r = run_one(NAME, "{}", &j);
+        assert_eq!(r.verdict, Verdict::Weak, "{}", r.summary);
+        assert!(r.passed(), "weak does not fail the run");
+        assert_eq!(r.metrics["conflict_without_retry_after"], 1);
+        assert!(r.summary.contains("Retry-After"), "{}", r.summary);
+        // A journal that records no response headers cannot tell: no finding.
+        let j = client_side(vec![entry(0, 1).status(409)]);
+        assert_eq!(run_one(NAME, "{}", &j).verdict, Verdict::Pass);
+    }
+
+    #[test]
+    fn the_answer_to_a_different_body_is_graded() {
+        for (status, verdict) in [
+            (422, Verdict::Pass),
+            (400, Verdict::Weak),
+            (200, Verdict::Fail),
+            (500, Verdict::Fail),
+        ] {
+            let mut j = client_side(vec![conflict(1, true)]);
+            j.push(entry(3, 100).key("k").body("other").status(status).build());
+            let r = run_one(NAME, "{}", &j);
+            assert_eq!(r.verdict, verdict, "{status}: {}", r.summary);
+        }
+    }
+
+    #[test]
+    fn a_missing_key_refused_with_another_4xx_is_weak() {
+        let cfg = "{ require_key_paths: [/orders] }";
+        let j = [entry(1, 0).status(403).build()];
+        let r = run_one(NAME, cfg, &j);
+        assert_eq!(r.verdict, Verdict::Weak, "{}", r.summary);
+        assert_eq!(r.metrics["missing_key_not_400"], 1);
+    }
+
+    #[test]
+    fn the_same_resource_without_the_replay_flag_is_weak_another_one_fails() {
+        let same = client_side(vec![entry(0, 50).status(200).resource("o1")]);
+        let r = run_one(NAME, "{}", &same);
+        assert_eq!(r.verdict, Verdict::Weak, "{}", r.summary);
+        assert_eq!(r.metrics["replay_unflagged"], 1);
+        // A 200 that names another order: the retry created again.
+        let other = client_side(vec![entry(0, 50).status(200).created("o2").resource("o2")]);
+        let r = run_one(NAME, "{}", &other);
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
+        assert_eq!(r.metrics["several_creations"], 1);
+    }
+
+    #[test]
+    fn losers_left_without_an_answer_and_failed_replays_fail() {
+        let j = client_side(vec![
+            entry(0, 1).no_response(Outcome::Reset),
+            entry(0, 2).no_response(Outcome::Hung),
+            entry(0, 100).status(500),
+        ]);
+        let r = run_one(NAME, "{}", &j);
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
+        assert_eq!(r.metrics["race_no_response"], 2);
+        assert_eq!(r.metrics["replay_failed"], 1);
+        // A client that gave up is not the server's fault.
+        let j = client_side(vec![entry(0, 1).no_response(Outcome::ClientClosed)]);
+        assert_eq!(run_one(NAME, "{}", &j).verdict, Verdict::Pass);
+    }
+
+    #[test]
+    fn a_creation_answered_200_is_weak() {
+        let j = [
+            entry(1, 0)
+                .key("k")
+                .body("b")
+                .created("o1")
+                .status(200)
+                .build(),
+            entry(2, 50).key("k").body("b").replayed().build(),
+        ];
+        let r = run_one(NAME, "{}", &j);
+        assert_eq!(r.verdict, Verdict::Weak, "{}", r.summary);
+        assert_eq!(r.metrics["created_not_201"], 1);
     }
 }

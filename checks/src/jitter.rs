@@ -282,8 +282,9 @@ impl JitterCheck {
         })
     }
 
-    fn describe(&self, a: &Analysis) -> String {
-        let at = a.cluster_start_us as f64 / 1e6;
+    /// One line on an attempt group; times are seconds since the run started (`facts`).
+    fn describe(&self, a: &Analysis, facts: &Facts) -> String {
+        let at = facts.run_ms(a.cluster_start_us) / 1000.0;
         match a.kind {
             Kind::Immediate => format!(
                 "immediate retries with no backoff: median delay {:.1} ms before attempt {} \
@@ -348,7 +349,7 @@ impl Check for JitterCheck {
         g.arrivals.push((a.entry.t_recv_us, a.entry.seq));
     }
 
-    fn finish(mut self: Box<Self>, _facts: &Facts) -> CheckResult {
+    fn finish(mut self: Box<Self>, facts: &Facts) -> CheckResult {
         if let Some(s) = self.open.take() {
             self.seal(s);
         }
@@ -363,7 +364,7 @@ impl Check for JitterCheck {
         // Worst first; within a kind, the biggest crowd first.
         ranked.sort_by(|a, b| b.kind.cmp(&a.kind).then(b.n.cmp(&a.n)));
         for a in ranked.iter().filter(|a| a.kind != Kind::Jittered) {
-            findings.push(self.describe(a), None, a.densest_seqs.clone());
+            findings.push(self.describe(a, facts), None, a.densest_seqs.clone());
         }
         let retries: usize = analyses.iter().map(|a| a.n).sum();
         let (verdict, summary) = match ranked.first() {
@@ -375,8 +376,12 @@ impl Check for JitterCheck {
                     self.cfg.min_samples
                 ),
             ),
-            Some(worst) if worst.kind >= Kind::NoJitter => (Verdict::Fail, self.describe(worst)),
-            Some(worst) if worst.kind == Kind::Small => (Verdict::Weak, self.describe(worst)),
+            Some(worst) if worst.kind >= Kind::NoJitter => {
+                (Verdict::Fail, self.describe(worst, facts))
+            }
+            Some(worst) if worst.kind == Kind::Small => {
+                (Verdict::Weak, self.describe(worst, facts))
+            }
             Some(_) => {
                 let lo = analyses
                     .iter()
@@ -398,7 +403,7 @@ impl Check for JitterCheck {
             .take(self.max_evidence)
             .map(|a| {
                 json!({
-                    "cluster_start_s": a.cluster_start_us as f64 / 1e6,
+                    "cluster_start_s": facts.run_ms(a.cluster_start_us) / 1000.0,
                     "attempt": a.attempt,
                     "retries": a.n,
                     "median_delay_ms": a.median_ms,

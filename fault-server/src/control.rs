@@ -18,14 +18,15 @@ use serde::Deserialize;
 use tower::ServiceExt;
 
 use crate::config::ScheduleConfig;
-use crate::server::State;
+use crate::state::State;
 
 /// Path prefix of the control API.
 pub const PREFIX: &str = "/__harness/";
 
 type Shared = Arc<State>;
 
-fn router(state: Shared) -> Router {
+/// The control API's routes, built once when the server starts.
+pub(crate) fn router(state: Shared) -> Router {
     Router::new()
         .route("/__harness/health", get(health))
         .route("/__harness/journal", get(journal))
@@ -36,9 +37,9 @@ fn router(state: Shared) -> Router {
         .with_state(state)
 }
 
-/// Serves one control request.
-pub(crate) async fn handle(state: Shared, req: Request<Incoming>) -> Response {
-    match router(state).oneshot(req.map(Body::new)).await {
+/// Serves one control request with the API's `router`.
+pub(crate) async fn handle(router: &Router, req: Request<Incoming>) -> Response {
+    match router.clone().oneshot(req.map(Body::new)).await {
         Ok(r) => r,
         Err(never) => match never {},
     }

@@ -6,12 +6,17 @@
 //! The harness embeds it through [`FaultServer`]; the `fault-server` binary runs it on its own.
 
 pub mod config;
+mod conn;
 mod control;
+mod dispatch;
 pub mod draw;
 pub mod journal;
 pub mod orders;
+mod reply;
 pub mod schedule;
 pub mod server;
+mod socket;
+mod state;
 
 pub use config::Config;
 pub use server::{FaultServer, ServerOptions, StartError};

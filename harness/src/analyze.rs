@@ -11,6 +11,7 @@ use history::Entry;
 use reports::model::{Report, Series, Timeline};
 
 use crate::metrics::{latency_ms, Recorder};
+use crate::report::ReportBuilder;
 use crate::run::TimelineLabel;
 use checks::operations::Step;
 use checks::{Attempt, ChecksConfig, ChecksRunner, ClosedOperation, OperationTracker};
@@ -92,39 +93,35 @@ pub fn analyze_file(path: &Path, cfg: &ChecksConfig) -> Result<Report, AnalyzeEr
             })
         }
     };
-    let checks = checks.finish(still_open, &history::Facts::default());
     let Tally {
         rec,
         first_us,
         last_us,
         bins,
     } = tally;
+    // The journal's first request is where the run began: evidence quotes times from there, as
+    // the chart does.
+    let facts = history::Facts {
+        time_origin_us: first_us.unwrap_or(0),
+        ..history::Facts::default()
+    };
+    let checks = checks.finish(still_open, &facts);
     let span_us = last_us.saturating_sub(first_us.unwrap_or(0));
     let mut requests = rec.requests();
     requests.errors = requests.sent - requests.completed;
-    Ok(Report {
-        schema_version: reports::model::SCHEMA_VERSION,
-        scenario: format!("analyze {shown}"),
-        passed: checks.iter().all(|c| c.passed()),
-        started_unix_ms: 0,
-        duration_ms: span_us / 1000,
-        target: None,
-        seed: None,
-        time_scale: 1.0,
-        requests,
-        latency_ms: latency_ms(&rec.latency),
-        throughput_rps: if span_us > 0 {
-            rec.completed() as f64 / (span_us as f64 / 1e6)
-        } else {
-            0.0
-        },
-        errors_by_kind: BTreeMap::new(),
-        phases: Vec::new(),
-        checks,
-        timeline: Some(rebin(&bins, span_us)),
-        retry_delays: Vec::new(),
-        exec: None,
-    })
+    let throughput = if span_us > 0 {
+        rec.completed() as f64 / (span_us as f64 / 1e6)
+    } else {
+        0.0
+    };
+    Ok(ReportBuilder::new(format!("analyze {shown}"))
+        .started_unix_ms(0)
+        .duration(std::time::Duration::from_micros(span_us))
+        .requests(requests)
+        .latency(latency_ms(&rec.latency), throughput)
+        .checks(checks)
+        .timeline(Some(rebin(&bins, span_us)))
+        .build())
 }
 
 /// A journal entry placed in its operation, with the operations that closed on the way.

@@ -26,7 +26,7 @@ use retry_policy::Limits;
 use crate::http::{AttemptError, Conn, Reply, Target};
 use crate::metrics::{AttemptIds, Recorder, Sink};
 use crate::operation::{execute, AttemptSpec, Transport};
-use crate::scenario::{PhaseKind, PhasePlan};
+use crate::plan::{PhaseKind, PhasePlan};
 use crate::template::{RequestTemplate, Var, Vars};
 
 /// A request is a late start when no worker could pick it up within this of its intended time.

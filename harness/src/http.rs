@@ -187,6 +187,8 @@ pub struct Conn {
     /// deadline is an atomic store, where a fresh `tokio::time::timeout` per request inserts into
     /// and removes from the runtime's shared timer wheel under its lock.
     timer: Option<Pin<Box<Sleep>>>,
+    /// When the last released request (see [`Conn::send_released`]) finished its write.
+    released_at: Option<std::time::Instant>,
 }
 
 impl Conn {
@@ -201,6 +203,7 @@ impl Conn {
             out: Vec::new(),
             buf: BytesMut::new(),
             timer: None,
+            released_at: None,
         }
     }
 
@@ -248,6 +251,12 @@ impl Conn {
     fn close(&mut self) {
         self.stream = None;
         self.buf.clear();
+    }
+
+    /// When the last request sent through [`Conn::send_released`] with a release point was
+    /// written: how close together a burst really left.
+    pub fn released_at(&self) -> Option<std::time::Instant> {
+        self.released_at
     }
 
     /// Sends one request and reads the whole response, within `timeout`.
@@ -318,6 +327,9 @@ impl Conn {
             .write_all(&self.out)
             .await
             .map_err(|e| io_failure("writing the request", e))?;
+        if release.is_some() {
+            self.released_at = Some(std::time::Instant::now());
+        }
         let (reply, reusable) = read_response(stream, &mut self.buf, head_only).await?;
         // Bytes after a complete response answer no request of ours: the connection's framing
         // can no longer be trusted, so it is not reused.

@@ -1,7 +1,7 @@
 //! The harness: scenarios, the load driver, client retry policies and the checks.
 //!
-//! Data flows one way: scenario file → [`scenario::Plan`] → (fault server + [`driver`]) → journal +
-//! driver records → [`checks`] → report → renderers.
+//! Data flows one way: scenario file → [`scenario`] → [`plan::Plan`] → (fault server + [`driver`]) → history
+//! (journal + client figures + store counts) → `checks` → report → renderers.
 
 pub mod analyze;
 pub mod cli;
@@ -10,9 +10,11 @@ pub mod http;
 pub mod load;
 pub mod metrics;
 pub mod operation;
+pub mod plan;
 pub mod probe;
 pub mod progress;
 pub mod relay;
+pub mod report;
 pub mod run;
 pub mod scenario;
 pub mod simulate;

@@ -6,14 +6,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderName, Method};
-use reports::model::{Phase, Report};
+use reports::model::Report;
 
 use crate::driver::{self, Keys, PhaseCtx};
 use crate::http::Target;
-use crate::metrics::latency_ms;
+use crate::plan::{PhaseKind, PhasePlan};
 use crate::progress::Progress;
+use crate::report::ReportBuilder;
 use crate::run::{ensure_reachable, RunError};
-use crate::scenario::{PhaseKind, PhasePlan};
 use crate::template::{RequestTemplate, Text};
 use retry_policy::Policy;
 
@@ -176,39 +176,19 @@ pub async fn run(
     let out = driver::run_phase(Arc::new(o.phase.clone()), ctx).await;
     bar.finish();
     let r = &out.recorder;
-    let secs = out.duration.as_secs_f64().max(1e-9);
     let rate = matches!(o.phase.kind, PhaseKind::Rate { .. });
     let mut metrics = std::collections::BTreeMap::new();
     if let PhaseKind::Rate { stages, .. } = &o.phase.kind {
         metrics.insert("target_rps".into(), serde_json::json!(stages[0].0));
     }
-    let phase = Phase {
-        name: "load".into(),
-        kind: o.phase.kind.name().into(),
-        duration_ms: out.duration.as_millis() as u64,
-        requests: r.requests(),
-        latency_ms: latency_ms(&r.latency),
-        latency_intended_ms: rate.then(|| latency_ms(&r.intended)),
-        throughput_rps: r.completed() as f64 / secs,
-        metrics,
-    };
-    Ok(Report {
-        schema_version: reports::model::SCHEMA_VERSION,
-        scenario: format!("load {} {}", o.phase.template.method, o.target.url),
-        passed: true,
-        started_unix_ms,
-        duration_ms: out.duration.as_millis() as u64,
-        target: Some(o.target.url.clone()),
-        seed: None,
-        time_scale: 1.0,
-        requests: r.requests(),
-        latency_ms: latency_ms(&r.latency),
-        throughput_rps: r.completed() as f64 / secs,
-        errors_by_kind: r.errors_by_kind(),
-        phases: vec![phase],
-        checks: Vec::new(),
-        timeline: None,
-        retry_delays: Vec::new(),
-        exec: None,
-    })
+    let phase = crate::report::phase("load", o.phase.kind.name(), r, out.duration, rate, metrics);
+    Ok(
+        ReportBuilder::new(format!("load {} {}", o.phase.template.method, o.target.url))
+            .started_unix_ms(started_unix_ms)
+            .duration(out.duration)
+            .target(Some(o.target.url.clone()))
+            .measured(r, out.duration)
+            .phases(vec![phase])
+            .build(),
+    )
 }

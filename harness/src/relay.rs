@@ -48,9 +48,8 @@ use retry_policy::{Limits, OpEnd, Policy};
 
 use crate::http::{AttemptError, Conn, Outgoing, Reply, Target, TargetError};
 use crate::operation::{execute, AttemptSpec, OpResult, Transport};
-
-/// The header a tier adds to every downstream request, carrying its name.
-pub const RELAY_TIER_HEADER: &str = "x-relay-tier";
+use crate::plan::TierSpec;
+use crate::plan::RELAY_TIER_HEADER;
 
 /// Most a tier takes off its caller's deadline to leave time for its answer to travel back.
 pub const DEADLINE_MARGIN: Duration = Duration::from_millis(10);
@@ -65,15 +64,6 @@ pub const FORWARDED_HEADERS: &[&str] = &[
     "x-client-id",
     "content-type",
 ];
-
-/// One tier of a chain: its name (in stats and [`RELAY_TIER_HEADER`]) and its client policy.
-#[derive(Debug, Clone)]
-pub struct TierSpec {
-    /// Name of the tier.
-    pub name: String,
-    /// How the tier calls the next one down.
-    pub policy: Policy,
-}
 
 /// A chain could not be started.
 #[derive(Debug, thiserror::Error)]

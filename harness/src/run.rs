@@ -13,8 +13,9 @@ use reports::model::{AttemptDelays, Phase, Report, Series, Timeline};
 use crate::driver::{self, Keys, PhaseCtx};
 use crate::http::Target;
 use crate::metrics::{latency_ms, Recorder};
+use crate::plan::{PhaseKind, Plan};
 use crate::progress::Progress;
-use crate::scenario::{PhaseKind, Plan};
+use crate::report::ReportBuilder;
 use history::ClientAttempt;
 
 /// The run could not be carried out (exit code 3).
@@ -217,7 +218,6 @@ impl Session {
                 captured = Arc::new(next);
             }
             bar.finish();
-            let secs = out.duration.as_secs_f64().max(1e-9);
             let mut metrics = BTreeMap::new();
             if let (PhaseKind::Burst { size, .. }, Some(s)) = (&p.kind, &self.server) {
                 s.settle(Duration::from_secs(10)).await;
@@ -244,17 +244,14 @@ impl Session {
                     metrics.insert(name.into(), serde_json::json!(v));
                 }
             }
-            self.phases.push(Phase {
-                name: p.name.clone(),
-                kind: p.kind.name().to_string(),
-                duration_ms: out.duration.as_millis() as u64,
-                requests: r.requests(),
-                latency_ms: latency_ms(&r.latency),
-                latency_intended_ms: matches!(p.kind, PhaseKind::Rate { .. })
-                    .then(|| latency_ms(&r.intended)),
-                throughput_rps: r.completed() as f64 / secs,
+            self.phases.push(crate::report::phase(
+                &p.name,
+                p.kind.name(),
+                r,
+                out.duration,
+                matches!(p.kind, PhaseKind::Rate { .. }),
                 metrics,
-            });
+            ));
             self.total.merge(&out.recorder);
         }
         Ok(())
@@ -316,37 +313,30 @@ impl Session {
         if let Some(s) = server {
             s.shutdown().await;
         }
-        let exec_failed = exec.as_ref().is_some_and(|e| e.exit_code != Some(0));
         let attempts = self.total.attempts.take().unwrap_or_default();
         let window = plan.window.unwrap_or_else(|| auto_window(duration));
         let timeline = if journal.is_empty() {
             timeline_from_attempts(&attempts, window)
         } else {
-            timeline_from_journal(&journal, window)
+            timeline_from_journal(&journal, window, self.time_origin_us)
         };
-        let report = Report {
-            schema_version: reports::model::SCHEMA_VERSION,
-            scenario: plan.name.clone(),
-            passed: checks.iter().all(|c| c.passed()) && !exec_failed,
-            started_unix_ms: self.started_unix_ms,
-            duration_ms: duration.as_millis() as u64,
-            target: self.target_url.clone(),
-            seed: Some(plan.seed),
-            time_scale: plan.time_scale,
-            requests: if journal.is_empty() || !self.phases.is_empty() {
-                self.total.requests()
-            } else {
-                requests_from_journal(&journal)
-            },
-            latency_ms: latency_ms(&self.total.latency),
-            throughput_rps: self.total.completed() as f64 / duration.as_secs_f64().max(1e-9),
-            errors_by_kind: self.total.errors_by_kind(),
-            phases: self.phases,
-            checks,
-            timeline: Some(timeline),
-            retry_delays: retry_delays(&attempts),
-            exec,
-        };
+        let mut report = ReportBuilder::new(&plan.name)
+            .started_unix_ms(self.started_unix_ms)
+            .duration(duration)
+            .target(self.target_url.clone())
+            .scenario_settings(plan.seed, plan.time_scale)
+            .measured(&self.total, duration);
+        if !journal.is_empty() && self.phases.is_empty() {
+            // `exec` with no phases: the command was the load, and the server counted it.
+            report = report.requests(requests_from_journal(&journal));
+        }
+        let report = report
+            .phases(self.phases)
+            .checks(checks)
+            .timeline(Some(timeline))
+            .retry_delays(retry_delays(&attempts))
+            .exec(exec)
+            .build();
         RunOutcome { report, journal }
     }
 }
@@ -439,9 +429,16 @@ pub fn auto_window(d: Duration) -> Duration {
     (d / 60).max(Duration::from_millis(1))
 }
 
-/// Requests per window by status (or outcome when no status was sent), from the server's view.
-pub fn timeline_from_journal(journal: &[Entry], window: Duration) -> Timeline {
-    let t0 = journal.iter().map(|e| e.t_recv_us).min().unwrap_or(0);
+/// Requests per window by status (or outcome when no status was sent), from the server's view;
+/// windows count from `origin_us` (journal time), the run's start.
+pub fn timeline_from_journal(journal: &[Entry], window: Duration, origin_us: u64) -> Timeline {
+    let t0 = origin_us.min(
+        journal
+            .iter()
+            .map(|e| e.t_recv_us)
+            .min()
+            .unwrap_or(origin_us),
+    );
     let w = (window.as_micros() as u64).max(1);
     build_timeline(
         journal
@@ -533,35 +530,17 @@ pub fn probe_report(o: &crate::probe::ProbeOutcome) -> Report {
         serde_json::json!(o.release_skew_us_max),
     );
     metrics.insert("rounds".to_string(), serde_json::json!(o.rounds.len()));
-    let secs = (o.duration_ms as f64 / 1000.0).max(1e-9);
-    Report {
-        schema_version: reports::model::SCHEMA_VERSION,
-        scenario: format!("idempotency {}", o.target),
-        passed: o.passed(),
-        started_unix_ms: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64),
-        duration_ms: o.duration_ms,
-        target: Some(o.target.clone()),
-        seed: None,
-        time_scale: 1.0,
-        requests: requests.clone(),
-        latency_ms: latency_ms(&rec.latency),
-        throughput_rps: completed as f64 / secs,
-        errors_by_kind: o.errors_by_kind.clone(),
-        phases: vec![Phase {
-            name: "bursts".into(),
-            kind: "burst".into(),
-            duration_ms: o.duration_ms,
-            requests,
-            latency_ms: latency_ms(&rec.latency),
-            latency_intended_ms: None,
-            throughput_rps: completed as f64 / secs,
-            metrics,
-        }],
-        checks: o.checks.clone(),
-        timeline: None,
-        retry_delays: Vec::new(),
-        exec: None,
-    }
+    let duration = Duration::from_millis(o.duration_ms);
+    let mut phase = crate::report::phase("bursts", "burst", &rec, duration, false, metrics);
+    phase.requests = requests.clone();
+    phase.throughput_rps = completed as f64 / duration.as_secs_f64().max(1e-9);
+    ReportBuilder::new(format!("idempotency {}", o.target))
+        .duration(duration)
+        .target(Some(o.target.clone()))
+        .requests(requests)
+        .latency(latency_ms(&rec.latency), phase.throughput_rps)
+        .errors_by_kind(o.errors_by_kind.clone())
+        .phases(vec![phase])
+        .checks(o.checks.clone())
+        .build()
 }

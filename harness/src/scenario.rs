@@ -1,6 +1,5 @@
-//! Scenario files: YAML as the user writes it ([`ScenarioFile`]), parsed once and resolved into a
-//! [`Plan`] that the rest of the harness trusts: every duration already multiplied by the time
-//! scale, every template compiled, every phase known to end. Nothing downstream re-parses.
+//! Scenario files: YAML as the user writes it ([`ScenarioFile`]), parsed once, validated, and
+//! resolved into a [`Plan`] (see [`crate::plan`]) that the rest of the harness trusts.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -10,6 +9,7 @@ use http::{HeaderName, Method};
 use serde::Deserialize;
 use yaml_config::{from_yaml_str, ConfigError, Dur};
 
+use crate::plan::{PhaseKind, PhasePlan, Plan, TierSpec, RELAY_TIER_HEADER};
 use crate::template::{RequestTemplate, Text};
 use checks::ChecksConfig;
 use history::ErrorKind;
@@ -288,77 +288,6 @@ pub struct RequestFile {
     pub body: Option<String>,
 }
 
-// ---------------------------------------------------------------------------------------------
-// The resolved plan.
-
-/// A scenario resolved: what the driver runs.
-#[derive(Debug, Clone)]
-pub struct Plan {
-    pub name: String,
-    pub description: Option<String>,
-    pub source: PathBuf,
-    pub seed: u64,
-    pub time_scale: f64,
-    /// The embedded fault server's config, durations already scaled.
-    pub server: Option<fault_server::Config>,
-    pub target: Option<String>,
-    /// Relay tiers between the load and the embedded server, top first.
-    pub relay: Vec<crate::relay::TierSpec>,
-    pub phases: Vec<PhasePlan>,
-    pub checks: ChecksConfig,
-    /// Timeline window (real time).
-    pub window: Option<Duration>,
-}
-
-/// One resolved phase.
-#[derive(Debug, Clone)]
-pub struct PhasePlan {
-    pub name: String,
-    pub kind: PhaseKind,
-    pub template: RequestTemplate,
-    pub policy: Policy,
-    pub client_id_header: bool,
-    /// (variable, JSON field path) captured from the last successful response.
-    pub capture: Vec<(String, String)>,
-}
-
-/// What drives a phase.
-#[derive(Debug, Clone, PartialEq)]
-pub enum PhaseKind {
-    Burst {
-        size: u32,
-        rounds: u32,
-        pause: Duration,
-    },
-    /// Stages of (start rps, end rps, duration); constant rate is one flat stage.
-    Rate {
-        stages: Vec<(f64, f64, Duration)>,
-        connections: u32,
-    },
-    Clients {
-        concurrency: u32,
-        duration: Option<Duration>,
-        requests: Option<u64>,
-        think: Duration,
-    },
-    Fleet {
-        clients: u32,
-        operations: u64,
-    },
-}
-
-impl PhaseKind {
-    /// The executor's name in reports.
-    pub fn name(&self) -> &'static str {
-        match self {
-            PhaseKind::Burst { .. } => "burst",
-            PhaseKind::Rate { .. } => "rate",
-            PhaseKind::Clients { .. } => "clients",
-            PhaseKind::Fleet { .. } => "fleet",
-        }
-    }
-}
-
 /// Overrides from the command line.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
@@ -449,14 +378,14 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
                 &origin,
                 &format!("relay.tiers[{i}].client"),
             )?;
-            relay.push(crate::relay::TierSpec {
+            relay.push(TierSpec {
                 name: t.name.clone(),
                 policy,
             });
         }
         // The bottom's journal tells which tier sent each request.
         if let Some(s) = &mut server {
-            let h = crate::relay::RELAY_TIER_HEADER.to_string();
+            let h = RELAY_TIER_HEADER.to_string();
             if !s.capture_headers.contains(&h) {
                 s.capture_headers.push(h);
             }

@@ -35,10 +35,20 @@ pub async fn store_counts(
     keys: &[String],
     target: Option<&str>,
 ) -> StoreCounts {
+    store_counts_with(cfg, keys, target, &[]).await
+}
+
+/// [`store_counts`], sending `headers` (e.g. `Authorization`) with every lookup.
+pub async fn store_counts_with(
+    cfg: &VerifyConfig,
+    keys: &[String],
+    target: Option<&str>,
+    headers: &[(http::HeaderName, http::HeaderValue)],
+) -> StoreCounts {
     let (source, counts) = match (&cfg.url, &cfg.sqlite, &cfg.query) {
         (Some(url), None, None) => (
             format!("GET {url}"),
-            by_url(url, &cfg.count_field, keys, target).await,
+            by_url(url, &cfg.count_field, keys, target, headers).await,
         ),
         (None, Some(db), Some(q)) => (
             format!("{q} on {}", db.display()),
@@ -63,6 +73,7 @@ async fn by_url(
     field: &str,
     keys: &[String],
     target: Option<&str>,
+    headers: &[(http::HeaderName, http::HeaderValue)],
 ) -> Result<Vec<(String, Result<u64, String>)>, VerifyError> {
     let absolute = if url.starts_with("http://") || url.starts_with("https://") {
         url.to_string()
@@ -93,7 +104,7 @@ async fn by_url(
         let req = Outgoing {
             method: http::Method::GET,
             uri: path_template.replace("{key}", &percent_encode(key)),
-            headers: http::HeaderMap::new(),
+            headers: headers.iter().cloned().collect(),
             body: bytes::Bytes::new(),
         };
         let count = match conn.send(req, Duration::from_secs(10)).await {

@@ -103,6 +103,11 @@ pub struct Entry {
     /// The uniform draw in [0, 1) behind a probabilistic rule or a random delay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draw: Option<f64>,
+    /// Response headers the observer recorded (lower-case names: `retry-after`, `location`,
+    /// `idempotent-replayed`, …); absent when it recorded none, so a reader can tell "no
+    /// Retry-After was sent" from "headers were not recorded".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_headers: Option<BTreeMap<String, String>>,
 }
 
 impl Entry {
@@ -117,5 +122,14 @@ impl Entry {
     /// The value of a captured request header (lower-case name).
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).map(String::as_str)
+    }
+
+    /// The value of a recorded response header (lower-case name): `None` when the response had
+    /// none, or when response headers were not recorded at all ([`Entry::response_headers`]).
+    pub fn response_header(&self, name: &str) -> Option<&str> {
+        self.response_headers
+            .as_ref()
+            .and_then(|h| h.get(name))
+            .map(String::as_str)
     }
 }

@@ -49,6 +49,7 @@ pub fn entry(seq: u64, t_recv_ms: impl Into<f64>) -> EntryBuilder {
         resource: None,
         replayed: false,
         draw: None,
+        response_headers: None,
     })
 }
 
@@ -124,6 +125,27 @@ impl EntryBuilder {
     pub fn replayed(mut self) -> Self {
         self.0.replayed = true;
         self.0.status = Some(200);
+        self
+    }
+
+    /// A response header (lower-case name), recorded.
+    pub fn response_header(mut self, name: &str, value: &str) -> Self {
+        self.0
+            .response_headers
+            .get_or_insert_with(BTreeMap::new)
+            .insert(name.to_string(), value.to_string());
+        self
+    }
+
+    /// Response headers were recorded (even if there were none).
+    pub fn recorded_headers(mut self) -> Self {
+        self.0.response_headers.get_or_insert_with(BTreeMap::new);
+        self
+    }
+
+    /// The resource the response named (an id in its body, its `Location`).
+    pub fn resource(mut self, id: &str) -> Self {
+        self.0.resource = Some(id.to_string());
         self
     }
 

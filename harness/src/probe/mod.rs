@@ -18,27 +18,32 @@
 //! either a `200` replay of the same resource or `409` + `Retry-After` while the first is in
 //! flight. After the bursts come three sequential requests: a replay of round 1 (same key, same
 //! body: the stored result), the same key with a different body (`422`), and no key at all (`400`
-//! when the endpoint requires one). The verdicts are pure functions of these records ([`judge`]),
-//! so they can be tested on hand-written histories.
+//! when the endpoint requires one).
+//!
+//! Every exchange is recorded as a journal entry seen from the client's side — what was sent, the
+//! status, the resource the answer named (its `id` or `Location`), `Idempotent-Replayed`,
+//! `Retry-After` — and judged by the same `duplicates` and `idempotency_semantics` checks that
+//! judge a fault server's journal, with the verify lookup's counts as the store's word.
 
-mod client;
-mod verdicts;
+mod record;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use checks::duplicates::{DuplicatesConfig, VerifyConfig};
+use checks::idempotency_semantics::IdempotencySemanticsConfig;
+use checks::ChecksConfig;
+use fault_server::draw::splitmix64;
+use history::{Entry, Facts, StoreCounts};
 use http::header::{CONTENT_TYPE, HOST};
-use http::{HeaderName, HeaderValue, Method, Request};
-use http_body_util::Full;
+use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use reports::CheckResult;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-pub use client::{Exchange, TransportError};
-pub use verdicts::judge;
-
-use client::{connect, Endpoint};
+use crate::http::{AttemptError, Conn, Outgoing, Reply, Target};
+use record::Recording;
 
 /// The placeholder in a body string that is replaced by the round number.
 pub const ROUND_PLACEHOLDER: &str = "{{round}}";
@@ -142,88 +147,32 @@ impl ProbeError {
     }
 }
 
-/// One burst: `concurrency` requests with one key, released together.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct RoundResult {
+/// One burst: its key, and how simultaneous it really was.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Round {
     /// Round number, from 1.
     pub round: usize,
     /// The Idempotency-Key of every request of the round.
     pub key: String,
-    /// One per request, in connection order.
-    pub responses: Vec<Exchange>,
-    /// Spread of the send times (max − min), in µs: how simultaneous the burst really was.
+    /// Spread of the moments the requests finished leaving (max − min), in µs.
     pub release_skew_us: u64,
-    /// Resources stored under the key, as the verify URL counted them after every request.
-    pub verify_count: Option<u64>,
-    /// Why the verify lookup gave no count, when it failed.
-    pub verify_error: Option<String>,
-}
-
-impl RoundResult {
-    /// Responses with status `201`.
-    pub fn created(&self) -> usize {
-        self.responses
-            .iter()
-            .filter(|e| e.status == Some(201))
-            .count()
-    }
-
-    /// Distinct resource identities among the 2xx responses, in the order first seen.
-    pub fn resources(&self) -> Vec<&str> {
-        let mut seen: Vec<&str> = Vec::new();
-        for r in self.responses.iter().filter(|e| e.is_success()) {
-            if let Some(id) = r.resource() {
-                if !seen.contains(&id) {
-                    seen.push(id);
-                }
-            }
-        }
-        seen
-    }
-
-    /// Index of the response that speaks for the round: the first `201`, else the first 2xx.
-    pub fn reference(&self) -> Option<usize> {
-        self.responses
-            .iter()
-            .position(|e| e.status == Some(201))
-            .or_else(|| self.responses.iter().position(Exchange::is_success))
-    }
-
-    /// How many resources the key created, by the most damning of the three measures.
-    pub fn resources_created(&self) -> u64 {
-        let created = self.created() as u64;
-        let distinct = self.resources().len() as u64;
-        created.max(distinct).max(self.verify_count.unwrap_or(0))
-    }
-
-    /// More than one resource for one key: several 201s, several ids, or a verify count over 1.
-    pub fn has_duplicates(&self) -> bool {
-        self.created() > 1 || self.resources().len() > 1 || self.verify_count.is_some_and(|c| c > 1)
-    }
-}
-
-/// The sequential requests sent after the bursts.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct FollowUps {
-    /// Round 1's key with round 1's body: should return the stored result.
-    pub replay: Exchange,
-    /// Round 1's key with a different body: should be refused with `422`.
-    pub different_body: Exchange,
-    /// No key at all: `400` when the key is required, else a normal creation.
-    pub missing_key: Exchange,
 }
 
 /// Everything the probe saw, and its verdicts.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct ProbeOutcome {
     /// The URL probed.
     pub target: String,
     /// `duplicates` and `idempotency_semantics`.
     pub checks: Vec<CheckResult>,
     /// The bursts, in order.
-    pub rounds: Vec<RoundResult>,
-    /// The replay, different-body and missing-key requests.
-    pub follow_ups: FollowUps,
+    pub rounds: Vec<Round>,
+    /// Every exchange as the client saw it, one journal entry each, in sending order: the bursts,
+    /// then the replay, the different body and the missing key.
+    pub exchanges: Vec<Entry>,
+    /// The verify lookup's count per round key, when it was asked.
+    #[serde(skip)]
+    pub store: Option<StoreCounts>,
     /// Requests sent to the target (bursts and follow-ups; verify lookups not counted).
     pub requests_sent: u64,
     /// Responses by status code, as a string (`"201"`).
@@ -243,96 +192,111 @@ impl ProbeOutcome {
     pub fn passed(&self) -> bool {
         self.checks.iter().all(|c| c.passed())
     }
+
+    /// An exchange that followed the bursts: `0` the replay, `1` the different body, `2` the
+    /// missing key (the last three exchanges).
+    pub fn follow_up(&self, i: usize) -> Option<&Entry> {
+        (i < 3)
+            .then(|| self.exchanges.len().checked_sub(3 - i))
+            .flatten()
+            .and_then(|at| self.exchanges.get(at))
+    }
 }
 
-/// Runs the probe: the bursts, the follow-ups, the verify lookups, then the verdicts.
+/// Runs the probe: the bursts, the follow-ups, the verify lookups, then the checks.
 ///
 /// Needs a Tokio runtime; on a multi-threaded one the released requests are written in parallel,
 /// which keeps the release skew down.
 pub async fn probe(cfg: &ProbeConfig) -> Result<ProbeOutcome, ProbeError> {
-    let plan = Plan::resolve(cfg)?;
-    let started = Instant::now();
+    let plan = ProbePlan::resolve(cfg)?;
+    plan.reachable().await?;
     let run = cfg.seed.map_or_else(rand::random, splitmix64);
+    let mut rec = Recording::new(&plan.method, &plan.path, &plan.headers);
 
     let mut rounds = Vec::with_capacity(cfg.rounds);
     for round in 1..=cfg.rounds {
         let key = round_key(run, round);
         let body = plan.body(round)?;
-        let responses = plan.burst(&key, body).await?;
-        rounds.push(RoundResult {
+        let release_skew_us = plan.burst(&key, body, &mut rec).await;
+        rounds.push(Round {
             round,
-            release_skew_us: skew(&responses),
             key,
-            responses,
-            verify_count: None,
-            verify_error: None,
+            release_skew_us,
         });
     }
-
     let first_key = round_key(run, 1);
-    let replay = plan.once(Some(&first_key), plan.body(1)?).await?;
-    let different_body = plan
-        .once(Some(&first_key), plan.mismatched_body(1)?)
-        .await?;
+    plan.once(Some(&first_key), plan.body(1)?, &mut rec).await;
+    plan.once(Some(&first_key), plan.mismatched_body(1)?, &mut rec)
+        .await;
     // A body no round used, so an endpoint that deduplicates by content cannot hide the answer.
-    let missing_key = plan.once(None, plan.body(cfg.rounds + 1)?).await?;
-    let follow_ups = FollowUps {
-        replay,
-        different_body,
-        missing_key,
-    };
+    plan.once(None, plan.body(cfg.rounds + 1)?, &mut rec).await;
 
     // Counted last, so the counts are the store's final word on each key (a replay that created
     // a second resource counts too).
-    if let Some(template) = &plan.verify {
-        for r in &mut rounds {
-            match plan.verify_count(template, &r.key).await {
-                Ok(n) => r.verify_count = Some(n),
-                Err(e) => r.verify_error = Some(e),
-            }
+    let store = match &plan.verify {
+        Some(url) => {
+            let keys: Vec<String> = rounds.iter().map(|r| r.key.clone()).collect();
+            let verify = VerifyConfig {
+                url: Some(url.clone()),
+                count_field: "count".to_string(),
+                sqlite: None,
+                query: None,
+            };
+            Some(
+                crate::verify::store_counts_with(
+                    &verify,
+                    &keys,
+                    Some(&plan.target.url),
+                    &plan.headers,
+                )
+                .await,
+            )
         }
-    }
+        None => None,
+    };
 
-    let checks = judge(&rounds, &follow_ups, cfg.require_key);
-    let all: Vec<&Exchange> = rounds
-        .iter()
-        .flat_map(|r| r.responses.iter())
-        .chain([
-            &follow_ups.replay,
-            &follow_ups.different_body,
-            &follow_ups.missing_key,
-        ])
-        .collect();
-    let mut by_status = BTreeMap::new();
-    let mut errors_by_kind = BTreeMap::new();
-    let mut latency_ms = Vec::with_capacity(all.len());
-    for e in &all {
-        if let Some(s) = e.status {
-            *by_status.entry(s.to_string()).or_insert(0) += 1;
-            latency_ms.push(e.latency_ms);
-        }
-        if let Some(err) = &e.error {
-            *errors_by_kind.entry(err.kind.clone()).or_insert(0) += 1;
-        }
-    }
-    let requests_sent = all.len() as u64;
+    let checks_cfg = ChecksConfig {
+        duplicates: Some(DuplicatesConfig::default()),
+        idempotency_semantics: Some(IdempotencySemanticsConfig {
+            require_key_paths: if cfg.require_key {
+                vec![plan.path.clone()]
+            } else {
+                Vec::new()
+            },
+            require_key_methods: vec![plan.method.to_string()],
+            ..IdempotencySemanticsConfig::default()
+        }),
+        ..ChecksConfig::none()
+    };
+    let facts = Facts {
+        store: store.clone(),
+        ..Facts::default()
+    };
+    let checks = checks::judge(&checks_cfg, &rec.entries, &facts);
     Ok(ProbeOutcome {
         target: cfg.url.clone(),
         checks,
         release_skew_us_max: rounds.iter().map(|r| r.release_skew_us).max().unwrap_or(0),
         rounds,
-        follow_ups,
-        requests_sent,
-        by_status,
-        errors_by_kind,
-        latency_ms,
-        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        store,
+        requests_sent: rec.entries.len() as u64,
+        by_status: rec.by_status,
+        errors_by_kind: rec.errors_by_kind,
+        latency_ms: rec.latency_ms,
+        duration_ms: u64::try_from(rec.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        exchanges: rec.entries,
     })
 }
 
 /// The configuration checked and resolved once, so nothing below re-parses it.
-struct Plan {
-    target: Arc<Endpoint>,
+struct ProbePlan {
+    /// The URL as given.
+    url: String,
+    target: Arc<Target>,
+    /// The request target: path and query.
+    uri: String,
+    /// The path alone, as the journal records it.
+    path: String,
     method: Method,
     key_header: HeaderName,
     headers: Vec<(HeaderName, HeaderValue)>,
@@ -342,11 +306,36 @@ struct Plan {
     verify: Option<String>,
 }
 
-impl Plan {
-    fn resolve(cfg: &ProbeConfig) -> Result<Plan, ProbeError> {
-        let target = Endpoint::parse(&cfg.url).map_err(|reason| ProbeError::InvalidUrl {
+impl ProbePlan {
+    fn resolve(cfg: &ProbeConfig) -> Result<ProbePlan, ProbeError> {
+        let invalid_url = |reason: String| ProbeError::InvalidUrl {
             url: cfg.url.clone(),
             reason,
+        };
+        let uri: http::Uri = cfg.url.parse().map_err(|e| {
+            invalid_url(format!(
+                "not a URL ({e}); expected e.g. http://127.0.0.1:8080/orders"
+            ))
+        })?;
+        if uri.scheme().is_none() || uri.authority().is_none() {
+            return Err(invalid_url(
+                "not an absolute URL; expected e.g. http://127.0.0.1:8080/orders".into(),
+            ));
+        }
+        if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+            return Err(invalid_url(
+                "credentials in the URL are not supported; pass an Authorization header instead"
+                    .into(),
+            ));
+        }
+        let origin = format!(
+            "{}://{}",
+            uri.scheme_str().unwrap_or("http"),
+            uri.authority().map_or("", |a| a.as_str())
+        );
+        let target = Target::parse(&origin).map_err(|e| match e {
+            crate::http::TargetError::Invalid { reason, .. } => invalid_url(reason),
+            other => invalid_url(other.to_string()),
         })?;
         let invalid = |field, reason: String| ProbeError::InvalidConfig { field, reason };
         if cfg.rounds == 0 {
@@ -366,7 +355,7 @@ impl Plan {
                 format!("{:?} is not a header name", cfg.key_header),
             )
         })?;
-        let mut headers = Vec::with_capacity(cfg.headers.len());
+        let mut headers = Vec::with_capacity(cfg.headers.len() + 1);
         for (name, value) in &cfg.headers {
             let n = HeaderName::from_bytes(name.as_bytes())
                 .map_err(|_| invalid("headers", format!("{name:?} is not a header name")))?;
@@ -388,6 +377,9 @@ impl Plan {
             })?;
             headers.push((n, v));
         }
+        if !headers.iter().any(|(n, _)| n == CONTENT_TYPE) {
+            headers.push((CONTENT_TYPE, HeaderValue::from_static("application/json")));
+        }
         let verify = match &cfg.verify {
             None => None,
             Some(t) => {
@@ -398,20 +390,26 @@ impl Plan {
                     ));
                 }
                 let absolute = if t.starts_with('/') {
-                    format!("{}{t}", target.origin())
+                    format!("{origin}{t}")
                 } else {
                     t.clone()
                 };
-                Endpoint::parse(&absolute.replace(KEY_PLACEHOLDER, "k")).map_err(|reason| {
-                    ProbeError::InvalidUrl {
+                let probe_url = absolute.replace(KEY_PLACEHOLDER, "k");
+                if !probe_url.starts_with("http://") || probe_url.parse::<http::Uri>().is_err() {
+                    return Err(ProbeError::InvalidUrl {
                         url: t.clone(),
-                        reason,
-                    }
-                })?;
+                        reason: "expected an http:// URL or a path on the target".into(),
+                    });
+                }
                 Some(absolute)
             }
         };
-        Ok(Plan {
+        Ok(ProbePlan {
+            url: cfg.url.clone(),
+            uri: uri
+                .path_and_query()
+                .map_or_else(|| "/".to_string(), |p| p.as_str().to_string()),
+            path: uri.path().to_string(),
             target: Arc::new(target),
             method,
             key_header,
@@ -421,6 +419,27 @@ impl Plan {
             timeout: cfg.timeout,
             verify,
         })
+    }
+
+    /// A TCP connection to the target can be made (else the probe cannot run at all).
+    async fn reachable(&self) -> Result<(), ProbeError> {
+        let unreachable = |source| ProbeError::Unreachable {
+            url: self.url.clone(),
+            source,
+        };
+        match tokio::time::timeout(
+            self.timeout,
+            tokio::net::TcpStream::connect(self.target.addr),
+        )
+        .await
+        {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(unreachable(e)),
+            Err(_) => Err(unreachable(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("connect timed out after {:?}", self.timeout),
+            ))),
+        }
     }
 
     /// The body of `round`, serialized once so every request of the burst sends the same bytes
@@ -434,137 +453,84 @@ impl Plan {
         encode(&mismatch(&substitute(&self.body, round)))
     }
 
-    fn request(&self, key: Option<&str>, body: Bytes) -> Result<Request<Full<Bytes>>, ProbeError> {
-        let mut b = Request::builder()
-            .method(self.method.clone())
-            .uri(self.target.path.as_str())
-            .header(HOST, self.target.host_header.as_str());
-        if !self.headers.iter().any(|(n, _)| n == CONTENT_TYPE) {
-            b = b.header(CONTENT_TYPE, "application/json");
-        }
+    fn request(&self, key: Option<&str>, body: Bytes) -> Outgoing {
+        let mut headers = HeaderMap::with_capacity(self.headers.len() + 1);
         for (n, v) in &self.headers {
-            b = b.header(n, v);
+            headers.insert(n.clone(), v.clone());
         }
-        if let Some(k) = key {
-            b = b.header(&self.key_header, k);
+        if let Some(v) = key.and_then(|k| HeaderValue::from_str(k).ok()) {
+            headers.insert(self.key_header.clone(), v);
         }
-        b.body(Full::new(body))
-            .map_err(|e| ProbeError::InvalidConfig {
-                field: "url",
-                reason: format!("cannot build a request: {e}"),
-            })
-    }
-
-    fn unreachable(&self, source: std::io::Error) -> ProbeError {
-        ProbeError::Unreachable {
-            url: self.target.url.clone(),
-            source,
+        Outgoing {
+            method: self.method.clone(),
+            uri: self.uri.clone(),
+            headers,
+            body,
         }
     }
 
-    /// Opens every connection, then releases all requests at once.
-    async fn burst(&self, key: &str, body: Bytes) -> Result<Vec<Exchange>, ProbeError> {
-        // Connecting in parallel keeps a round short; nothing is sent until all are open.
-        let connecting: Vec<_> = (0..self.concurrency)
-            .map(|_| {
-                let (ep, timeout) = (self.target.clone(), self.timeout);
-                tokio::spawn(async move { connect(&ep, timeout).await })
-            })
+    /// Opens every connection, then releases all requests at once; returns the release skew.
+    async fn burst(&self, key: &str, body: Bytes, rec: &mut Recording) -> u64 {
+        let mut conns: Vec<Conn> = (0..self.concurrency)
+            .map(|_| Conn::new(self.target.clone()))
             .collect();
-        let mut conns = Vec::with_capacity(self.concurrency);
-        for c in connecting {
-            match c.await {
-                Ok(Ok(conn)) => conns.push(conn),
-                Ok(Err(e)) => return Err(self.unreachable(e)),
-                Err(join) => return Err(self.unreachable(std::io::Error::other(join))),
+        // Connections first, so the release is not spread by TCP handshakes.
+        for c in &mut conns {
+            if let Err(e) = c.open().await {
+                tracing::warn!("probe connection failed: {e}");
             }
         }
-        // Every request is built before any task starts: a task waiting at the barrier for a
-        // partner that was never spawned would wait forever.
-        let reqs = (0..self.concurrency)
-            .map(|_| self.request(Some(key), body.clone()))
-            .collect::<Result<Vec<_>, _>>()?;
         let barrier = Arc::new(tokio::sync::Barrier::new(self.concurrency));
-        let origin = Instant::now();
         let mut sending = Vec::with_capacity(self.concurrency);
-        for (conn, req) in conns.into_iter().zip(reqs) {
+        for mut conn in conns {
             let (barrier, timeout) = (barrier.clone(), self.timeout);
+            let req = self.request(Some(key), body.clone());
+            let started = Instant::now();
             sending.push(tokio::spawn(async move {
-                barrier.wait().await;
-                conn.send(req, timeout, origin).await
+                let result = conn.send_released(req, timeout, Some(&barrier)).await;
+                (
+                    conn.released_at().unwrap_or(started),
+                    Instant::now(),
+                    result,
+                )
             }));
         }
-        let mut out = Vec::with_capacity(self.concurrency);
+        let mut sent = Vec::with_capacity(self.concurrency);
         for s in sending {
-            out.push(s.await.unwrap_or_else(|e| Exchange {
-                error: Some(TransportError {
-                    kind: "other".to_string(),
-                    message: format!("request task failed: {e}"),
-                }),
-                ..Exchange::default()
-            }));
+            let (t0, t1, result) = s.await.unwrap_or_else(|e| {
+                let now = Instant::now();
+                (
+                    now,
+                    now,
+                    Err(AttemptError {
+                        kind: history::ErrorKind::Other,
+                        message: format!("request task failed: {e}"),
+                    }),
+                )
+            });
+            sent.push(t0);
+            rec.exchange(Some(key), &body, t0, t1, &result);
         }
-        Ok(out)
+        match (sent.iter().min(), sent.iter().max()) {
+            (Some(lo), Some(hi)) => u64::try_from((*hi - *lo).as_micros()).unwrap_or(u64::MAX),
+            _ => 0,
+        }
     }
 
     /// One request on its own connection.
-    async fn once(&self, key: Option<&str>, body: Bytes) -> Result<Exchange, ProbeError> {
-        let conn = connect(&self.target, self.timeout)
-            .await
-            .map_err(|e| self.unreachable(e))?;
-        let req = self.request(key, body)?;
-        Ok(conn.send(req, self.timeout, Instant::now()).await)
-    }
-
-    /// Asks the verify URL how many resources `key` has. Failures are reported, not fatal: the
-    /// verdicts still stand on the responses.
-    async fn verify_count(&self, template: &str, key: &str) -> Result<u64, String> {
-        let url = template.replace(KEY_PLACEHOLDER, &percent_encode(key));
-        let ep = Endpoint::parse(&url)?;
-        let conn = connect(&ep, self.timeout)
-            .await
-            .map_err(|e| format!("cannot reach {url}: {e}"))?;
-        let mut b = Request::builder()
-            .method(Method::GET)
-            .uri(ep.path.as_str())
-            .header(HOST, ep.host_header.as_str());
-        for (n, v) in &self.headers {
-            b = b.header(n, v);
-        }
-        let req = b
-            .body(Full::new(Bytes::new()))
-            .map_err(|e| format!("cannot build a request for {url}: {e}"))?;
-        let (status, body) = conn.fetch(req, self.timeout).await?;
-        if !(200..300).contains(&status) {
-            return Err(format!("GET {url} answered {status}"));
-        }
-        let v: serde_json::Value = serde_json::from_slice(&body)
-            .map_err(|e| format!("GET {url} did not answer JSON: {e}"))?;
-        v.get("count")
-            .and_then(serde_json::Value::as_u64)
-            .ok_or_else(|| format!("GET {url} answered JSON without a numeric `count`"))
+    async fn once(&self, key: Option<&str>, body: Bytes, rec: &mut Recording) {
+        let mut conn = Conn::new(self.target.clone());
+        let t0 = Instant::now();
+        let result: Result<Reply, AttemptError> = conn
+            .send(self.request(key, body.clone()), self.timeout)
+            .await;
+        rec.exchange(key, &body, t0, Instant::now(), &result);
     }
 }
 
 /// Key of round `round` in run `run`: readable in a server's logs, unique per round.
 fn round_key(run: u64, round: usize) -> String {
     format!("probe-{run:016x}-{round}")
-}
-
-/// Spreads a small seed over 64 bits, so seeds 1 and 2 give unrelated keys.
-fn splitmix64(seed: u64) -> u64 {
-    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-fn skew(responses: &[Exchange]) -> u64 {
-    let sent = responses.iter().map(|e| e.sent_at_us);
-    match (sent.clone().min(), sent.max()) {
-        (Some(lo), Some(hi)) => hi - lo,
-        _ => 0,
-    }
 }
 
 fn encode(v: &serde_json::Value) -> Result<Bytes, ProbeError> {
@@ -619,21 +585,9 @@ fn mismatch(v: &serde_json::Value) -> serde_json::Value {
     serde_json::json!({ "probe_variant": "different", "original": v })
 }
 
-/// Percent-encodes everything but RFC 3986's unreserved characters.
-fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
+    use super::record::resource;
     use super::*;
     use serde_json::json;
 
@@ -675,8 +629,12 @@ mod tests {
     }
 
     #[test]
-    fn percent_encoding_keeps_unreserved() {
-        assert_eq!(percent_encode("probe-ab_1.~"), "probe-ab_1.~");
-        assert_eq!(percent_encode("a b&c"), "a%20b%26c");
+    fn the_resource_is_the_id_else_the_location() {
+        let mut h = http::HeaderMap::new();
+        assert_eq!(resource(&h, br#"{"id":"o1"}"#), Some("o1".to_string()));
+        assert_eq!(resource(&h, br#"{"id":7}"#), Some("7".to_string()));
+        h.insert("location", http::HeaderValue::from_static("/orders/o9"));
+        assert_eq!(resource(&h, b"created"), Some("/orders/o9".to_string()));
+        assert_eq!(resource(&http::HeaderMap::new(), b"[]"), None);
     }
 }

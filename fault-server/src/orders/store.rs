@@ -24,7 +24,7 @@ use crate::config::{IdempotencyImpl, OrdersConfig, PayImpl};
 
 /// A response from the resource, with what the journal needs to know about it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Reply {
+pub struct ResourceReply {
     pub status: u16,
     pub content_type: &'static str,
     pub headers: Vec<(&'static str, String)>,
@@ -39,9 +39,9 @@ pub struct Reply {
     pub resource: Option<String>,
 }
 
-impl Reply {
-    fn json(status: u16, body: serde_json::Value) -> Reply {
-        Reply {
+impl ResourceReply {
+    fn json(status: u16, body: serde_json::Value) -> ResourceReply {
+        ResourceReply {
             status,
             content_type: "application/json",
             headers: Vec::new(),
@@ -54,17 +54,17 @@ impl Reply {
     }
 
     /// An RFC 9457 problem response.
-    pub fn problem(status: u16, kind: &str, title: &str, detail: String) -> Reply {
-        Reply {
+    pub fn problem(status: u16, kind: &str, title: &str, detail: String) -> ResourceReply {
+        ResourceReply {
             content_type: "application/problem+json",
-            ..Reply::json(
+            ..ResourceReply::json(
                 status,
                 json!({ "type": format!("urn:fault-server:problem:{kind}"), "title": title, "status": status, "detail": detail }),
             )
         }
     }
 
-    fn header(mut self, name: &'static str, value: String) -> Reply {
+    fn header(mut self, name: &'static str, value: String) -> ResourceReply {
         self.headers.push((name, value));
         self
     }
@@ -272,12 +272,17 @@ impl Orders {
     }
 
     /// `POST /orders`.
-    pub async fn create(&self, key: Option<String>, body: Bytes, body_hash: String) -> Reply {
+    pub async fn create(
+        &self,
+        key: Option<String>,
+        body: Bytes,
+        body_hash: String,
+    ) -> ResourceReply {
         let cfg = &self.inner.cfg;
         let order: serde_json::Value = match serde_json::from_slice(&body) {
             Ok(v) => v,
             Err(e) => {
-                return Reply::problem(
+                return ResourceReply::problem(
                     400,
                     "invalid-body",
                     "Request body is not JSON",
@@ -289,7 +294,7 @@ impl Orders {
             (IdempotencyImpl::None, _) => None,
             (_, Some(k)) if !k.is_empty() => Some(k),
             (_, _) if cfg.require_key => {
-                return Reply::problem(
+                return ResourceReply::problem(
                     400,
                     "idempotency-key-missing",
                     "Idempotency-Key header required",
@@ -307,7 +312,7 @@ impl Orders {
         };
         result.unwrap_or_else(|e| {
             tracing::error!("POST /orders failed: {e}");
-            Reply::problem(
+            ResourceReply::problem(
                 500,
                 "store-error",
                 "The order could not be stored",
@@ -320,7 +325,7 @@ impl Orders {
         &self,
         key: Option<String>,
         order: serde_json::Value,
-    ) -> Result<Reply, StoreError> {
+    ) -> Result<ResourceReply, StoreError> {
         let id = new_order_id();
         let body = order_json(&id, "pending", &order);
         let id2 = id.clone();
@@ -340,7 +345,7 @@ impl Orders {
         &self,
         key: String,
         order: serde_json::Value,
-    ) -> Result<Reply, StoreError> {
+    ) -> Result<ResourceReply, StoreError> {
         let k = key.clone();
         let existing = self
             .db(move |c| {
@@ -371,7 +376,7 @@ impl Orders {
         key: String,
         order: serde_json::Value,
         hash: String,
-    ) -> Result<Reply, StoreError> {
+    ) -> Result<ResourceReply, StoreError> {
         let ttl_ms = self.inner.cfg.key_ttl.0.as_millis() as i64;
         let (k, h) = (key.clone(), hash.clone());
         let claim = self
@@ -424,7 +429,7 @@ impl Orders {
             Claim::Existing(row) => row,
         };
         if row.request_hash != hash {
-            return Ok(Reply::problem(
+            return Ok(ResourceReply::problem(
                 422,
                 "idempotency-key-reused",
                 "Idempotency-Key reused with a different request",
@@ -432,7 +437,7 @@ impl Orders {
             ));
         }
         if row.state == "in_flight" {
-            return Ok(Reply::problem(
+            return Ok(ResourceReply::problem(
                 409,
                 "request-in-progress",
                 "A request with this Idempotency-Key is in progress",
@@ -455,7 +460,7 @@ impl Orders {
         &self,
         key: String,
         order: serde_json::Value,
-    ) -> Result<Reply, StoreError> {
+    ) -> Result<ResourceReply, StoreError> {
         self.work().await;
         let id = new_order_id();
         let body = order_json(&id, "pending", &order);
@@ -499,7 +504,7 @@ impl Orders {
     }
 
     /// `GET /orders/{id}`.
-    pub async fn get(&self, id: String) -> Reply {
+    pub async fn get(&self, id: String) -> ResourceReply {
         let i = id.clone();
         let row = self
             .db(move |c| {
@@ -515,13 +520,13 @@ impl Orders {
             Ok(Some((status, body))) => {
                 let body: serde_json::Value =
                     serde_json::from_str(&body).unwrap_or(serde_json::Value::Null);
-                Reply {
+                ResourceReply {
                     body: Bytes::from(order_json(&id, &status, &body)),
-                    ..Reply::json(200, json!(null))
+                    ..ResourceReply::json(200, json!(null))
                 }
             }
             Ok(None) => not_found(&id),
-            Err(e) => Reply::problem(
+            Err(e) => ResourceReply::problem(
                 500,
                 "store-error",
                 "The order could not be read",
@@ -533,7 +538,7 @@ impl Orders {
     }
 
     /// `GET /orders?idempotency_key=K`: the orders stored under a key, for verification.
-    pub async fn list_by_key(&self, key: String) -> Reply {
+    pub async fn list_by_key(&self, key: String) -> ResourceReply {
         let k = key.clone();
         let rows = self
             .db(move |c| {
@@ -547,11 +552,11 @@ impl Orders {
             })
             .await;
         match rows {
-            Ok(ids) => Reply::json(
+            Ok(ids) => ResourceReply::json(
                 200,
                 json!({ "idempotency_key": key, "count": ids.len(), "ids": ids }),
             ),
-            Err(e) => Reply::problem(
+            Err(e) => ResourceReply::problem(
                 500,
                 "store-error",
                 "The orders could not be listed",
@@ -561,13 +566,13 @@ impl Orders {
     }
 
     /// `POST /orders/{id}/pay`: pending → paid, once.
-    pub async fn pay(&self, id: String) -> Reply {
+    pub async fn pay(&self, id: String) -> ResourceReply {
         let result = match self.inner.cfg.pay {
             PayImpl::Conditional => self.pay_conditional(id.clone()).await,
             PayImpl::ReadThenWrite => self.pay_read_then_write(id.clone()).await,
         };
         let mut reply = result.unwrap_or_else(|e| {
-            Reply::problem(
+            ResourceReply::problem(
                 500,
                 "store-error",
                 "The payment could not be stored",
@@ -579,7 +584,7 @@ impl Orders {
     }
 
     /// The guard is in the WHERE clause; the affected row count says whether this was the one.
-    async fn pay_conditional(&self, id: String) -> Result<Reply, StoreError> {
+    async fn pay_conditional(&self, id: String) -> Result<ResourceReply, StoreError> {
         self.work().await;
         let i = id.clone();
         let (changed, status) = self
@@ -604,7 +609,7 @@ impl Orders {
     }
 
     /// The bug: read, work, write unconditionally. Two concurrent pays both see `pending`.
-    async fn pay_read_then_write(&self, id: String) -> Result<Reply, StoreError> {
+    async fn pay_read_then_write(&self, id: String) -> Result<ResourceReply, StoreError> {
         let i = id.clone();
         let status: Option<String> = self
             .db(move |c| {
@@ -640,22 +645,22 @@ fn order_json(id: &str, status: &str, order: &serde_json::Value) -> String {
     json!({ "id": id, "status": status, "order": order }).to_string()
 }
 
-fn created_reply(id: &str, body: String) -> Reply {
-    Reply {
+fn created_reply(id: &str, body: String) -> ResourceReply {
+    ResourceReply {
         body: Bytes::from(body),
         created: Some(id.to_string()),
         resource: Some(id.to_string()),
-        ..Reply::json(201, json!(null))
+        ..ResourceReply::json(201, json!(null))
     }
     .header("location", format!("/orders/{id}"))
 }
 
-fn replay_reply(status: u16, body: String, id: Option<String>) -> Reply {
-    let mut r = Reply {
+fn replay_reply(status: u16, body: String, id: Option<String>) -> ResourceReply {
+    let mut r = ResourceReply {
         body: Bytes::from(body),
         replayed: true,
         resource: id.clone(),
-        ..Reply::json(status, json!(null))
+        ..ResourceReply::json(status, json!(null))
     }
     .header("idempotent-replayed", "true".into());
     if let Some(id) = id {
@@ -664,8 +669,8 @@ fn replay_reply(status: u16, body: String, id: Option<String>) -> Reply {
     r
 }
 
-fn not_found(id: &str) -> Reply {
-    Reply::problem(
+fn not_found(id: &str) -> ResourceReply {
+    ResourceReply::problem(
         404,
         "not-found",
         "No such order",
@@ -673,17 +678,17 @@ fn not_found(id: &str) -> Reply {
     )
 }
 
-fn pay_reply(id: &str, changed: bool, status: Option<String>) -> Reply {
+fn pay_reply(id: &str, changed: bool, status: Option<String>) -> ResourceReply {
     match status {
         None => not_found(id),
-        Some(status) if changed => Reply {
+        Some(status) if changed => ResourceReply {
             transition: Some("pending->paid".into()),
-            ..Reply::json(
+            ..ResourceReply::json(
                 200,
                 json!({ "id": id, "status": status, "transition": "pending->paid" }),
             )
         },
-        Some(status) => Reply::json(
+        Some(status) => ResourceReply::json(
             200,
             json!({ "id": id, "status": status, "transition": null, "note": format!("order is already {status}; nothing changed") }),
         ),

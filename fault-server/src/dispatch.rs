@@ -1,0 +1,186 @@
+//! One request, from its head to its journal entry: the entry is started with what the request
+//! says, the schedule decides its fault, and the fault is carried out — answered here, or handed
+//! to the connection task when it needs the socket itself.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Either};
+use hyper::body::Incoming;
+use sha2::{Digest, Sha256};
+
+use crate::config::{DelaySpec, FaultConfig, MalformedKind};
+use crate::control;
+use crate::draw;
+use crate::journal::Pending;
+use crate::orders::routes::{is_resource_path, ok_reply, serve_resource, ResourceRequest};
+use crate::reply::{plain, record_reply, respond, status_response, ResBody};
+use crate::schedule::RequestFacts;
+use crate::socket::{peer_closed, ServedConn, SocketAction};
+use history::Entry;
+
+/// Handles one request of `conn`.
+pub(crate) async fn handle(
+    conn: Arc<ServedConn>,
+    req: Request<Incoming>,
+) -> Result<Response<ResBody>, Infallible> {
+    if req.uri().path().starts_with(control::PREFIX) {
+        let res = control::handle(&conn.routes.control, req).await;
+        return Ok(res.map(Either::Right));
+    }
+    let (state, ctl, stream) = (&conn.state, &conn.ctl, &conn.stream);
+
+    let (epoch, seq) = state.seq.next();
+    let now = Instant::now();
+    let t_recv_us = state.clock.us_at(now);
+    let unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let (parts, body) = req.into_parts();
+    let key = header_str(&parts.headers, "idempotency-key").map(str::to_string);
+    let key_attempt = key.as_deref().map(|k| state.bump_attempt(k));
+    let mut entry = Entry::blank(seq);
+    entry.t_recv_us = t_recv_us;
+    entry.unix_ms = unix_ms;
+    entry.method = parts.method.as_str().to_string();
+    entry.path = parts.uri.path().to_string();
+    entry.query = parts.uri.query().map(str::to_string);
+    for name in &state.capture {
+        if let Some(v) = parts.headers.get(name) {
+            entry.headers.insert(
+                name.as_str().to_string(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            );
+        }
+    }
+    entry.idempotency_key = key.clone();
+    entry.client_id = header_str(&parts.headers, "x-client-id").map(str::to_string);
+    entry.conn_id = conn.id;
+    entry.key_attempt = key_attempt;
+    let mut pending = Pending::with_emitter(conn.emitter.clone(), epoch, entry);
+
+    // A body that cannot be read means the client went away: `pending` records client_closed.
+    let Ok(collected) = body.collect().await else {
+        return Ok(plain(StatusCode::BAD_REQUEST, "incomplete request body\n"));
+    };
+    let body = collected.to_bytes();
+    let body_sha256 = if body.is_empty() {
+        state.empty_body_sha256.clone()
+    } else {
+        hex::encode(Sha256::digest(&body))
+    };
+    {
+        let e = pending.entry();
+        e.body_len = body.len() as u64;
+        e.body_sha256 = Some(body_sha256.clone());
+    }
+
+    let facts = RequestFacts {
+        method: &parts.method,
+        path: parts.uri.path(),
+        headers: &parts.headers,
+        seq,
+        idempotency_key: key.as_deref(),
+        key_attempt,
+        now,
+    };
+    let decision = conn.with_schedule(|schedule| {
+        schedule
+            .decide(&facts)
+            .map(|d| (d.rule.to_string(), d.fault.clone(), d.draw))
+    });
+    let Some((rule, fault, draw)) = decision else {
+        if !is_resource_path(parts.uri.path()) {
+            return Ok(respond(ok_reply(), pending));
+        }
+        let request = ResourceRequest {
+            method: parts.method,
+            path: parts.uri.path().to_string(),
+            query: parts.uri.query().map(str::to_string),
+            key,
+            body,
+            body_sha256,
+        };
+        let reply = serve_resource(&conn.routes.resource, request).await;
+        return Ok(respond(reply, pending));
+    };
+    let subject = key.clone().unwrap_or_else(|| seq.to_string());
+    let request = ResourceRequest {
+        method: parts.method.clone(),
+        path: parts.uri.path().to_string(),
+        query: parts.uri.query().map(str::to_string),
+        key: key.clone(),
+        body,
+        body_sha256,
+    };
+    {
+        let e = pending.entry();
+        e.rule = Some(rule.clone());
+        e.fault = Some(fault.kind().to_string());
+        e.draw = draw;
+    }
+    let attempt = u64::from(key_attempt.unwrap_or(0));
+
+    match fault {
+        FaultConfig::Status(s) => Ok(status_response(&s, pending)),
+        FaultConfig::Delay(spec) => {
+            let d = sample_delay(spec, state.seed, &rule, &subject, attempt);
+            tokio::select! {
+                _ = tokio::time::sleep(d) => {}
+                _ = peer_closed(stream) => ctl.hand_over(SocketAction::Abandon, pending).await,
+            }
+            let reply = serve_resource(&conn.routes.resource, request).await;
+            Ok(respond(reply, pending))
+        }
+        FaultConfig::Drop => {
+            let reply = serve_resource(&conn.routes.resource, request).await;
+            record_reply(&mut pending, &reply);
+            ctl.hand_over(SocketAction::Drop, pending).await
+        }
+        FaultConfig::Reset(r) => {
+            if r.process {
+                let reply = serve_resource(&conn.routes.resource, request).await;
+                record_reply(&mut pending, &reply);
+            }
+            ctl.hand_over(SocketAction::Reset, pending).await
+        }
+        FaultConfig::Hang(h) => {
+            if h.process {
+                let reply = serve_resource(&conn.routes.resource, request).await;
+                record_reply(&mut pending, &reply);
+            }
+            let cap = h.cap.map_or(state.hang_cap, |d| d.0);
+            ctl.hand_over(SocketAction::Hang(cap), pending).await
+        }
+        FaultConfig::Malformed(m) => {
+            if m.process {
+                let reply = serve_resource(&conn.routes.resource, request).await;
+                record_reply(&mut pending, &reply);
+            }
+            let (bytes, status) = MalformedKind::bytes(m.kind);
+            pending.entry().status = status;
+            ctl.hand_over(SocketAction::Malformed(bytes), pending).await
+        }
+    }
+}
+
+fn header_str<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    h.get(name).and_then(|v| v.to_str().ok())
+}
+
+fn sample_delay(spec: DelaySpec, seed: u64, rule: &str, subject: &str, attempt: u64) -> Duration {
+    match spec {
+        DelaySpec::Fixed(d) => d,
+        DelaySpec::Uniform(a, b) => {
+            let u = draw::uniform(seed, rule, subject, attempt, 7);
+            a + (b - a).mul_f64(u)
+        }
+        DelaySpec::Lognormal { median, sigma } => {
+            let z = draw::normal(seed, rule, subject, attempt);
+            // Cap the tail so one draw cannot stall a run for hours.
+            median.mul_f64((sigma * z).exp().min(1000.0))
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! The answers the server writes: the orders resource's replies, injected statuses, and the
+//! response body that completes its request's journal entry when hyper is done with it.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Response, StatusCode};
+use http_body_util::Either;
+use hyper::body::{Body, Frame, SizeHint};
+
+use crate::config::StatusFault;
+use crate::journal::Pending;
+use crate::orders::ResourceReply;
+use history::Outcome;
+
+/// What the server answers with: a journaled body, or the control API's.
+pub(crate) type ResBody = Either<JournaledBody, axum::body::Body>;
+
+pub(crate) fn record_reply(pending: &mut Pending, reply: &ResourceReply) {
+    let e = pending.entry();
+    e.status = Some(reply.status);
+    e.created = reply.created.clone();
+    e.replayed = reply.replayed;
+    e.transition = reply.transition.clone();
+    e.resource = reply.resource.clone();
+}
+
+pub(crate) fn respond(reply: ResourceReply, mut pending: Pending) -> Response<ResBody> {
+    record_reply(&mut pending, &reply);
+    let mut res = Response::new(Either::Left(JournaledBody::new(reply.body, pending)));
+    *res.status_mut() =
+        StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let h = res.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static(reply.content_type),
+    );
+    for (name, value) in reply.headers {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            h.insert(HeaderName::from_static(name), v);
+        }
+    }
+    res
+}
+
+pub(crate) fn status_response(s: &StatusFault, mut pending: Pending) -> Response<ResBody> {
+    let code = StatusCode::from_u16(s.code.0).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    pending.entry().status = Some(code.as_u16());
+    let (body, content_type) = match &s.body {
+        Some(b) => (Bytes::from(b.clone()), "text/plain; charset=utf-8"),
+        None => (
+            Bytes::from(
+                serde_json::json!({
+                    "type": "urn:fault-server:problem:injected-fault",
+                    "title": code.canonical_reason().unwrap_or("Injected fault"),
+                    "status": code.as_u16(),
+                    "detail": "this response was injected by the fault schedule",
+                })
+                .to_string(),
+            ),
+            "application/problem+json",
+        ),
+    };
+    let mut res = Response::new(Either::Left(JournaledBody::new(body, pending)));
+    *res.status_mut() = code;
+    let h = res.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static(content_type),
+    );
+    if let Some(secs) = s.retry_after {
+        h.insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    if let Some(after) = s.retry_after_date {
+        let when = httpdate::fmt_http_date(SystemTime::now() + after.0);
+        if let Ok(v) = HeaderValue::from_str(&when) {
+            h.insert(http::header::RETRY_AFTER, v);
+        }
+    }
+    // Validated at load time; a header that still fails to convert is skipped.
+    for (name, value) in &s.headers {
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            h.insert(n, v);
+        }
+    }
+    res
+}
+
+/// A text response outside the journal's accounting (the request's entry is settled elsewhere).
+pub(crate) fn plain(code: StatusCode, text: &'static str) -> Response<ResBody> {
+    let body = JournaledBody {
+        data: Some(Bytes::from_static(text.as_bytes())),
+        pending: None,
+    };
+    let mut res = Response::new(Either::Left(body));
+    *res.status_mut() = code;
+    res
+}
+
+/// A response body that completes its request's journal entry when hyper is done with it: when
+/// fully handed over, `responded`; when dropped unsent (the connection failed), `client_closed`.
+pub(crate) struct JournaledBody {
+    data: Option<Bytes>,
+    pending: Option<Pending>,
+}
+
+impl JournaledBody {
+    pub(crate) fn new(data: Bytes, pending: Pending) -> Self {
+        JournaledBody {
+            data: (!data.is_empty()).then_some(data),
+            pending: Some(pending),
+        }
+    }
+}
+
+impl Body for JournaledBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.data.take() {
+            Some(d) => Poll::Ready(Some(Ok(Frame::data(d)))),
+            None => {
+                if let Some(p) = self.pending.take() {
+                    p.finish(Outcome::Responded);
+                }
+                Poll::Ready(None)
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.data.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.data.as_ref().map_or(0, |d| d.len() as u64))
+    }
+}
+
+impl Drop for JournaledBody {
+    fn drop(&mut self) {
+        if let Some(p) = self.pending.take() {
+            if self.data.is_none() {
+                p.finish(Outcome::Responded);
+            }
+            // Otherwise `p` drops here and records client_closed.
+        }
+    }
+}

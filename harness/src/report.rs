@@ -1,0 +1,199 @@
+//! The one way the harness builds a [`Report`]: every command (`run`, `exec`, `load`,
+//! `idempotency`, `analyze`) fills in what it measured, and [`ReportBuilder::build`] decides
+//! whether the run passed — from the checks' verdicts and the command's exit, and nothing else.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use reports::model::{AttemptDelays, Exec, Latency, Phase, Requests, Timeline, SCHEMA_VERSION};
+use reports::{CheckResult, Report};
+
+use crate::metrics::{latency_ms, Recorder};
+
+/// A report being filled in.
+#[derive(Debug, Clone)]
+pub struct ReportBuilder {
+    report: Report,
+}
+
+impl ReportBuilder {
+    /// A report named `scenario` (a scenario's name, or the command), started now.
+    pub fn new(scenario: impl Into<String>) -> ReportBuilder {
+        ReportBuilder {
+            report: Report {
+                schema_version: SCHEMA_VERSION,
+                scenario: scenario.into(),
+                passed: false,
+                started_unix_ms: now_unix_ms(),
+                duration_ms: 0,
+                target: None,
+                seed: None,
+                time_scale: 1.0,
+                requests: Requests::default(),
+                latency_ms: Latency::default(),
+                throughput_rps: 0.0,
+                errors_by_kind: BTreeMap::new(),
+                phases: Vec::new(),
+                checks: Vec::new(),
+                timeline: None,
+                retry_delays: Vec::new(),
+                exec: None,
+            },
+        }
+    }
+
+    /// The wall-clock start, ms since the Unix epoch (0 when unknown).
+    pub fn started_unix_ms(mut self, ms: u64) -> Self {
+        self.report.started_unix_ms = ms;
+        self
+    }
+
+    /// How long the run took.
+    pub fn duration(mut self, d: Duration) -> Self {
+        self.report.duration_ms = millis(d);
+        self
+    }
+
+    /// The URL the load went to.
+    pub fn target(mut self, url: Option<String>) -> Self {
+        self.report.target = url;
+        self
+    }
+
+    /// The seed and time scale of a scenario run.
+    pub fn scenario_settings(mut self, seed: u64, time_scale: f64) -> Self {
+        self.report.seed = Some(seed);
+        self.report.time_scale = time_scale;
+        self
+    }
+
+    /// What the load driver measured over `over`: request counts, latency, throughput, errors.
+    pub fn measured(mut self, rec: &Recorder, over: Duration) -> Self {
+        self.report.requests = rec.requests();
+        self.report.latency_ms = latency_ms(&rec.latency);
+        self.report.throughput_rps = rec.completed() as f64 / over.as_secs_f64().max(1e-9);
+        self.report.errors_by_kind = rec.errors_by_kind();
+        self
+    }
+
+    /// Request counts from elsewhere than the driver (the server's journal).
+    pub fn requests(mut self, r: Requests) -> Self {
+        self.report.requests = r;
+        self
+    }
+
+    /// Latency and throughput from elsewhere than the driver.
+    pub fn latency(mut self, l: Latency, throughput_rps: f64) -> Self {
+        self.report.latency_ms = l;
+        self.report.throughput_rps = throughput_rps;
+        self
+    }
+
+    /// Failed requests by kind, from elsewhere than the driver.
+    pub fn errors_by_kind(mut self, e: BTreeMap<String, u64>) -> Self {
+        self.report.errors_by_kind = e;
+        self
+    }
+
+    /// Per-phase figures.
+    pub fn phases(mut self, p: Vec<Phase>) -> Self {
+        self.report.phases = p;
+        self
+    }
+
+    /// The checks' verdicts, as they returned them.
+    pub fn checks(mut self, c: Vec<CheckResult>) -> Self {
+        self.report.checks = c;
+        self
+    }
+
+    /// Requests per time window.
+    pub fn timeline(mut self, t: Option<Timeline>) -> Self {
+        self.report.timeline = t;
+        self
+    }
+
+    /// Retry delays by attempt index.
+    pub fn retry_delays(mut self, d: Vec<AttemptDelays>) -> Self {
+        self.report.retry_delays = d;
+        self
+    }
+
+    /// What `harness exec` ran.
+    pub fn exec(mut self, e: Option<Exec>) -> Self {
+        self.report.exec = e;
+        self
+    }
+
+    /// The report: it passes when no check failed and the command `exec` ran (if any) exited 0.
+    pub fn build(mut self) -> Report {
+        let exec_failed = self
+            .report
+            .exec
+            .as_ref()
+            .is_some_and(|e| e.exit_code != Some(0));
+        self.report.passed = self.report.checks.iter().all(CheckResult::passed) && !exec_failed;
+        self.report
+    }
+}
+
+/// One phase's figures from its recorder: counts, latency (and, for an open-model phase, the
+/// latency from the intended start), throughput.
+pub fn phase(
+    name: &str,
+    kind: &str,
+    rec: &Recorder,
+    duration: Duration,
+    intended: bool,
+    metrics: BTreeMap<String, serde_json::Value>,
+) -> Phase {
+    Phase {
+        name: name.to_string(),
+        kind: kind.to_string(),
+        duration_ms: millis(duration),
+        requests: rec.requests(),
+        latency_ms: latency_ms(&rec.latency),
+        latency_intended_ms: intended.then(|| latency_ms(&rec.intended)),
+        throughput_rps: rec.completed() as f64 / duration.as_secs_f64().max(1e-9),
+        metrics,
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Now, in ms since the Unix epoch.
+pub fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, millis)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reports::Verdict;
+
+    #[test]
+    fn passes_only_when_every_check_passes_and_the_command_exited_zero() {
+        let pass = CheckResult::new("jitter", Verdict::Pass, "ok");
+        let weak = CheckResult::new("retry_after", Verdict::Weak, "weakly");
+        let fail = CheckResult::new("duplicates", Verdict::Fail, "two orders");
+        let built = |checks: Vec<CheckResult>, exit: Option<Option<i32>>| {
+            ReportBuilder::new("t")
+                .checks(checks)
+                .exec(exit.map(|exit_code| Exec {
+                    command: vec!["true".into()],
+                    exit_code,
+                }))
+                .build()
+                .passed
+        };
+        assert!(built(vec![pass.clone(), weak.clone()], None));
+        assert!(!built(vec![pass.clone(), fail], None));
+        assert!(built(vec![pass.clone()], Some(Some(0))));
+        assert!(!built(vec![pass.clone()], Some(Some(1))));
+        assert!(!built(vec![pass], Some(None)), "killed by a signal");
+    }
+}
