@@ -23,10 +23,8 @@ use crate::state::State;
 /// Path prefix of the control API.
 pub const PREFIX: &str = "/__harness/";
 
-type Shared = Arc<State>;
-
 /// The control API's routes, built once when the server starts.
-pub(crate) fn router(state: Shared) -> Router {
+pub(crate) fn router(state: Arc<State>) -> Router {
     Router::new()
         .route("/__harness/health", get(health))
         .route("/__harness/journal", get(journal))
@@ -45,7 +43,7 @@ pub(crate) async fn handle(router: &Router, req: Request<Incoming>) -> Response 
     }
 }
 
-async fn health(AxState(s): AxState<Shared>) -> impl IntoResponse {
+async fn health(AxState(s): AxState<Arc<State>>) -> impl IntoResponse {
     Json(serde_json::json!({
         "status": "ok",
         "uptime_ms": s.clock.now_us() / 1000,
@@ -62,14 +60,14 @@ struct Since {
     since: u64,
 }
 
-async fn journal(AxState(s): AxState<Shared>, Query(q): Query<Since>) -> impl IntoResponse {
+async fn journal(AxState(s): AxState<Arc<State>>, Query(q): Query<Since>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "application/x-ndjson")],
         s.journal.lines_since(q.since),
     )
 }
 
-async fn schedule(AxState(s): AxState<Shared>, body: String) -> Response {
+async fn schedule(AxState(s): AxState<Arc<State>>, body: String) -> Response {
     match ScheduleConfig::from_yaml(&body, "schedule") {
         Ok(cfg) => {
             let n = cfg.rules.len();
@@ -80,7 +78,7 @@ async fn schedule(AxState(s): AxState<Shared>, body: String) -> Response {
     }
 }
 
-async fn reset(AxState(s): AxState<Shared>) -> Response {
+async fn reset(AxState(s): AxState<Arc<State>>) -> Response {
     match s.reset().await {
         Ok(()) => Json(serde_json::json!({ "status": "reset" })).into_response(),
         Err(e) => (
@@ -91,7 +89,7 @@ async fn reset(AxState(s): AxState<Shared>) -> Response {
     }
 }
 
-async fn stats(AxState(s): AxState<Shared>) -> impl IntoResponse {
+async fn stats(AxState(s): AxState<Arc<State>>) -> impl IntoResponse {
     let st = s.journal.stats();
     Json(serde_json::json!({
         "received": s.received(),

@@ -205,7 +205,8 @@ impl Mem {
     }
 }
 
-struct Shared {
+/// What the writer thread has written, read by the control API and the harness.
+struct Written {
     mem: RwLock<Mem>,
     stats: Mutex<Counts>,
     written: AtomicU64,
@@ -215,7 +216,7 @@ struct Shared {
 /// a lock across a write.
 pub struct Journal {
     tx: mpsc::Sender<Msg>,
-    shared: Arc<Shared>,
+    shared: Arc<Written>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -239,7 +240,7 @@ impl Journal {
             })?),
             None => None,
         };
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Written {
             mem: RwLock::new(Mem::default()),
             stats: Mutex::new(Counts::default()),
             written: AtomicU64::new(0),
@@ -335,7 +336,7 @@ impl Drop for Journal {
 
 struct Writer {
     rx: mpsc::Receiver<Msg>,
-    shared: Arc<Shared>,
+    shared: Arc<Written>,
     file: Option<BufWriter<File>>,
     epoch: u16,
     next: u64,

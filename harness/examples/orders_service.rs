@@ -192,31 +192,31 @@ struct App {
     /// The payment call's path under the base URL.
     path: String,
     /// Idle payment connections; one per concurrent request.
-    pool: Mutex<Vec<Worker>>,
+    pool: Mutex<Vec<PaymentConn>>,
     workers: AtomicU64,
     orders: AtomicU64,
     seed: u64,
 }
 
 /// A payment connection with the RNG that goes with it.
-struct Worker {
+struct PaymentConn {
     conn: Conn,
     rng: StdRng,
 }
 
 impl App {
-    fn checkout(&self) -> Worker {
+    fn checkout(&self) -> PaymentConn {
         let idle = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
         idle.unwrap_or_else(|| {
             let id = self.workers.fetch_add(1, Ordering::Relaxed);
-            Worker {
+            PaymentConn {
                 conn: Conn::new(self.target.clone()),
                 rng: StdRng::seed_from_u64(self.seed ^ id.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
             }
         })
     }
 
-    fn checkin(&self, w: Worker) {
+    fn checkin(&self, w: PaymentConn) {
         self.pool.lock().unwrap_or_else(|p| p.into_inner()).push(w);
     }
 }

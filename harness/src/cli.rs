@@ -242,18 +242,18 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 /// A failure with its exit code.
-enum Failure {
+enum CliError {
     /// Bad input: exit 2.
     Input(String),
     /// Could not run: exit 3.
     Run(String),
 }
 
-impl Failure {
+impl CliError {
     fn code(&self) -> u8 {
         match self {
-            Failure::Input(_) => 2,
-            Failure::Run(_) => 3,
+            CliError::Input(_) => 2,
+            CliError::Run(_) => 3,
         }
     }
 }
@@ -292,14 +292,14 @@ pub fn main() -> ExitCode {
         Ok(passed) => ExitCode::from(if passed { 0 } else { 1 }),
         Err(f) => {
             match &f {
-                Failure::Input(m) | Failure::Run(m) => eprintln!("error: {m}"),
+                CliError::Input(m) | CliError::Run(m) => eprintln!("error: {m}"),
             }
             ExitCode::from(f.code())
         }
     }
 }
 
-async fn dispatch(cmd: Command) -> Result<bool, Failure> {
+async fn dispatch(cmd: Command) -> Result<bool, CliError> {
     match cmd {
         Command::Run { scenario, common } => run(&scenario, &common).await,
         Command::Exec {
@@ -351,11 +351,11 @@ fn stop_on_ctrl_c() -> Arc<AtomicBool> {
     stop
 }
 
-async fn run(path: &Path, common: &Common) -> Result<bool, Failure> {
+async fn run(path: &Path, common: &Common) -> Result<bool, CliError> {
     let plan =
-        scenario::load(path, &overrides(common)).map_err(|e| Failure::Input(e.to_string()))?;
+        scenario::load(path, &overrides(common)).map_err(|e| CliError::Input(e.to_string()))?;
     if plan.phases.is_empty() {
-        return Err(Failure::Input(format!(
+        return Err(CliError::Input(format!(
             "{}: at `phases`: nothing to run; add a phase (or use `harness exec` to drive the load with a command)",
             path.display()
         )));
@@ -363,7 +363,7 @@ async fn run(path: &Path, common: &Common) -> Result<bool, Failure> {
     let stop = stop_on_ctrl_c();
     let outcome = crate::run::run_plan(&plan, stop, crate::progress::wanted())
         .await
-        .map_err(|e| Failure::Run(e.to_string()))?;
+        .map_err(|e| CliError::Run(e.to_string()))?;
     emit(&outcome.report, &common.output)
 }
 
@@ -372,11 +372,11 @@ async fn exec(
     common: &Common,
     wait: Duration,
     command: &[String],
-) -> Result<bool, Failure> {
+) -> Result<bool, CliError> {
     let plan =
-        scenario::load(path, &overrides(common)).map_err(|e| Failure::Input(e.to_string()))?;
+        scenario::load(path, &overrides(common)).map_err(|e| CliError::Input(e.to_string()))?;
     if plan.server.is_none() {
-        return Err(Failure::Input(format!(
+        return Err(CliError::Input(format!(
             "{}: at `server`: `harness exec` needs an embedded fault server to point the command at",
             path.display()
         )));
@@ -384,11 +384,11 @@ async fn exec(
     let stop = stop_on_ctrl_c();
     let mut session = crate::run::Session::start(&plan)
         .await
-        .map_err(|e| Failure::Run(e.to_string()))?;
+        .map_err(|e| CliError::Run(e.to_string()))?;
     let url = session.server_url().unwrap_or_default();
     let (program, args) = command
         .split_first()
-        .ok_or_else(|| Failure::Input("no command given after --".into()))?;
+        .ok_or_else(|| CliError::Input("no command given after --".into()))?;
     // The command's stdout goes to our stderr: stdout carries the report (`--format json` must
     // stay parseable).
     let stdout = std::io::stderr()
@@ -402,7 +402,7 @@ async fn exec(
         .stdout(stdout)
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| Failure::Run(format!("cannot start {program:?}: {e}")))?;
+        .map_err(|e| CliError::Run(format!("cannot start {program:?}: {e}")))?;
     let drove = !plan.phases.is_empty();
     let driven = session
         .drive(&plan, stop.clone(), crate::progress::wanted(), wait)
@@ -427,7 +427,7 @@ async fn exec(
         }
     };
     if let Err(e) = driven {
-        return Err(Failure::Run(e.to_string()));
+        return Err(CliError::Run(e.to_string()));
     }
     let exec = reports::model::Exec {
         command: command.to_vec(),
@@ -443,7 +443,7 @@ async fn wait_for_stop(stop: Arc<AtomicBool>) {
     }
 }
 
-async fn load(a: LoadArgs) -> Result<bool, Failure> {
+async fn load(a: LoadArgs) -> Result<bool, CliError> {
     let opts = crate::load::LoadOptions::from_flags(crate::load::LoadFlags {
         url: a.url,
         rate: a.rate,
@@ -456,15 +456,15 @@ async fn load(a: LoadArgs) -> Result<bool, Failure> {
         timeout: a.timeout,
         connections: a.connections,
     })
-    .map_err(Failure::Input)?;
+    .map_err(CliError::Input)?;
     let stop = stop_on_ctrl_c();
     let report = crate::load::run(&opts, stop, crate::progress::wanted())
         .await
-        .map_err(|e| Failure::Run(e.to_string()))?;
+        .map_err(|e| CliError::Run(e.to_string()))?;
     emit(&report, &a.output)
 }
 
-async fn idempotency(a: IdempotencyArgs) -> Result<bool, Failure> {
+async fn idempotency(a: IdempotencyArgs) -> Result<bool, CliError> {
     let mut cfg = crate::probe::ProbeConfig::new(a.url);
     cfg.rounds = a.rounds;
     cfg.concurrency = a.concurrency;
@@ -472,12 +472,12 @@ async fn idempotency(a: IdempotencyArgs) -> Result<bool, Failure> {
     cfg.key_header = a.key_header;
     if let Some(j) = &a.json {
         cfg.body = serde_json::from_str(j)
-            .map_err(|e| Failure::Input(format!("--json is not valid JSON: {e}")))?;
+            .map_err(|e| CliError::Input(format!("--json is not valid JSON: {e}")))?;
     }
     for h in &a.headers {
         let (k, v) = h
             .split_once(':')
-            .ok_or_else(|| Failure::Input(format!("-H {h:?}: expected `Name: value`")))?;
+            .ok_or_else(|| CliError::Input(format!("-H {h:?}: expected `Name: value`")))?;
         cfg.headers
             .push((k.trim().to_string(), v.trim().to_string()));
     }
@@ -488,13 +488,13 @@ async fn idempotency(a: IdempotencyArgs) -> Result<bool, Failure> {
     let outcome = crate::probe::probe(&cfg)
         .await
         .map_err(|e| match e.exit_code() {
-            2 => Failure::Input(e.to_string()),
-            _ => Failure::Run(e.to_string()),
+            2 => CliError::Input(e.to_string()),
+            _ => CliError::Run(e.to_string()),
         })?;
     emit(&crate::run::probe_report(&outcome), &a.output)
 }
 
-fn simulate_herd(a: &HerdArgs) -> Result<bool, Failure> {
+fn simulate_herd(a: &HerdArgs) -> Result<bool, CliError> {
     use crate::simulate::{herd, HerdConfig, Jitter};
     let cfg = HerdConfig {
         clients: a.clients,
@@ -510,15 +510,15 @@ fn simulate_herd(a: &HerdArgs) -> Result<bool, Failure> {
         vec![a
             .jitter
             .parse::<Jitter>()
-            .map_err(|e| Failure::Input(format!("--jitter: {e}")))?]
+            .map_err(|e| CliError::Input(format!("--jitter: {e}")))?]
     };
     let mut rows = Vec::new();
     for j in kinds {
-        rows.push(herd(&cfg, j).map_err(|e| Failure::Input(e.to_string()))?);
+        rows.push(herd(&cfg, j).map_err(|e| CliError::Input(e.to_string()))?);
     }
     let text = match a.format {
         Format::Json => {
-            serde_json::to_string_pretty(&rows).map_err(|e| Failure::Run(e.to_string()))?
+            serde_json::to_string_pretty(&rows).map_err(|e| CliError::Run(e.to_string()))?
         }
         Format::Table | Format::Markdown => {
             let mut t = format!(
@@ -547,18 +547,18 @@ fn simulate_herd(a: &HerdArgs) -> Result<bool, Failure> {
     Ok(true)
 }
 
-fn analyze(journal: &Path, checks: Option<&Path>, output: &Output) -> Result<bool, Failure> {
+fn analyze(journal: &Path, checks: Option<&Path>, output: &Output) -> Result<bool, CliError> {
     let cfg = match checks {
         Some(p) => {
             let text = std::fs::read_to_string(p)
-                .map_err(|e| Failure::Input(format!("{}: cannot read: {e}", p.display())))?;
+                .map_err(|e| CliError::Input(format!("{}: cannot read: {e}", p.display())))?;
             checks::ChecksConfig::parse(&text, &p.display().to_string())
-                .map_err(|e| Failure::Input(e.to_string()))?
+                .map_err(|e| CliError::Input(e.to_string()))?
         }
         None => checks::ChecksConfig::default(),
     };
     let report =
-        crate::analyze::analyze_file(journal, &cfg).map_err(|e| Failure::Input(e.to_string()))?;
+        crate::analyze::analyze_file(journal, &cfg).map_err(|e| CliError::Input(e.to_string()))?;
     emit(&report, output)
 }
 
@@ -567,11 +567,11 @@ fn report_cmd(
     compare: Option<&Path>,
     tolerances: Option<&Path>,
     format: ReportFormat,
-) -> Result<bool, Failure> {
-    let read = |p: &Path| -> Result<Report, Failure> {
+) -> Result<bool, CliError> {
+    let read = |p: &Path| -> Result<Report, CliError> {
         let text = std::fs::read_to_string(p)
-            .map_err(|e| Failure::Input(format!("{}: cannot read: {e}", p.display())))?;
-        reports::from_json(&text).map_err(|e| Failure::Input(format!("{}: {e}", p.display())))
+            .map_err(|e| CliError::Input(format!("{}: cannot read: {e}", p.display())))?;
+        reports::from_json(&text).map_err(|e| CliError::Input(format!("{}: {e}", p.display())))
     };
     let base = read(path)?;
     let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
@@ -580,12 +580,12 @@ fn report_cmd(
         let tol = match tolerances {
             Some(p) => {
                 let text = std::fs::read_to_string(p)
-                    .map_err(|e| Failure::Input(format!("{}: cannot read: {e}", p.display())))?;
+                    .map_err(|e| CliError::Input(format!("{}: cannot read: {e}", p.display())))?;
                 yaml_config::from_yaml_str::<reports::compare::Tolerances>(
                     &text,
                     &p.display().to_string(),
                 )
-                .map_err(|e| Failure::Input(e.to_string()))?
+                .map_err(|e| CliError::Input(e.to_string()))?
             }
             None => reports::compare::Tolerances::default(),
         };
@@ -604,12 +604,12 @@ fn report_cmd(
         ReportFormat::Html => reports::Format::Html,
         ReportFormat::Markdown => reports::Format::Markdown,
     };
-    let text = reports::render(&base, fmt, color).map_err(|e| Failure::Run(e.to_string()))?;
+    let text = reports::render(&base, fmt, color).map_err(|e| CliError::Run(e.to_string()))?;
     print_out(&text)?;
     Ok(base.passed)
 }
 
-fn print_out(text: &str) -> Result<(), Failure> {
+fn print_out(text: &str) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();
     let r = out.write_all(text.as_bytes()).and_then(|_| {
         if text.ends_with('\n') {
@@ -622,14 +622,14 @@ fn print_out(text: &str) -> Result<(), Failure> {
         Ok(()) => Ok(()),
         // A closed pipe (`| head`) is not an error worth a message.
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Err(e) => Err(Failure::Run(format!("cannot write to stdout: {e}"))),
+        Err(e) => Err(CliError::Run(format!("cannot write to stdout: {e}"))),
     }
 }
 
 /// Writes the report directory and prints the chosen format; returns whether the run passed.
-fn emit(report: &Report, output: &Output) -> Result<bool, Failure> {
+fn emit(report: &Report, output: &Output) -> Result<bool, CliError> {
     if let Some(dir) = &output.report_dir {
-        reports::write_report_dir(report, dir).map_err(|e| Failure::Run(e.to_string()))?;
+        reports::write_report_dir(report, dir).map_err(|e| CliError::Run(e.to_string()))?;
     }
     let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let text = match output.format {
@@ -637,7 +637,7 @@ fn emit(report: &Report, output: &Output) -> Result<bool, Failure> {
         Format::Json => reports::render(report, reports::Format::Json, false),
         Format::Markdown => reports::render(report, reports::Format::Markdown, false),
     }
-    .map_err(|e| Failure::Run(e.to_string()))?;
+    .map_err(|e| CliError::Run(e.to_string()))?;
     print_out(&text)?;
     Ok(report.passed)
 }

@@ -21,6 +21,7 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use tokio::sync::Barrier;
 
+use fault_server::draw::splitmix64;
 use retry_policy::Limits;
 
 use crate::http::{AttemptError, Conn, Reply, Target};
@@ -38,13 +39,6 @@ pub struct Keys {
     nonce: u64,
 }
 
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 impl Keys {
     /// Keys derived from `seed`; `unique` mixes in the clock so reruns against a long-lived service
     /// do not replay old keys.
@@ -57,13 +51,13 @@ impl Keys {
             0
         };
         Keys {
-            nonce: mix(seed ^ mix(clock)),
+            nonce: splitmix64(seed ^ splitmix64(clock)),
         }
     }
 
     fn hex(&self, salt: u64, phase: u16, n: u64) -> String {
-        let a = mix(self.nonce ^ mix(salt ^ (u64::from(phase) << 48) ^ n));
-        let b = mix(a ^ 0x5151);
+        let a = splitmix64(self.nonce ^ splitmix64(salt ^ (u64::from(phase) << 48) ^ n));
+        let b = splitmix64(a ^ 0x5151);
         format!("{:016x}{:016x}", a, b)
     }
 
@@ -87,8 +81,8 @@ impl Keys {
 
     /// An RNG for worker `client` of a phase.
     pub fn rng(&self, phase: u16, client: u32) -> StdRng {
-        StdRng::seed_from_u64(mix(
-            self.nonce ^ mix(3 ^ (u64::from(phase) << 40) ^ u64::from(client))
+        StdRng::seed_from_u64(splitmix64(
+            self.nonce ^ splitmix64(3 ^ (u64::from(phase) << 40) ^ u64::from(client)),
         ))
     }
 }
@@ -212,7 +206,7 @@ pub async fn run_phase(plan: Arc<PhasePlan>, ctx: PhaseCtx) -> PhaseOutcome {
 }
 
 /// One client of a phase: its connection, random source, measurements and identity header.
-struct Worker {
+struct PhaseClient {
     client: u32,
     conn: Conn,
     rng: StdRng,
@@ -220,7 +214,7 @@ struct Worker {
     extra: Vec<(HeaderName, HeaderValue)>,
 }
 
-impl Worker {
+impl PhaseClient {
     /// Client `client` of the phase, on `conn`, drawing from `rng`.
     fn new(
         plan: &PhasePlan,
@@ -229,8 +223,8 @@ impl Worker {
         client: u32,
         conn: Conn,
         rng: StdRng,
-    ) -> Worker {
-        Worker {
+    ) -> PhaseClient {
+        PhaseClient {
             client,
             conn,
             rng,
@@ -240,9 +234,9 @@ impl Worker {
     }
 
     /// Client `client` on a new connection, with the phase's usual random source.
-    fn fresh(plan: &PhasePlan, ctx: &PhaseCtx, sink: &Arc<Sink>, client: u32) -> Worker {
+    fn fresh(plan: &PhasePlan, ctx: &PhaseCtx, sink: &Arc<Sink>, client: u32) -> PhaseClient {
         let conn = Conn::new(ctx.target.clone());
-        Worker::new(
+        PhaseClient::new(
             plan,
             ctx,
             sink,
@@ -355,7 +349,7 @@ async fn burst(
             tasks.push(tokio::spawn(async move {
                 let client = i as u32;
                 let rng = ctx.keys.rng(ctx.index, client ^ ((round as u32) << 16));
-                let mut w = Worker::new(&plan, &ctx, &sink, client, conn, rng);
+                let mut w = PhaseClient::new(&plan, &ctx, &sink, client, conn, rng);
                 let op = (round - 1) * u64::from(size) + i as u64 + 1;
                 w.run(&plan, &ctx, &shared, op, Some((round, &key, &barrier)))
                     .await;
@@ -509,7 +503,7 @@ async fn rate(
             permits.clone(),
         );
         tasks.push(tokio::spawn(async move {
-            let mut w = Worker::fresh(&plan, &ctx, &sink, client);
+            let mut w = PhaseClient::fresh(&plan, &ctx, &sink, client);
             loop {
                 if ctx.stop.load(Ordering::Relaxed) {
                     break;
@@ -608,7 +602,7 @@ async fn closed(
             sink.clone(),
         );
         tasks.push(tokio::spawn(async move {
-            let mut w = Worker::fresh(&plan, &ctx, &sink, client);
+            let mut w = PhaseClient::fresh(&plan, &ctx, &sink, client);
             loop {
                 if ctx.stop.load(Ordering::Relaxed) || end.is_some_and(|e| Instant::now() >= e) {
                     break;
@@ -647,7 +641,7 @@ async fn fleet(
             sink.clone(),
         );
         tasks.push(tokio::spawn(async move {
-            let mut w = Worker::fresh(&plan, &ctx, &sink, client);
+            let mut w = PhaseClient::fresh(&plan, &ctx, &sink, client);
             if let Err(e) = w.conn.open().await {
                 tracing::warn!("fleet client {client} could not connect: {e}");
             }

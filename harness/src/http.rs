@@ -722,3 +722,133 @@ fn io_failure(doing: &str, e: io::Error) -> AttemptError {
         message: format!("{doing}: {e}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outgoing(
+        method: Method,
+        uri: &str,
+        headers: &[(&'static str, &str)],
+        body: &[u8],
+    ) -> Outgoing {
+        let mut h = HeaderMap::new();
+        for (n, v) in headers {
+            h.insert(*n, HeaderValue::from_str(v).expect("a header value"));
+        }
+        Outgoing {
+            method,
+            uri: uri.to_string(),
+            headers: h,
+            body: Bytes::copy_from_slice(body),
+        }
+    }
+
+    #[test]
+    fn a_request_is_framed_by_its_body_never_by_its_headers() {
+        let mut out = Vec::new();
+        let req = outgoing(
+            Method::POST,
+            "/orders?x=1",
+            &[
+                ("idempotency-key", "k1"),
+                ("content-length", "999"),
+                ("transfer-encoding", "chunked"),
+                ("host", "evil.example"),
+            ],
+            b"{}",
+        );
+        encode(&mut out, &req, b"127.0.0.1:8080").expect("encodes");
+        let text = String::from_utf8(out).expect("ASCII");
+        assert!(
+            text.starts_with("POST /orders?x=1 HTTP/1.1\r\nhost: 127.0.0.1:8080\r\n"),
+            "{text}"
+        );
+        assert!(text.contains("idempotency-key: k1\r\n"), "{text}");
+        assert!(text.ends_with("content-length: 2\r\n\r\n{}"), "{text}");
+        assert!(!text.contains("999") && !text.contains("chunked") && !text.contains("evil"));
+        // An empty POST still says its length; a GET without a body says nothing.
+        let mut out = Vec::new();
+        encode(&mut out, &outgoing(Method::POST, "/", &[], b""), b"h").expect("encodes");
+        assert!(String::from_utf8_lossy(&out).contains("content-length: 0\r\n"));
+        let mut out = Vec::new();
+        encode(&mut out, &outgoing(Method::GET, "/", &[], b""), b"h").expect("encodes");
+        assert!(!String::from_utf8_lossy(&out).contains("content-length"));
+    }
+
+    #[test]
+    fn a_request_target_with_spaces_or_controls_is_refused() {
+        for uri in ["", "/a b", "/a\r\nx: y"] {
+            let err = encode(&mut Vec::new(), &outgoing(Method::GET, uri, &[], b""), b"h")
+                .expect_err("refused");
+            assert_eq!(err.kind, ErrorKind::Other, "{uri:?}");
+        }
+    }
+
+    #[test]
+    fn header_tokens_are_read_case_insensitively() {
+        let mut h = HeaderMap::new();
+        h.append(
+            http::header::CONNECTION,
+            HeaderValue::from_static("keep-alive, Close"),
+        );
+        assert!(has_token(&h, http::header::CONNECTION, "close"));
+        assert!(!has_token(&h, http::header::CONNECTION, "upgrade"));
+        h.append(
+            http::header::TRANSFER_ENCODING,
+            HeaderValue::from_static("gzip, Chunked"),
+        );
+        assert!(last_token_is(
+            &h,
+            http::header::TRANSFER_ENCODING,
+            "chunked"
+        ));
+        assert!(!last_token_is(&h, http::header::TRANSFER_ENCODING, "gzip"));
+    }
+
+    #[test]
+    fn targets_are_parsed_once_with_their_base_path() {
+        let t = Target::parse("http://127.0.0.1:8080/api/").expect("a target");
+        assert_eq!(t.authority, "127.0.0.1:8080");
+        assert_eq!(t.path("/orders"), "/api/orders");
+        assert_eq!(t.addr.port(), 8080);
+        assert_eq!(
+            Target::parse("http://127.0.0.1")
+                .expect("a target")
+                .addr
+                .port(),
+            80
+        );
+        for bad in ["127.0.0.1:8080", "ftp://x/", "http://"] {
+            assert!(Target::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn retry_after_in_seconds_or_as_a_date() {
+        let mut headers = HeaderMap::new();
+        headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("7"));
+        let reply = Reply {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            headers,
+            body: Bytes::new(),
+        };
+        assert_eq!(reply.retry_after(), Some(Duration::from_secs(7)));
+        let later = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(60));
+        let mut dated = reply.clone();
+        dated.headers.insert(
+            http::header::RETRY_AFTER,
+            HeaderValue::from_str(&later).expect("a date"),
+        );
+        let wait = dated.retry_after().expect("a date parses");
+        assert!(
+            wait > Duration::from_secs(55) && wait <= Duration::from_secs(60),
+            "{wait:?}"
+        );
+        let mut junk = reply;
+        junk.headers
+            .insert(http::header::RETRY_AFTER, HeaderValue::from_static("soon"));
+        assert_eq!(junk.retry_after(), None);
+    }
+}

@@ -544,3 +544,78 @@ pub fn probe_report(o: &crate::probe::ProbeOutcome) -> Report {
         .checks(o.checks.clone())
         .build()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use history::sample::entry;
+
+    #[test]
+    fn a_bursts_skew_is_the_spread_of_its_first_arrivals_per_round() {
+        let j = vec![
+            entry(1, 0.0).key("r1").build(),
+            entry(2, 0.3).key("r1").build(),
+            entry(3, 0.1).key("r1").build(),
+            // A retry of round 1 long after: beyond the round's size, not part of its release.
+            entry(4, 90.0).key("r1").build(),
+            entry(5, 10.0).key("r2").build(),
+            entry(6, 11.0).key("r2").build(),
+            entry(7, 10.2).key("r2").build(),
+        ];
+        let skews = release_skews(&j, &["r1".into(), "r2".into(), "r3".into()], 3);
+        assert_eq!(skews, vec![300, 1000]);
+    }
+
+    #[test]
+    fn retry_delays_are_grouped_by_attempt_per_operation() {
+        let a = |op: u64, attempt: u32, start: u64, end: u64| ClientAttempt {
+            phase: 0,
+            op,
+            attempt,
+            client: 0,
+            t_start_us: start,
+            t_end_us: end,
+            status: Some(503),
+            error: None,
+        };
+        let attempts = vec![
+            a(1, 1, 0, 1_000),
+            a(2, 1, 0, 2_000),
+            a(1, 2, 101_000, 102_000),
+            a(2, 2, 52_000, 53_000),
+            a(1, 3, 302_000, 303_000),
+        ];
+        let d = retry_delays(&attempts);
+        assert_eq!(d.len(), 2);
+        assert_eq!(d[0].attempt, 2);
+        let mut second = d[0].delays_ms.clone();
+        second.sort_by(f64::total_cmp);
+        assert_eq!(second, vec![50.0, 100.0]);
+        assert_eq!(d[1].delays_ms, vec![200.0]);
+    }
+
+    #[test]
+    fn the_timeline_counts_from_the_runs_start() {
+        let j = vec![
+            entry(1, 100.0).status(503).build(),
+            entry(2, 150.0).created("o1").build(),
+            entry(3, 260.0).status(503).build(),
+        ];
+        // The run started at 50 ms of journal time; windows of 100 ms.
+        let t = timeline_from_journal(&j, Duration::from_millis(100), 50_000);
+        let count = |label: &str| {
+            t.series
+                .iter()
+                .find(|s| s.label == label)
+                .map(|s| s.counts.clone())
+                .unwrap_or_default()
+        };
+        assert_eq!(count("503"), vec![1, 0, 1]);
+        assert_eq!(count("201"), vec![0, 1, 0]);
+        assert_eq!(
+            auto_window(Duration::from_secs(6)),
+            Duration::from_millis(100)
+        );
+        assert_eq!(auto_window(Duration::ZERO), Duration::from_millis(1));
+    }
+}

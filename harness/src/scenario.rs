@@ -398,6 +398,8 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
             "no target: give `target: http://HOST:PORT`, `--target`, or an embedded `server`",
         ));
     }
+    // The scenario's client is checked even when no phase uses it as it is.
+    resolve_policy(&f.client, time_scale, &origin, "client")?;
     let mut phases = Vec::new();
     let mut captured_so_far: std::collections::HashSet<&str> = std::collections::HashSet::new();
     for (i, p) in f.phases.iter().enumerate() {
@@ -735,4 +737,107 @@ pub fn resolve_policy(
         ));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve_text(text: &str, o: &Overrides) -> Result<Plan, ConfigError> {
+        let file: ScenarioFile = from_yaml_str(text, "s.yaml")?;
+        resolve(file, Path::new("s.yaml"), o).map_err(|e| e.located(text))
+    }
+
+    const BASE: &str = "server: {}\nphases:\n  - name: p\n    clients: { concurrency: 2, requests: 4 }\n    request: { path: / }\n";
+
+    #[test]
+    fn durations_are_scaled_once_and_the_overrides_win() {
+        let text = format!(
+            "{BASE}client: {{ max_attempts: 3, timeout: 2s, backoff: {{ base: 1s }} }}\nchecks: {{ jitter: {{ window_ms: 1000 }} }}\ntime_scale: 0.5\nseed: 9\n"
+        );
+        let plan = resolve_text(&text, &Overrides::default()).expect("valid");
+        assert_eq!(plan.seed, 9);
+        let p = &plan.phases[0].policy;
+        assert_eq!(p.max_attempts, 3);
+        assert_eq!(p.timeout, Duration::from_secs(1));
+        assert_eq!(p.backoff.base, Duration::from_millis(500));
+        assert_eq!(plan.checks.jitter.as_ref().map(|j| j.window_ms), Some(500));
+        let plan = resolve_text(
+            &text,
+            &Overrides {
+                seed: Some(1),
+                time_scale: Some(0.1),
+                target: None,
+            },
+        )
+        .expect("valid");
+        assert_eq!(plan.seed, 1);
+        assert_eq!(plan.phases[0].policy.timeout, Duration::from_millis(200));
+    }
+
+    #[test]
+    fn a_phase_overrides_fields_of_the_scenarios_client() {
+        let text = "server: {}\nclient: { max_attempts: 5, jitter: none }\nphases:\n  - name: p\n    clients: { concurrency: 1, requests: 1 }\n    request: { path: / }\n    client: { max_attempts: 2 }\n";
+        let plan = resolve_text(text, &Overrides::default()).expect("valid");
+        let p = &plan.phases[0].policy;
+        assert_eq!(p.max_attempts, 2);
+        assert_eq!(p.jitter, Jitter::None, "kept from the scenario's client");
+    }
+
+    #[test]
+    fn errors_found_after_parsing_name_their_line_column_and_field() {
+        let cases = [
+            (
+                "server: {}\nphases:\n  - name: p\n    clients: { concurrency: 0, requests: 1 }\n    request: { path: / }\n",
+                "s.yaml:4:",
+                "phases[0].clients.concurrency",
+            ),
+            (
+                "server: {}\nphases:\n  - name: p\n    rate: { rps: 10 }\n    request: { path: / }\n",
+                "s.yaml:4:",
+                "phases[0].rate.duration",
+            ),
+            (
+                "server: {}\nphases:\n  - name: p\n    clients: { concurrency: 1, requests: 1 }\n    request: { path: \"/{{var.id}}\" }\n",
+                "s.yaml:5:",
+                "phases[0].request",
+            ),
+            (
+                "server: {}\nclient: { max_attempts: 0 }\nphases: []\n",
+                "s.yaml:2:",
+                "client.max_attempts",
+            ),
+        ];
+        for (text, at, field) in cases {
+            let err = resolve_text(text, &Overrides::default())
+                .expect_err("invalid")
+                .to_string();
+            assert!(err.starts_with(at), "{text}\n→ {err}");
+            assert!(err.contains(field), "{text}\n→ {err}");
+        }
+    }
+
+    #[test]
+    fn a_scenario_needs_somewhere_to_send_its_load() {
+        let err = resolve_text("phases: []\n", &Overrides::default())
+            .expect_err("no target")
+            .to_string();
+        assert!(err.contains("no target"), "{err}");
+        let plan = resolve_text(
+            "phases: []\n",
+            &Overrides {
+                target: Some("http://127.0.0.1:9".into()),
+                ..Overrides::default()
+            },
+        )
+        .expect("a target from the command line");
+        assert_eq!(plan.target.as_deref(), Some("http://127.0.0.1:9"));
+        let err = resolve_text(
+            "relay: { tiers: [ { name: a } ] }\ntarget: http://127.0.0.1:9\n",
+            &Overrides::default(),
+        )
+        .expect_err("relay needs a server")
+        .to_string();
+        assert!(err.contains("relay"), "{err}");
+    }
 }

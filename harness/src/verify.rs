@@ -163,3 +163,72 @@ fn percent_encode(s: &str) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_percent_encoded_but_unreserved_characters() {
+        assert_eq!(percent_encode("probe-ab_1.~"), "probe-ab_1.~");
+        assert_eq!(percent_encode("a b&c/d"), "a%20b%26c%2Fd");
+    }
+
+    #[tokio::test]
+    async fn counts_come_from_an_sqlite_store_by_key() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let db = dir.path().join("store.db");
+        let conn = rusqlite::Connection::open(&db).expect("a database");
+        conn.execute_batch(
+            "CREATE TABLE orders (id TEXT, idempotency_key TEXT);
+             INSERT INTO orders VALUES ('o1', 'k1'), ('o2', 'k2'), ('o3', 'k2');",
+        )
+        .expect("a table");
+        drop(conn);
+        let cfg = VerifyConfig {
+            url: None,
+            count_field: "count".into(),
+            sqlite: Some(db.clone()),
+            query: Some("SELECT COUNT(*) FROM orders WHERE idempotency_key = ?1".into()),
+        };
+        let keys = vec!["k1".to_string(), "k2".to_string(), "k3".to_string()];
+        let got = store_counts(&cfg, &keys, None).await;
+        let counts: Vec<(String, Result<u64, String>)> = got
+            .counts
+            .expect("the store answered")
+            .into_iter()
+            .map(|k| (k.key, k.count))
+            .collect();
+        assert_eq!(
+            counts,
+            vec![
+                ("k1".into(), Ok(1)),
+                ("k2".into(), Ok(2)),
+                ("k3".into(), Ok(0))
+            ]
+        );
+        // A query that does not run is reported per key; a missing database, for the store.
+        let bad = VerifyConfig {
+            query: Some("SELECT nope FROM nowhere WHERE x = ?1".into()),
+            ..cfg.clone()
+        };
+        let got = store_counts(&bad, &keys[..1], None).await;
+        assert!(got.counts.expect("opened")[0].count.is_err());
+        let missing = VerifyConfig {
+            sqlite: Some(dir.path().join("absent.db")),
+            ..cfg
+        };
+        assert!(store_counts(&missing, &keys, None).await.counts.is_err());
+        let neither = VerifyConfig {
+            url: None,
+            count_field: "count".into(),
+            sqlite: None,
+            query: None,
+        };
+        let err = store_counts(&neither, &keys, None)
+            .await
+            .counts
+            .expect_err("nothing to ask");
+        assert!(err.contains("give `url`"), "{err}");
+    }
+}

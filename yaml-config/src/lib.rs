@@ -69,7 +69,8 @@ impl ConfigError {
         }
     }
 
-    /// The same error with the line and column of its field in `text`, when it had none.
+    /// The same error with the line and column of its field in `text`, when it had none; a field
+    /// that is missing from the text is placed at its nearest enclosing one.
     pub fn located(self, text: &str) -> ConfigError {
         match self {
             ConfigError::Invalid {
@@ -79,7 +80,16 @@ impl ConfigError {
                 field: Some(field),
                 message,
             } => {
-                let pos = locate(text, &field);
+                let mut at = field.as_str();
+                let pos = loop {
+                    if let Some(p) = locate(text, at) {
+                        break Some(p);
+                    }
+                    match at.rfind(['.', '[']) {
+                        Some(i) if i > 0 => at = &at[..i],
+                        _ => break None,
+                    }
+                };
                 ConfigError::Invalid {
                     origin,
                     line: pos.map(|p| p.0),
@@ -521,6 +531,13 @@ mod tests {
             err.to_string(),
             "f.yaml:3:11: at `items[0].size`: must be at least 1"
         );
+    }
+
+    #[test]
+    fn a_missing_field_is_placed_at_its_enclosing_one() {
+        let text = "name: a\nitems:\n  - { size: 1 }\n";
+        let err = ConfigError::at("f", "items[0].every", "give `every`").located(text);
+        assert_eq!(err.to_string(), "f:3:5: at `items[0].every`: give `every`");
     }
 
     #[test]
