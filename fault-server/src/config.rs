@@ -29,9 +29,61 @@ pub struct Config {
     /// The built-in orders resource.
     #[serde(default)]
     pub orders: OrdersConfig,
+    /// Serve `https://`: `self-signed` (a certificate for 127.0.0.1 and localhost made at start)
+    /// or `{ cert: FILE, key: FILE }` (PEM).
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
     /// The fault schedule: rules evaluated in order, first match wins.
     #[serde(default)]
     pub rules: Vec<RuleConfig>,
+}
+
+/// Where the server's certificate comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TlsConfig {
+    /// Made at start for 127.0.0.1, ::1 and localhost.
+    SelfSigned,
+    /// PEM files.
+    Files {
+        /// The certificate (chain).
+        cert: PathBuf,
+        /// Its private key.
+        key: PathBuf,
+    },
+}
+
+impl<'de> Deserialize<'de> for TlsConfig {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Files {
+            cert: PathBuf,
+            key: PathBuf,
+        }
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = TlsConfig;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("`self-signed` or `{ cert: FILE, key: FILE }`")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<TlsConfig, E> {
+                match v {
+                    "self-signed" => Ok(TlsConfig::SelfSigned),
+                    other => Err(E::custom(format!(
+                        "unknown TLS setting {other:?}: use `self-signed` or `{{ cert: FILE, key: FILE }}`"
+                    ))),
+                }
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<TlsConfig, A::Error> {
+                let f = Files::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(TlsConfig::Files {
+                    cert: f.cert,
+                    key: f.key,
+                })
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// A schedule on its own, as `PUT /__harness/schedule` takes it.
@@ -193,6 +245,9 @@ pub enum FaultConfig {
     Reset(ResetFault),
     /// Send a broken response, then close.
     Malformed(MalformedFault),
+    /// End the connection: with GOAWAY over HTTP/2, by closing it over HTTP/1.1; the request is
+    /// not processed.
+    GoAway,
 }
 
 impl FaultConfig {
@@ -203,6 +258,7 @@ impl FaultConfig {
             FaultConfig::Delay(_) => "delay",
             FaultConfig::Hang(_) => "hang",
             FaultConfig::Drop => "drop",
+            FaultConfig::GoAway => "goaway",
             FaultConfig::Reset(_) => "reset",
             FaultConfig::Malformed(_) => "malformed",
         }
@@ -404,7 +460,7 @@ impl Counts {
     pub fn contains(&self, n: u64) -> bool {
         self.0.iter().any(|s| match *s {
             CountSpec::Range { lo, hi } => n >= lo && hi.is_none_or(|h| n <= h),
-            CountSpec::Every(k) => n % k == 0,
+            CountSpec::Every(k) => n.is_multiple_of(k),
         })
     }
 }
@@ -478,17 +534,26 @@ impl<'de> Deserialize<'de> for Counts {
 impl<'de> Deserialize<'de> for FaultConfig {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
-        const KINDS: &[&str] = &["status", "delay", "hang", "drop", "reset", "malformed"];
+        const KINDS: &[&str] = &[
+            "status",
+            "delay",
+            "hang",
+            "drop",
+            "reset",
+            "malformed",
+            "goaway",
+        ];
         impl<'de> Visitor<'de> for V {
             type Value = FaultConfig;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str(
-                    "a fault: drop, reset, hang, malformed, or a map with one of status, delay, hang, reset, malformed",
+                    "a fault: drop, reset, hang, malformed, goaway, or a map with one of status, delay, hang, reset, malformed",
                 )
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<FaultConfig, E> {
                 match v {
                     "drop" => Ok(FaultConfig::Drop),
+                    "goaway" => Ok(FaultConfig::GoAway),
                     "reset" => Ok(FaultConfig::Reset(ResetFault::default())),
                     "hang" => Ok(FaultConfig::Hang(HangFault::default())),
                     "malformed" => Ok(FaultConfig::Malformed(MalformedFault::default())),
@@ -514,6 +579,10 @@ impl<'de> Deserialize<'de> for FaultConfig {
                     "drop" => {
                         map.next_value::<de::IgnoredAny>()?;
                         FaultConfig::Drop
+                    }
+                    "goaway" => {
+                        map.next_value::<de::IgnoredAny>()?;
+                        FaultConfig::GoAway
                     }
                     "reset" => FaultConfig::Reset(
                         map.next_value::<Option<ResetFault>>()?.unwrap_or_default(),
@@ -695,7 +764,10 @@ impl Config {
                         d.0 = scale(d.0);
                     }
                 }
-                FaultConfig::Drop | FaultConfig::Reset(_) | FaultConfig::Malformed(_) => {}
+                FaultConfig::Drop
+                | FaultConfig::GoAway
+                | FaultConfig::Reset(_)
+                | FaultConfig::Malformed(_) => {}
             }
         }
     }

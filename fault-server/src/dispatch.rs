@@ -2,7 +2,6 @@
 //! says, the schedule decides its fault, and the fault is carried out — answered here, or handed
 //! to the connection task when it needs the socket itself.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -19,13 +18,26 @@ use crate::orders::routes::{is_resource_path, ok_reply, serve_resource, Resource
 use crate::reply::{plain, record_reply, respond, status_response, ResBody};
 use crate::schedule::RequestFacts;
 use crate::socket::{peer_closed, ServedConn, SocketAction};
-use history::Entry;
+use history::{Entry, Outcome};
+
+/// An HTTP/2 stream ended with RST_STREAM: what a handler returns for `reset` (and `malformed`,
+/// which has no half-written form in HTTP/2) and for a `hang` whose cap passed.
+#[derive(Debug)]
+pub(crate) struct StreamReset;
+
+impl std::fmt::Display for StreamReset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stream reset by the fault schedule")
+    }
+}
+
+impl std::error::Error for StreamReset {}
 
 /// Handles one request of `conn`.
 pub(crate) async fn handle(
     conn: Arc<ServedConn>,
     req: Request<Incoming>,
-) -> Result<Response<ResBody>, Infallible> {
+) -> Result<Response<ResBody>, StreamReset> {
     if req.uri().path().starts_with(control::PREFIX) {
         let res = control::handle(&conn.routes.control, req).await;
         return Ok(res.map(Either::Right));
@@ -58,6 +70,8 @@ pub(crate) async fn handle(
     entry.idempotency_key = key.clone();
     entry.client_id = header_str(&parts.headers, "x-client-id").map(str::to_string);
     entry.conn_id = conn.id;
+    entry.http_version = Some(version_name(parts.version).to_string());
+    entry.tls = conn.io.is_tls();
     entry.key_attempt = key_attempt;
     let mut pending = Pending::with_emitter(conn.emitter.clone(), epoch, entry);
 
@@ -75,6 +89,9 @@ pub(crate) async fn handle(
         let e = pending.entry();
         e.body_len = body.len() as u64;
         e.body_sha256 = Some(body_sha256.clone());
+        if !body.is_empty() {
+            e.t_body_us = Some(state.clock.now_us());
+        }
     }
 
     let facts = RequestFacts {
@@ -144,6 +161,11 @@ pub(crate) async fn handle(
                 let reply = serve_resource(&conn.routes.resource, request).await;
                 record_reply(&mut pending, &reply);
             }
+            if conn.http2 {
+                // RST_STREAM for this stream alone; the connection's other streams go on.
+                pending.finish(Outcome::Reset);
+                return Err(StreamReset);
+            }
             ctl.hand_over(SocketAction::Reset, pending).await
         }
         FaultConfig::Hang(h) => {
@@ -152,6 +174,12 @@ pub(crate) async fn handle(
                 record_reply(&mut pending, &reply);
             }
             let cap = h.cap.map_or(state.hang_cap, |d| d.0);
+            if conn.http2 {
+                // The stream waits; a client that cancels it drops this future (client_closed).
+                tokio::time::sleep(cap).await;
+                pending.finish(Outcome::Hung);
+                return Err(StreamReset);
+            }
             ctl.hand_over(SocketAction::Hang(cap), pending).await
         }
         FaultConfig::Malformed(m) => {
@@ -159,10 +187,25 @@ pub(crate) async fn handle(
                 let reply = serve_resource(&conn.routes.resource, request).await;
                 record_reply(&mut pending, &reply);
             }
+            if conn.http2 {
+                pending.finish(Outcome::Reset);
+                return Err(StreamReset);
+            }
             let (bytes, status) = MalformedKind::bytes(m.kind);
             pending.entry().status = status;
             ctl.hand_over(SocketAction::Malformed(bytes), pending).await
         }
+        FaultConfig::GoAway => ctl.hand_over(SocketAction::GoAway, pending).await,
+    }
+}
+
+/// The journal's name of an HTTP version.
+fn version_name(v: http::Version) -> &'static str {
+    match v {
+        http::Version::HTTP_2 => "2",
+        http::Version::HTTP_10 => "1.0",
+        http::Version::HTTP_3 => "3",
+        _ => "1.1",
     }
 }
 

@@ -17,6 +17,7 @@ pub mod schedule;
 pub mod server;
 mod socket;
 mod state;
+pub mod tls;
 
 pub use config::Config;
 pub use server::{FaultServer, ServerOptions, StartError};

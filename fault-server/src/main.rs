@@ -1,7 +1,8 @@
 //! `fault-server`: run the fault-injecting server on its own.
 //!
 //! Exit codes: 0 after a clean shutdown (Ctrl-C) or a successful `--check`; 2 for bad input (an
-//! unreadable or invalid config); 3 when the server cannot run (address in use, database).
+//! unreadable or invalid config, an unusable certificate); 3 when the server cannot run (address
+//! in use, database).
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -9,6 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use fault_server::tls::{ServerTls, TlsError};
 use fault_server::{Config, FaultServer, ServerOptions, StartError};
 
 /// A programmable fault-injecting HTTP server with an idempotent orders resource and a journal.
@@ -30,6 +32,21 @@ struct Args {
     /// Validate the config and exit.
     #[arg(long)]
     check: bool,
+    /// Serve TLS with this PEM certificate (chain); needs --tls-key.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tls_key",
+        conflicts_with = "tls_self_signed"
+    )]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Serve TLS with a certificate made at start for 127.0.0.1 and localhost, written to FILE
+    /// (PEM) for clients' --cacert.
+    #[arg(long, value_name = "FILE")]
+    tls_self_signed: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -84,20 +101,53 @@ fn main() -> ExitCode {
             return ExitCode::from(3);
         }
     };
+    let tls = match (&args.tls_cert, &args.tls_key, &args.tls_self_signed) {
+        (Some(cert), Some(key), _) => match ServerTls::from_files(cert, key) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        (_, _, Some(out)) => {
+            let made = match ServerTls::self_signed() {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(3);
+                }
+            };
+            if let Err(e) = std::fs::write(out, made.certificate_pem()) {
+                eprintln!(
+                    "error: --tls-self-signed {}: cannot write the certificate: {e}",
+                    out.display()
+                );
+                return ExitCode::from(3);
+            }
+            Some(made)
+        }
+        _ => None,
+    };
     runtime.block_on(async move {
         let opts = ServerOptions {
             bind: args.bind,
             seed: args.seed,
             journal_file: args.journal,
+            tls,
         };
         let server = match FaultServer::start(config, opts).await {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("error: {e}");
                 return match e {
-                    StartError::Bind { .. } | StartError::Store(_) | StartError::Journal(_) => {
-                        ExitCode::from(3)
+                    // A certificate file named in the config that cannot be used is bad input.
+                    StartError::Tls(TlsError::Read { .. } | TlsError::Pem { .. }) => {
+                        ExitCode::from(2)
                     }
+                    StartError::Bind { .. }
+                    | StartError::Store(_)
+                    | StartError::Journal(_)
+                    | StartError::Tls(_) => ExitCode::from(3),
                 };
             }
         };

@@ -14,12 +14,13 @@ use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::config::{Config, RuleConfig};
+use crate::config::{Config, RuleConfig, TlsConfig};
 use crate::conn::accept_loop;
 use crate::journal::{self, Clock, Journal, Sequencer};
 use crate::orders::{Orders, StoreError};
 use crate::schedule::Schedule;
 use crate::state::{Routes, State, DEFAULT_CAPTURED_HEADERS, DEFAULT_HANG_CAP};
+use crate::tls::{ServerTls, TlsError};
 
 /// Where and how to run.
 #[derive(Debug, Clone)]
@@ -30,6 +31,8 @@ pub struct ServerOptions {
     pub seed: Option<u64>,
     /// Stream the journal to this file (JSON lines).
     pub journal_file: Option<PathBuf>,
+    /// Serve TLS with this configuration (overrides the config's `tls`).
+    pub tls: Option<ServerTls>,
 }
 
 impl Default for ServerOptions {
@@ -38,6 +41,7 @@ impl Default for ServerOptions {
             bind: SocketAddr::from(([127, 0, 0, 1], 0)),
             seed: None,
             journal_file: None,
+            tls: None,
         }
     }
 }
@@ -59,6 +63,9 @@ pub enum StartError {
     /// The journal file could not be opened.
     #[error(transparent)]
     Journal(#[from] journal::JournalFileError),
+    /// The TLS certificate could not be made or read.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
 }
 
 /// A running fault server.
@@ -82,6 +89,12 @@ impl FaultServer {
             addr: opts.bind,
             source,
         })?;
+        let tls = match (opts.tls, &config.tls) {
+            (Some(t), _) => Some(t),
+            (None, Some(TlsConfig::SelfSigned)) => Some(ServerTls::self_signed()?),
+            (None, Some(TlsConfig::Files { cert, key })) => Some(ServerTls::from_files(cert, key)?),
+            (None, None) => None,
+        };
         let orders = Orders::open(&config.orders)?;
         let journal = Journal::start(opts.journal_file.as_deref())?;
         let seed = opts.seed.or(config.seed).unwrap_or(0);
@@ -110,6 +123,7 @@ impl FaultServer {
             hang_cap: config.hang_cap.map_or(DEFAULT_HANG_CAP, |d| d.0),
             capture,
             empty_body_sha256: hex::encode(Sha256::digest(b"")),
+            tls,
         });
         let routes = Arc::new(Routes {
             control: crate::control::router(state.clone()),
@@ -130,9 +144,20 @@ impl FaultServer {
         self.addr
     }
 
-    /// `http://ADDR`.
+    /// `http://ADDR`, or `https://ADDR` when it serves TLS.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.state.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// The certificate it serves, PEM, when it serves TLS: what a client trusts when it is
+    /// self-signed.
+    pub fn certificate_pem(&self) -> Option<&str> {
+        self.state.tls.as_ref().map(ServerTls::certificate_pem)
     }
 
     /// The journal's clock: µs since the server started, as `t_recv_us` counts them.

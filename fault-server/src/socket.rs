@@ -1,5 +1,11 @@
 //! One connection's socket, shared by hyper and the connection task, and what a request's
-//! handler may ask the connection task to do with it (drop, reset, hang, write broken bytes).
+//! handler may ask the connection task to do with it (drop, reset, hang, write broken bytes, end
+//! an HTTP/2 connection with GOAWAY).
+//!
+//! The TCP socket is shared through an `Arc` (tokio reads and writes a `&TcpStream` through
+//! readiness), so the connection task can still peek at it, reset it or write to it once hyper
+//! has let go. Over TLS the rustls stream sits on that shared socket and is itself shared behind a
+//! mutex that is only ever held for one poll.
 
 use std::io;
 use std::pin::Pin;
@@ -8,8 +14,10 @@ use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
+use tokio_rustls::server::TlsStream;
 
 use crate::journal::{self, Pending};
 use crate::schedule::Schedule;
@@ -27,6 +35,8 @@ pub(crate) enum SocketAction {
     Malformed(&'static [u8]),
     /// The client already left; just close.
     Abandon,
+    /// HTTP/2: end the connection with GOAWAY, then close.
+    GoAway,
 }
 
 /// Per-connection hand-over point between the request handler and the connection task.
@@ -46,6 +56,10 @@ pub(crate) struct ServedConn {
     pub(crate) state: Arc<State>,
     pub(crate) ctl: ConnCtl,
     pub(crate) stream: Arc<TcpStream>,
+    /// What hyper reads and writes: the socket, or TLS over it.
+    pub(crate) io: ConnIo,
+    /// The connection speaks HTTP/2 (its requests are streams).
+    pub(crate) http2: bool,
     pub(crate) id: u64,
     /// The schedule as of generation `.0`; refreshed when `State::schedule_gen` moves.
     pub(crate) schedule: Mutex<(u64, Arc<Schedule>)>,
@@ -98,6 +112,7 @@ pub(crate) async fn peer_closed(stream: &TcpStream) {
 
 /// The socket, shared between hyper and the connection task. Reads and writes go through
 /// readiness + `try_*` on `&TcpStream`, which tokio supports from several handles.
+#[derive(Clone)]
 pub(crate) struct SharedStream(pub(crate) Arc<TcpStream>);
 
 impl hyper::rt::Read for SharedStream {
@@ -166,6 +181,176 @@ impl hyper::rt::Write for SharedStream {
 
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // The socket closes when the last handle drops; the connection task decides when.
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncRead for SharedStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            ready!(self.0.poll_read_ready(cx))?;
+            match self.0.try_read_buf(buf) {
+                Ok(_) => return Poll::Ready(Ok(())),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl AsyncWrite for SharedStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        hyper::rt::Write::poll_write(self, cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// A TLS stream over the shared socket, itself shared: hyper polls it, and once hyper has let
+/// go the connection task writes a broken response through it.
+#[derive(Clone)]
+pub(crate) struct SharedTls(pub(crate) Arc<Mutex<TlsStream<SharedStream>>>);
+
+impl SharedTls {
+    fn with<R>(&self, f: impl FnOnce(Pin<&mut TlsStream<SharedStream>>) -> R) -> R {
+        let mut guard = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        f(Pin::new(&mut *guard))
+    }
+}
+
+impl AsyncRead for SharedTls {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        self.with(|s| s.poll_read(cx, buf))
+    }
+}
+
+impl AsyncWrite for SharedTls {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.with(|s| s.poll_write(cx, buf))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.with(|s| s.poll_flush(cx))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.with(|s| s.poll_shutdown(cx))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.with(|s| s.poll_write_vectored(cx, bufs))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+}
+
+/// What hyper serves a connection over.
+#[derive(Clone)]
+pub(crate) enum ConnIo {
+    /// The socket itself (the hot path: no adapter in between).
+    Plain(SharedStream),
+    /// TLS over the socket.
+    Tls(SharedTls),
+}
+
+impl ConnIo {
+    /// Writes `bytes` and flushes, once hyper no longer uses the connection.
+    pub(crate) async fn write_all(&self, bytes: &[u8]) -> io::Result<()> {
+        match self {
+            ConnIo::Plain(s) => write_all(&s.0, bytes).await,
+            ConnIo::Tls(t) => {
+                let mut t = t.clone();
+                t.write_all(bytes).await?;
+                t.flush().await
+            }
+        }
+    }
+
+    /// Whether it is TLS.
+    pub(crate) fn is_tls(&self) -> bool {
+        matches!(self, ConnIo::Tls(_))
+    }
+}
+
+impl hyper::rt::Read for ConnIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ConnIo::Plain(s) => hyper::rt::Read::poll_read(Pin::new(s), cx, buf),
+            ConnIo::Tls(t) => {
+                hyper::rt::Read::poll_read(Pin::new(&mut hyper_util::rt::TokioIo::new(t)), cx, buf)
+            }
+        }
+    }
+}
+
+impl hyper::rt::Write for ConnIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ConnIo::Plain(s) => hyper::rt::Write::poll_write(Pin::new(s), cx, buf),
+            ConnIo::Tls(t) => AsyncWrite::poll_write(Pin::new(t), cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ConnIo::Plain(s) => hyper::rt::Write::poll_write_vectored(Pin::new(s), cx, bufs),
+            ConnIo::Tls(t) => AsyncWrite::poll_write_vectored(Pin::new(t), cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ConnIo::Plain(_) => Poll::Ready(Ok(())),
+            ConnIo::Tls(t) => AsyncWrite::poll_flush(Pin::new(t), cx),
+        }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {

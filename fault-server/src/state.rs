@@ -53,6 +53,8 @@ pub(crate) struct State {
     pub(crate) hang_cap: Duration,
     pub(crate) capture: Vec<HeaderName>,
     pub(crate) empty_body_sha256: String,
+    /// TLS, when the server serves `https://`.
+    pub(crate) tls: Option<crate::tls::ServerTls>,
 }
 
 impl State {

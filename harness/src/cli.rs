@@ -15,7 +15,10 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use reports::Report;
 
+use crate::http::Connect;
+use crate::plan::SyncMode;
 use crate::scenario::{self, Overrides};
+use crate::tls::TlsOptions;
 
 /// Chaos and load testing: faults, retries and real concurrency, checked.
 #[derive(Debug, Parser)]
@@ -97,7 +100,71 @@ struct Common {
     #[arg(long, value_name = "URL")]
     target: Option<String>,
     #[command(flatten)]
+    connect: ConnectArgs,
+    #[command(flatten)]
     output: Output,
+}
+
+/// How a URL is reached: TLS and the protocol (every command that takes a URL).
+#[derive(Debug, Args, Clone, Default)]
+struct ConnectArgs {
+    /// Trust the CA certificates in this PEM file (besides the public roots).
+    #[arg(long, value_name = "FILE")]
+    cacert: Option<PathBuf>,
+    /// Trust any TLS certificate (a self-made one, say).
+    #[arg(short = 'k', long)]
+    insecure: bool,
+    /// Client certificate (PEM) for mutual TLS; needs --key.
+    #[arg(long, value_name = "FILE", requires = "key")]
+    cert: Option<PathBuf>,
+    /// Private key (PEM) of --cert.
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    key: Option<PathBuf>,
+    /// Speak HTTP/2: ALPN h2 over TLS, prior knowledge (h2c) over plain http.
+    #[arg(long)]
+    http2: bool,
+    /// HTTP/2: concurrent streams (workers) per connection [default: 100].
+    #[arg(long, value_name = "N", requires = "http2")]
+    streams: Option<u32>,
+}
+
+impl ConnectArgs {
+    fn tls(&self) -> TlsOptions {
+        TlsOptions {
+            ca: self.cacert.clone(),
+            insecure: self.insecure,
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+            trusted_pem: Vec::new(),
+        }
+    }
+
+    /// The settings, for a command with no scenario; `streams` checked against its bounds.
+    fn connect(&self) -> Result<Connect, CliError> {
+        let streams = self.streams.unwrap_or(crate::scenario::DEFAULT_STREAMS);
+        if streams == 0 || streams > 10_000 {
+            return Err(CliError::Input(format!(
+                "--streams {streams}: give 1 to 10000 streams per connection"
+            )));
+        }
+        Ok(Connect {
+            tls: self.tls(),
+            http2: self.http2,
+            streams,
+        })
+    }
+}
+
+/// How a burst's requests are made to arrive together.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum SyncArg {
+    /// Open every connection, then write every request at once (HTTP/1.1's default).
+    Release,
+    /// HTTP/1.1: everything but each request's last byte first, then the last bytes together.
+    LastByte,
+    /// HTTP/2: every request but its last frame first, then every last frame in one write
+    /// (HTTP/2's default).
+    SinglePacket,
 }
 
 /// Where and how results are written.
@@ -197,6 +264,11 @@ struct IdempotencyArgs {
     /// Makes the keys reproducible.
     #[arg(long)]
     seed: Option<u64>,
+    /// How each burst is released [default: release over HTTP/1.1, single-packet over HTTP/2].
+    #[arg(long, value_enum, value_name = "MODE")]
+    sync: Option<SyncArg>,
+    #[command(flatten)]
+    connect: ConnectArgs,
     #[command(flatten)]
     output: Output,
 }
@@ -233,6 +305,8 @@ struct LoadArgs {
     /// Connections available in rate mode (a request that finds none free starts late).
     #[arg(long, value_name = "N")]
     connections: Option<u32>,
+    #[command(flatten)]
+    connect: ConnectArgs,
     #[command(flatten)]
     output: Output,
 }
@@ -332,6 +406,9 @@ fn overrides(c: &Common) -> Overrides {
         seed: c.seed,
         time_scale: c.time_scale,
         target: c.target.clone(),
+        tls: c.connect.tls(),
+        http2: c.connect.http2,
+        streams: c.connect.streams,
     }
 }
 
@@ -396,7 +473,27 @@ async fn exec(
         .try_clone_to_owned()
         .map(std::process::Stdio::from)
         .unwrap_or_else(|_| std::process::Stdio::inherit());
-    let mut child = tokio::process::Command::new(program)
+    // A fault server with a certificate of its own: the command gets it to trust, as a file.
+    let ca_file = match session.certificate_pem() {
+        Some(pem) => {
+            let f = tempfile::Builder::new()
+                .prefix("harness-fault-ca")
+                .suffix(".pem")
+                .tempfile()
+                .and_then(|mut f| {
+                    f.write_all(pem.as_bytes())?;
+                    Ok(f)
+                })
+                .map_err(|e| CliError::Run(format!("cannot write the fault server's CA: {e}")))?;
+            Some(f)
+        }
+        None => None,
+    };
+    let mut cmd = tokio::process::Command::new(program);
+    if let Some(f) = &ca_file {
+        cmd.env("HARNESS_FAULT_CA", f.path());
+    }
+    let mut child = cmd
         .args(args)
         .env("HARNESS_FAULT_URL", &url)
         .stdout(stdout)
@@ -455,6 +552,7 @@ async fn load(a: LoadArgs) -> Result<bool, CliError> {
         json: a.json,
         timeout: a.timeout,
         connections: a.connections,
+        connect: a.connect.connect()?,
     })
     .map_err(CliError::Input)?;
     let stop = stop_on_ctrl_c();
@@ -485,6 +583,14 @@ async fn idempotency(a: IdempotencyArgs) -> Result<bool, CliError> {
     cfg.require_key = !a.key_optional;
     cfg.timeout = a.timeout;
     cfg.seed = a.seed;
+    cfg.connect = a.connect.connect()?;
+    cfg.sync = match (a.sync, cfg.connect.http2) {
+        (None, false) => SyncMode::Release,
+        (None, true) => SyncMode::SinglePacket,
+        (Some(SyncArg::Release), _) => SyncMode::Release,
+        (Some(SyncArg::LastByte), _) => SyncMode::LastByte,
+        (Some(SyncArg::SinglePacket), _) => SyncMode::SinglePacket,
+    };
     let outcome = crate::probe::probe(&cfg)
         .await
         .map_err(|e| match e.exit_code() {

@@ -24,10 +24,11 @@ use tokio::sync::Barrier;
 use fault_server::draw::splitmix64;
 use retry_policy::Limits;
 
+use crate::http::http2::{SinglePacketRound, Slot};
 use crate::http::{AttemptError, Conn, Reply, Target};
 use crate::metrics::{AttemptIds, Recorder, Sink};
 use crate::operation::{execute, AttemptSpec, Transport};
-use crate::plan::{PhaseKind, PhasePlan};
+use crate::plan::{PhaseKind, PhasePlan, SyncMode};
 use crate::template::{RequestTemplate, Var, Vars};
 
 /// A request is a late start when no worker could pick it up within this of its intended time.
@@ -160,7 +161,8 @@ pub async fn run_phase(plan: Arc<PhasePlan>, ctx: PhaseCtx) -> PhaseOutcome {
             size,
             rounds,
             pause,
-        } => burst(&plan, &ctx, &shared, &sink, size, rounds, pause).await,
+            sync,
+        } => burst(&plan, &ctx, &shared, &sink, size, rounds, pause, sync).await,
         PhaseKind::Rate {
             stages,
             connections,
@@ -255,7 +257,7 @@ impl PhaseClient {
         ctx: &PhaseCtx,
         shared: &Limits,
         op: u64,
-        burst: Option<(u64, &str, &Barrier)>,
+        burst: Option<(u64, &str, Release<'_>)>,
     ) {
         let own_key;
         let (round, key, release) = match burst {
@@ -311,6 +313,7 @@ impl PhaseClient {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn burst(
     plan: &Arc<PhasePlan>,
     ctx: &PhaseCtx,
@@ -319,10 +322,14 @@ async fn burst(
     size: u32,
     rounds: u32,
     pause: Duration,
+    sync: SyncMode,
 ) -> (Recorder, Vec<String>) {
     let mut total = Recorder::new(ctx.keep_attempts);
     let mut keys = Vec::new();
     let mut conns: Vec<Conn> = (0..size).map(|_| Conn::new(ctx.target.clone())).collect();
+    // Single-packet: the round's requests share one HTTP/2 connection of their own.
+    let joint_slot =
+        (sync == SyncMode::SinglePacket).then(|| Arc::new(Slot::new(ctx.target.clone())));
     for round in 1..=u64::from(rounds) {
         if ctx.stop.load(Ordering::Relaxed) {
             break;
@@ -330,28 +337,48 @@ async fn burst(
         let key = ctx.keys.key(ctx.index, round);
         keys.push(key.clone());
         // Connections first, so the release is not spread by TCP handshakes.
-        for c in &mut conns {
-            if let Err(e) = c.open().await {
-                tracing::warn!("burst connection failed: {e}");
+        match &joint_slot {
+            Some(slot) => {
+                if let Err(e) = slot.open().await {
+                    tracing::warn!("burst connection failed: {e}");
+                }
+            }
+            None => {
+                for c in &mut conns {
+                    if let Err(e) = c.open().await {
+                        tracing::warn!("burst connection failed: {e}");
+                    }
+                }
             }
         }
         let barrier = Arc::new(Barrier::new(size as usize));
+        let joint = joint_slot
+            .as_ref()
+            .map(|slot| Arc::new(SinglePacketRound::new(slot.clone(), size as usize)));
         let mut tasks = Vec::new();
         for (i, conn) in conns.drain(..).enumerate() {
-            let (plan, ctx, shared, barrier, key, sink) = (
+            let (plan, ctx, shared, barrier, key, sink, joint) = (
                 plan.clone(),
                 ctx.clone(),
                 shared.clone(),
                 barrier.clone(),
                 key.clone(),
                 sink.clone(),
+                joint.clone(),
             );
             tasks.push(tokio::spawn(async move {
                 let client = i as u32;
                 let rng = ctx.keys.rng(ctx.index, client ^ ((round as u32) << 16));
                 let mut w = PhaseClient::new(&plan, &ctx, &sink, client, conn, rng);
                 let op = (round - 1) * u64::from(size) + i as u64 + 1;
-                w.run(&plan, &ctx, &shared, op, Some((round, &key, &barrier)))
+                let release = match &joint {
+                    Some(j) => Release::SinglePacket(j),
+                    None => Release::Barrier {
+                        barrier: &barrier,
+                        last_byte: sync == SyncMode::LastByte,
+                    },
+                };
+                w.run(&plan, &ctx, &shared, op, Some((round, &key, release)))
                     .await;
                 (w.conn, w.rec)
             }));
@@ -375,15 +402,27 @@ async fn burst(
     (total, keys)
 }
 
+/// How a burst member's first attempt leaves.
+#[derive(Clone, Copy)]
+enum Release<'a> {
+    /// At the round's barrier; with `last_byte`, only the request's last byte waits for it.
+    Barrier {
+        barrier: &'a Barrier,
+        last_byte: bool,
+    },
+    /// Joined with the round's other first attempts into one HTTP/2 write.
+    SinglePacket(&'a SinglePacketRound),
+}
+
 /// The driver's transport: each attempt rendered from the phase's request template, on the
-/// worker's connection; a burst's first attempt waits at the round's release point.
+/// worker's connection; a burst's first attempt is released with the round's.
 struct Rendered<'a> {
     conn: &'a mut Conn,
     template: &'a RequestTemplate,
     target: &'a Target,
     vars: Vars<'a>,
     extra: &'a [(HeaderName, HeaderValue)],
-    release: Option<&'a Barrier>,
+    release: Option<Release<'a>>,
 }
 
 impl Transport for Rendered<'_> {
@@ -400,10 +439,15 @@ impl Transport for Rendered<'_> {
             }
             None => self.template.render(self.target, &vars, self.extra),
         };
-        let release = self.release.filter(|_| spec.call.attempt == 1);
-        self.conn
-            .send_released(req, spec.call.timeout, release)
-            .await
+        match self.release.filter(|_| spec.call.attempt == 1) {
+            None => self.conn.send(req, spec.call.timeout).await,
+            Some(Release::Barrier { barrier, last_byte }) => {
+                self.conn
+                    .send_released(req, spec.call.timeout, Some(barrier), last_byte)
+                    .await
+            }
+            Some(Release::SinglePacket(round)) => round.submit(req, spec.call.timeout).await,
+        }
     }
 }
 

@@ -19,4 +19,5 @@ pub mod run;
 pub mod scenario;
 pub mod simulate;
 pub mod template;
+pub mod tls;
 pub mod verify;

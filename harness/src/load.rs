@@ -35,6 +35,8 @@ pub struct LoadFlags {
     pub json: Option<String>,
     pub timeout: Duration,
     pub connections: Option<u32>,
+    /// TLS settings and the protocol.
+    pub connect: crate::http::Connect,
 }
 
 /// Validated load settings.
@@ -47,7 +49,7 @@ pub struct LoadOptions {
 impl LoadOptions {
     /// Validates the flags; the message says what is wrong and what is expected.
     pub fn from_flags(f: LoadFlags) -> Result<LoadOptions, String> {
-        let mut target = Target::parse(&f.url).map_err(|e| e.to_string())?;
+        let mut target = Target::with(&f.url, &f.connect).map_err(|e| e.to_string())?;
         let uri: http::Uri = f
             .url
             .parse()

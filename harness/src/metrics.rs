@@ -58,7 +58,7 @@ pub struct Recorder {
     pub intended: Histogram<u64>,
     /// Responses per status code: a handful of codes, so a short list beats a map.
     by_status: Vec<(u16, u64)>,
-    pub errors: [u64; 6],
+    pub errors: [u64; ErrorKind::ALL.len()],
     pub sent: u64,
     pub retries: u64,
     pub operations: u64,
@@ -108,7 +108,7 @@ impl Recorder {
             latency: make.clone(),
             intended: make,
             by_status: Vec::new(),
-            errors: [0; 6],
+            errors: [0; ErrorKind::ALL.len()],
             sent: 0,
             retries: 0,
             operations: 0,

@@ -9,7 +9,34 @@ use std::time::Duration;
 use checks::ChecksConfig;
 use retry_policy::Policy;
 
+use crate::http::Connect;
 use crate::template::RequestTemplate;
+
+/// How a burst's requests are made to arrive together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SyncMode {
+    /// Every connection is open and every request serialized; then all are written at once.
+    #[default]
+    Release,
+    /// HTTP/1.1: each connection sends all of its request but the last byte, then the last
+    /// bytes go out together: each request completes with one byte.
+    LastByte,
+    /// HTTP/2: every request goes out on one connection but its last frame, then every last
+    /// frame in one write: the server reads the whole round at once.
+    SinglePacket,
+}
+
+impl SyncMode {
+    /// The name used in scenario files and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            SyncMode::Release => "release",
+            SyncMode::LastByte => "last-byte",
+            SyncMode::SinglePacket => "single-packet",
+        }
+    }
+}
 
 /// A scenario resolved: what the driver runs.
 #[derive(Debug, Clone)]
@@ -28,6 +55,8 @@ pub struct Plan {
     pub checks: ChecksConfig,
     /// Timeline window (real time).
     pub window: Option<Duration>,
+    /// How the target is reached: TLS settings, HTTP/2.
+    pub connect: Connect,
 }
 
 /// One resolved phase.
@@ -49,6 +78,7 @@ pub enum PhaseKind {
         size: u32,
         rounds: u32,
         pause: Duration,
+        sync: SyncMode,
     },
     /// Stages of (start rps, end rps, duration); constant rate is one flat stage.
     Rate {

@@ -175,6 +175,7 @@ impl Chain {
 pub async fn start_chain(
     tiers: Vec<TierSpec>,
     bottom_url: &str,
+    bottom: &crate::http::Connect,
     seed: u64,
 ) -> Result<Chain, RelayError> {
     if tiers.is_empty() {
@@ -183,10 +184,13 @@ pub async fn start_chain(
     // Started bottom-up: each tier needs the URL of the one below it.
     let mut started: Vec<Tier> = Vec::with_capacity(tiers.len());
     let mut downstream = bottom_url.to_string();
+    // The bottom is reached as the run says (TLS, HTTP/2); the tiers above it serve HTTP/1.1.
+    let mut how = bottom.clone();
     for (index, spec) in tiers.into_iter().enumerate().rev() {
-        match Tier::start(spec, &downstream, seed, index as u64).await {
+        match Tier::start(spec, &downstream, &how, seed, index as u64).await {
             Ok(t) => {
                 downstream = t.url();
+                how = crate::http::Connect::default();
                 started.push(t);
             }
             Err(e) => {
@@ -213,12 +217,13 @@ impl Tier {
     async fn start(
         spec: TierSpec,
         downstream: &str,
+        how: &crate::http::Connect,
         seed: u64,
         index: u64,
     ) -> Result<Tier, RelayError> {
         let tier_header =
             HeaderValue::from_str(&spec.name).map_err(|_| RelayError::Name(spec.name.clone()))?;
-        let target = Arc::new(Target::parse(downstream)?);
+        let target = Arc::new(Target::with(downstream, how)?);
         let bind = SocketAddr::from(([127, 0, 0, 1], 0));
         let bind_err = |source| RelayError::Bind {
             tier: spec.name.clone(),

@@ -29,27 +29,45 @@ pub enum RunError {
     Relay(#[from] crate::relay::RelayError),
     #[error("target {url} is unreachable: {source}")]
     Unreachable { url: String, source: std::io::Error },
+    #[error("target {url}: {reason}")]
+    Tls { url: String, reason: String },
 }
 
-/// Checks that a TCP connection to the target can be made.
+/// Checks that a connection to the target can be made: TCP, and for `https://` the TLS
+/// handshake, so a certificate the client does not trust stops the run before any load, with
+/// the reason.
 pub async fn ensure_reachable(target: &Target) -> Result<(), RunError> {
-    match tokio::time::timeout(
+    let unreachable = |source| RunError::Unreachable {
+        url: target.url.clone(),
+        source,
+    };
+    let tcp = match tokio::time::timeout(
         Duration::from_secs(5),
         tokio::net::TcpStream::connect(target.addr),
     )
     .await
     {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(source)) => Err(RunError::Unreachable {
-            url: target.url.clone(),
-            source,
-        }),
-        Err(_) => Err(RunError::Unreachable {
-            url: target.url.clone(),
-            source: std::io::Error::new(
+        Ok(Ok(s)) => s,
+        Ok(Err(source)) => return Err(unreachable(source)),
+        Err(_) => {
+            return Err(unreachable(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
                 "connect timed out after 5 s",
-            ),
+            )))
+        }
+    };
+    let Some(tls) = &target.tls else {
+        return Ok(());
+    };
+    match tokio::time::timeout(Duration::from_secs(5), tls.handshake(&target.host, tcp)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(RunError::Tls {
+            url: target.url.clone(),
+            reason: e.message,
+        }),
+        Err(_) => Err(RunError::Tls {
+            url: target.url.clone(),
+            reason: "TLS handshake timed out after 5 s (is the server speaking TLS?)".into(),
         }),
     }
 }
@@ -74,6 +92,8 @@ pub async fn run_plan(
 
 /// A run in progress: the embedded server (if any) and what the phases measured so far.
 pub struct Session {
+    /// How the target is reached (the plan's, trusting the embedded server's certificate).
+    connect: crate::http::Connect,
     server: Option<FaultServer>,
     chain: Option<crate::relay::Chain>,
     started_unix_ms: u64,
@@ -106,14 +126,21 @@ impl Session {
             ),
             None => None,
         };
+        // The embedded server's own certificate is trusted without a flag.
+        let mut connect = plan.connect.clone();
+        if let Some(pem) = server.as_ref().and_then(FaultServer::certificate_pem) {
+            connect.tls.trusted_pem.push(pem.to_string());
+        }
         let chain = match (&server, plan.relay.is_empty()) {
-            (Some(s), false) => {
-                Some(crate::relay::start_chain(plan.relay.clone(), &s.url(), plan.seed).await?)
-            }
+            (Some(s), false) => Some(
+                crate::relay::start_chain(plan.relay.clone(), &s.url(), &connect, plan.seed)
+                    .await?,
+            ),
             _ => None,
         };
         let time_origin_us = server.as_ref().map_or(0, FaultServer::now_us);
         Ok(Session {
+            connect,
             server,
             chain,
             started_unix_ms: SystemTime::now()
@@ -126,6 +153,14 @@ impl Session {
             phases: Vec::new(),
             keys_used: Vec::new(),
         })
+    }
+
+    /// The embedded server's certificate (PEM), when it serves TLS.
+    pub fn certificate_pem(&self) -> Option<String> {
+        self.server
+            .as_ref()
+            .and_then(FaultServer::certificate_pem)
+            .map(str::to_string)
     }
 
     /// The embedded server's URL.
@@ -160,7 +195,13 @@ impl Session {
                 }))
             }
         };
-        let target = Arc::new(Target::parse(&url)?);
+        // The relay tiers serve plain HTTP/1.1; anything else is reached as the plan says.
+        let how = if self.chain.is_some() && plan.target.is_none() {
+            crate::http::Connect::default()
+        } else {
+            self.connect.clone()
+        };
+        let target = Arc::new(Target::with(&url, &how)?);
         let give_up = Instant::now() + wait_for_target;
         loop {
             match ensure_reachable(&target).await {
@@ -219,6 +260,9 @@ impl Session {
             }
             bar.finish();
             let mut metrics = BTreeMap::new();
+            if let PhaseKind::Burst { sync, .. } = &p.kind {
+                metrics.insert("sync".into(), serde_json::json!(sync.name()));
+            }
             if let (PhaseKind::Burst { size, .. }, Some(s)) = (&p.kind, &self.server) {
                 s.settle(Duration::from_secs(10)).await;
                 let mut skews =
@@ -303,7 +347,16 @@ impl Session {
                         .map(FaultServer::url)
                         .or_else(|| self.target_url.clone());
                     let keys = self.verify_keys(&journal);
-                    Some(crate::verify::store_counts(v, &keys, base.as_deref()).await)
+                    Some(
+                        crate::verify::store_counts_with(
+                            v,
+                            &keys,
+                            base.as_deref(),
+                            &[],
+                            &self.connect,
+                        )
+                        .await,
+                    )
                 }
                 None => None,
             },
@@ -380,14 +433,15 @@ pub fn requests_from_journal(journal: &[Entry]) -> reports::model::Requests {
     r
 }
 
-/// Spread of `t_recv_us` of each burst round's first `size` requests, as the server saw them.
+/// Spread of the moments each burst round's first `size` requests were complete at the server
+/// (the end of the body, else of the head): what the release achieved.
 pub fn release_skews(journal: &[Entry], round_keys: &[String], size: usize) -> Vec<u64> {
     let mut by_key: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
     for e in journal {
         if let Some(k) = e.idempotency_key.as_deref() {
             let v = by_key.entry(k).or_default();
             if v.len() < size {
-                v.push(e.t_recv_us);
+                v.push(e.t_complete_us());
             }
         }
     }

@@ -9,8 +9,10 @@ use http::{HeaderName, Method};
 use serde::Deserialize;
 use yaml_config::{from_yaml_str, ConfigError, Dur};
 
-use crate::plan::{PhaseKind, PhasePlan, Plan, TierSpec, RELAY_TIER_HEADER};
+use crate::http::Connect;
+use crate::plan::{PhaseKind, PhasePlan, Plan, SyncMode, TierSpec, RELAY_TIER_HEADER};
 use crate::template::{RequestTemplate, Text};
+use crate::tls::TlsOptions;
 use checks::ChecksConfig;
 use history::ErrorKind;
 use retry_policy::{Backoff, BackoffKind, BreakerSpec, BudgetSpec, Jitter, KeyMode, Policy};
@@ -55,6 +57,24 @@ pub struct ScenarioFile {
     /// Report settings.
     #[serde(default)]
     pub report: ReportFile,
+    /// TLS settings for an `https://` target: `{ ca, insecure, cert, key }`.
+    #[serde(default)]
+    pub tls: Option<TlsOptions>,
+    /// The protocol: `{ version: 2, streams: 100 }` for HTTP/2 (default 1.1).
+    #[serde(default)]
+    pub http: Option<HttpFile>,
+}
+
+/// The protocol as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpFile {
+    /// `1.1` (default) or `2`.
+    #[serde(default)]
+    pub version: Option<f64>,
+    /// HTTP/2: concurrent streams (workers) per connection (default 100).
+    #[serde(default)]
+    pub streams: Option<u32>,
 }
 
 /// Relay tiers as written, top first.
@@ -219,6 +239,10 @@ pub struct BurstFile {
     /// Pause between rounds.
     #[serde(default)]
     pub pause: Option<Dur>,
+    /// How the round's requests are made to arrive together: `release` (default over HTTP/1.1),
+    /// `last-byte` (HTTP/1.1), `single-packet` (HTTP/2, its default).
+    #[serde(default)]
+    pub sync: Option<SyncMode>,
 }
 
 /// `rate`: open model, constant or in stages (linear ramps between stage targets).
@@ -294,7 +318,17 @@ pub struct Overrides {
     pub seed: Option<u64>,
     pub time_scale: Option<f64>,
     pub target: Option<String>,
+    /// `--cacert`, `--insecure`, `--cert`, `--key`: each replaces the scenario's when given.
+    pub tls: TlsOptions,
+    /// `--http2`.
+    pub http2: bool,
+    /// `--streams`.
+    pub streams: Option<u32>,
 }
+
+/// Default concurrent streams per HTTP/2 connection (`h2load -m` defaults to 1; browsers and
+/// servers commonly allow 100).
+pub const DEFAULT_STREAMS: u32 = 100;
 
 fn invalid(origin: &str, field: impl Into<String>, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
@@ -329,6 +363,7 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
         ));
     }
     let scale = |d: Duration| d.mul_f64(time_scale);
+    let connect = resolve_connect(&f, o, &origin)?;
 
     let mut server = match (f.server, &f.server_config) {
         (Some(_), Some(_)) => {
@@ -425,10 +460,30 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
                     "`size` and `rounds` must be at least 1",
                 ));
             }
+            let sync = match (b.sync, connect.http2) {
+                (None, false) => SyncMode::Release,
+                (None, true) => SyncMode::SinglePacket,
+                (Some(SyncMode::SinglePacket), false) => {
+                    return Err(invalid(
+                        &origin,
+                        at("burst.sync"),
+                        "single-packet needs HTTP/2 (`http: { version: 2 }` or --http2); over HTTP/1.1 use last-byte",
+                    ))
+                }
+                (Some(SyncMode::LastByte), true) => {
+                    return Err(invalid(
+                        &origin,
+                        at("burst.sync"),
+                        "last-byte is for HTTP/1.1; over HTTP/2 use single-packet",
+                    ))
+                }
+                (Some(s), _) => s,
+            };
             PhaseKind::Burst {
                 size: b.size,
                 rounds: b.rounds,
                 pause: scale(b.pause.map_or(Duration::ZERO, |d| d.0)),
+                sync,
             }
         } else if let Some(r) = &p.rate {
             let stages = match (&r.stages, r.rps, r.duration) {
@@ -554,6 +609,53 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
         phases,
         checks,
         window: f.report.window.map(|d| scale(d.0)),
+        connect,
+    })
+}
+
+/// TLS and protocol settings: the scenario's, each replaced by its flag when given.
+fn resolve_connect(f: &ScenarioFile, o: &Overrides, origin: &str) -> Result<Connect, ConfigError> {
+    let file = f.tls.clone().unwrap_or_default();
+    let tls = TlsOptions {
+        ca: o.tls.ca.clone().or(file.ca),
+        insecure: o.tls.insecure || file.insecure,
+        cert: o.tls.cert.clone().or(file.cert),
+        key: o.tls.key.clone().or(file.key),
+        trusted_pem: Vec::new(),
+    };
+    if tls.cert.is_some() != tls.key.is_some() {
+        return Err(invalid(
+            origin,
+            "tls",
+            "mutual TLS needs both `cert` and `key`",
+        ));
+    }
+    let http = f.http.clone().unwrap_or_default();
+    let http2 = o.http2
+        || match http.version {
+            None => false,
+            Some(2.0) => true,
+            Some(v) if v == 1.1 || v == 1.0 => false,
+            Some(v) => {
+                return Err(invalid(
+                    origin,
+                    "http.version",
+                    format!("{v} is not an HTTP version this harness speaks; give 1.1 or 2"),
+                ))
+            }
+        };
+    let streams = o.streams.or(http.streams).unwrap_or(DEFAULT_STREAMS);
+    if streams == 0 || streams > 10_000 {
+        return Err(invalid(
+            origin,
+            "http.streams",
+            format!("{streams} streams per connection; give 1 to 10000"),
+        ));
+    }
+    Ok(Connect {
+        tls,
+        http2,
+        streams,
     })
 }
 
@@ -767,7 +869,7 @@ mod tests {
             &Overrides {
                 seed: Some(1),
                 time_scale: Some(0.1),
-                target: None,
+                ..Overrides::default()
             },
         )
         .expect("valid");

@@ -12,7 +12,7 @@ use std::time::Duration;
 use checks::duplicates::VerifyConfig;
 use history::{KeyCount, StoreCounts};
 
-use crate::http::{Conn, Outgoing, Target};
+use crate::http::{Conn, Connect, Outgoing, Target};
 
 /// The verify step could not run.
 #[derive(Debug, thiserror::Error)]
@@ -35,20 +35,22 @@ pub async fn store_counts(
     keys: &[String],
     target: Option<&str>,
 ) -> StoreCounts {
-    store_counts_with(cfg, keys, target, &[]).await
+    store_counts_with(cfg, keys, target, &[], &Connect::default()).await
 }
 
-/// [`store_counts`], sending `headers` (e.g. `Authorization`) with every lookup.
+/// [`store_counts`], sending `headers` (e.g. `Authorization`) with every lookup, reaching the
+/// store's URL as `how` says.
 pub async fn store_counts_with(
     cfg: &VerifyConfig,
     keys: &[String],
     target: Option<&str>,
     headers: &[(http::HeaderName, http::HeaderValue)],
+    how: &Connect,
 ) -> StoreCounts {
     let (source, counts) = match (&cfg.url, &cfg.sqlite, &cfg.query) {
         (Some(url), None, None) => (
             format!("GET {url}"),
-            by_url(url, &cfg.count_field, keys, target, headers).await,
+            by_url(url, &cfg.count_field, keys, target, headers, how).await,
         ),
         (None, Some(db), Some(q)) => (
             format!("{q} on {}", db.display()),
@@ -74,6 +76,7 @@ async fn by_url(
     keys: &[String],
     target: Option<&str>,
     headers: &[(http::HeaderName, http::HeaderValue)],
+    how: &Connect,
 ) -> Result<Vec<(String, Result<u64, String>)>, VerifyError> {
     let absolute = if url.starts_with("http://") || url.starts_with("https://") {
         url.to_string()
@@ -96,7 +99,7 @@ async fn by_url(
         base.scheme_str().unwrap_or("http"),
         base.authority().map_or("", |a| a.as_str())
     );
-    let target = std::sync::Arc::new(Target::parse(&origin)?);
+    let target = std::sync::Arc::new(Target::with(&origin, how)?);
     let path_template = absolute[origin.len()..].to_string();
     let mut conn = Conn::new(target);
     let mut out = Vec::with_capacity(keys.len());

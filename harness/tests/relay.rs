@@ -63,7 +63,7 @@ fn tiers(policies: Vec<Policy>) -> Vec<TierSpec> {
 }
 
 async fn chain(policies: Vec<Policy>, bottom: &FaultServer) -> Chain {
-    start_chain(tiers(policies), &bottom.url(), 7)
+    start_chain(tiers(policies), &bottom.url(), &Default::default(), 7)
         .await
         .expect("chain starts")
 }

@@ -22,17 +22,21 @@ pub enum ErrorKind {
     Malformed,
     /// Anything else.
     Other,
+    /// The TLS handshake failed: the certificate was not trusted, did not name the host, had
+    /// expired, or the peers share no protocol.
+    Tls,
 }
 
 impl ErrorKind {
     /// Every kind, in report order.
-    pub const ALL: [ErrorKind; 6] = [
+    pub const ALL: [ErrorKind; 7] = [
         ErrorKind::Connect,
         ErrorKind::Timeout,
         ErrorKind::Reset,
         ErrorKind::Closed,
         ErrorKind::Malformed,
         ErrorKind::Other,
+        ErrorKind::Tls,
     ];
 
     /// The name used in reports and scenario files.
@@ -44,6 +48,7 @@ impl ErrorKind {
             ErrorKind::Closed => "closed",
             ErrorKind::Malformed => "malformed",
             ErrorKind::Other => "other",
+            ErrorKind::Tls => "tls",
         }
     }
 

@@ -47,6 +47,11 @@ pub struct Entry {
     /// Microseconds since server start when the response was written or the connection was
     /// dropped, reset or given up.
     pub t_done_us: u64,
+    /// Microseconds since server start when the request's body had fully arrived; absent for a
+    /// request without a body (its head was all of it). A burst's release skew is measured on
+    /// this: with last-byte or single-packet sync the heads arrive early, the ends together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub t_body_us: Option<u64>,
     /// Wall-clock arrival, milliseconds since the Unix epoch.
     pub unix_ms: u64,
     /// Request method.
@@ -71,7 +76,14 @@ pub struct Entry {
     /// Length of the request body, bytes.
     #[serde(default)]
     pub body_len: u64,
-    /// Identifies the TCP connection the request came on.
+    /// The protocol the request came in: `1.1`, `2` (`1.0` for an old client).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_version: Option<String>,
+    /// The request came over TLS.
+    #[serde(default)]
+    pub tls: bool,
+    /// Identifies the TCP connection the request came on (the streams of one HTTP/2 connection
+    /// share it).
     #[serde(default)]
     pub conn_id: u64,
     /// Id of the schedule rule that fired, if any.
@@ -111,6 +123,11 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// When the whole request had arrived: the end of its body, else its head.
+    pub fn t_complete_us(&self) -> u64 {
+        self.t_body_us.unwrap_or(self.t_recv_us)
+    }
+
     /// A blank entry for `seq`, to be filled in.
     pub fn blank(seq: u64) -> Entry {
         Entry {

@@ -42,7 +42,9 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use reports::CheckResult;
 use serde::Serialize;
 
-use crate::http::{AttemptError, Conn, Outgoing, Reply, Target};
+use crate::http::http2::Slot;
+use crate::http::{AttemptError, Conn, Connect, Outgoing, Reply, Target};
+use crate::plan::SyncMode;
 use record::Recording;
 
 /// The placeholder in a body string that is replaced by the round number.
@@ -77,6 +79,10 @@ pub struct ProbeConfig {
     pub require_key: bool,
     /// Makes the keys reproducible; random when `None`.
     pub seed: Option<u64>,
+    /// TLS settings and the protocol.
+    pub connect: Connect,
+    /// How each burst's requests are made to arrive together.
+    pub sync: SyncMode,
 }
 
 impl Default for ProbeConfig {
@@ -93,6 +99,8 @@ impl Default for ProbeConfig {
             verify: None,
             require_key: true,
             seed: None,
+            connect: Connect::default(),
+            sync: SyncMode::Release,
         }
     }
 }
@@ -248,6 +256,7 @@ pub async fn probe(cfg: &ProbeConfig) -> Result<ProbeOutcome, ProbeError> {
                     &keys,
                     Some(&plan.target.url),
                     &plan.headers,
+                    &cfg.connect,
                 )
                 .await,
             )
@@ -304,6 +313,7 @@ struct ProbePlan {
     concurrency: usize,
     timeout: Duration,
     verify: Option<String>,
+    sync: SyncMode,
 }
 
 impl ProbePlan {
@@ -333,7 +343,23 @@ impl ProbePlan {
             uri.scheme_str().unwrap_or("http"),
             uri.authority().map_or("", |a| a.as_str())
         );
-        let target = Target::parse(&origin).map_err(|e| match e {
+        match (cfg.sync, cfg.connect.http2) {
+            (SyncMode::SinglePacket, false) => {
+                return Err(ProbeError::InvalidConfig {
+                    field: "sync",
+                    reason: "single-packet needs HTTP/2 (--http2); over HTTP/1.1 use last-byte"
+                        .into(),
+                })
+            }
+            (SyncMode::LastByte, true) => {
+                return Err(ProbeError::InvalidConfig {
+                    field: "sync",
+                    reason: "last-byte is for HTTP/1.1; over HTTP/2 use single-packet".into(),
+                })
+            }
+            _ => {}
+        }
+        let target = Target::with(&origin, &cfg.connect).map_err(|e| match e {
             crate::http::TargetError::Invalid { reason, .. } => invalid_url(reason),
             other => invalid_url(other.to_string()),
         })?;
@@ -418,6 +444,7 @@ impl ProbePlan {
             concurrency: cfg.concurrency,
             timeout: cfg.timeout,
             verify,
+            sync: cfg.sync,
         })
     }
 
@@ -469,8 +496,26 @@ impl ProbePlan {
         }
     }
 
-    /// Opens every connection, then releases all requests at once; returns the release skew.
+    /// Opens every connection, then releases all requests at once (as `sync` says); returns the
+    /// release skew as the client measured it.
     async fn burst(&self, key: &str, body: Bytes, rec: &mut Recording) -> u64 {
+        if self.sync == SyncMode::SinglePacket {
+            let slot = Slot::new(self.target.clone());
+            if let Err(e) = slot.open().await {
+                tracing::warn!("probe connection failed: {e}");
+            }
+            let reqs = (0..self.concurrency)
+                .map(|_| self.request(Some(key), body.clone()))
+                .collect();
+            let t0 = Instant::now();
+            let (replies, released) = slot.single_packet(reqs, self.timeout).await;
+            let t1 = Instant::now();
+            for r in &replies {
+                rec.exchange(Some(key), &body, released.max(t0), t1, r);
+            }
+            // One write carries every last frame: nothing to spread.
+            return 0;
+        }
         let mut conns: Vec<Conn> = (0..self.concurrency)
             .map(|_| Conn::new(self.target.clone()))
             .collect();
@@ -481,13 +526,16 @@ impl ProbePlan {
             }
         }
         let barrier = Arc::new(tokio::sync::Barrier::new(self.concurrency));
+        let last_byte = self.sync == SyncMode::LastByte;
         let mut sending = Vec::with_capacity(self.concurrency);
         for mut conn in conns {
             let (barrier, timeout) = (barrier.clone(), self.timeout);
             let req = self.request(Some(key), body.clone());
             let started = Instant::now();
             sending.push(tokio::spawn(async move {
-                let result = conn.send_released(req, timeout, Some(&barrier)).await;
+                let result = conn
+                    .send_released(req, timeout, Some(&barrier), last_byte)
+                    .await;
                 (
                     conn.released_at().unwrap_or(started),
                     Instant::now(),

@@ -129,7 +129,7 @@ impl Recording {
                     ErrorKind::Reset => Outcome::Reset,
                     ErrorKind::Closed | ErrorKind::Malformed => Outcome::Dropped,
                     // Nothing reached the server, or the client failed: nothing to judge.
-                    ErrorKind::Connect | ErrorKind::Other => Outcome::ClientClosed,
+                    ErrorKind::Connect | ErrorKind::Tls | ErrorKind::Other => Outcome::ClientClosed,
                 };
             }
         }

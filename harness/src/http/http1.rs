@@ -1,26 +1,10 @@
-//! The client transport: one HTTP/1.1 connection per worker, spoken directly over a
-//! `tokio::net::TcpStream`.
-//!
-//! Why not a pooled client on the hot path: a load generator wants exactly `C` connections for
-//! `--concurrency C`, each owned by one worker with no shared pool lock, no per-request URL parsing
-//! and no hidden retry. That is how wrk reaches its numbers; a plain reqwest loop spends its time in
-//! the pool and reaches about half.
-//!
-//! Why not hyper's connection-level client either: with one request in flight per connection, no
-//! upgrades, no pipelining and no streamed bodies, what remains of a general client is its
-//! machinery — the request channel into the connection's dispatcher, the oneshot the response comes
-//! back on, the wake-ups between the two halves. On hyper the client spent more than twice wrk's
-//! CPU per request, and in profiles that machinery, not HTTP, was where its user-space time went.
-//! Here a request is serialized into a reused buffer and written with one write; the response is
-//! read into a reused buffer, its head parsed in place by `httparse`, and its head and (sized) body
-//! split off as shared `Bytes` without copying. Failures are classified into the kinds the report
-//! counts.
+//! HTTP/1.1 over one connection, spoken directly: the request serialized into a reused buffer and
+//! written with one write; the response read into a reused buffer, its head parsed in place by
+//! `httparse`, a sized body split off without copying.
 
-use std::fmt;
-use std::io;
 use std::mem::MaybeUninit;
-use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -28,131 +12,12 @@ use history::ErrorKind;
 use http::header::HeaderName;
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
-/// Where requests go: `http://host:port` plus a base path.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
-    /// The URL as given.
-    pub url: String,
-    /// Resolved socket address.
-    pub addr: SocketAddr,
-    /// `Host` header value.
-    pub authority: String,
-    /// Path prefix joined to each request path (no trailing slash).
-    pub base_path: String,
-}
-
-/// A target URL that cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum TargetError {
-    #[error("invalid URL {url:?}: {reason}")]
-    Invalid { url: String, reason: String },
-    #[error("cannot resolve {url}: {source}")]
-    Resolve { url: String, source: io::Error },
-}
-
-impl Target {
-    /// Parses and resolves `http://host:port[/base]`.
-    pub fn parse(url: &str) -> Result<Target, TargetError> {
-        let invalid = |reason: &str| TargetError::Invalid {
-            url: url.to_string(),
-            reason: reason.to_string(),
-        };
-        let uri: http::Uri = url
-            .parse()
-            .map_err(|e: http::uri::InvalidUri| invalid(&e.to_string()))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => {
-                return Err(invalid(
-                    "https is not supported; point the harness at plain http",
-                ))
-            }
-            _ => return Err(invalid("expected http://HOST:PORT")),
-        }
-        let authority = uri
-            .authority()
-            .ok_or_else(|| invalid("missing host"))?
-            .clone();
-        let port = authority.port_u16().unwrap_or(80);
-        let host = authority
-            .host()
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_string();
-        let addr = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
-            .map_err(|source| TargetError::Resolve {
-                url: url.to_string(),
-                source,
-            })?
-            .next()
-            .ok_or_else(|| invalid("host resolves to no address"))?;
-        Ok(Target {
-            url: url.to_string(),
-            addr,
-            authority: authority.as_str().to_string(),
-            base_path: uri.path().trim_end_matches('/').to_string(),
-        })
-    }
-
-    /// The request URI for `path` (which starts with `/`).
-    pub fn path(&self, path: &str) -> String {
-        format!("{}{}", self.base_path, path)
-    }
-}
-
-/// A failed attempt: its kind and the underlying message.
-#[derive(Debug, Clone)]
-pub struct AttemptError {
-    pub kind: ErrorKind,
-    pub message: String,
-}
-
-impl fmt::Display for AttemptError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.kind, self.message)
-    }
-}
-
-/// A complete response.
-#[derive(Debug, Clone)]
-pub struct Reply {
-    pub status: StatusCode,
-    pub headers: HeaderMap,
-    pub body: Bytes,
-}
-
-impl Reply {
-    /// `Retry-After` as a duration from now (seconds or HTTP-date).
-    pub fn retry_after(&self) -> Option<Duration> {
-        let v = self
-            .headers
-            .get(http::header::RETRY_AFTER)?
-            .to_str()
-            .ok()?
-            .trim();
-        if let Ok(secs) = v.parse::<u64>() {
-            return Some(Duration::from_secs(secs));
-        }
-        let when = httpdate::parse_http_date(v).ok()?;
-        Some(
-            when.duration_since(std::time::SystemTime::now())
-                .unwrap_or(Duration::ZERO),
-        )
-    }
-}
-
-/// A request ready to send.
-#[derive(Debug, Clone)]
-pub struct Outgoing {
-    pub method: Method,
-    /// Path and query, already joined to the target's base path.
-    pub uri: String,
-    pub headers: HeaderMap,
-    pub body: Bytes,
-}
+use super::stream::Stream;
+use super::{
+    closed, has_token, io_failure, last_token_is, malformed, AttemptError, Outgoing, Reply, Target,
+};
 
 /// Most header fields a response head (or a chunked body's trailer section) may have.
 const MAX_HEADERS: usize = 64;
@@ -174,10 +39,10 @@ const MIN_READ_SPACE: usize = 1024;
 /// head parsed in place and a sized body split off without copying (a chunked one is decoded into
 /// a buffer of its own). The connection is reused for the next request when the response allows
 /// keep-alive, and replaced otherwise, after any error and after a timeout.
-pub struct Conn {
-    target: std::sync::Arc<Target>,
+pub struct H1Conn {
+    target: Arc<Target>,
     host: HeaderValue,
-    stream: Option<TcpStream>,
+    stream: Option<Stream>,
     /// The serialized request, reused from one request to the next.
     out: Vec<u8>,
     /// Bytes read from the socket and not yet consumed. Heads and bodies are split off it as
@@ -191,12 +56,12 @@ pub struct Conn {
     released_at: Option<std::time::Instant>,
 }
 
-impl Conn {
+impl H1Conn {
     /// A connection to `target`, not yet open.
-    pub fn new(target: std::sync::Arc<Target>) -> Conn {
+    pub fn new(target: Arc<Target>) -> H1Conn {
         let host = HeaderValue::from_str(&target.authority)
             .unwrap_or(HeaderValue::from_static("localhost"));
-        Conn {
+        H1Conn {
             target,
             host,
             stream: None,
@@ -216,13 +81,7 @@ impl Conn {
             }
             self.close();
         }
-        let stream = TcpStream::connect(self.target.addr)
-            .await
-            .map_err(|e| AttemptError {
-                kind: ErrorKind::Connect,
-                message: format!("{}: {e}", self.target.addr),
-            })?;
-        let _ = stream.set_nodelay(true);
+        let (stream, _) = Stream::connect(&self.target).await?;
         self.buf.clear();
         self.stream = Some(stream);
         Ok(())
@@ -235,17 +94,14 @@ impl Conn {
     /// failing the next request. Only what the runtime's I/O driver has already seen is looked
     /// at, so a close that arrives at the same instant as the request still fails it.
     fn still_open(&mut self) -> bool {
-        let Some(stream) = &self.stream else {
+        let Some(stream) = &mut self.stream else {
             return false;
         };
         self.buf.clear();
         if self.buf.capacity() < MIN_READ_SPACE {
             self.buf.reserve(READ_CHUNK);
         }
-        match stream.try_read_buf(&mut self.buf) {
-            Err(e) => e.kind() == io::ErrorKind::WouldBlock,
-            Ok(_) => false,
-        }
+        stream.still_open(&mut self.buf)
     }
 
     fn close(&mut self) {
@@ -261,7 +117,7 @@ impl Conn {
 
     /// Sends one request and reads the whole response, within `timeout`.
     pub async fn send(&mut self, req: Outgoing, timeout: Duration) -> Result<Reply, AttemptError> {
-        self.send_released(req, timeout, None).await
+        self.send_released(req, timeout, None, false).await
     }
 
     /// Like [`Conn::send`], but once the connection is open and the request serialized, waits at
@@ -272,6 +128,7 @@ impl Conn {
         req: Outgoing,
         timeout: Duration,
         release: Option<&tokio::sync::Barrier>,
+        last_byte: bool,
     ) -> Result<Reply, AttemptError> {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut timer = match self.timer.take() {
@@ -283,7 +140,7 @@ impl Conn {
         };
         let result = tokio::select! {
             biased;
-            r = self.exchange(req, release) => Some(r),
+            r = self.exchange(req, release, last_byte) => Some(r),
             _ = timer.as_mut() => None,
         };
         self.timer = Some(timer);
@@ -308,25 +165,49 @@ impl Conn {
         &mut self,
         req: Outgoing,
         release: Option<&tokio::sync::Barrier>,
+        last_byte: bool,
     ) -> Result<Reply, AttemptError> {
         self.open().await?;
         encode(&mut self.out, &req, self.host.as_bytes())?;
         let head_only = req.method == Method::HEAD;
         let asked_close = has_token(&req.headers, http::header::CONNECTION, "close");
         drop(req);
-        if let Some(b) = release {
-            b.wait().await;
-        }
         let Some(stream) = self.stream.as_mut() else {
             return Err(AttemptError {
                 kind: ErrorKind::Other,
                 message: "connection unavailable".into(),
             });
         };
+        // Last-byte sync: all but the final byte leave before the release, so the server has the
+        // whole request but one byte, and every member completes its request with one byte.
+        let split = if last_byte && release.is_some() {
+            self.out.len().saturating_sub(1)
+        } else {
+            0
+        };
+        if split > 0 {
+            stream
+                .write_all(&self.out[..split])
+                .await
+                .map_err(|e| io_failure("writing the request", e))?;
+            stream
+                .flush()
+                .await
+                .map_err(|e| io_failure("writing the request", e))?;
+        }
+        if let Some(b) = release {
+            b.wait().await;
+        }
         stream
-            .write_all(&self.out)
+            .write_all(&self.out[split..])
             .await
             .map_err(|e| io_failure("writing the request", e))?;
+        if self.target.tls.is_some() {
+            stream
+                .flush()
+                .await
+                .map_err(|e| io_failure("writing the request", e))?;
+        }
         if release.is_some() {
             self.released_at = Some(std::time::Instant::now());
         }
@@ -415,7 +296,7 @@ struct Head {
 /// Reads one response to a request (`head_only` for `HEAD`), skipping interim `1xx` responses.
 /// Returns it and whether the connection may carry another request.
 async fn read_response(
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     buf: &mut BytesMut,
     head_only: bool,
 ) -> Result<(Reply, bool), AttemptError> {
@@ -460,7 +341,7 @@ async fn read_response(
 }
 
 /// Reads until a complete head is in `buf`, then splits it off.
-async fn read_head(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<Head, AttemptError> {
+async fn read_head(stream: &mut Stream, buf: &mut BytesMut) -> Result<Head, AttemptError> {
     loop {
         if !buf.is_empty() {
             if let Some(head) = parse_head(buf)? {
@@ -555,7 +436,7 @@ fn content_length(headers: &HeaderMap) -> Result<Option<u64>, AttemptError> {
 
 /// Reads a body of exactly `len` bytes and splits it off `buf`.
 async fn read_sized(
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     buf: &mut BytesMut,
     len: u64,
 ) -> Result<Bytes, AttemptError> {
@@ -574,7 +455,7 @@ async fn read_sized(
 
 /// Reads and decodes a chunked body, up to and including its trailer section (which is
 /// discarded).
-async fn read_chunked(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<Bytes, AttemptError> {
+async fn read_chunked(stream: &mut Stream, buf: &mut BytesMut) -> Result<Bytes, AttemptError> {
     const CUT: &str = "connection closed in the middle of a chunked body";
     let mut body = BytesMut::new();
     loop {
@@ -653,18 +534,14 @@ async fn read_chunked(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<Byte
 }
 
 /// Reads a body that ends when the server closes the connection.
-async fn read_to_close(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<Bytes, AttemptError> {
+async fn read_to_close(stream: &mut Stream, buf: &mut BytesMut) -> Result<Bytes, AttemptError> {
     while fill(stream, buf, READ_CHUNK).await? > 0 {}
     Ok(buf.split().freeze())
 }
 
 /// Reads what the socket has into `buf`, first growing it by up to `want` bytes if it is low on
 /// space. Returns how many bytes came; 0 is end of stream.
-async fn fill(
-    stream: &mut TcpStream,
-    buf: &mut BytesMut,
-    want: usize,
-) -> Result<usize, AttemptError> {
+async fn fill(stream: &mut Stream, buf: &mut BytesMut, want: usize) -> Result<usize, AttemptError> {
     if buf.capacity() - buf.len() < MIN_READ_SPACE {
         buf.reserve(want.clamp(READ_CHUNK, MAX_RESERVE));
     }
@@ -672,55 +549,6 @@ async fn fill(
         .read_buf(buf)
         .await
         .map_err(|e| io_failure("reading the response", e))
-}
-
-/// Whether any of the comma-separated values of `name` is `token` (case-insensitively).
-fn has_token(headers: &HeaderMap, name: http::header::HeaderName, token: &str) -> bool {
-    headers.get_all(name).iter().any(|v| {
-        v.as_bytes()
-            .split(|&b| b == b',')
-            .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
-    })
-}
-
-/// Whether the last of the comma-separated values of `name` is `token` (case-insensitively).
-fn last_token_is(headers: &HeaderMap, name: http::header::HeaderName, token: &str) -> bool {
-    headers
-        .get_all(name)
-        .iter()
-        .next_back()
-        .and_then(|v| v.as_bytes().rsplit(|&b| b == b',').next())
-        .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
-}
-
-fn malformed(message: String) -> AttemptError {
-    AttemptError {
-        kind: ErrorKind::Malformed,
-        message,
-    }
-}
-
-fn closed(message: &str) -> AttemptError {
-    AttemptError {
-        kind: ErrorKind::Closed,
-        message: message.to_string(),
-    }
-}
-
-/// Maps a socket error to the kind the report counts: a reset (RST) shows as
-/// `ConnectionReset` on a read, and as any of the three on a write.
-fn io_failure(doing: &str, e: io::Error) -> AttemptError {
-    let kind = match e.kind() {
-        io::ErrorKind::ConnectionReset
-        | io::ErrorKind::ConnectionAborted
-        | io::ErrorKind::BrokenPipe => ErrorKind::Reset,
-        io::ErrorKind::UnexpectedEof | io::ErrorKind::WriteZero => ErrorKind::Closed,
-        _ => ErrorKind::Other,
-    };
-    AttemptError {
-        kind,
-        message: format!("{doing}: {e}"),
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,335 @@
+//! The client transport: one connection per worker, spoken directly over TCP or TLS.
+//!
+//! Why not a pooled client on the hot path: a load generator wants exactly `C` connections for
+//! `--concurrency C`, each owned by one worker with no shared pool lock, no per-request URL parsing
+//! and no hidden retry. That is how wrk reaches its numbers; a plain reqwest loop spends its time in
+//! the pool and reaches about half.
+//!
+//! Why not hyper's connection-level client either: with one request in flight per connection, no
+//! upgrades, no pipelining and no streamed bodies, what remains of a general client is its
+//! machinery — the request channel into the connection's dispatcher, the oneshot the response comes
+//! back on, the wake-ups between the two halves. On hyper the client spent more than twice wrk's
+//! CPU per request, and in profiles that machinery, not HTTP, was where its user-space time went.
+//! Here a request is serialized into a reused buffer and written with one write; the response is
+//! read into a reused buffer, its head parsed in place by `httparse`, and its head and (sized) body
+//! split off as shared `Bytes` without copying. Failures are classified into the kinds the report
+//! counts.
+
+//!
+//! - [`http1`]: HTTP/1.1, the hot path: one request in flight per connection.
+//! - [`http2`]: HTTP/2 on the `h2` crate, `--streams` workers per connection.
+//! - [`stream`]: the byte stream under it — plain TCP, or TLS through rustls ([`crate::tls`]).
+
+pub mod http1;
+pub mod http2;
+pub mod stream;
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use history::ErrorKind;
+use http::{HeaderMap, Method, StatusCode};
+
+use crate::tls::{ClientTls, TlsOptions, TlsSetupError};
+
+/// Where requests go: `http://` or `https://host:port` plus a base path, resolved once.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The URL as given.
+    pub url: String,
+    /// Resolved socket address.
+    pub addr: SocketAddr,
+    /// The host as named in the URL (without brackets or port): TLS's server name.
+    pub host: String,
+    /// `Host` header value.
+    pub authority: String,
+    /// Path prefix joined to each request path (no trailing slash).
+    pub base_path: String,
+    /// TLS, for `https://`.
+    pub tls: Option<ClientTls>,
+    /// Speak HTTP/2: ALPN `h2` over TLS, prior knowledge (h2c) over plain TCP. The pool puts
+    /// `streams` workers on each connection.
+    pub http2: Option<Arc<http2::Pool>>,
+}
+
+/// How to reach a target besides its URL: TLS settings and the protocol.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Connect {
+    /// TLS settings (for `https://`).
+    pub tls: TlsOptions,
+    /// Speak HTTP/2.
+    pub http2: bool,
+    /// Concurrent streams (workers) per HTTP/2 connection (0 = 1).
+    pub streams: u32,
+}
+
+/// A target URL that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    /// Not an `http(s)://HOST[:PORT]` URL.
+    #[error("invalid URL {url:?}: {reason}")]
+    Invalid {
+        /// The URL as given.
+        url: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The host does not resolve.
+    #[error("cannot resolve {url}: {source}")]
+    Resolve {
+        /// The URL as given.
+        url: String,
+        /// The resolver's error.
+        source: io::Error,
+    },
+    /// The TLS settings cannot be used.
+    #[error(transparent)]
+    Tls(#[from] TlsSetupError),
+}
+
+impl Target {
+    /// Parses and resolves `http(s)://host[:port][/base]` with the default settings (HTTP/1.1;
+    /// for `https://`, the public roots).
+    pub fn parse(url: &str) -> Result<Target, TargetError> {
+        Target::with(url, &Connect::default())
+    }
+
+    /// Parses and resolves `url`, reached as `how` says.
+    pub fn with(url: &str, how: &Connect) -> Result<Target, TargetError> {
+        let invalid = |reason: &str| TargetError::Invalid {
+            url: url.to_string(),
+            reason: reason.to_string(),
+        };
+        let uri: http::Uri = url
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| invalid(&e.to_string()))?;
+        let (tls, default_port) = match uri.scheme_str() {
+            Some("http") => (None, 80),
+            Some("https") => (Some(ClientTls::new(&how.tls, how.http2)?), 443),
+            _ => return Err(invalid("expected http://HOST:PORT or https://HOST:PORT")),
+        };
+        let authority = uri
+            .authority()
+            .ok_or_else(|| invalid("missing host"))?
+            .clone();
+        if authority.as_str().contains('@') {
+            return Err(invalid(
+                "credentials in the URL are not supported; send an Authorization header instead",
+            ));
+        }
+        let port = authority.port_u16().unwrap_or(default_port);
+        let host = authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        if host.is_empty() {
+            return Err(invalid("missing host"));
+        }
+        let addr = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
+            .map_err(|source| TargetError::Resolve {
+                url: url.to_string(),
+                source,
+            })?
+            .next()
+            .ok_or_else(|| invalid("host resolves to no address"))?;
+        Ok(Target {
+            url: url.to_string(),
+            addr,
+            host,
+            authority: authority.as_str().to_string(),
+            base_path: uri.path().trim_end_matches('/').to_string(),
+            tls,
+            http2: how.http2.then(|| Arc::new(http2::Pool::new(how.streams))),
+        })
+    }
+
+    /// The request URI for `path` (which starts with `/`).
+    pub fn path(&self, path: &str) -> String {
+        format!("{}{}", self.base_path, path)
+    }
+
+    /// `https://` or `http://`, and the authority: where relative URLs resolve.
+    pub fn origin(&self) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.authority)
+    }
+}
+
+/// A worker's connection to a target: HTTP/1.1 of its own, or a stream on a shared HTTP/2
+/// connection. It reconnects when the connection breaks.
+pub enum Conn {
+    /// HTTP/1.1, one request in flight.
+    H1(http1::H1Conn),
+    /// HTTP/2, a stream of a pooled connection per request.
+    H2(http2::H2Conn),
+}
+
+impl Conn {
+    /// A connection to `target`, not yet open.
+    pub fn new(target: Arc<Target>) -> Conn {
+        match target.http2.clone() {
+            Some(pool) => Conn::H2(http2::H2Conn::new(&target, &pool)),
+            None => Conn::H1(http1::H1Conn::new(target)),
+        }
+    }
+
+    /// Opens the connection now (bursts open theirs before the release).
+    pub async fn open(&mut self) -> Result<(), AttemptError> {
+        match self {
+            Conn::H1(c) => c.open().await,
+            Conn::H2(c) => c.open().await,
+        }
+    }
+
+    /// Sends one request and reads the whole response, within `timeout`.
+    pub async fn send(&mut self, req: Outgoing, timeout: Duration) -> Result<Reply, AttemptError> {
+        match self {
+            Conn::H1(c) => c.send(req, timeout).await,
+            Conn::H2(c) => c.send(req, timeout).await,
+        }
+    }
+
+    /// Like [`Conn::send`], but waits at `release` once everything is ready, so that every
+    /// member of a burst sends at the same instant. With `last_byte` (HTTP/1.1), everything but
+    /// the request's last byte is written before the wait, and only that byte after it.
+    pub async fn send_released(
+        &mut self,
+        req: Outgoing,
+        timeout: Duration,
+        release: Option<&tokio::sync::Barrier>,
+        last_byte: bool,
+    ) -> Result<Reply, AttemptError> {
+        match self {
+            Conn::H1(c) => c.send_released(req, timeout, release, last_byte).await,
+            Conn::H2(c) => {
+                if let Some(b) = release {
+                    if let Err(e) = c.open().await {
+                        b.wait().await;
+                        return Err(e);
+                    }
+                    b.wait().await;
+                }
+                c.send(req, timeout).await
+            }
+        }
+    }
+
+    /// When the last request sent with a release point finished leaving (HTTP/1.1).
+    pub fn released_at(&self) -> Option<std::time::Instant> {
+        match self {
+            Conn::H1(c) => c.released_at(),
+            Conn::H2(_) => None,
+        }
+    }
+}
+
+/// A failed attempt: its kind and the underlying message.
+#[derive(Debug, Clone)]
+pub struct AttemptError {
+    /// What kind of failure, as the report counts it.
+    pub kind: ErrorKind,
+    /// The underlying message.
+    pub message: String,
+}
+
+impl fmt::Display for AttemptError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.kind, self.message)
+    }
+}
+
+/// A complete response.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Reply {
+    /// `Retry-After` as a duration from now (seconds or HTTP-date).
+    pub fn retry_after(&self) -> Option<Duration> {
+        let v = self
+            .headers
+            .get(http::header::RETRY_AFTER)?
+            .to_str()
+            .ok()?
+            .trim();
+        if let Ok(secs) = v.parse::<u64>() {
+            return Some(Duration::from_secs(secs));
+        }
+        let when = httpdate::parse_http_date(v).ok()?;
+        Some(
+            when.duration_since(std::time::SystemTime::now())
+                .unwrap_or(Duration::ZERO),
+        )
+    }
+}
+
+/// A request ready to send.
+#[derive(Debug, Clone)]
+pub struct Outgoing {
+    pub method: Method,
+    /// Path and query, already joined to the target's base path.
+    pub uri: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// Whether any of the comma-separated values of `name` is `token` (case-insensitively).
+pub(crate) fn has_token(headers: &HeaderMap, name: http::header::HeaderName, token: &str) -> bool {
+    headers.get_all(name).iter().any(|v| {
+        v.as_bytes()
+            .split(|&b| b == b',')
+            .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+    })
+}
+
+/// Whether the last of the comma-separated values of `name` is `token` (case-insensitively).
+pub(crate) fn last_token_is(
+    headers: &HeaderMap,
+    name: http::header::HeaderName,
+    token: &str,
+) -> bool {
+    headers
+        .get_all(name)
+        .iter()
+        .next_back()
+        .and_then(|v| v.as_bytes().rsplit(|&b| b == b',').next())
+        .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+}
+
+pub(crate) fn malformed(message: String) -> AttemptError {
+    AttemptError {
+        kind: ErrorKind::Malformed,
+        message,
+    }
+}
+
+pub(crate) fn closed(message: &str) -> AttemptError {
+    AttemptError {
+        kind: ErrorKind::Closed,
+        message: message.to_string(),
+    }
+}
+
+/// Maps a socket error to the kind the report counts: a reset (RST) shows as
+/// `ConnectionReset` on a read, and as any of the three on a write.
+pub(crate) fn io_failure(doing: &str, e: io::Error) -> AttemptError {
+    let kind = match e.kind() {
+        io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::BrokenPipe => ErrorKind::Reset,
+        io::ErrorKind::UnexpectedEof | io::ErrorKind::WriteZero => ErrorKind::Closed,
+        _ => ErrorKind::Other,
+    };
+    AttemptError {
+        kind,
+        message: format!("{doing}: {e}"),
+    }
+}
