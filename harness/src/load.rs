@@ -100,6 +100,13 @@ impl LoadOptions {
         if f.requests == Some(0) {
             return Err("--requests must be at least 1".into());
         }
+        // Over HTTP/2, as with h2load: `-c` connections, each carrying `--streams` requests at
+        // once, so connections × streams workers.
+        let per_connection = if f.connect.http2 {
+            f.connect.streams.max(1)
+        } else {
+            1
+        };
         let kind = match f.rate {
             Some(rate) => {
                 let duration = match (f.duration, f.requests) {
@@ -112,7 +119,10 @@ impl LoadOptions {
                 }
                 PhaseKind::Rate {
                     stages: vec![(rate, rate, duration)],
-                    connections: f.connections.unwrap_or(DEFAULT_CONNECTIONS),
+                    connections: f
+                        .connections
+                        .unwrap_or(DEFAULT_CONNECTIONS)
+                        .saturating_mul(per_connection),
                 }
             }
             None => {
@@ -121,7 +131,10 @@ impl LoadOptions {
                     (d, _) => d,
                 };
                 PhaseKind::Clients {
-                    concurrency: f.concurrency.unwrap_or(DEFAULT_CONNECTIONS),
+                    concurrency: f
+                        .concurrency
+                        .unwrap_or(DEFAULT_CONNECTIONS)
+                        .saturating_mul(per_connection),
                     duration,
                     requests: f.requests,
                     think: Duration::ZERO,

@@ -1,0 +1,257 @@
+//! The harness over TLS and HTTP/2, as a user runs it: the real `harness` binary against a fault
+//! server with a certificate of its own — trusted with `--cacert`, with `--insecure`, or not at
+//! all (exit 3 and the reason in one line) — HTTP/2 over TLS and h2c, and every burst sync mode
+//! reporting the skew it achieved.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use assert_cmd::cargo::CommandCargoExt;
+
+fn harness() -> Command {
+    Command::cargo_bin("harness").expect("the harness binary")
+}
+
+/// A fault server in a background runtime, with its certificate (when it has one) in a file.
+struct Server {
+    url: String,
+    ca: Option<PathBuf>,
+    journal: PathBuf,
+    _rt: tokio::runtime::Runtime,
+    _dir: tempfile::TempDir,
+}
+
+fn server(yaml: &str) -> Server {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let journal = dir.path().join("journal.jsonl");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let cfg = fault_server::Config::from_yaml(yaml, "test").expect("a valid config");
+    let opts = fault_server::ServerOptions {
+        journal_file: Some(journal.clone()),
+        ..Default::default()
+    };
+    let s = rt
+        .block_on(fault_server::FaultServer::start(cfg, opts))
+        .expect("the server starts");
+    let ca = s.certificate_pem().map(|pem| {
+        let p = dir.path().join("ca.pem");
+        std::fs::write(&p, pem).expect("write the CA");
+        p
+    });
+    let url = s.url();
+    rt.spawn(async move {
+        let _keep = s;
+        std::future::pending::<()>().await
+    });
+    Server {
+        url,
+        ca,
+        journal,
+        _rt: rt,
+        _dir: dir,
+    }
+}
+
+fn run(cmd: &mut Command) -> (Output, serde_json::Value, String) {
+    let out = cmd.output().expect("harness runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let json = serde_json::from_str(&stdout).unwrap_or(serde_json::Value::Null);
+    (out, json, stderr)
+}
+
+fn journal(s: &Server) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(&s.journal)
+        .expect("the journal file")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a journal line"))
+        .collect()
+}
+
+fn path(p: &Path) -> String {
+    p.display().to_string()
+}
+
+#[test]
+fn load_over_https_trusts_the_ca_or_insecure_and_refuses_otherwise() {
+    let s = server("tls: self-signed");
+    let ca = path(s.ca.as_ref().expect("a certificate"));
+    let url = format!("{}/", s.url);
+    for trust in [
+        vec!["--cacert", ca.as_str()],
+        vec!["--insecure"],
+        vec!["-k"],
+    ] {
+        let (out, report, stderr) = run(harness()
+            .args(["load", &url, "-c", "4", "-n", "200", "--format", "json"])
+            .args(&trust));
+        assert_eq!(out.status.code(), Some(0), "{trust:?}: {stderr}");
+        assert_eq!(report["requests"]["completed"], 200, "{trust:?}");
+        assert_eq!(report["requests"]["errors"], 0, "{trust:?}");
+    }
+    let (out, _, stderr) = run(harness().args(["load", &url, "-c", "2", "-n", "10"]));
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.contains("unknown issuer"), "{stderr}");
+    assert!(stderr.contains("--cacert"), "says what to do: {stderr}");
+    assert!(journal(&s).iter().all(|e| e["tls"] == true));
+}
+
+/// A certificate for `names`, valid from `not_before` to `not_after` (unix seconds), signed by
+/// itself; written as cert.pem and key.pem under `dir`.
+fn certificate(dir: &Path, names: &[&str], not_before: i64, not_after: i64) -> (PathBuf, PathBuf) {
+    let mut params =
+        rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            .expect("certificate parameters");
+    params.not_before = time::OffsetDateTime::from_unix_timestamp(not_before).expect("a timestamp");
+    params.not_after = time::OffsetDateTime::from_unix_timestamp(not_after).expect("a timestamp");
+    let key = rcgen::KeyPair::generate().expect("a key");
+    let cert = params.self_signed(&key).expect("a certificate");
+    let (c, k) = (
+        dir.join(format!("{}.pem", names[0])),
+        dir.join(format!("{}.key", names[0])),
+    );
+    std::fs::write(&c, cert.pem()).expect("write the certificate");
+    std::fs::write(&k, key.serialize_pem()).expect("write the key");
+    (c, k)
+}
+
+#[test]
+fn a_certificate_for_another_name_or_out_of_date_is_named_as_such() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs() as i64;
+    let year = 365 * 24 * 3600;
+    let cases = [
+        (vec!["example.com"], now - year, now + year, "name mismatch"),
+        (vec!["127.0.0.1"], now - 2 * year, now - year, "expired"),
+    ];
+    for (names, from, until, reason) in cases {
+        let (cert, key) = certificate(dir.path(), &names, from, until);
+        let s = server(&format!(
+            "tls: {{ cert: {}, key: {} }}",
+            path(&cert),
+            path(&key)
+        ));
+        let (out, _, stderr) = run(harness()
+            .args(["load", &format!("{}/", s.url), "-n", "1", "--cacert"])
+            .arg(&cert));
+        assert_eq!(out.status.code(), Some(3), "{reason}: {stderr}");
+        assert!(stderr.contains(reason), "{reason}: {stderr}");
+    }
+}
+
+#[test]
+fn http2_over_tls_and_over_h2c_with_streams_per_connection() {
+    for yaml in ["tls: self-signed", "{}"] {
+        let s = server(yaml);
+        let mut cmd = harness();
+        cmd.args(["load", &format!("{}/", s.url), "-c", "2", "--streams", "8"])
+            .args(["-n", "400", "--http2", "--format", "json"]);
+        if let Some(ca) = &s.ca {
+            cmd.arg("--cacert").arg(ca);
+        }
+        let (out, report, stderr) = run(&mut cmd);
+        assert_eq!(out.status.code(), Some(0), "{yaml}: {stderr}");
+        assert_eq!(report["requests"]["completed"], 400, "{yaml}");
+        let j = journal(&s);
+        assert_eq!(j.len(), 400);
+        assert!(j.iter().all(|e| e["http_version"] == "2"), "{yaml}");
+        let conns: std::collections::BTreeSet<u64> =
+            j.iter().filter_map(|e| e["conn_id"].as_u64()).collect();
+        assert_eq!(conns.len(), 2, "{yaml}: -c 2 connections, 8 streams each");
+    }
+}
+
+#[test]
+fn every_sync_mode_reports_the_skew_it_achieved() {
+    let s = server("tls: self-signed\norders: { idempotency: unique }");
+    let ca = path(s.ca.as_ref().expect("a certificate"));
+    let url = format!("{}/orders", s.url);
+    for (mode, http2) in [
+        ("release", false),
+        ("last-byte", false),
+        ("single-packet", true),
+        ("release", true),
+    ] {
+        let mut cmd = harness();
+        cmd.args([
+            "idempotency",
+            &url,
+            "--rounds",
+            "3",
+            "--sync",
+            mode,
+            "--cacert",
+            &ca,
+        ])
+        .args(["--format", "json"]);
+        if http2 {
+            cmd.arg("--http2");
+        }
+        let (out, report, stderr) = run(&mut cmd);
+        assert_eq!(out.status.code(), Some(0), "{mode} http2={http2}: {stderr}");
+        assert!(
+            report["phases"][0]["metrics"]["release_skew_us_max"].is_u64(),
+            "{mode}: the skew is reported: {report}"
+        );
+    }
+    // A mode the protocol cannot do is refused before anything is sent.
+    let (out, _, stderr) = run(harness().args([
+        "idempotency",
+        &url,
+        "--sync",
+        "single-packet",
+        "--cacert",
+        &ca,
+    ]));
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("needs HTTP/2"), "{stderr}");
+}
+
+#[test]
+fn a_scenario_with_an_embedded_tls_server_needs_no_flag_and_reports_its_sync() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let scenario = dir.path().join("h2.yaml");
+    std::fs::write(
+        &scenario,
+        r#"
+name: h2-burst
+server:
+  tls: self-signed
+  orders: { idempotency: unique }
+http: { version: 2 }
+phases:
+  - name: bursts
+    burst: { size: 10, rounds: 3, sync: single-packet }
+    request: { method: POST, path: /orders, headers: { Idempotency-Key: "{{key}}" }, json: { sku: a } }
+  - name: h1-style
+    burst: { size: 5, rounds: 2, sync: release }
+    request: { method: POST, path: /orders, headers: { Idempotency-Key: "{{key}}" }, json: { sku: b } }
+checks:
+  duplicates: {}
+  idempotency_semantics: {}
+"#,
+    )
+    .expect("write the scenario");
+    let (out, report, stderr) = run(harness()
+        .arg("run")
+        .arg(&scenario)
+        .args(["--format", "json"]));
+    assert_eq!(out.status.code(), Some(0), "{stderr}\n{report}");
+    assert_eq!(report["phases"][0]["metrics"]["sync"], "single-packet");
+    assert_eq!(report["phases"][1]["metrics"]["sync"], "release");
+    for p in 0..2 {
+        assert!(
+            report["phases"][p]["metrics"]["release_skew_us_max"].is_u64(),
+            "phase {p}: {report}"
+        );
+    }
+    let _ = &dir;
+}
