@@ -10,7 +10,8 @@
 #   --rounds N   rounds of the interleaved measurements (default 3)
 #   --secs S     seconds per measurement (default 5)
 #   --soak S     length of the RSS soak at 5k req/s (default 60; the documented run uses 3600)
-#   --only LIST  comma-separated parts: throughput,rate,burst,analyze,conns,soak (default: all)
+#   --only LIST  comma-separated parts: throughput,rate,burst,analyze,conns,soak,tls,h2,sync
+#                (default: all)
 #   --summary F  where the summary goes (default bench/results/latest.json)
 #
 # Raw samples go to bench/results/raw-<time>.tsv; the summary to --summary.
@@ -21,7 +22,7 @@ cd "$(dirname "$0")/.."
 ROUNDS=3
 SECS=5
 SOAK=60
-ONLY="throughput,rate,burst,analyze,conns,soak"
+ONLY="throughput,rate,burst,analyze,conns,soak,tls,h2,sync"
 SUMMARY=bench/results/latest.json
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -50,6 +51,10 @@ HARNESS=$BIN/harness
 if ! command -v wrk >/dev/null 2>&1; then
   echo "== installing wrk"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
+fi
+if ! command -v h2load >/dev/null 2>&1; then
+  echo "== installing h2load (nghttp2-client)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nghttp2-client >/dev/null
 fi
 if ! command -v oha >/dev/null 2>&1; then
   echo "== installing oha (a few minutes of compiling, once)"
@@ -109,6 +114,13 @@ start_server fault "$BIN/fault-server" --config bench/five-rules.yaml --bind 127
 FAULT_URL=$URL
 FAULT_PID=$LAST_PID
 echo "bare axum: $AXUM_URL   fault server (journal on, bench/five-rules.yaml): $FAULT_URL"
+if wants tls; then
+  start_server tls "$BIN/fault-server" --config bench/five-rules.yaml --bind 127.0.0.1:0 \
+    --journal "$TMP/journal-tls.jsonl" --tls-self-signed "$TMP/ca.pem"
+  TLS_URL=$URL
+  TLS_PID=$LAST_PID
+  echo "fault server over TLS (its own certificate in $TMP/ca.pem): $TLS_URL"
+fi
 
 # Clears the fault server's journal (memory and file) so no run pays for the previous one's.
 reset_fault() { curl -fsS -X POST "$FAULT_URL/__harness/reset" > /dev/null; }
@@ -120,7 +132,13 @@ json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)"
 # throughput on a shared two-core machine swings with whatever else runs, CPU per request much less.
 TICK=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-server_pid() { if [ "$1" = "$AXUM_URL" ]; then echo "$AXUM_PID"; else echo "$FAULT_PID"; fi; }
+server_pid() {
+  case "$1" in
+    "$AXUM_URL") echo "$AXUM_PID" ;;
+    "${TLS_URL:-none}") echo "$TLS_PID" ;;
+    *) echo "$FAULT_PID" ;;
+  esac
+}
 # Runs a closed-loop tool (CMD...) against URL; records rps, and CPU µs per request given by N_EXPR.
 measure() { # name url round count-command -- cmd...
   local name="$1" url="$2" round="$3" count="$4"; shift 5
@@ -140,6 +158,8 @@ count_oha() { json "$TMP/out" "sum(d['statusCodeDistribution'].values())"; }
 rps_of_count_oha() { json "$TMP/out" "d['summary']['requestsPerSec']"; }
 count_harness() { json "$TMP/out" "d['requests']['completed']"; }
 rps_of_count_harness() { json "$TMP/out" "d['throughput_rps']"; }
+count_h2load() { awk '/^requests:/{print $8}' "$TMP/out"; }
+rps_of_count_h2load() { awk '/^finished in/{print $4}' "$TMP/out"; }
 
 run_wrk() { # name url round
   measure "$1" "$2" "$3" count_wrk -- wrk -t1 -c$CONNS -d${SECS}s "$2/"
@@ -169,6 +189,33 @@ run_oha_rate() { # round
   record rate oha-rate-fault "$1" intended_p99_ms "$(json "$TMP/oq.json" "d['latencyPercentiles']['p99']*1000")"
 }
 
+# TLS: the same closed loop over https (wrk and oha do not verify the certificate; the harness
+# trusts the server's own). Then connections that close after each request, over TLS and plain,
+# whose difference in CPU per request is the cost of a TLS handshake.
+run_tls_wrk() { measure "$1" "$TLS_URL" "$2" count_wrk -- wrk -t1 -c$CONNS -d${SECS}s "$TLS_URL/"; }
+run_tls_oha() {
+  measure "$1" "$TLS_URL" "$2" count_oha -- oha -c $CONNS -z ${SECS}s --insecure --no-tui \
+    --output-format json "$TLS_URL/"
+}
+run_tls_harness() {
+  measure "$1" "$TLS_URL" "$2" count_harness -- $HARNESS load "$TLS_URL/" --concurrency $CONNS \
+    --duration ${SECS}s --cacert "$TMP/ca.pem" --format json
+}
+run_close_harness() { # name url round
+  local extra=()
+  [ "$2" = "$TLS_URL" ] && extra=(--cacert "$TMP/ca.pem")
+  measure "$1" "$2" "$3" count_harness -- $HARNESS load "$2/" --concurrency 16 --requests 3000 \
+    -H 'connection: close' "${extra[@]}" --format json
+}
+# HTTP/2 over h2c (prior knowledge): 4 connections, 100 streams in flight on each.
+run_h2_h2load() {
+  measure h2load-h2 "$FAULT_URL" "$1" count_h2load -- h2load -c 4 -m 100 -D $SECS "$FAULT_URL/"
+}
+run_h2_harness() {
+  measure harness-h2 "$FAULT_URL" "$1" count_harness -- $HARNESS load "$FAULT_URL/" --http2 \
+    -c 4 --streams 100 --duration ${SECS}s --format json
+}
+
 # Runs CMD with its peak RSS (kB) and wall time (s) appended to the record as rss_kb and wall_s.
 timed() { # part name round cmd...
   local part="$1" name="$2" round="$3"; shift 3
@@ -181,7 +228,7 @@ timed() { # part name round cmd...
 }
 
 # --- interleaved rounds --------------------------------------------------------------------------
-if wants throughput || wants rate; then
+if wants throughput || wants rate || wants tls || wants h2; then
   STEPS=()
   if wants throughput; then
     STEPS+=("run_wrk wrk-axum $AXUM_URL" "run_wrk wrk-fault $FAULT_URL"
@@ -189,12 +236,18 @@ if wants throughput || wants rate; then
             "run_harness harness-axum $AXUM_URL")
   fi
   if wants rate; then STEPS+=("run_harness_rate" "run_oha_rate"); fi
+  if wants tls; then
+    STEPS+=("run_tls_wrk wrk-tls" "run_tls_oha oha-tls" "run_tls_harness harness-tls"
+            "run_close_harness harness-close-tls $TLS_URL" "run_close_harness harness-close-plain $FAULT_URL")
+  fi
+  if wants h2; then STEPS+=("run_h2_h2load" "run_h2_harness"); fi
   n=${#STEPS[@]}
   for ((r = 1; r <= ROUNDS; r++)); do
     echo "== round $r/$ROUNDS"
     for ((k = 0; k < n; k++)); do
       step=${STEPS[$(((k + r - 1) % n))]}
       reset_fault
+      [ -n "${TLS_URL:-}" ] && curl -fsS --cacert "$TMP/ca.pem" -X POST "$TLS_URL/__harness/reset" > /dev/null
       # The step is a function name and its arguments: split on purpose.
       # shellcheck disable=SC2086
       $step "$r"
@@ -210,6 +263,18 @@ if wants burst; then
     $HARNESS run scenarios/idempotency-burst.yaml --format json > "$TMP/b.json" || true
     record burst idempotency-burst "$r" skew_max_us "$(json "$TMP/b.json" "d['phases'][0]['metrics']['release_skew_us_max']")"
     record burst idempotency-burst "$r" skew_p50_us "$(json "$TMP/b.json" "d['phases'][0]['metrics']['release_skew_us_p50']")"
+  done
+fi
+
+# --- release skew of every sync mode ------------------------------------------------------------
+if wants sync; then
+  echo "== release skew by sync mode (20 rounds of 10, embedded fault server)"
+  for ((r = 1; r <= ROUNDS; r++)); do
+    for mode in burst burst-last-byte burst-single-packet; do
+      $HARNESS run "scenarios/idempotency-$mode.yaml" --format json > "$TMP/s.json" || true
+      record sync "sync-$mode" "$r" skew_max_us "$(json "$TMP/s.json" "d['phases'][0]['metrics']['release_skew_us_max']")"
+      record sync "sync-$mode" "$r" skew_p50_us "$(json "$TMP/s.json" "d['phases'][0]['metrics']['release_skew_us_p50']")"
+    done
   done
 fi
 

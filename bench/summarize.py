@@ -54,6 +54,7 @@ def machine():
         "kernel": platform.release(),
         "wrk": out(["wrk", "--version"]).splitlines()[0] if out(["wrk", "--version"]) else "",
         "oha": out(["oha", "--version"]),
+        "h2load": out(["h2load", "--version"]).splitlines()[0] if out(["h2load", "--version"]) else "",
         "rustc": out(["rustc", "--version"]),
     }
 
@@ -123,6 +124,31 @@ def main():
         ratios_tp["harness-rate/oha-rate (rps)"] = ratio("harness-rate-fault", "oha-rate-fault", "rps")
         ratios_tp["harness-rate/oha-rate (intended p99)"] = ratio(
             "harness-rate-fault", "oha-rate-fault", "intended_p99_ms")
+    if ("harness-tls", "rps") in s:
+        t1 = ratio("harness-tls", "wrk-tls", "rps")
+        t2 = ratio("harness-tls", "oha-tls", "rps")
+        v1, v2 = t1["median_of_round_ratios"], t2["median_of_round_ratios"]
+        target("harness load https -c 64 vs wrk -t1 -c64 (TLS)", v1, ">= 1.0", v1 is not None and v1 >= 1.0, "wrk-tls")
+        target("harness load https -c 64 vs oha -c 64 (TLS)", v2, ">= 1.0", v2 is not None and v2 >= 1.0, "oha-tls")
+        ratios_tp["harness-tls/wrk-tls"] = t1
+        ratios_tp["harness-tls/oha-tls"] = t2
+        ratios_tp["client CPU/req harness-tls/wrk-tls"] = ratio("harness-tls", "wrk-tls", "client_cpu_us")
+        for side in ("client_cpu_us", "server_cpu_us"):
+            a = med("harness-close-tls", side)
+            b = med("harness-close-plain", side)
+            if a is not None and b is not None:
+                medians.setdefault("tls-handshake", {})[side] = a - b
+    if ("harness-h2", "rps") in s:
+        h = ratio("harness-h2", "h2load-h2", "rps")
+        v = h["median_of_round_ratios"]
+        target("harness load --http2 -c 4 --streams 100 vs h2load -c 4 -m 100", v, ">= 1.0", v is not None and v >= 1.0, "h2load-h2")
+        ratios_tp["harness-h2/h2load-h2"] = h
+        ratios_tp["client CPU/req harness-h2/h2load-h2"] = ratio("harness-h2", "h2load-h2", "client_cpu_us")
+    for mode in ("burst-last-byte", "burst-single-packet", "burst"):
+        if (f"sync-{mode}", "skew_max_us") in s:
+            v = med(f"sync-{mode}", "skew_max_us")
+            goal_ok = v is not None and (v < 100 if mode != "burst" else v < 1000)
+            target(f"release skew max, {mode}", v, "< 100 us" if mode != "burst" else "< 1000 us", goal_ok, "100 us")
     if ("idempotency-burst", "skew_max_us") in s:
         v = med("idempotency-burst", "skew_max_us")
         target("burst release skew max (10 requests)", v, "< 1000 us", v is not None and v < 1000, "1 ms")

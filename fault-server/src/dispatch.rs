@@ -18,7 +18,7 @@ use crate::orders::routes::{is_resource_path, ok_reply, serve_resource, Resource
 use crate::reply::{plain, record_reply, respond, status_response, ResBody};
 use crate::schedule::RequestFacts;
 use crate::socket::{peer_closed, ServedConn, SocketAction};
-use history::{Entry, Outcome};
+use history::{Entry, HttpVersion, Outcome};
 
 /// An HTTP/2 stream ended with RST_STREAM: what a handler returns for `reset` (and `malformed`,
 /// which has no half-written form in HTTP/2) and for a `hang` whose cap passed.
@@ -70,7 +70,7 @@ pub(crate) async fn handle(
     entry.idempotency_key = key.clone();
     entry.client_id = header_str(&parts.headers, "x-client-id").map(str::to_string);
     entry.conn_id = conn.id;
-    entry.http_version = Some(version_name(parts.version).to_string());
+    entry.http_version = Some(journal_version(parts.version));
     entry.tls = conn.io.is_tls();
     entry.key_attempt = key_attempt;
     let mut pending = Pending::with_emitter(conn.emitter.clone(), epoch, entry);
@@ -79,6 +79,8 @@ pub(crate) async fn handle(
     let Ok(collected) = body.collect().await else {
         return Ok(plain(StatusCode::BAD_REQUEST, "incomplete request body\n"));
     };
+    // Stamped first thing: a burst's release skew is measured on it.
+    let body_done_us = state.clock.now_us();
     let body = collected.to_bytes();
     let body_sha256 = if body.is_empty() {
         state.empty_body_sha256.clone()
@@ -90,7 +92,7 @@ pub(crate) async fn handle(
         e.body_len = body.len() as u64;
         e.body_sha256 = Some(body_sha256.clone());
         if !body.is_empty() {
-            e.t_body_us = Some(state.clock.now_us());
+            e.t_body_us = Some(body_done_us);
         }
     }
 
@@ -199,13 +201,12 @@ pub(crate) async fn handle(
     }
 }
 
-/// The journal's name of an HTTP version.
-fn version_name(v: http::Version) -> &'static str {
+/// The journal's HTTP version.
+fn journal_version(v: http::Version) -> HttpVersion {
     match v {
-        http::Version::HTTP_2 => "2",
-        http::Version::HTTP_10 => "1.0",
-        http::Version::HTTP_3 => "3",
-        _ => "1.1",
+        http::Version::HTTP_2 => HttpVersion::Http2,
+        http::Version::HTTP_10 => HttpVersion::Http10,
+        _ => HttpVersion::Http11,
     }
 }
 

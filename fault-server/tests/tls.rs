@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use common::{journal, start};
-use history::Outcome;
+use history::{HttpVersion, Outcome};
 
 fn curl(args: &[&str]) -> Output {
     Command::new("curl")
@@ -55,8 +55,8 @@ async fn serves_https_with_its_own_certificate_over_http1_and_http2() {
     let j = journal(&s).await;
     assert_eq!(j.len(), 3, "the untrusted handshake never became a request");
     assert!(j.iter().all(|e| e.tls));
-    assert_eq!(j[0].http_version.as_deref(), Some("1.1"));
-    assert_eq!(j[1].http_version.as_deref(), Some("2"));
+    assert_eq!(j[0].http_version, Some(HttpVersion::Http11));
+    assert_eq!(j[1].http_version, Some(HttpVersion::Http2));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -119,7 +119,7 @@ rules:
     assert_eq!(by_path("/drop").outcome, Outcome::Dropped);
     assert!(j
         .iter()
-        .all(|e| e.http_version.as_deref() == Some("2") && !e.tls));
+        .all(|e| e.http_version == Some(HttpVersion::Http2) && !e.tls));
     assert_eq!(
         by_path("/a").status,
         Some(200),

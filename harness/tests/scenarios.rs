@@ -144,6 +144,8 @@ macro_rules! scenarios {
 scenarios! {
     quickstart => "quickstart",
     idempotency_burst => "idempotency-burst",
+    idempotency_burst_last_byte => "idempotency-burst-last-byte",
+    idempotency_burst_single_packet => "idempotency-burst-single-packet",
     idempotency_race => "idempotency-race",
     idempotency_lost_response => "idempotency-lost-response",
     idempotency_lost_response_new_key => "idempotency-lost-response-new-key",

@@ -37,6 +37,20 @@ impl Outcome {
     }
 }
 
+/// An HTTP version, as the journal spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum HttpVersion {
+    /// `1.0`.
+    #[serde(rename = "1.0")]
+    Http10,
+    /// `1.1`.
+    #[serde(rename = "1.1")]
+    Http11,
+    /// `2`.
+    #[serde(rename = "2")]
+    Http2,
+}
+
 /// One request as the server saw it. Readers must ignore fields they do not know.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
@@ -78,7 +92,7 @@ pub struct Entry {
     pub body_len: u64,
     /// The protocol the request came in: `1.1`, `2` (`1.0` for an old client).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub http_version: Option<String>,
+    pub http_version: Option<HttpVersion>,
     /// The request came over TLS.
     #[serde(default)]
     pub tls: bool,

@@ -18,7 +18,7 @@ pub mod sample;
 mod store;
 
 pub use client::{ClientAttempt, ClientFigures, ErrorKind};
-pub use entry::{Entry, Outcome};
+pub use entry::{Entry, HttpVersion, Outcome};
 pub use store::{KeyCount, StoreCounts};
 
 /// What a run knows besides its requests: the facts the checks read when they conclude.

@@ -39,7 +39,7 @@ pub fn entry(seq: u64, t_recv_ms: impl Into<f64>) -> EntryBuilder {
         client_id: None,
         body_sha256: None,
         body_len: 0,
-        http_version: Some("1.1".to_string()),
+        http_version: Some(crate::HttpVersion::Http11),
         tls: false,
         conn_id: seq,
         rule: None,

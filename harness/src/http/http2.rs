@@ -307,10 +307,12 @@ fn h2_failure(e: h2::Error) -> AttemptError {
     }
 }
 
-/// A worker's HTTP/2 connection: its slot of the target's pool.
+/// A worker's HTTP/2 connection: its slot of the target's pool, and its own handle on the
+/// slot's connection (so a request takes no lock; the slot is asked again only after an error).
 #[derive(Debug, Clone)]
 pub struct H2Conn {
     slot: Arc<Slot>,
+    handle: Option<SendRequest<Bytes>>,
 }
 
 impl H2Conn {
@@ -318,17 +320,47 @@ impl H2Conn {
     pub fn new(target: &Arc<Target>, pool: &Pool) -> H2Conn {
         H2Conn {
             slot: pool.assign(target),
+            handle: None,
         }
     }
 
     /// Connects now, when the slot is not connected.
-    pub async fn open(&self) -> Result<(), AttemptError> {
-        self.slot.open().await
+    pub async fn open(&mut self) -> Result<(), AttemptError> {
+        if self.handle.is_none() {
+            self.handle = Some(self.slot.handle().await?);
+        }
+        Ok(())
     }
 
     /// Sends `req` on a new stream and reads its whole response, within `timeout`.
-    pub async fn send(&self, req: Outgoing, timeout: Duration) -> Result<Reply, AttemptError> {
-        self.slot.send(req, timeout).await
+    pub async fn send(&mut self, req: Outgoing, timeout: Duration) -> Result<Reply, AttemptError> {
+        let send = match &self.handle {
+            Some(h) => h.clone(),
+            None => {
+                let h = self.slot.handle().await?;
+                self.handle = Some(h.clone());
+                h
+            }
+        };
+        let exchange = async {
+            let (response, _) = start(send, req, true).await?;
+            read_reply(response).await
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => {
+                if e.kind != ErrorKind::Reset {
+                    // A stream reset leaves the connection usable; anything else may not.
+                    self.handle = None;
+                    self.slot.forget().await;
+                }
+                Err(e)
+            }
+            Err(_) => Err(AttemptError {
+                kind: ErrorKind::Timeout,
+                message: format!("no response within {timeout:?}"),
+            }),
+        }
     }
 }
 
