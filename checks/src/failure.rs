@@ -5,11 +5,11 @@
 //! counts only failures that say the dependency is unwell (`is_transient`), never a 404 that proves
 //! it is up and answering.
 
-use history::{Entry, Outcome};
+use history::Entry;
 
 /// True when no complete response was written (dropped, reset, hung, client gone).
 pub fn no_response(e: &Entry) -> bool {
-    e.outcome != Outcome::Responded || e.status.is_none()
+    !e.answered()
 }
 
 /// True when the client saw anything but a success: no response or a status of 400 or more.
@@ -31,6 +31,7 @@ pub fn is_transient(e: &Entry) -> bool {
 mod tests {
     use super::*;
     use crate::testutil::entry;
+    use history::Outcome;
 
     #[test]
     fn classifies_statuses_and_outcomes() {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
-use yaml_config::{from_yaml_str, parse_duration, ConfigError, Dur};
+use yaml_config::{from_yaml_str, parse_duration, ConfigError, Dur, Size};
 
 /// Everything a fault server needs to know besides where to listen.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -33,9 +33,45 @@ pub struct Config {
     /// or `{ cert: FILE, key: FILE }` (PEM).
     #[serde(default)]
     pub tls: Option<TlsConfig>,
+    /// What one client may cost the server: body size, time to send a head, connections.
+    #[serde(default)]
+    pub limits: LimitsConfig,
     /// The fault schedule: rules evaluated in order, first match wins.
     #[serde(default)]
     pub rules: Vec<RuleConfig>,
+}
+
+/// Bounds on what a client may cost the server. A request over one is refused — `413`, `408`,
+/// `431`, `400`, or `503` at the connection limit — and journaled with outcome `rejected`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Largest request body read; a larger one is answered `413` and the rest is not read.
+    pub max_body: Size,
+    /// How long a request's head may take to arrive, counted from when the server starts waiting
+    /// for it: after the connection opens, and after each response on a kept-alive connection.
+    /// So it is also the idle timeout of a kept-alive connection. A head late by this is
+    /// answered `408` and the connection closed.
+    pub header_timeout: Dur,
+    /// Largest request head (request line and headers); a larger one is answered `431`.
+    pub max_head: Size,
+    /// Most connections served at once; beyond them a request is answered `503` (the control API
+    /// is still served). Default: 10,000, or fewer when the process may open fewer files.
+    pub max_connections: Option<u32>,
+    /// Most Idempotency-Keys whose attempt count is remembered (the oldest is forgotten first).
+    pub tracked_keys: u32,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_body: Size(16 << 20),
+            header_timeout: Dur(Duration::from_secs(10)),
+            max_head: Size(64 << 10),
+            max_connections: None,
+            tracked_keys: 200_000,
+        }
+    }
 }
 
 /// Where the server's certificate comes from.
@@ -719,21 +755,26 @@ impl Config {
     /// Parses and validates configuration text; `origin` names it in errors.
     pub fn from_yaml(text: &str, origin: &str) -> Result<Config, ConfigError> {
         let cfg: Config = from_yaml_str(text, origin)?;
-        validate_rules(&cfg.rules, origin)?;
-        if cfg.orders.pool_size == 0 {
-            return Err(ConfigError::Invalid {
-                origin: origin.to_string(),
-                line: None,
-                column: None,
-                field: Some("orders.pool_size".into()),
-                message: "the pool needs at least one connection".into(),
-            });
-        }
+        cfg.validate(origin).map_err(|e| e.located(text))?;
         Ok(cfg)
     }
 }
 
 impl Config {
+    /// The checks serde cannot make: unique rule ids, sane windows, the limits' bounds, the pool.
+    pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
+        validate_rules(&self.rules, origin)?;
+        validate_limits(&self.limits, origin)?;
+        if self.orders.pool_size == 0 || self.orders.pool_size > 256 {
+            return Err(ConfigError::at(
+                origin,
+                "orders.pool_size",
+                format!("{} connections; give 1 to 256", self.orders.pool_size),
+            ));
+        }
+        Ok(())
+    }
+
     /// Multiplies every time-like setting of the schedule (windows, delays, hang caps) by `f`, so a
     /// scenario can run its experiment faster. `Retry-After` seconds are integers on the wire and
     /// stay as they are; clients scale their wait instead.
@@ -777,7 +818,7 @@ impl ScheduleConfig {
     /// Parses and validates a schedule (YAML or JSON).
     pub fn from_yaml(text: &str, origin: &str) -> Result<ScheduleConfig, ConfigError> {
         let s: ScheduleConfig = from_yaml_str(text, origin)?;
-        validate_rules(&s.rules, origin)?;
+        validate_rules(&s.rules, origin).map_err(|e| e.located(text))?;
         Ok(s)
     }
 }
@@ -858,6 +899,45 @@ pub fn validate_rules(rules: &[RuleConfig], origin: &str) -> Result<(), ConfigEr
 }
 
 /// The id of rule `i` (0-based): its own, or `rule-{i+1}`.
+/// The bounds of the limits themselves, each stated in its message.
+pub fn validate_limits(l: &LimitsConfig, origin: &str) -> Result<(), ConfigError> {
+    let bad = |field: &str, message: String| {
+        Err(ConfigError::at(origin, format!("limits.{field}"), message))
+    };
+    if l.max_body.0 == 0 || l.max_body.0 > (1 << 30) {
+        return bad(
+            "max_body",
+            format!("{} bytes; give 1 byte to 1 GiB", l.max_body.0),
+        );
+    }
+    if l.header_timeout.0 < Duration::from_millis(10)
+        || l.header_timeout.0 > Duration::from_secs(3600)
+    {
+        return bad(
+            "header_timeout",
+            format!("{:?}; give 10ms to 1h", l.header_timeout.0),
+        );
+    }
+    if l.max_head.0 < 8192 || l.max_head.0 > (16 << 20) {
+        return bad(
+            "max_head",
+            format!("{} bytes; give 8KiB to 16MiB", l.max_head.0),
+        );
+    }
+    if let Some(n) = l.max_connections {
+        if n == 0 || n > 1_000_000 {
+            return bad("max_connections", format!("{n}; give 1 to 1000000"));
+        }
+    }
+    if l.tracked_keys == 0 || l.tracked_keys > 10_000_000 {
+        return bad(
+            "tracked_keys",
+            format!("{}; give 1 to 10000000", l.tracked_keys),
+        );
+    }
+    Ok(())
+}
+
 pub fn rule_id(r: &RuleConfig, i: usize) -> String {
     r.id.clone().unwrap_or_else(|| format!("rule-{}", i + 1))
 }
@@ -970,7 +1050,7 @@ rules:
         .to_string();
         assert_eq!(
             err,
-            "cfg: at `rules[1].id`: duplicate rule id \"x\"; ids must be unique"
+            "cfg:3:11: at `rules[1].id`: duplicate rule id \"x\"; ids must be unique"
         );
     }
 

@@ -7,19 +7,22 @@
 //! socket; when a request's fault needs the socket itself, the handler parks its request and hands
 //! the socket action to the connection task, which stops hyper and acts on the raw stream.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use history::Outcome;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use history::{Entry, HttpVersion, Outcome};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use crate::dispatch;
+use crate::journal::Pending;
 use crate::socket::{
     peer_closed, ConnCtl, ConnIo, ServedConn, SharedStream, SharedTls, SocketAction,
 };
-use crate::state::{Routes, State};
+use crate::state::{Routes, State, CONTROL_RESERVE};
 
 /// Accepts connections until `shutdown`, serving each in a task of its own.
 pub(crate) async fn accept_loop(
@@ -54,9 +57,128 @@ pub(crate) async fn accept_loop(
     }
 }
 
-/// How long a client may take to finish the TLS handshake (or, over plain TCP, to send the
-/// first bytes that tell HTTP/2 from HTTP/1.1).
+/// Longest a client may take to finish the TLS handshake (or, over plain TCP, to send the first
+/// bytes that tell HTTP/2 from HTTP/1.1); the header timeout when that is shorter.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Concurrent streams one HTTP/2 connection may open.
+const MAX_STREAMS: u32 = 256;
+
+/// Counts a connection as served while it lives.
+struct Active<'a> {
+    state: &'a State,
+    /// Connections served, this one included, when it arrived.
+    count: usize,
+}
+
+impl<'a> Active<'a> {
+    fn enter(state: &'a State) -> Active<'a> {
+        let count = state.active.fetch_add(1, Ordering::AcqRel) + 1;
+        Active { state, count }
+    }
+}
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        self.state.active.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// What a connection beyond the limit gets: the control API is still served (so health answers
+/// while a flood lasts) — within the reserve, and over plain TCP, where the request line can be
+/// seen before the TLS handshake would cost anything; anything else is answered `503` and
+/// journaled as `rejected`, and a connection that says nothing within a moment is closed.
+async fn over_limit_admits(state: &State, stream: &TcpStream, conn_id: u64) -> bool {
+    if state.tls.is_some()
+        || state.active.load(Ordering::Relaxed) > state.limits.max_connections + CONTROL_RESERVE
+    {
+        return false;
+    }
+    let mut buf = [0u8; 64];
+    let seen = tokio::time::timeout(OVER_LIMIT_WAIT, async {
+        loop {
+            match stream.peek(&mut buf).await {
+                Ok(0) | Err(_) => return 0,
+                Ok(n) if n >= 16 || buf[..n].contains(&b'\n') => return n,
+                Ok(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+            }
+        }
+    })
+    .await
+    .unwrap_or(0);
+    if seen == 0 {
+        return false;
+    }
+    let line = &buf[..seen];
+    let path_at = line
+        .iter()
+        .position(|b| *b == b' ')
+        .map_or(line.len(), |i| i + 1);
+    if line[path_at..].starts_with(crate::control::PREFIX.as_bytes()) {
+        return true;
+    }
+    let _ = crate::socket::write_all(
+        stream,
+        b"HTTP/1.1 503 Service Unavailable\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: 25\r\n\r\nconnection limit reached\n",
+    )
+    .await;
+    let (epoch, seq) = state.seq.next();
+    let mut entry = Entry::blank(seq);
+    entry.t_recv_us = state.clock.now_us();
+    entry.unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    entry.conn_id = conn_id;
+    entry.http_version = Some(HttpVersion::Http11);
+    entry.status = Some(503);
+    entry.rejected = Some("connection-limit".to_string());
+    crate::journal::Pending::new(&state.journal, state.clock.clone(), epoch, entry)
+        .finish(Outcome::Rejected);
+    false
+}
+
+/// How long a connection beyond the limit may take to show its request line.
+const OVER_LIMIT_WAIT: Duration = Duration::from_millis(250);
+
+/// A request refused while its head was read: hyper has answered a malformed or too large head
+/// (`400`, `431`); a head that did not arrive in time gets `408` here. Journaled as `rejected`
+/// with what is known — when, on which connection, why. An idle kept-alive connection that
+/// simply timed out is not a request and is closed quietly.
+async fn reject_head(conn: &ServedConn, e: &hyper::Error) {
+    let started_another =
+        conn.bytes_read.load(Ordering::Relaxed) > conn.quiet_mark.load(Ordering::Relaxed);
+    let (status, reason) = if e.is_timeout() {
+        if !started_another {
+            return;
+        }
+        let _ = conn
+            .io
+            .write_all(
+                b"HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n",
+            )
+            .await;
+        (408, "header-timeout")
+    } else if e.is_parse_too_large() {
+        (431, "head-too-large")
+    } else if e.is_parse() {
+        (400, "bad-request")
+    } else {
+        return;
+    };
+    let state = &conn.state;
+    let (epoch, seq) = state.seq.next();
+    let mut entry = Entry::blank(seq);
+    entry.t_recv_us = state.clock.now_us();
+    entry.unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    entry.conn_id = conn.id;
+    entry.tls = conn.io.is_tls();
+    entry.http_version = Some(HttpVersion::Http11);
+    entry.status = Some(status);
+    entry.rejected = Some(reason.to_string());
+    Pending::with_emitter(conn.emitter.clone(), epoch, entry).finish(Outcome::Rejected);
+}
 
 /// The HTTP/2 connection preface a client with prior knowledge (h2c) starts with.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -84,21 +206,24 @@ async fn serve_connection(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let stream = Arc::new(stream);
+    let _active = Active::enter(&state);
+    let over_limit = _active.count > state.limits.max_connections;
+    if over_limit && !over_limit_admits(&state, &stream, conn_id).await {
+        return;
+    }
+    let shared = SharedStream::new(stream.clone());
+    let bytes_read = shared.read.clone();
+    let handshake = state.limits.header_timeout.min(HANDSHAKE_TIMEOUT);
     let (io, http2) = match &state.tls {
         None => {
-            // Peeking costs a syscall per connection, not per request; skip it when the first
-            // byte cannot start the preface.
-            let h2 = tokio::time::timeout(HANDSHAKE_TIMEOUT, speaks_h2c(&stream))
+            // A peek per connection, not per request.
+            let h2 = tokio::time::timeout(handshake, speaks_h2c(&stream))
                 .await
                 .unwrap_or(false);
-            (ConnIo::Plain(SharedStream(stream.clone())), h2)
+            (ConnIo::Plain(shared), h2)
         }
         Some(tls) => {
-            let accepted = tokio::time::timeout(
-                HANDSHAKE_TIMEOUT,
-                tls.acceptor.accept(SharedStream(stream.clone())),
-            )
-            .await;
+            let accepted = tokio::time::timeout(handshake, tls.acceptor.accept(shared)).await;
             match accepted {
                 Ok(Ok(t)) => {
                     let h2 = t.get_ref().1.alpn_protocol() == Some(b"h2");
@@ -126,14 +251,20 @@ async fn serve_connection(
         http2,
         id: conn_id,
         routes,
+        bytes_read,
+        quiet_mark: AtomicU64::new(0),
+        over_limit,
     });
     let svc = {
         let conn = conn.clone();
         hyper::service::service_fn(move |req| dispatch::handle(conn.clone(), req))
     };
     let ctl = &conn.ctl;
+    let limits = state.limits;
     let handed_over = if http2 {
         let http = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .max_header_list_size(u32::try_from(limits.max_head).unwrap_or(u32::MAX))
+            .max_concurrent_streams(MAX_STREAMS)
             .serve_connection(io.clone(), svc);
         tokio::pin!(http);
         let handed = tokio::select! {
@@ -157,16 +288,27 @@ async fn serve_connection(
         }
         handed
     } else {
-        // No header-read timer: it would arm a timer per request, and a test server on loopback
-        // does not need slowloris protection.
+        // The header timer bounds a slow head (slowloris) and an idle kept-alive connection
+        // alike: hyper starts it whenever it waits for a head.
         let http = hyper::server::conn::http1::Builder::new()
             .keep_alive(true)
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(limits.header_timeout)
+            .max_buf_size(limits.max_head)
             .serve_connection(io.clone(), svc);
-        tokio::select! {
+        let ended = tokio::select! {
             biased;
-            _ = http => false,
-            _ = ctl.notify.notified() => true,
-            _ = shutdown.changed() => false,
+            r = http => Some(r),
+            _ = ctl.notify.notified() => None,
+            _ = shutdown.changed() => return,
+        };
+        match ended {
+            Some(Ok(())) => return,
+            Some(Err(e)) => {
+                reject_head(&conn, &e).await;
+                return;
+            }
+            None => true,
         }
     };
     // `http` is dropped here: hyper lets go of the socket; only our handles remain.

@@ -20,6 +20,77 @@ use tower::ServiceExt;
 use crate::config::ScheduleConfig;
 use crate::state::State;
 
+/// Whether a control request may be served, and the refusal when not.
+///
+/// The control API resets the journal and the store and replaces the schedule, so it must not be
+/// reachable by a web page the user happens to open. Without a token (the server listens on
+/// loopback only) a request must name a loopback host — a DNS-rebinding page names its own — and
+/// must not come from a page of another origin (`Origin`, `Sec-Fetch-Site`). With a token
+/// (`--control-token`, required when listening beyond loopback) the request must carry it, as
+/// `Authorization: Bearer TOKEN` or `x-harness-token: TOKEN`.
+pub(crate) fn refuse(state: &State, _tls: bool, req: &Request<Incoming>) -> Option<Response> {
+    let h = req.headers();
+    let header = |name: &str| h.get(name).and_then(|v| v.to_str().ok());
+    let forbidden = |why: String| {
+        Some((StatusCode::FORBIDDEN, format!("control API: {why}\n")).into_response())
+    };
+    if let Some(token) = &state.control_token {
+        let given = header("x-harness-token")
+            .or_else(|| header("authorization").and_then(|a| a.strip_prefix("Bearer ")));
+        if given.map(str::trim) != Some(token.as_str()) {
+            return Some(
+                (
+                    StatusCode::UNAUTHORIZED,
+                    "control API: give the control token as `Authorization: Bearer TOKEN`\n",
+                )
+                    .into_response(),
+            );
+        }
+        return None;
+    }
+    let host = header("host")
+        .map(str::to_string)
+        .or_else(|| req.uri().authority().map(|a| a.as_str().to_string()));
+    if let Some(host) = &host {
+        if !is_loopback_authority(host) {
+            return forbidden(format!(
+                "Host {host:?} is not a loopback name; the API answers only 127.0.0.1, ::1 and localhost"
+            ));
+        }
+    }
+    if let Some(origin) = header("origin") {
+        let host = origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"));
+        if !host.is_some_and(is_loopback_authority) {
+            return forbidden(format!(
+                "a request from the page of origin {origin:?} is refused"
+            ));
+        }
+    }
+    if header("sec-fetch-site") == Some("cross-site") {
+        return forbidden("a cross-site request is refused".to_string());
+    }
+    None
+}
+
+/// `localhost`, `127.x.x.x` or `[::1]`, with or without a port.
+fn is_loopback_authority(authority: &str) -> bool {
+    let host = match authority.rsplit_once(':') {
+        Some((h, port))
+            if !h.is_empty() && port.chars().all(|c| c.is_ascii_digit()) && !h.ends_with(':') =>
+        {
+            h
+        }
+        _ => authority,
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// Path prefix of the control API.
 pub const PREFIX: &str = "/__harness/";
 
@@ -60,21 +131,46 @@ struct Since {
     since: u64,
 }
 
-async fn journal(AxState(s): AxState<Arc<State>>, Query(q): Query<Since>) -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "application/x-ndjson")],
-        s.journal.lines_since(q.since),
-    )
+/// Streams the lines from the journal file, as written when the request came: the body is never
+/// built in memory, however long the journal.
+async fn journal(AxState(s): AxState<Arc<State>>, Query(q): Query<Since>) -> Response {
+    let state = s.clone();
+    let range = tokio::task::spawn_blocking(move || state.journal.range_since(q.since)).await;
+    match range {
+        Ok(Ok((file, from, to))) => {
+            let reader = tokio::io::AsyncReadExt::take(tokio::fs::File::from_std(file), to - from);
+            let body = Body::from_stream(tokio_util::io::ReaderStream::with_capacity(
+                reader,
+                64 * 1024,
+            ));
+            ([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response()
+        }
+        Ok(Err(e)) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot read the journal file: {e}\n"),
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    }
 }
 
 async fn schedule(AxState(s): AxState<Arc<State>>, body: String) -> Response {
-    match ScheduleConfig::from_yaml(&body, "schedule") {
-        Ok(cfg) => {
+    // Parsed on a blocking thread: a hostile document must not stall the server's workers (its
+    // nesting is bounded before parsing, too).
+    let parsed =
+        tokio::task::spawn_blocking(move || ScheduleConfig::from_yaml(&body, "schedule")).await;
+    match parsed {
+        Ok(Ok(cfg)) => {
             let n = cfg.rules.len();
             s.replace_schedule(cfg.rules);
             Json(serde_json::json!({ "status": "replaced", "rules": n })).into_response()
         }
-        Err(e) => (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
+        Ok(Err(e)) => (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("parsing the schedule failed: {e}\n"),
+        )
+            .into_response(),
     }
 }
 

@@ -2,6 +2,7 @@
 //! says, the schedule decides its fault, and the fault is carried out — answered here, or handed
 //! to the connection task when it needs the socket itself.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -15,7 +16,7 @@ use crate::control;
 use crate::draw;
 use crate::journal::Pending;
 use crate::orders::routes::{is_resource_path, ok_reply, serve_resource, ResourceRequest};
-use crate::reply::{plain, record_reply, respond, status_response, ResBody};
+use crate::reply::{plain, record_reply, reject, respond, status_response, ResBody};
 use crate::schedule::RequestFacts;
 use crate::socket::{peer_closed, ServedConn, SocketAction};
 use history::{Entry, HttpVersion, Outcome};
@@ -39,6 +40,9 @@ pub(crate) async fn handle(
     req: Request<Incoming>,
 ) -> Result<Response<ResBody>, StreamReset> {
     if req.uri().path().starts_with(control::PREFIX) {
+        if let Some(refused) = control::refuse(&conn.state, conn.io.is_tls(), &req) {
+            return Ok(refused.map(Either::Right));
+        }
         let res = control::handle(&conn.routes.control, req).await;
         return Ok(res.map(Either::Right));
     }
@@ -75,13 +79,64 @@ pub(crate) async fn handle(
     entry.key_attempt = key_attempt;
     let mut pending = Pending::with_emitter(conn.emitter.clone(), epoch, entry);
 
-    // A body that cannot be read means the client went away: `pending` records client_closed.
-    let Ok(collected) = body.collect().await else {
-        return Ok(plain(StatusCode::BAD_REQUEST, "incomplete request body\n"));
-    };
+    if conn.over_limit {
+        return Ok(reject(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "connection-limit",
+            "the server is at its connection limit; try again\n",
+            pending,
+        ));
+    }
+    let max_body = state.limits.max_body;
+    let announced = parts
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if announced.is_some_and(|n| n > max_body) {
+        // Refused before a byte of it is read.
+        return Ok(reject(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body-too-large",
+            "request body over the server's limit\n",
+            pending,
+        ));
+    }
+    let body =
+        match http_body_util::Limited::new(body, usize::try_from(max_body).unwrap_or(usize::MAX))
+            .collect()
+            .await
+        {
+            Ok(c) => c,
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                return Ok(reject(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "body-too-large",
+                    "request body over the server's limit\n",
+                    pending,
+                ))
+            }
+            Err(e) => {
+                let client_gone = e
+                    .downcast_ref::<hyper::Error>()
+                    .is_some_and(|h| h.is_incomplete_message() || h.is_canceled() || h.is_closed());
+                if client_gone {
+                    // The client went away mid-body: `pending` records client_closed.
+                    return Ok(plain(StatusCode::BAD_REQUEST, "incomplete request body\n"));
+                }
+                return Ok(reject(
+                    StatusCode::BAD_REQUEST,
+                    "bad-body",
+                    "the request body's framing is invalid\n",
+                    pending,
+                ));
+            }
+        };
     // Stamped first thing: a burst's release skew is measured on it.
     let body_done_us = state.clock.now_us();
-    let body = collected.to_bytes();
+    conn.quiet_mark
+        .store(conn.bytes_read.load(Ordering::Relaxed), Ordering::Relaxed);
+    let body = body.to_bytes();
     let body_sha256 = if body.is_empty() {
         state.empty_body_sha256.clone()
     } else {

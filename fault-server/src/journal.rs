@@ -10,7 +10,7 @@ use std::io::{BufWriter, Seek, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use history::{Entry, Outcome};
@@ -82,10 +82,6 @@ impl Sequencer {
 /// How often the writer looks for new entries when it found none.
 const POLL_INTERVAL: Duration = Duration::from_millis(1);
 
-/// Lines are stored in chunks of about this size, so a long journal never reallocates (and copies)
-/// one huge buffer.
-const CHUNK: usize = 1 << 20;
-
 enum Msg {
     Entry(u16, Box<Entry>),
     Reset(u16, mpsc::Sender<()>),
@@ -112,15 +108,17 @@ struct Counts {
     by_fault: HashMap<String, u64>,
     /// (status or none, count)
     by_status: Vec<(Option<u16>, u64)>,
-    by_outcome: [u64; 5],
+    by_outcome: [u64; OUTCOMES.len()],
 }
 
-const OUTCOMES: [Outcome; 5] = [
+const OUTCOMES: [Outcome; 7] = [
     Outcome::Responded,
     Outcome::Dropped,
     Outcome::Reset,
     Outcome::Hung,
     Outcome::ClientClosed,
+    Outcome::Rejected,
+    Outcome::UpstreamError,
 ];
 
 impl Counts {
@@ -167,57 +165,34 @@ fn bump(m: &mut HashMap<String, u64>, k: &str) {
     }
 }
 
-#[derive(Default)]
-struct Mem {
-    /// JSON lines of the current epoch, concatenated into chunks; line i holds seq i+1.
-    chunks: Vec<Vec<u8>>,
-    /// Where each line starts: (chunk, offset in chunk).
-    starts: Vec<(u32, u32)>,
-}
-
-impl Mem {
-    fn push(&mut self, line: &[u8]) {
-        let need_new = self
-            .chunks
-            .last()
-            .is_none_or(|c| c.len() + line.len() > CHUNK && !c.is_empty());
-        if need_new {
-            self.chunks.push(Vec::with_capacity(CHUNK.max(line.len())));
-        }
-        let idx = self.chunks.len() - 1;
-        let chunk = &mut self.chunks[idx];
-        self.starts.push((idx as u32, chunk.len() as u32));
-        chunk.extend_from_slice(line);
-    }
-
-    fn since(&self, line: usize) -> Vec<u8> {
-        let Some(&(c, off)) = self.starts.get(line) else {
-            return Vec::new();
-        };
-        let (c, off) = (c as usize, off as usize);
-        let mut out =
-            Vec::with_capacity(self.chunks[c].len() - off + (self.chunks.len() - c - 1) * CHUNK);
-        out.extend_from_slice(&self.chunks[c][off..]);
-        for chunk in &self.chunks[c + 1..] {
-            out.extend_from_slice(chunk);
-        }
-        out
-    }
-}
+/// Every `SPARSE`-th line's file offset is remembered, so a read from any `seq` seeks to within
+/// `SPARSE` lines of it: 8 bytes of memory per 1,024 entries.
+const SPARSE: u64 = 1024;
 
 /// What the writer thread has written, read by the control API and the harness.
 struct Written {
-    mem: RwLock<Mem>,
     stats: Mutex<Counts>,
     written: AtomicU64,
+    /// Bytes of the file that are flushed and hold whole lines.
+    file_len: AtomicU64,
+    /// File offset of lines 1, 1 + SPARSE, 1 + 2 × SPARSE, … of the current epoch.
+    sparse: Mutex<Vec<u64>>,
 }
 
 /// The journal: a writer thread fed by a channel, so no request ever waits on journal I/O or holds
 /// a lock across a write.
+///
+/// Every entry goes to a file — the `--journal` file, or a temporary one — and nowhere else: the
+/// server's memory holds the counters and a sparse index into the file, not the history, so it
+/// stays flat however long the server runs. Reads (`GET /__harness/journal?since=`, the harness
+/// reading the journal of its embedded server) stream from the file.
 pub struct Journal {
     tx: mpsc::Sender<Msg>,
     shared: Arc<Written>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    path: std::path::PathBuf,
+    /// The temporary file, when no path was given; removed when the journal is dropped.
+    _temp: Option<tempfile::TempPath>,
 }
 
 /// A journal file could not be opened.
@@ -231,25 +206,42 @@ pub struct JournalFileError {
 }
 
 impl Journal {
-    /// Starts the writer; entries are also streamed to `file` when given (truncated first).
+    /// Starts the writer, writing to `file` (truncated first), or to a temporary file.
     pub fn start(file: Option<&Path>) -> Result<Journal, JournalFileError> {
-        let file = match file {
-            Some(p) => Some(File::create(p).map_err(|source| JournalFileError {
-                path: p.display().to_string(),
-                source,
-            })?),
-            None => None,
+        let (handle, path, temp) = match file {
+            Some(p) => (
+                File::create(p).map_err(|source| JournalFileError {
+                    path: p.display().to_string(),
+                    source,
+                })?,
+                p.to_path_buf(),
+                None,
+            ),
+            None => {
+                let t = tempfile::Builder::new()
+                    .prefix("fault-server-journal")
+                    .suffix(".jsonl")
+                    .tempfile()
+                    .map_err(|source| JournalFileError {
+                        path: std::env::temp_dir().display().to_string(),
+                        source,
+                    })?;
+                let (f, p) = t.into_parts();
+                (f, p.to_path_buf(), Some(p))
+            }
         };
         let shared = Arc::new(Written {
-            mem: RwLock::new(Mem::default()),
             stats: Mutex::new(Counts::default()),
             written: AtomicU64::new(0),
+            file_len: AtomicU64::new(0),
+            sparse: Mutex::new(Vec::new()),
         });
         let (tx, rx) = mpsc::channel();
         let writer = Writer {
             rx,
             shared: shared.clone(),
-            file: file.map(|f| BufWriter::with_capacity(256 * 1024, f)),
+            file: BufWriter::with_capacity(256 * 1024, handle),
+            offset: 0,
             epoch: 0,
             next: 1,
             pending: std::collections::BTreeMap::new(),
@@ -266,7 +258,14 @@ impl Journal {
             tx,
             shared,
             thread: Mutex::new(Some(thread)),
+            path,
+            _temp: temp,
         })
+    }
+
+    /// The file every entry is written to.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     fn send(&self, m: Msg) {
@@ -279,13 +278,59 @@ impl Journal {
         self.shared.written.load(Ordering::Acquire)
     }
 
-    /// The JSON lines of entries with `seq > since`.
-    pub fn lines_since(&self, since: u64) -> Vec<u8> {
-        let mem = self.shared.mem.read().unwrap_or_else(|p| p.into_inner());
-        mem.since(usize::try_from(since).unwrap_or(usize::MAX))
+    /// Where the JSON lines of the entries with `seq > since` are in the file, as written so far:
+    /// the file, and the byte range to read. Entries written later are not included.
+    pub fn range_since(&self, since: u64) -> std::io::Result<(File, u64, u64)> {
+        let end = self.shared.file_len.load(Ordering::Acquire);
+        let from = since.saturating_add(1);
+        let (mut offset, mut seq) = {
+            let sparse = self.shared.sparse.lock().unwrap_or_else(|p| p.into_inner());
+            let k = ((from - 1) / SPARSE) as usize;
+            match sparse.get(k).or(sparse.last()) {
+                Some(o) => {
+                    let k = if k < sparse.len() {
+                        k
+                    } else {
+                        sparse.len() - 1
+                    };
+                    (*o, k as u64 * SPARSE + 1)
+                }
+                None => (0, 1),
+            }
+        };
+        let mut file = File::open(&self.path)?;
+        if seq < from && offset < end {
+            // Skip the lines between the indexed one and the first wanted.
+            file.seek(std::io::SeekFrom::Start(offset))?;
+            let mut reader = std::io::BufReader::new(&mut file);
+            let mut line = Vec::new();
+            while seq < from && offset < end {
+                line.clear();
+                let n = std::io::BufRead::read_until(&mut reader, b'\n', &mut line)?;
+                if n == 0 {
+                    break;
+                }
+                offset += n as u64;
+                seq += 1;
+            }
+        }
+        let offset = offset.min(end);
+        file.seek(std::io::SeekFrom::Start(offset))?;
+        Ok((file, offset, end))
     }
 
-    /// Every entry written so far in the current epoch, parsed back.
+    /// The JSON lines of entries with `seq > since`, read from the file into memory (for small
+    /// reads; the control API streams instead).
+    pub fn lines_since(&self, since: u64) -> Vec<u8> {
+        let Ok((file, from, to)) = self.range_since(since) else {
+            return Vec::new();
+        };
+        let mut out = Vec::with_capacity(usize::try_from(to - from).unwrap_or(0));
+        let _ = std::io::Read::read_to_end(&mut std::io::Read::take(file, to - from), &mut out);
+        out
+    }
+
+    /// Every entry written so far in the current epoch, parsed back from the file.
     pub fn entries(&self) -> Vec<Entry> {
         let bytes = self.lines_since(0);
         serde_json::Deserializer::from_slice(&bytes)
@@ -337,7 +382,9 @@ impl Drop for Journal {
 struct Writer {
     rx: mpsc::Receiver<Msg>,
     shared: Arc<Written>,
-    file: Option<BufWriter<File>>,
+    file: BufWriter<File>,
+    /// Bytes written to the file in this epoch.
+    offset: u64,
     epoch: u16,
     next: u64,
     pending: std::collections::BTreeMap<(u16, u64), Box<Entry>>,
@@ -398,18 +445,24 @@ impl Writer {
             }
             self.take_contiguous(&mut ready);
             self.emit(ready);
-            if let Some(f) = &mut self.file {
-                if let Err(e) = f.flush() {
-                    tracing::error!("journal file write failed: {e}");
-                }
-            }
+            self.publish();
             for a in acks {
                 let _ = a.send(());
             }
         }
-        if let Some(f) = &mut self.file {
-            let _ = f.flush();
+        let _ = self.file.flush();
+    }
+
+    /// Flushes the file, then makes what it holds visible to readers: they read whole lines only,
+    /// and never an entry the counters do not include yet.
+    fn publish(&mut self) {
+        if let Err(e) = self.file.flush() {
+            tracing::error!("journal file write failed: {e}");
         }
+        self.shared.file_len.store(self.offset, Ordering::Release);
+        self.shared
+            .written
+            .store(self.next.saturating_sub(1), Ordering::Release);
     }
 
     fn do_reset(&mut self, epoch: u16) {
@@ -417,17 +470,22 @@ impl Writer {
         self.next = 1;
         self.pending
             .retain(|(e, _), _| *e == epoch || is_newer(*e, epoch));
-        *self.shared.mem.write().unwrap_or_else(|p| p.into_inner()) = Mem::default();
         *self.shared.stats.lock().unwrap_or_else(|p| p.into_inner()) = Counts::default();
+        self.shared
+            .sparse
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
         self.shared.written.store(0, Ordering::Release);
-        if let Some(f) = &mut self.file {
-            let r = f
-                .flush()
-                .and_then(|_| f.get_mut().set_len(0))
-                .and_then(|_| f.get_mut().rewind());
-            if let Err(e) = r {
-                tracing::error!("journal file reset failed: {e}");
-            }
+        self.shared.file_len.store(0, Ordering::Release);
+        self.offset = 0;
+        let f = &mut self.file;
+        let r = f
+            .flush()
+            .and_then(|_| f.get_mut().set_len(0))
+            .and_then(|_| f.get_mut().rewind());
+        if let Err(e) = r {
+            tracing::error!("journal file reset failed: {e}");
         }
     }
 
@@ -444,33 +502,34 @@ impl Writer {
         }
     }
 
-    /// Writes `ready` (consecutive entries of the current epoch) to memory, file and counts.
+    /// Writes `ready` (consecutive entries of the current epoch) to the file and the counts;
+    /// [`Writer::publish`] makes them visible.
     #[allow(clippy::vec_box)]
     fn emit(&mut self, ready: Vec<Box<Entry>>) {
         if ready.is_empty() {
             return;
         }
-        {
-            let mut mem = self.shared.mem.write().unwrap_or_else(|p| p.into_inner());
-            let mut stats = self.shared.stats.lock().unwrap_or_else(|p| p.into_inner());
-            for e in &ready {
-                self.line.clear();
-                if serde_json::to_writer(&mut self.line, e.as_ref()).is_err() {
-                    continue;
-                }
-                self.line.push(b'\n');
-                mem.push(&self.line);
-                stats.record(e);
-                if let Some(f) = &mut self.file {
-                    if let Err(err) = f.write_all(&self.line) {
-                        tracing::error!("journal file write failed: {err}");
-                    }
-                }
+        let mut stats = self.shared.stats.lock().unwrap_or_else(|p| p.into_inner());
+        for e in &ready {
+            self.line.clear();
+            if serde_json::to_writer(&mut self.line, e.as_ref()).is_err() {
+                // An entry is plain data; this cannot fail, but a hole must not shift the index.
+                self.line.extend_from_slice(b"{}");
             }
+            self.line.push(b'\n');
+            if (e.seq - 1).is_multiple_of(SPARSE) {
+                self.shared
+                    .sparse
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(self.offset);
+            }
+            stats.record(e);
+            if let Err(err) = self.file.write_all(&self.line) {
+                tracing::error!("journal file write failed: {err}");
+            }
+            self.offset += self.line.len() as u64;
         }
-        self.shared
-            .written
-            .fetch_add(ready.len() as u64, Ordering::Release);
     }
 }
 
@@ -538,7 +597,9 @@ impl Pending {
         if let Some(mut e) = self.entry.take() {
             e.t_done_us = self.emitter.clock.now_us();
             e.outcome = outcome;
-            if outcome != Outcome::Responded && e.fault.as_deref() != Some("malformed") {
+            if !matches!(outcome, Outcome::Responded | Outcome::Rejected)
+                && e.fault.as_deref() != Some("malformed")
+            {
                 e.status = None;
             }
             let _ = self.emitter.tx.send(Msg::Entry(self.epoch, e));

@@ -32,6 +32,15 @@ struct Args {
     /// Validate the config and exit.
     #[arg(long)]
     check: bool,
+    /// Token the control API requires (`Authorization: Bearer TOKEN`); needed when --bind is not
+    /// a loopback address. Also read from FAULT_SERVER_CONTROL_TOKEN.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "FAULT_SERVER_CONTROL_TOKEN",
+        hide_env_values = true
+    )]
+    control_token: Option<String>,
     /// Serve TLS with this PEM certificate (chain); needs --tls-key.
     #[arg(
         long,
@@ -134,16 +143,17 @@ fn main() -> ExitCode {
             seed: args.seed,
             journal_file: args.journal,
             tls,
+            control_token: args.control_token,
         };
         let server = match FaultServer::start(config, opts).await {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("error: {e}");
                 return match e {
-                    // A certificate file named in the config that cannot be used is bad input.
-                    StartError::Tls(TlsError::Read { .. } | TlsError::Pem { .. }) => {
-                        ExitCode::from(2)
-                    }
+                    // A certificate file named in the config that cannot be used is bad input;
+                    // so is a public address without a control token.
+                    StartError::Tls(TlsError::Read { .. } | TlsError::Pem { .. })
+                    | StartError::NoControlToken { .. } => ExitCode::from(2),
                     StartError::Bind { .. }
                     | StartError::Store(_)
                     | StartError::Journal(_)

@@ -97,6 +97,7 @@ pub(crate) fn plain(code: StatusCode, text: &'static str) -> Response<ResBody> {
     let body = JournaledBody {
         data: Some(Bytes::from_static(text.as_bytes())),
         pending: None,
+        outcome: Outcome::Responded,
     };
     let mut res = Response::new(Either::Left(body));
     *res.status_mut() = code;
@@ -108,6 +109,9 @@ pub(crate) fn plain(code: StatusCode, text: &'static str) -> Response<ResBody> {
 pub(crate) struct JournaledBody {
     data: Option<Bytes>,
     pending: Option<Pending>,
+    /// The outcome recorded once the body is handed over: `responded`, or `rejected` for a
+    /// request the server refused.
+    outcome: Outcome,
 }
 
 impl JournaledBody {
@@ -115,8 +119,41 @@ impl JournaledBody {
         JournaledBody {
             data: (!data.is_empty()).then_some(data),
             pending: Some(pending),
+            outcome: Outcome::Responded,
         }
     }
+}
+
+/// A request the server refuses before handling it (`413`, `400`, `503`): answered with `status`
+/// and `text`, the connection closed after, journaled as `rejected` for `reason`.
+pub(crate) fn reject(
+    status: StatusCode,
+    reason: &'static str,
+    text: &'static str,
+    mut pending: Pending,
+) -> Response<ResBody> {
+    {
+        let e = pending.entry();
+        e.status = Some(status.as_u16());
+        e.rejected = Some(reason.to_string());
+    }
+    let body = JournaledBody {
+        data: Some(Bytes::from_static(text.as_bytes())),
+        pending: Some(pending),
+        outcome: Outcome::Rejected,
+    };
+    let mut res = Response::new(Either::Left(body));
+    *res.status_mut() = status;
+    let h = res.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    h.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        h.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    res
 }
 
 impl Body for JournaledBody {
@@ -131,7 +168,7 @@ impl Body for JournaledBody {
             Some(d) => Poll::Ready(Some(Ok(Frame::data(d)))),
             None => {
                 if let Some(p) = self.pending.take() {
-                    p.finish(Outcome::Responded);
+                    p.finish(self.outcome);
                 }
                 Poll::Ready(None)
             }
@@ -151,7 +188,7 @@ impl Drop for JournaledBody {
     fn drop(&mut self) {
         if let Some(p) = self.pending.take() {
             if self.data.is_none() {
-                p.finish(Outcome::Responded);
+                p.finish(self.outcome);
             }
             // Otherwise `p` drops here and records client_closed.
         }

@@ -1,11 +1,10 @@
 //! A running fault server: where it listens, how it starts, and what a program embedding it can
 //! ask of it (its URL, its journal, its store; replace the schedule, reset, settle, shut down).
 
-use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -19,7 +18,9 @@ use crate::conn::accept_loop;
 use crate::journal::{self, Clock, Journal, Sequencer};
 use crate::orders::{Orders, StoreError};
 use crate::schedule::Schedule;
-use crate::state::{Routes, State, DEFAULT_CAPTURED_HEADERS, DEFAULT_HANG_CAP};
+use crate::state::{
+    KeyAttempts, Limits, Routes, State, CONTROL_RESERVE, DEFAULT_CAPTURED_HEADERS, DEFAULT_HANG_CAP,
+};
 use crate::tls::{ServerTls, TlsError};
 
 /// Where and how to run.
@@ -33,6 +34,8 @@ pub struct ServerOptions {
     pub journal_file: Option<PathBuf>,
     /// Serve TLS with this configuration (overrides the config's `tls`).
     pub tls: Option<ServerTls>,
+    /// The control API's token: required when `bind` is not a loopback address.
+    pub control_token: Option<String>,
 }
 
 impl Default for ServerOptions {
@@ -42,6 +45,7 @@ impl Default for ServerOptions {
             seed: None,
             journal_file: None,
             tls: None,
+            control_token: None,
         }
     }
 }
@@ -66,6 +70,12 @@ pub enum StartError {
     /// The TLS certificate could not be made or read.
     #[error(transparent)]
     Tls(#[from] TlsError),
+    /// Listening beyond loopback without a control token would let anyone reset the journal.
+    #[error("listening on {addr}, beyond loopback, needs a control token (--control-token or FAULT_SERVER_CONTROL_TOKEN): otherwise anyone who can reach it can reset the journal and replace the schedule")]
+    NoControlToken {
+        /// The address.
+        addr: SocketAddr,
+    },
 }
 
 /// A running fault server.
@@ -79,6 +89,10 @@ pub struct FaultServer {
 impl FaultServer {
     /// Binds, opens the store and the journal, and starts serving.
     pub async fn start(config: Config, opts: ServerOptions) -> Result<FaultServer, StartError> {
+        if !opts.bind.ip().is_loopback() && opts.control_token.as_deref().is_none_or(str::is_empty)
+        {
+            return Err(StartError::NoControlToken { addr: opts.bind });
+        }
         let listener = TcpListener::bind(opts.bind)
             .await
             .map_err(|source| StartError::Bind {
@@ -116,7 +130,18 @@ impl FaultServer {
             conn_ids: AtomicU64::new(0),
             schedule: RwLock::new((schedule, Arc::new(config.rules.clone()))),
             schedule_gen: AtomicU64::new(0),
-            attempts: Mutex::new(HashMap::new()),
+            attempts: Mutex::new(KeyAttempts::new(config.limits.tracked_keys as usize)),
+            limits: Limits {
+                max_body: config.limits.max_body.0,
+                header_timeout: config.limits.header_timeout.0,
+                max_head: usize::try_from(config.limits.max_head.0).unwrap_or(usize::MAX),
+                max_connections: config
+                    .limits
+                    .max_connections
+                    .map_or_else(default_max_connections, |n| n as usize),
+            },
+            active: AtomicUsize::new(0),
+            control_token: opts.control_token.clone().filter(|t| !t.is_empty()),
             journal,
             orders,
             seed,
@@ -212,4 +237,19 @@ impl FaultServer {
         let state = self.state.clone();
         let _ = tokio::task::spawn_blocking(move || state.journal.flush()).await;
     }
+}
+
+/// 10,000 connections, or fewer when the process may open fewer files: room is left for the
+/// journal, the database, the listener and the control API's reserve.
+fn default_max_connections() -> usize {
+    let files = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|l| {
+            l.lines()
+                .find(|l| l.starts_with("Max open files"))
+                .and_then(|l| l.split_whitespace().nth(3))
+                .and_then(|n| n.parse::<usize>().ok())
+        })
+        .unwrap_or(1024);
+    files.saturating_sub(64 + CONTROL_RESERVE).clamp(16, 10_000)
 }

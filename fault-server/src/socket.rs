@@ -9,7 +9,7 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
@@ -65,6 +65,13 @@ pub(crate) struct ServedConn {
     pub(crate) schedule: Mutex<(u64, Arc<Schedule>)>,
     /// The routers built when the server started.
     pub(crate) routes: Arc<Routes>,
+    /// Bytes read from the socket (shared with the socket's reader).
+    pub(crate) bytes_read: Arc<AtomicU64>,
+    /// `bytes_read` when the last request's body had been read: more since then is the start of
+    /// another request.
+    pub(crate) quiet_mark: AtomicU64,
+    /// Accepted beyond the connection limit: only the control API is served.
+    pub(crate) over_limit: bool,
 }
 
 impl ServedConn {
@@ -113,7 +120,20 @@ pub(crate) async fn peer_closed(stream: &TcpStream) {
 /// The socket, shared between hyper and the connection task. Reads and writes go through
 /// readiness + `try_*` on `&TcpStream`, which tokio supports from several handles.
 #[derive(Clone)]
-pub(crate) struct SharedStream(pub(crate) Arc<TcpStream>);
+pub(crate) struct SharedStream {
+    pub(crate) sock: Arc<TcpStream>,
+    /// Bytes read from the socket so far, for telling a slow request from an idle connection.
+    pub(crate) read: Arc<AtomicU64>,
+}
+
+impl SharedStream {
+    pub(crate) fn new(sock: Arc<TcpStream>) -> SharedStream {
+        SharedStream {
+            sock,
+            read: Arc::new(AtomicU64::new(0)),
+        }
+    }
+}
 
 impl hyper::rt::Read for SharedStream {
     fn poll_read(
@@ -122,17 +142,18 @@ impl hyper::rt::Read for SharedStream {
         mut buf: hyper::rt::ReadBufCursor<'_>,
     ) -> Poll<io::Result<()>> {
         loop {
-            ready!(self.0.poll_read_ready(cx))?;
+            ready!(self.sock.poll_read_ready(cx))?;
             // SAFETY: `try_read` only writes into the slice and reports how many bytes it wrote;
             // those (and only those) are marked filled by `advance`. This is the cast tokio's own
             // `TcpStream::poll_read` makes; it spares zeroing hyper's read buffer on every read.
             let n = unsafe {
                 let dst = buf.as_mut();
                 let dst = &mut *(dst as *mut [std::mem::MaybeUninit<u8>] as *mut [u8]);
-                self.0.try_read(dst)
+                self.sock.try_read(dst)
             };
             match n {
                 Ok(n) => {
+                    self.read.fetch_add(n as u64, Ordering::Relaxed);
                     // SAFETY: `n` bytes were just written by `try_read`.
                     unsafe { buf.advance(n) };
                     return Poll::Ready(Ok(()));
@@ -151,8 +172,8 @@ impl hyper::rt::Write for SharedStream {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         loop {
-            ready!(self.0.poll_write_ready(cx))?;
-            match self.0.try_write(buf) {
+            ready!(self.sock.poll_write_ready(cx))?;
+            match self.sock.try_write(buf) {
                 Ok(n) => return Poll::Ready(Ok(n)),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(e) => return Poll::Ready(Err(e)),
@@ -166,8 +187,8 @@ impl hyper::rt::Write for SharedStream {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         loop {
-            ready!(self.0.poll_write_ready(cx))?;
-            match self.0.try_write_vectored(bufs) {
+            ready!(self.sock.poll_write_ready(cx))?;
+            match self.sock.try_write_vectored(bufs) {
                 Ok(n) => return Poll::Ready(Ok(n)),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(e) => return Poll::Ready(Err(e)),
@@ -196,9 +217,12 @@ impl AsyncRead for SharedStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         loop {
-            ready!(self.0.poll_read_ready(cx))?;
-            match self.0.try_read_buf(buf) {
-                Ok(_) => return Poll::Ready(Ok(())),
+            ready!(self.sock.poll_read_ready(cx))?;
+            match self.sock.try_read_buf(buf) {
+                Ok(n) => {
+                    self.read.fetch_add(n as u64, Ordering::Relaxed);
+                    return Poll::Ready(Ok(()));
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(e) => return Poll::Ready(Err(e)),
             }
@@ -289,7 +313,7 @@ impl ConnIo {
     /// Writes `bytes` and flushes, once hyper no longer uses the connection.
     pub(crate) async fn write_all(&self, bytes: &[u8]) -> io::Result<()> {
         match self {
-            ConnIo::Plain(s) => write_all(&s.0, bytes).await,
+            ConnIo::Plain(s) => write_all(&s.sock, bytes).await,
             ConnIo::Tls(t) => {
                 let mut t = t.clone();
                 t.write_all(bytes).await?;

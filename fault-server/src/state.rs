@@ -1,8 +1,8 @@
 //! What every connection of a running fault server shares: the clock, the arrival counter, the
 //! schedule in force, the attempt count per Idempotency-Key, the journal and the orders store.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -30,6 +30,58 @@ pub const DEFAULT_CAPTURED_HEADERS: &[&str] = &[
 /// Default cap on a `hang`.
 pub const DEFAULT_HANG_CAP: Duration = Duration::from_secs(30);
 
+/// The limits in force, resolved.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub(crate) max_body: u64,
+    pub(crate) header_timeout: Duration,
+    pub(crate) max_head: usize,
+    pub(crate) max_connections: usize,
+}
+
+/// Connections the control API may use beyond `max_connections`, so health stays reachable.
+pub(crate) const CONTROL_RESERVE: usize = 32;
+
+/// How many times each Idempotency-Key was seen, for the most recent `capacity` keys: the oldest
+/// key is forgotten first, so memory stays bounded however many keys a long run uses.
+#[derive(Debug)]
+pub(crate) struct KeyAttempts {
+    counts: HashMap<String, u32>,
+    order: VecDeque<String>,
+    capacity: usize,
+}
+
+impl KeyAttempts {
+    pub(crate) fn new(capacity: usize) -> KeyAttempts {
+        KeyAttempts {
+            counts: HashMap::new(),
+            order: VecDeque::new(),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// Counts one more attempt of `key`; returns its number (1 = first).
+    pub(crate) fn bump(&mut self, key: &str) -> u32 {
+        if let Some(n) = self.counts.get_mut(key) {
+            *n += 1;
+            return *n;
+        }
+        if self.counts.len() >= self.capacity {
+            if let Some(old) = self.order.pop_front() {
+                self.counts.remove(&old);
+            }
+        }
+        self.counts.insert(key.to_string(), 1);
+        self.order.push_back(key.to_string());
+        1
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.counts.clear();
+        self.order.clear();
+    }
+}
+
 /// The routers, built once when the server starts and shared by every connection.
 pub(crate) struct Routes {
     /// The control API under `/__harness/`.
@@ -46,7 +98,13 @@ pub(crate) struct State {
     pub(crate) schedule: RwLock<(Arc<Schedule>, Arc<Vec<RuleConfig>>)>,
     /// Bumped after every schedule replacement; connections cache the schedule until it moves.
     pub(crate) schedule_gen: AtomicU64,
-    pub(crate) attempts: Mutex<HashMap<String, u32>>,
+    pub(crate) attempts: Mutex<KeyAttempts>,
+    /// Bounds on what a client may cost.
+    pub(crate) limits: Limits,
+    /// Connections being served.
+    pub(crate) active: AtomicUsize,
+    /// The control API's token, when the server listens beyond loopback.
+    pub(crate) control_token: Option<String>,
     pub(crate) journal: Journal,
     pub(crate) orders: Orders,
     pub(crate) seed: u64,
@@ -93,18 +151,31 @@ impl State {
     }
 
     pub(crate) fn bump_attempt(&self, key: &str) -> u32 {
-        let mut m = self.attempts.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = m.get_mut(key) {
-            *n += 1;
-            *n
-        } else {
-            m.insert(key.to_string(), 1);
-            1
-        }
+        self.attempts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .bump(key)
     }
 
     /// Requests received in the current epoch.
     pub(crate) fn received(&self) -> u64 {
         self.seq.current().1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_oldest_key_is_forgotten_first() {
+        let mut k = KeyAttempts::new(2);
+        assert_eq!(k.bump("a"), 1);
+        assert_eq!(k.bump("a"), 2);
+        assert_eq!(k.bump("b"), 1);
+        assert_eq!(k.bump("c"), 1, "a is forgotten to make room");
+        assert_eq!(k.bump("b"), 2);
+        assert_eq!(k.bump("a"), 1, "a starts again");
+        assert!(k.counts.len() <= 2);
     }
 }

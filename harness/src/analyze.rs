@@ -227,7 +227,7 @@ impl Tally {
                 TimelineLabel::of(e),
             ))
             .or_default() += 1;
-        let responded = e.outcome == history::Outcome::Responded && e.status.is_some();
+        let responded = e.answered();
         let rec = &mut self.rec;
         rec.result(e.status.filter(|_| responded), None);
         if !responded {

@@ -420,7 +420,7 @@ pub fn requests_from_journal(journal: &[Entry]) -> reports::model::Requests {
     for e in journal {
         r.sent += 1;
         match e.status {
-            Some(s) if e.outcome == history::Outcome::Responded => {
+            Some(s) if e.answered() => {
                 r.completed += 1;
                 *r.by_status.entry(s.to_string()).or_default() += 1;
             }
@@ -463,7 +463,7 @@ pub(crate) enum TimelineLabel {
 impl TimelineLabel {
     pub(crate) fn of(e: &Entry) -> TimelineLabel {
         match (e.outcome, e.status) {
-            (history::Outcome::Responded, Some(s)) => TimelineLabel::Status(s),
+            (_, Some(s)) if e.answered() => TimelineLabel::Status(s),
             (history::Outcome::Responded, None) => TimelineLabel::Malformed,
             (o, _) => TimelineLabel::Outcome(o.as_str()),
         }

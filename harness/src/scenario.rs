@@ -374,7 +374,7 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
             ))
         }
         (Some(s), None) => {
-            fault_server::config::validate_rules(&s.rules, &origin)?;
+            s.validate(&origin)?;
             Some(s)
         }
         (None, Some(p)) => {

@@ -22,6 +22,11 @@ pub enum Outcome {
     Hung,
     /// The client went away before a response was written.
     ClientClosed,
+    /// Refused before it was handled: a head that was too large, malformed or too slow, a body
+    /// over the limit, the connection limit reached; the entry's `rejected` says which.
+    Rejected,
+    /// A proxied request whose upstream failed (refused, timed out, broken).
+    UpstreamError,
 }
 
 impl Outcome {
@@ -33,6 +38,8 @@ impl Outcome {
             Outcome::Reset => "reset",
             Outcome::Hung => "hung",
             Outcome::ClientClosed => "client_closed",
+            Outcome::Rejected => "rejected",
+            Outcome::UpstreamError => "upstream_error",
         }
     }
 }
@@ -129,6 +136,10 @@ pub struct Entry {
     /// The uniform draw in [0, 1) behind a probabilistic rule or a random delay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draw: Option<f64>,
+    /// Why the request was refused before it was handled (outcome `rejected`): `header-timeout`,
+    /// `head-too-large`, `bad-request`, `body-too-large`, `bad-body`, `connection-limit`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected: Option<String>,
     /// Response headers the observer recorded (lower-case names: `retry-after`, `location`,
     /// `idempotent-replayed`, …); absent when it recorded none, so a reader can tell "no
     /// Retry-After was sent" from "headers were not recorded".
@@ -137,6 +148,16 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// Whether the client got a complete response: a status written by the handler, by the server
+    /// refusing the request (`rejected`), or for an upstream's failure (`upstream_error`).
+    pub fn answered(&self) -> bool {
+        self.status.is_some()
+            && matches!(
+                self.outcome,
+                Outcome::Responded | Outcome::Rejected | Outcome::UpstreamError
+            )
+    }
+
     /// When the whole request had arrived: the end of its body, else its head.
     pub fn t_complete_us(&self) -> u64 {
         self.t_body_us.unwrap_or(self.t_recv_us)

@@ -52,6 +52,7 @@ pub fn entry(seq: u64, t_recv_ms: impl Into<f64>) -> EntryBuilder {
         resource: None,
         replayed: false,
         draw: None,
+        rejected: None,
         response_headers: None,
     })
 }

@@ -23,6 +23,9 @@ use serde::Deserialize;
 
 /// Deepest nesting of collections accepted (serde_norway stops at 128 as well).
 pub const MAX_NESTING: usize = 128;
+/// Longest duration accepted anywhere in a configuration.
+pub const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
+
 /// Largest configuration text accepted, in bytes.
 pub const MAX_TEXT: usize = 16 * 1024 * 1024;
 /// Widest indentation accepted, in columns.
@@ -413,30 +416,101 @@ impl<'de> Deserialize<'de> for Dur {
                 f.write_str("a duration such as \"250ms\", \"1.5s\", \"2m\" or a number of seconds")
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Dur, E> {
-                Ok(Dur(Duration::from_secs(v)))
+                bounded(Duration::from_secs(v))
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Dur, E> {
                 u64::try_from(v)
-                    .map(|s| Dur(Duration::from_secs(s)))
                     .map_err(|_| E::custom("a duration cannot be negative"))
+                    .and_then(|s| bounded(Duration::from_secs(s)))
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Dur, E> {
                 Duration::try_from_secs_f64(v)
-                    .map(Dur)
                     .map_err(|_| E::custom(format!("{v} is not a valid number of seconds")))
+                    .and_then(bounded)
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Dur, E> {
-                parse_duration(v).map(Dur).map_err(E::custom)
+                parse_duration(v).map_err(E::custom).and_then(bounded)
             }
         }
         d.deserialize_any(V)
     }
 }
 
+/// A duration within [`MAX_DURATION`].
+fn bounded<E: de::Error>(d: Duration) -> Result<Dur, E> {
+    if d > MAX_DURATION {
+        return Err(E::custom(format!(
+            "{}s is longer than the longest duration accepted, 366 days",
+            d.as_secs()
+        )));
+    }
+    Ok(Dur(d))
+}
+
 impl serde::Serialize for Dur {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&format!("{}ms", self.0.as_secs_f64() * 1000.0))
     }
+}
+
+/// A size in bytes: a number, or `"64KiB"`, `"10MiB"`, `"1GiB"` (also `KB`, `MB`, `GB` as powers
+/// of 1000).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Size(pub u64);
+
+impl<'de> Deserialize<'de> for Size {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Size;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a size such as 65536, \"64KiB\", \"10MiB\" or \"1GiB\"")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Size, E> {
+                Ok(Size(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Size, E> {
+                u64::try_from(v)
+                    .map(Size)
+                    .map_err(|_| E::custom("a size cannot be negative"))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Size, E> {
+                parse_size(v).map(Size).map_err(E::custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Parses `"512"`, `"64KiB"`, `"10MiB"`, `"1GiB"`, `"10MB"`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let end = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(end);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid size {s:?} (expected e.g. 65536, \"64KiB\", \"10MiB\")"))?;
+    let mult: f64 = match unit.trim() {
+        "" | "B" => 1.0,
+        "KiB" => 1024.0,
+        "MiB" => 1024.0 * 1024.0,
+        "GiB" => 1024.0 * 1024.0 * 1024.0,
+        "KB" | "kB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in size {s:?} (use B, KiB, MiB, GiB, KB, MB or GB)"
+            ))
+        }
+    };
+    let bytes = n * mult;
+    if !(bytes.is_finite() && bytes >= 0.0 && bytes <= u64::MAX as f64) {
+        return Err(format!("size {s:?} is out of range"));
+    }
+    Ok(bytes as u64)
 }
 
 /// Parses `"250ms"`, `"1.5s"`, `"2m"`, `"1h30m"`, `"0"`.
@@ -554,6 +628,33 @@ mod tests {
         // Brackets inside quotes and comments are text, not nesting.
         let quoted = format!("name: \"{}\" # {}\n", "[".repeat(500), "{".repeat(500));
         assert!(from_yaml_str::<Doc>(&quoted, "q").is_ok());
+    }
+
+    #[test]
+    fn a_duration_longer_than_a_year_is_refused_with_its_position() {
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct T {
+            d: Dur,
+        }
+        let err = from_yaml_str::<T>("d: 400d\n", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("t:1:4:") && err.contains("366 days"),
+            "{err}"
+        );
+        assert!(from_yaml_str::<T>("d: 365d\n", "t").is_ok());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("512").unwrap(), 512);
+        assert_eq!(parse_size("64KiB").unwrap(), 65536);
+        assert_eq!(parse_size("10MiB").unwrap(), 10 << 20);
+        assert_eq!(parse_size("1.5GB").unwrap(), 1_500_000_000);
+        assert!(parse_size("ten").is_err());
+        assert!(parse_size("5 parsecs").is_err());
     }
 
     #[test]
