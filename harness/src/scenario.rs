@@ -326,6 +326,31 @@ pub struct Overrides {
     pub streams: Option<u32>,
 }
 
+/// The bounds a scenario's numbers must keep: a value outside them is refused when the file is
+/// loaded, with the bound in the message, instead of running until memory or patience runs out.
+pub mod bounds {
+    use std::time::Duration;
+    /// `time_scale` and `--time-scale`.
+    pub const TIME_SCALE: (f64, f64) = (1e-3, 1e3);
+    /// Workers of a phase: `clients.concurrency`, `fleet.clients`, `rate.connections`,
+    /// `burst.size`.
+    pub const WORKERS: u32 = 100_000;
+    /// Burst rounds.
+    pub const ROUNDS: u32 = 1_000_000;
+    /// Requests per second of an open-model phase.
+    pub const RPS: f64 = 1_000_000.0;
+    /// Operations one phase may start (requests × attempts are bounded by `max_attempts` too).
+    pub const OPERATIONS: u64 = 100_000_000;
+    /// Attempts per operation.
+    pub const ATTEMPTS: u32 = 100;
+    /// Longest a phase may run.
+    pub const PHASE: Duration = Duration::from_secs(24 * 3600);
+    /// Shortest window of the requests-over-time chart.
+    pub const MIN_WINDOW: Duration = Duration::from_millis(1);
+    /// Most windows a chart may have.
+    pub const MAX_WINDOWS: u64 = 100_000;
+}
+
 /// Default concurrent streams per HTTP/2 connection (`h2load -m` defaults to 1; browsers and
 /// servers commonly allow 100).
 pub const DEFAULT_STREAMS: u32 = 100;
@@ -355,11 +380,12 @@ pub fn load(path: &Path, o: &Overrides) -> Result<Plan, ConfigError> {
 pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, ConfigError> {
     let origin = path.display().to_string();
     let time_scale = o.time_scale.or(f.time_scale).unwrap_or(1.0);
-    if !(time_scale.is_finite() && time_scale > 0.0) {
+    let (lo, hi) = bounds::TIME_SCALE;
+    if !(time_scale.is_finite() && (lo..=hi).contains(&time_scale)) {
         return Err(invalid(
             &origin,
             "time_scale",
-            format!("{time_scale} must be a positive number"),
+            format!("{time_scale} is out of bounds; give {lo} to {hi}"),
         ));
     }
     let scale = |d: Duration| d.mul_f64(time_scale);
@@ -453,11 +479,18 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
             ));
         }
         let kind = if let Some(b) = &p.burst {
-            if b.size == 0 || b.rounds == 0 {
+            if b.size == 0 || b.size > bounds::WORKERS {
                 return Err(invalid(
                     &origin,
-                    at("burst"),
-                    "`size` and `rounds` must be at least 1",
+                    at("burst.size"),
+                    format!("{}; give 1 to {}", b.size, bounds::WORKERS),
+                ));
+            }
+            if b.rounds == 0 || b.rounds > bounds::ROUNDS {
+                return Err(invalid(
+                    &origin,
+                    at("burst.rounds"),
+                    format!("{}; give 1 to {}", b.rounds, bounds::ROUNDS),
                 ));
             }
             let sync = match (b.sync, connect.http2) {
@@ -513,18 +546,65 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
                     ))
                 }
             };
-            if stages.iter().any(|(a, b, d)| {
-                !(a.is_finite() && b.is_finite() && *a >= 0.0 && *b >= 0.0) || d.is_zero()
-            }) {
+            let in_bounds = |x: f64| x.is_finite() && (0.0..=bounds::RPS).contains(&x);
+            let single = r.stages.is_none();
+            for (i, (_, rps, d)) in stages.iter().enumerate() {
+                let field = if single {
+                    String::from("rate.")
+                } else {
+                    format!("rate.stages[{i}].")
+                };
+                if !in_bounds(*rps) || (single && *rps <= 0.0) {
+                    return Err(invalid(
+                        &origin,
+                        at(&format!("{field}rps")),
+                        format!(
+                            "{rps}; give {} to {} requests per second",
+                            if single { "more than 0" } else { "0" },
+                            bounds::RPS
+                        ),
+                    ));
+                }
+                if d.is_zero() || *d > bounds::PHASE {
+                    return Err(invalid(
+                        &origin,
+                        at(&format!("{field}duration")),
+                        format!("{d:?} (after time_scale); give more than 0, at most 24h"),
+                    ));
+                }
+            }
+            let total: f64 = stages
+                .iter()
+                .map(|(a, b, d)| (a + b) / 2.0 * d.as_secs_f64())
+                .sum();
+            if total < 1.0 {
                 return Err(invalid(
                     &origin,
                     at("rate"),
-                    "rates must be ≥ 0 and durations > 0",
+                    "this phase would send no request: give a rate above 0",
+                ));
+            }
+            if total > bounds::OPERATIONS as f64 {
+                return Err(invalid(
+                    &origin,
+                    at("rate"),
+                    format!(
+                        "{total:.0} requests in one phase; at most {}",
+                        bounds::OPERATIONS
+                    ),
+                ));
+            }
+            let connections = r.connections.unwrap_or(64);
+            if connections == 0 || connections > bounds::WORKERS {
+                return Err(invalid(
+                    &origin,
+                    at("rate.connections"),
+                    format!("{connections}; give 1 to {}", bounds::WORKERS),
                 ));
             }
             PhaseKind::Rate {
                 stages,
-                connections: r.connections.unwrap_or(64).max(1),
+                connections,
             }
         } else if let Some(c) = &p.clients {
             if c.duration.is_none() && c.requests.is_none() {
@@ -534,11 +614,27 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
                     "this phase never ends: give `duration` or `requests`",
                 ));
             }
-            if c.concurrency == 0 {
+            if c.concurrency == 0 || c.concurrency > bounds::WORKERS {
                 return Err(invalid(
                     &origin,
                     at("clients.concurrency"),
-                    "must be at least 1",
+                    format!("{}; give 1 to {}", c.concurrency, bounds::WORKERS),
+                ));
+            }
+            if c.requests.is_some_and(|n| n == 0 || n > bounds::OPERATIONS) {
+                return Err(invalid(
+                    &origin,
+                    at("clients.requests"),
+                    format!("give 1 to {}", bounds::OPERATIONS),
+                ));
+            }
+            if c.duration
+                .is_some_and(|d| d.0.is_zero() || d.0 > bounds::PHASE)
+            {
+                return Err(invalid(
+                    &origin,
+                    at("clients.duration"),
+                    "give more than 0, at most 24h",
                 ));
             }
             PhaseKind::Clients {
@@ -548,11 +644,23 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
                 think: scale(c.think.map_or(Duration::ZERO, |d| d.0)),
             }
         } else if let Some(fl) = &p.fleet {
-            if fl.clients == 0 || fl.operations == 0 {
+            if fl.clients == 0 || fl.clients > bounds::WORKERS {
                 return Err(invalid(
                     &origin,
-                    at("fleet"),
-                    "`clients` and `operations` must be at least 1",
+                    at("fleet.clients"),
+                    format!("{}; give 1 to {}", fl.clients, bounds::WORKERS),
+                ));
+            }
+            if fl.operations == 0
+                || u64::from(fl.clients).saturating_mul(fl.operations) > bounds::OPERATIONS
+            {
+                return Err(invalid(
+                    &origin,
+                    at("fleet.operations"),
+                    format!(
+                        "give at least 1, and at most {} operations for the whole fleet",
+                        bounds::OPERATIONS
+                    ),
                 ));
             }
             PhaseKind::Fleet {
@@ -608,7 +716,16 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
         relay,
         phases,
         checks,
-        window: f.report.window.map(|d| scale(d.0)),
+        window: match f.report.window.map(|d| scale(d.0)) {
+            Some(w) if w < bounds::MIN_WINDOW => {
+                return Err(invalid(
+                    &origin,
+                    "report.window",
+                    format!("{w:?} once scaled; a window is at least 1ms"),
+                ))
+            }
+            w => w,
+        },
         connect,
     })
 }
@@ -679,6 +796,16 @@ fn compile_request(
             format!("{:?} must start with '/'", r.path),
         ));
     }
+    if let Some(c) = r.path.chars().find(|c| c.is_whitespace() || c.is_control()) {
+        return Err(invalid(
+            origin,
+            format!("{at}.path"),
+            format!(
+                "{:?} holds {c:?}, which cannot be sent in a request line; percent-encode it (%20 for a space)",
+                r.path
+            ),
+        ));
+    }
     let path = Text::parse(&r.path).map_err(|e| invalid(origin, format!("{at}.path"), e))?;
     let mut headers = Vec::new();
     for (k, v) in &r.headers {
@@ -689,6 +816,16 @@ fn compile_request(
                 format!("{k:?} is not a header name"),
             )
         })?;
+        if let Some(c) = v
+            .chars()
+            .find(|c| (c.is_control() && *c != '\t') || *c == '\u{7f}')
+        {
+            return Err(invalid(
+                origin,
+                format!("{at}.headers.{k}"),
+                format!("the value holds {c:?}; a header value cannot hold control characters (CR and LF would split the request)"),
+            ));
+        }
         let value = Text::parse(v).map_err(|e| invalid(origin, format!("{at}.headers.{k}"), e))?;
         headers.push((name, value));
     }
@@ -743,17 +880,31 @@ pub fn resolve_policy(
         ..Policy::default()
     };
     if let Some(n) = p.max_attempts {
-        if n == 0 {
+        if n == 0 || n > bounds::ATTEMPTS {
             return Err(invalid(
                 origin,
                 format!("{at}.max_attempts"),
-                "must be at least 1 (1 = no retries)",
+                format!("{n}; give 1 (no retries) to {}", bounds::ATTEMPTS),
             ));
         }
         out.max_attempts = n;
     }
     if let Some(t) = p.timeout {
+        if t.0.is_zero() {
+            return Err(invalid(
+                origin,
+                format!("{at}.timeout"),
+                "an attempt needs more than 0 to get an answer",
+            ));
+        }
         out.timeout = scale(t.0);
+    }
+    if p.total_timeout.is_some_and(|t| t.0.is_zero()) {
+        return Err(invalid(
+            origin,
+            format!("{at}.total_timeout"),
+            "an operation needs more than 0 to get an answer",
+        ));
     }
     out.total_timeout = p.total_timeout.map(|d| scale(d.0));
     if let Some(b) = &p.backoff {
@@ -908,6 +1059,56 @@ mod tests {
                 "server: {}\nclient: { max_attempts: 0 }\nphases: []\n",
                 "s.yaml:2:",
                 "client.max_attempts",
+            ),
+            (
+                "server: {}\nphases:\n  - name: p\n    clients: { concurrency: 10000000, requests: 1 }\n    request: { path: / }\n",
+                "s.yaml:4:",
+                "give 1 to 100000",
+            ),
+            (
+                "server: {}\nphases:\n  - name: p\n    burst: { size: 10000000 }\n    request: { path: / }\n",
+                "s.yaml:4:",
+                "phases[0].burst.size",
+            ),
+            (
+                "server: {}\nphases:\n  - name: p\n    rate: { rps: 1e12, duration: 1s }\n    request: { path: / }\n",
+                "s.yaml:4:",
+                "phases[0].rate.rps",
+            ),
+            (
+                "server: {}\nphases:\n  - name: p\n    rate: { rps: 0, duration: 1s }\n    request: { path: / }\n",
+                "s.yaml:4:",
+                "phases[0].rate.rps",
+            ),
+            (
+                "server: {}\nphases:\n  - name: p\n    rate: { rps: 10, duration: 1s, connections: 0 }\n    request: { path: / }\n",
+                "s.yaml:4:",
+                "phases[0].rate.connections",
+            ),
+            (
+                "server: {}\nclient: { timeout: 0ms }\nphases: []\n",
+                "s.yaml:2:",
+                "client.timeout",
+            ),
+            (
+                "server: {}\nreport: { window: 0ms }\nphases: []\n",
+                "s.yaml:2:",
+                "report.window",
+            ),
+            (
+                "server: {}\ntime_scale: 1e300\nphases: []\n",
+                "s.yaml:2:",
+                "time_scale",
+            ),
+            (
+                "server: {}\nphases:\n  - name: p\n    clients: { concurrency: 1, requests: 1 }\n    request: { path: \"/a b\" }\n",
+                "s.yaml:5:",
+                "phases[0].request.path",
+            ),
+            (
+                "server: {}\nphases:\n  - name: p\n    clients: { concurrency: 1, requests: 1 }\n    request: { path: /, headers: { x-a: \"1\\r\\nx-b: 2\" } }\n",
+                "s.yaml:5:",
+                "phases[0].request.headers",
             ),
         ];
         for (text, at, field) in cases {
