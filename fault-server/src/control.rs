@@ -28,6 +28,11 @@ use crate::state::State;
 /// must not come from a page of another origin (`Origin`, `Sec-Fetch-Site`). With a token
 /// (`--control-token`, required when listening beyond loopback) the request must carry it, as
 /// `Authorization: Bearer TOKEN` or `x-harness-token: TOKEN`.
+/// Whether two secrets are equal, in a time that does not depend on where they differ.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 pub(crate) fn refuse(state: &State, _tls: bool, req: &Request<Incoming>) -> Option<Response> {
     let h = req.headers();
     let header = |name: &str| h.get(name).and_then(|v| v.to_str().ok());
@@ -37,7 +42,7 @@ pub(crate) fn refuse(state: &State, _tls: bool, req: &Request<Incoming>) -> Opti
     if let Some(token) = &state.control_token {
         let given = header("x-harness-token")
             .or_else(|| header("authorization").and_then(|a| a.strip_prefix("Bearer ")));
-        if given.map(str::trim) != Some(token.as_str()) {
+        if !given.is_some_and(|g| same_secret(g.trim().as_bytes(), token.as_bytes())) {
             return Some(
                 (
                     StatusCode::UNAUTHORIZED,

@@ -162,6 +162,9 @@ fn a_gigabyte_body_is_refused_without_being_read() {
     let growth = s.rss_kb().saturating_sub(before);
     assert!(growth < RSS_GROWTH_BOUND_KB, "RSS grew by {growth} kB");
     assert!(s.healthy());
+    assert!(eventually(Duration::from_secs(20), || {
+        s.stats()["by_outcome"]["rejected"] == 2
+    }));
     let j = s.journal();
     let refused = rejected(&j, "body-too-large");
     assert_eq!(refused.len(), 2, "{j:#?}");
@@ -189,6 +192,9 @@ fn slowloris_is_cut_at_the_header_timeout() {
     });
     assert!(cut, "{} slow connections still open", conns.len());
     assert!(s.healthy());
+    assert!(eventually(Duration::from_secs(20), || {
+        s.stats()["by_outcome"]["rejected"] == n
+    }));
     let j = s.journal();
     let slow = rejected(&j, "header-timeout");
     assert_eq!(slow.len(), n, "every slow head is journaled: {}", j.len());
@@ -274,6 +280,11 @@ fn malformed_heads_and_smuggling_are_refused_and_journaled() {
     );
     let got = s.request(huge.as_bytes());
     assert!(got.starts_with("HTTP/1.1 431"), "{got:?}");
+    // A head refused while parsing is journaled once hyper has answered it, so the answer can
+    // reach the client a moment before the entry reaches the journal.
+    assert!(eventually(Duration::from_secs(20), || {
+        s.stats()["by_outcome"]["rejected"] == 4
+    }));
     let j = s.journal();
     assert!(
         j.iter().all(|e| e["path"] != "/smuggled"),

@@ -8,12 +8,12 @@ use std::io::{IsTerminal, Write};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use reports::Report;
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio_util::sync::CancellationToken;
 
 use crate::http::Connect;
 use crate::plan::SyncMode;
@@ -363,7 +363,7 @@ pub fn main() -> ExitCode {
         }
     };
     match runtime.block_on(dispatch(cli.command)) {
-        Ok(passed) => ExitCode::from(if passed { 0 } else { 1 }),
+        Ok(code) => ExitCode::from(code),
         Err(f) => {
             match &f {
                 CliError::Input(m) | CliError::Run(m) => eprintln!("error: {m}"),
@@ -373,7 +373,7 @@ pub fn main() -> ExitCode {
     }
 }
 
-async fn dispatch(cmd: Command) -> Result<bool, CliError> {
+async fn dispatch(cmd: Command) -> Result<u8, CliError> {
     match cmd {
         Command::Run { scenario, common } => run(&scenario, &common).await,
         Command::Exec {
@@ -412,23 +412,42 @@ fn overrides(c: &Common) -> Overrides {
     }
 }
 
-/// Sets the flag on the first Ctrl-C; a second one exits at once.
-fn stop_on_ctrl_c() -> Arc<AtomicBool> {
-    let stop = Arc::new(AtomicBool::new(false));
+/// Cancelled on the first Ctrl-C or SIGTERM (what CI sends when it cancels a job): the load
+/// stops, what is in flight is cancelled, and the report on what was done is still written,
+/// marked interrupted. A second signal exits at once.
+fn stop_on_signals() -> CancellationToken {
+    let stop = CancellationToken::new();
     let s = stop.clone();
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("interrupted: stopping the load, then checking what was done (Ctrl-C again to quit)");
-            s.store(true, Ordering::Relaxed);
-            if tokio::signal::ctrl_c().await.is_ok() {
-                std::process::exit(130);
+        let mut term = signal(SignalKind::terminate()).ok();
+        if next_signal(&mut term).await.is_some() {
+            eprintln!(
+                "interrupted: stopping the load, then checking what was done (again to quit at once)"
+            );
+            s.cancel();
+            if let Some(code) = next_signal(&mut term).await {
+                std::process::exit(i32::from(code));
             }
         }
     });
     stop
 }
 
-async fn run(path: &Path, common: &Common) -> Result<bool, CliError> {
+/// Waits for Ctrl-C or SIGTERM; the exit code a shell gives a process they kill.
+async fn next_signal(term: &mut Option<Signal>) -> Option<u8> {
+    let terminated = async {
+        match term {
+            Some(t) => t.recv().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r.is_ok().then_some(130),
+        Some(()) = terminated => Some(143),
+    }
+}
+
+async fn run(path: &Path, common: &Common) -> Result<u8, CliError> {
     let plan =
         scenario::load(path, &overrides(common)).map_err(|e| CliError::Input(e.to_string()))?;
     if plan.phases.is_empty() {
@@ -437,7 +456,7 @@ async fn run(path: &Path, common: &Common) -> Result<bool, CliError> {
             path.display()
         )));
     }
-    let stop = stop_on_ctrl_c();
+    let stop = stop_on_signals();
     let outcome = crate::run::run_plan(&plan, stop, crate::progress::wanted())
         .await
         .map_err(|e| CliError::Run(e.to_string()))?;
@@ -449,7 +468,7 @@ async fn exec(
     common: &Common,
     wait: Duration,
     command: &[String],
-) -> Result<bool, CliError> {
+) -> Result<u8, CliError> {
     let plan =
         scenario::load(path, &overrides(common)).map_err(|e| CliError::Input(e.to_string()))?;
     if plan.server.is_none() {
@@ -458,7 +477,7 @@ async fn exec(
             path.display()
         )));
     }
-    let stop = stop_on_ctrl_c();
+    let stop = stop_on_signals();
     let mut session = crate::run::Session::start(&plan)
         .await
         .map_err(|e| CliError::Run(e.to_string()))?;
@@ -517,7 +536,8 @@ async fn exec(
     } else {
         tokio::select! {
             status = child.wait() => status.ok().and_then(|s| s.code()),
-            _ = wait_for_stop(stop.clone()) => {
+            () = stop.cancelled() => {
+                session.interrupt();
                 let _ = child.start_kill();
                 child.wait().await.ok().and_then(|s| s.code())
             }
@@ -534,13 +554,7 @@ async fn exec(
     emit(&outcome.report, &common.output)
 }
 
-async fn wait_for_stop(stop: Arc<AtomicBool>) {
-    while !stop.load(Ordering::Relaxed) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn load(a: LoadArgs) -> Result<bool, CliError> {
+async fn load(a: LoadArgs) -> Result<u8, CliError> {
     let opts = crate::load::LoadOptions::from_flags(crate::load::LoadFlags {
         url: a.url,
         rate: a.rate,
@@ -555,14 +569,14 @@ async fn load(a: LoadArgs) -> Result<bool, CliError> {
         connect: a.connect.connect()?,
     })
     .map_err(CliError::Input)?;
-    let stop = stop_on_ctrl_c();
+    let stop = stop_on_signals();
     let report = crate::load::run(&opts, stop, crate::progress::wanted())
         .await
         .map_err(|e| CliError::Run(e.to_string()))?;
     emit(&report, &a.output)
 }
 
-async fn idempotency(a: IdempotencyArgs) -> Result<bool, CliError> {
+async fn idempotency(a: IdempotencyArgs) -> Result<u8, CliError> {
     let mut cfg = crate::probe::ProbeConfig::new(a.url);
     cfg.rounds = a.rounds;
     cfg.concurrency = a.concurrency;
@@ -591,6 +605,7 @@ async fn idempotency(a: IdempotencyArgs) -> Result<bool, CliError> {
         (Some(SyncArg::LastByte), _) => SyncMode::LastByte,
         (Some(SyncArg::SinglePacket), _) => SyncMode::SinglePacket,
     };
+    cfg.stop = stop_on_signals();
     let outcome = crate::probe::probe(&cfg)
         .await
         .map_err(|e| match e.exit_code() {
@@ -600,7 +615,7 @@ async fn idempotency(a: IdempotencyArgs) -> Result<bool, CliError> {
     emit(&crate::run::probe_report(&outcome), &a.output)
 }
 
-fn simulate_herd(a: &HerdArgs) -> Result<bool, CliError> {
+fn simulate_herd(a: &HerdArgs) -> Result<u8, CliError> {
     use crate::simulate::{herd, HerdConfig, Jitter};
     let cfg = HerdConfig {
         clients: a.clients,
@@ -650,10 +665,10 @@ fn simulate_herd(a: &HerdArgs) -> Result<bool, CliError> {
         }
     };
     print_out(&text)?;
-    Ok(true)
+    Ok(0)
 }
 
-fn analyze(journal: &Path, checks: Option<&Path>, output: &Output) -> Result<bool, CliError> {
+fn analyze(journal: &Path, checks: Option<&Path>, output: &Output) -> Result<u8, CliError> {
     let cfg = match checks {
         Some(p) => {
             let text = std::fs::read_to_string(p)
@@ -673,7 +688,7 @@ fn report_cmd(
     compare: Option<&Path>,
     tolerances: Option<&Path>,
     format: ReportFormat,
-) -> Result<bool, CliError> {
+) -> Result<u8, CliError> {
     let read = |p: &Path| -> Result<Report, CliError> {
         let text = std::fs::read_to_string(p)
             .map_err(|e| CliError::Input(format!("{}: cannot read: {e}", p.display())))?;
@@ -701,7 +716,7 @@ fn report_cmd(
             _ => cmp.render_terminal(color),
         };
         print_out(&text)?;
-        return Ok(!cmp.is_regression());
+        return Ok(u8::from(cmp.is_regression()));
     }
     let fmt = match format {
         ReportFormat::Table => reports::Format::Table,
@@ -712,7 +727,7 @@ fn report_cmd(
     };
     let text = reports::render(&base, fmt, color).map_err(|e| CliError::Run(e.to_string()))?;
     print_out(&text)?;
-    Ok(base.passed)
+    Ok(base.outcome().exit_code())
 }
 
 fn print_out(text: &str) -> Result<(), CliError> {
@@ -733,7 +748,7 @@ fn print_out(text: &str) -> Result<(), CliError> {
 }
 
 /// Writes the report directory and prints the chosen format; returns whether the run passed.
-fn emit(report: &Report, output: &Output) -> Result<bool, CliError> {
+fn emit(report: &Report, output: &Output) -> Result<u8, CliError> {
     if let Some(dir) = &output.report_dir {
         reports::write_report_dir(report, dir).map_err(|e| CliError::Run(e.to_string()))?;
     }
@@ -745,5 +760,5 @@ fn emit(report: &Report, output: &Output) -> Result<bool, CliError> {
     }
     .map_err(|e| CliError::Run(e.to_string()))?;
     print_out(&text)?;
-    Ok(report.passed)
+    Ok(report.outcome().exit_code())
 }

@@ -12,7 +12,7 @@
 //! Every worker owns its connection, its RNG and its [`Recorder`]; they are merged at the end.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,7 @@ use http::{HeaderName, HeaderValue};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use tokio::sync::Barrier;
+use tokio_util::sync::CancellationToken;
 
 use fault_server::draw::splitmix64;
 use retry_policy::Limits;
@@ -95,8 +96,13 @@ pub struct PhaseCtx {
     pub target: Arc<Target>,
     pub keys: Keys,
     pub run_start: Instant,
-    /// Set on Ctrl-C: workers stop starting new operations.
-    pub stop: Arc<AtomicBool>,
+    /// Cancelled on Ctrl-C or SIGTERM (and, with `hard_stop`, at the phase's end): workers start
+    /// nothing more, and operations in flight are cut short and counted as cancelled.
+    pub stop: CancellationToken,
+    /// The phase's duration is a hard stop: what is in flight when it ends is cancelled
+    /// (`harness load`). Otherwise nothing starts after the end, and what is in flight finishes
+    /// under its retry policy, so the checks judge whole operations.
+    pub hard_stop: bool,
     /// Operations finished, for the progress bar.
     pub done: Arc<AtomicU64>,
     /// Keep one record per attempt (scenario runs); `load` does not.
@@ -146,13 +152,34 @@ fn client_header(enabled: bool, phase: u16, client: u32) -> Vec<(HeaderName, Hea
     vec![(HeaderName::from_static("x-client-id"), v)]
 }
 
-/// Runs one phase to its end (duration, request count, or rounds), or until `stop` is set.
+/// How long a phase runs by its own definition, when it has a duration.
+pub fn phase_length(kind: &PhaseKind) -> Option<Duration> {
+    match kind {
+        PhaseKind::Rate { stages, .. } => Some(stages.iter().map(|s| s.2).sum()),
+        PhaseKind::Clients { duration, .. } => *duration,
+        PhaseKind::Burst { .. } | PhaseKind::Fleet { .. } => None,
+    }
+}
+
+/// Runs one phase to its end (duration, request count, or rounds), or until `stop` is cancelled.
 pub async fn run_phase(plan: Arc<PhasePlan>, ctx: PhaseCtx) -> PhaseOutcome {
     let started = Instant::now();
     let shared = Arc::new(Limits::new(&plan.policy, Instant::now()));
     let captures = Arc::new(std::sync::Mutex::new(HashMap::new()));
+    let stop = ctx.stop.child_token();
+    let timer = match (ctx.hard_stop, phase_length(&plan.kind)) {
+        (true, Some(d)) => {
+            let stop = stop.clone();
+            Some(tokio::spawn(async move {
+                tokio::time::sleep(d).await;
+                stop.cancel();
+            }))
+        }
+        _ => None,
+    };
     let ctx = PhaseCtx {
         capture_sink: Some(captures.clone()),
+        stop,
         ..ctx
     };
     let sink = Sink::new();
@@ -197,6 +224,9 @@ pub async fn run_phase(plan: Arc<PhasePlan>, ctx: PhaseCtx) -> PhaseOutcome {
             Vec::new(),
         ),
     };
+    if let Some(t) = timer {
+        t.abort();
+    }
     let captured = std::mem::take(&mut *captures.lock().unwrap_or_else(|e| e.into_inner()));
     PhaseOutcome {
         recorder,
@@ -294,14 +324,23 @@ impl PhaseClient {
             client: self.client,
         };
         let mut observer = self.rec.operation(ids, ctx.run_start);
-        let result = execute(
-            &mut transport,
-            &mut observer,
-            &plan.policy,
-            shared,
-            &mut self.rng,
-        )
-        .await;
+        let result = tokio::select! {
+            biased;
+            () = ctx.stop.cancelled() => None,
+            r = execute(
+                &mut transport,
+                &mut observer,
+                &plan.policy,
+                shared,
+                &mut self.rng,
+            ) => Some(r),
+        };
+        let Some(result) = result else {
+            // Cut short mid-request: the connection's state is unknown, so it is not reused.
+            self.rec.cancelled += 1;
+            self.conn = Conn::new(ctx.target.clone());
+            return;
+        };
         if let (false, Some(sink), Some(reply)) =
             (plan.capture.is_empty(), &ctx.capture_sink, &result.reply)
         {
@@ -331,7 +370,7 @@ async fn burst(
     let joint_slot =
         (sync == SyncMode::SinglePacket).then(|| Arc::new(Slot::new(ctx.target.clone())));
     for round in 1..=u64::from(rounds) {
-        if ctx.stop.load(Ordering::Relaxed) {
+        if ctx.stop.is_cancelled() {
             break;
         }
         let key = ctx.keys.key(ctx.index, round);
@@ -396,7 +435,10 @@ async fn burst(
             conns.push(Conn::new(ctx.target.clone()));
         }
         if round < u64::from(rounds) && !pause.is_zero() {
-            tokio::time::sleep(pause).await;
+            tokio::select! {
+                () = ctx.stop.cancelled() => {}
+                () = tokio::time::sleep(pause) => {}
+            }
         }
     }
     (total, keys)
@@ -492,6 +534,26 @@ pub fn uuid_from_hex(h: &str) -> String {
     )
 }
 
+/// How many requests the stages schedule at or before `t` from the phase's start.
+pub fn scheduled_by(stages: &[(f64, f64, Duration)], t: Duration) -> u64 {
+    // `intended_offset` grows with `i`: the first `i` past `t` (or past the end) is the count.
+    let (mut lo, mut hi) = (0u64, 1u64);
+    while intended_offset(stages, hi - 1).is_some_and(|o| o <= t) {
+        lo = hi;
+        hi = hi.saturating_mul(2);
+    }
+    // Every i < lo is scheduled by t; the answer lies in [lo, hi).
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if intended_offset(stages, mid).is_some_and(|o| o <= t) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
 /// The intended start of operation `i` (0-based) from the stages, or `None` past the end.
 pub fn intended_offset(stages: &[(f64, f64, Duration)], i: u64) -> Option<Duration> {
     let mut before = 0.0; // operations scheduled in earlier stages
@@ -530,6 +592,7 @@ async fn rate(
     let next = Arc::new(AtomicU64::new(0));
     let start = tokio::time::Instant::now();
     let permits = Arc::new(tokio::sync::Semaphore::new(0));
+    let end = start + stages.iter().map(|s| s.2).sum::<Duration>();
     let pacer = {
         let (stages, permits, stop) = (stages.clone(), permits.clone(), ctx.stop.clone());
         let start = start.into_std();
@@ -549,7 +612,7 @@ async fn rate(
         tasks.push(tokio::spawn(async move {
             let mut w = PhaseClient::fresh(&plan, &ctx, &sink, client);
             loop {
-                if ctx.stop.load(Ordering::Relaxed) {
+                if ctx.stop.is_cancelled() {
                     break;
                 }
                 // A permit is a request whose time has come (see `pace`).
@@ -557,10 +620,19 @@ async fn rate(
                     Ok(p) => p.forget(),
                     Err(_) => break,
                 }
+                if ctx.stop.is_cancelled() {
+                    break;
+                }
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(offset) = intended_offset(&stages, i) else {
                     break;
                 };
+                // Past the phase's end nothing starts: a request still due then was never sent
+                // (the backlog the target could not take at this rate).
+                if tokio::time::Instant::now() >= end || ctx.stop.is_cancelled() {
+                    w.rec.not_started += 1;
+                    break;
+                }
                 let intended = start + offset;
                 // Late means no connection was free when the request was due — not the pacer's
                 // own lateness of some microseconds, which every request has.
@@ -574,10 +646,13 @@ async fn rate(
             w.rec
         }));
     }
-    let rec = collect(tasks, ctx.keep_attempts).await;
+    let mut rec = collect(tasks, ctx.keep_attempts).await;
     if pacer.await.is_err() {
         tracing::error!("the rate pacer stopped unexpectedly");
     }
+    // Requests whose time had come and that no worker took.
+    let due = scheduled_by(&stages, start.elapsed());
+    rec.not_started += due.saturating_sub(next.load(Ordering::Relaxed).min(due));
     rec
 }
 
@@ -595,14 +670,14 @@ fn pace(
     stages: &[(f64, f64, Duration)],
     start: std::time::Instant,
     permits: &Arc<tokio::sync::Semaphore>,
-    stop: &AtomicBool,
+    stop: &CancellationToken,
     workers: u32,
 ) {
     // At most this long between looks at `stop` and at whether the workers are still there.
     const LOOK: Duration = Duration::from_millis(10);
     let mut released = 0u64;
     // The workers hold the other references; when they are all gone there is nobody to pace.
-    while !stop.load(Ordering::Relaxed) && Arc::strong_count(permits) > 1 {
+    while !stop.is_cancelled() && Arc::strong_count(permits) > 1 {
         let now = std::time::Instant::now();
         let mut due = 0usize;
         let next_at = loop {
@@ -648,7 +723,7 @@ async fn closed(
         tasks.push(tokio::spawn(async move {
             let mut w = PhaseClient::fresh(&plan, &ctx, &sink, client);
             loop {
-                if ctx.stop.load(Ordering::Relaxed) || end.is_some_and(|e| Instant::now() >= e) {
+                if ctx.stop.is_cancelled() || end.is_some_and(|e| Instant::now() >= e) {
                     break;
                 }
                 let i = next.fetch_add(1, Ordering::Relaxed);
@@ -657,7 +732,10 @@ async fn closed(
                 }
                 w.run(&plan, &ctx, &shared, i + 1, None).await;
                 if !think.is_zero() {
-                    tokio::time::sleep(think).await;
+                    tokio::select! {
+                        () = ctx.stop.cancelled() => {}
+                        () = tokio::time::sleep(think) => {}
+                    }
                 }
             }
             w.rec
@@ -689,9 +767,12 @@ async fn fleet(
             if let Err(e) = w.conn.open().await {
                 tracing::warn!("fleet client {client} could not connect: {e}");
             }
-            barrier.wait().await;
+            tokio::select! {
+                () = ctx.stop.cancelled() => return w.rec,
+                _ = barrier.wait() => {}
+            }
             for k in 0..operations {
-                if ctx.stop.load(Ordering::Relaxed) {
+                if ctx.stop.is_cancelled() {
                     break;
                 }
                 let op = u64::from(client) * operations + k + 1;
@@ -736,10 +817,28 @@ mod tests {
         assert_eq!(intended_offset(&two, 15), Some(Duration::from_millis(1500)));
     }
 
+    #[test]
+    fn scheduled_by_counts_the_requests_due_by_a_time() {
+        let flat = [(100.0, 100.0, Duration::from_secs(2))];
+        assert_eq!(scheduled_by(&flat, Duration::ZERO), 1);
+        assert_eq!(scheduled_by(&flat, Duration::from_millis(995)), 100);
+        assert_eq!(scheduled_by(&flat, Duration::from_secs(1)), 101);
+        assert_eq!(scheduled_by(&flat, Duration::from_secs(60)), 200);
+        let ramp = [(0.0, 100.0, Duration::from_secs(2))];
+        assert_eq!(scheduled_by(&ramp, Duration::from_secs(60)), 100);
+        let million = [(1e6, 1e6, Duration::from_secs(1))];
+        assert_eq!(scheduled_by(&million, Duration::from_secs(2)), 1_000_000);
+        for t in [0u64, 1, 17, 500, 999] {
+            let n = scheduled_by(&million, Duration::from_millis(t));
+            assert!(intended_offset(&million, n - 1).unwrap() <= Duration::from_millis(t));
+            assert!(intended_offset(&million, n).unwrap() > Duration::from_millis(t));
+        }
+    }
+
     /// Runs `pace` on a thread of its own; the returned `Arc` stands for the workers.
     fn pacer(
         stages: Vec<(f64, f64, Duration)>,
-        stop: Arc<AtomicBool>,
+        stop: CancellationToken,
     ) -> (Arc<tokio::sync::Semaphore>, std::thread::JoinHandle<()>) {
         let permits = Arc::new(tokio::sync::Semaphore::new(0));
         let (p, start) = (permits.clone(), std::time::Instant::now());
@@ -752,7 +851,7 @@ mod tests {
         let start = std::time::Instant::now();
         let (permits, h) = pacer(
             vec![(500.0, 500.0, Duration::from_millis(100))],
-            Arc::default(),
+            CancellationToken::new(),
         );
         h.join().expect("pacer thread");
         // 50 requests, the last due at 98 ms: none is released before its time.
@@ -762,12 +861,12 @@ mod tests {
 
     #[test]
     fn the_pacer_ends_on_stop_and_when_the_workers_are_gone() {
-        let stop = Arc::new(AtomicBool::new(false));
+        let stop = CancellationToken::new();
         let hour = vec![(10.0, 10.0, Duration::from_secs(3600))];
         let started = std::time::Instant::now();
         let (permits, h) = pacer(hour.clone(), stop.clone());
         std::thread::sleep(Duration::from_millis(150));
-        stop.store(true, Ordering::Relaxed);
+        stop.cancel();
         h.join().expect("pacer thread");
         // The requests due by then (at 0 and 100 ms, more if this thread overslept), then one
         // permit per worker to let them end.
@@ -775,7 +874,7 @@ mod tests {
         let released = permits.available_permits() - 3;
         assert!((2..=due).contains(&released), "{released} of {due}");
 
-        let (permits, h) = pacer(hour, Arc::default());
+        let (permits, h) = pacer(hour, CancellationToken::new());
         drop(permits);
         h.join()
             .expect("the pacer notices that nobody waits for it");

@@ -1,7 +1,7 @@
 //! `harness load URL`: ad-hoc load from flags alone, open or closed model, bounded by duration or
 //! request count.
 
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -16,6 +16,7 @@ use crate::report::ReportBuilder;
 use crate::run::{ensure_reachable, RunError};
 use crate::template::{RequestTemplate, Text};
 use retry_policy::Policy;
+use tokio_util::sync::CancellationToken;
 
 /// Default duration when neither `--duration` nor `--requests` is given.
 pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
@@ -87,18 +88,42 @@ impl LoadOptions {
             headers,
             body,
         };
+        use crate::scenario::bounds;
         if let Some(r) = f.rate {
-            if !(r.is_finite() && r > 0.0) {
+            if !(r.is_finite() && r > 0.0 && r <= bounds::RPS) {
                 return Err(format!(
-                    "--rate {r}: expected a positive number of requests per second"
+                    "--rate {r}: expected more than 0, at most {} requests per second",
+                    bounds::RPS
                 ));
             }
         }
-        if f.concurrency == Some(0) || f.connections == Some(0) {
-            return Err("--concurrency and --connections must be at least 1".into());
+        for (flag, v) in [
+            ("--concurrency", f.concurrency),
+            ("--connections", f.connections),
+        ] {
+            if let Some(v) = v {
+                if v == 0 || v > bounds::WORKERS {
+                    return Err(format!("{flag} {v}: expected 1 to {}", bounds::WORKERS));
+                }
+            }
         }
-        if f.requests == Some(0) {
-            return Err("--requests must be at least 1".into());
+        if let Some(n) = f.requests {
+            if n == 0 || n > bounds::OPERATIONS {
+                return Err(format!(
+                    "--requests {n}: expected 1 to {}",
+                    bounds::OPERATIONS
+                ));
+            }
+        }
+        if let Some(d) = f.duration {
+            if d.is_zero() || d > bounds::PHASE {
+                return Err(format!(
+                    "--duration {d:?}: expected more than 0, at most 24h"
+                ));
+            }
+        }
+        if f.timeout.is_zero() {
+            return Err("--timeout 0: expected more than 0".into());
         }
         // Over HTTP/2, as with h2load: `-c` connections, each carrying `--streams` requests at
         // once, so connections × streams workers.
@@ -107,11 +132,22 @@ impl LoadOptions {
         } else {
             1
         };
+        let workers = u64::from(
+            f.concurrency
+                .or(f.connections)
+                .unwrap_or(DEFAULT_CONNECTIONS),
+        ) * u64::from(per_connection);
+        if workers > u64::from(bounds::WORKERS) {
+            return Err(format!(
+                "{workers} workers (connections × --streams); at most {}",
+                bounds::WORKERS
+            ));
+        }
         let kind = match f.rate {
             Some(rate) => {
                 let duration = match (f.duration, f.requests) {
                     (Some(d), _) => d,
-                    (None, Some(n)) => Duration::from_secs_f64(n as f64 / rate),
+                    (None, Some(n)) => Duration::from_secs_f64(n as f64 / rate).min(bounds::PHASE),
                     (None, None) => DEFAULT_DURATION,
                 };
                 if duration.is_zero() {
@@ -160,10 +196,11 @@ impl LoadOptions {
     }
 }
 
-/// Runs the load and returns its report (no checks: it always passes).
+/// Runs the load and returns its report (no checks: it passes unless `stop` interrupted it).
+/// `--duration` is a hard stop: what is in flight at the end is cancelled and counted.
 pub async fn run(
     o: &LoadOptions,
-    stop: Arc<AtomicBool>,
+    stop: CancellationToken,
     progress: bool,
 ) -> Result<Report, RunError> {
     ensure_reachable(&o.target).await?;
@@ -182,7 +219,8 @@ pub async fn run(
         target: o.target.clone(),
         keys: Keys::new(0, true),
         run_start: Instant::now(),
-        stop,
+        stop: stop.clone(),
+        hard_stop: true,
         done,
         keep_attempts: false,
         captured: Arc::default(),
@@ -196,9 +234,16 @@ pub async fn run(
     if let PhaseKind::Rate { stages, .. } = &o.phase.kind {
         metrics.insert("target_rps".into(), serde_json::json!(stages[0].0));
     }
+    for (name, v) in [("cancelled", r.cancelled), ("not_started", r.not_started)] {
+        if v > 0 {
+            metrics.insert(name.into(), serde_json::json!(v));
+        }
+    }
     let phase = crate::report::phase("load", o.phase.kind.name(), r, out.duration, rate, metrics);
     Ok(
         ReportBuilder::new(format!("load {} {}", o.phase.template.method, o.target.url))
+            .verdict_required(false)
+            .interrupted(stop.is_cancelled())
             .started_unix_ms(started_unix_ms)
             .duration(out.duration)
             .target(Some(o.target.url.clone()))

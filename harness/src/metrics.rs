@@ -71,6 +71,12 @@ pub struct Recorder {
     pub deadline_exceeded: u64,
     /// Operations that did not end in a response below 500 (no response, 5xx, or a fallback).
     pub failed_operations: u64,
+    /// Operations in flight when the run was interrupted or a hard stop came: cut short, so
+    /// neither a response nor an error.
+    pub cancelled: u64,
+    /// Requests of an open-model phase that were due but found no free connection before the
+    /// phase ended: never sent.
+    pub not_started: u64,
     pub attempts: Option<Vec<ClientAttempt>>,
     /// A worker's recorder: samples wait in the buffers below, then go to the sink.
     sink: Option<Arc<Sink>>,
@@ -117,6 +123,8 @@ impl Recorder {
             budget_refusals: 0,
             deadline_exceeded: 0,
             failed_operations: 0,
+            cancelled: 0,
+            not_started: 0,
             attempts: keep_attempts.then(Vec::new),
             sink,
             buf_latency: Vec::new(),
@@ -216,6 +224,8 @@ impl Recorder {
         self.budget_refusals += o.budget_refusals;
         self.deadline_exceeded += o.deadline_exceeded;
         self.failed_operations += o.failed_operations;
+        self.cancelled += o.cancelled;
+        self.not_started += o.not_started;
         if let (Some(a), Some(b)) = (&mut self.attempts, &o.attempts) {
             a.extend_from_slice(b);
         }
@@ -244,6 +254,8 @@ impl Recorder {
                 .map(|(s, n)| (s.to_string(), n))
                 .collect(),
             late_starts: self.late_starts,
+            cancelled: self.cancelled,
+            not_started: self.not_started,
         }
     }
 

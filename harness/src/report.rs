@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use reports::model::{AttemptDelays, Exec, Latency, Phase, Requests, Timeline, SCHEMA_VERSION};
-use reports::{CheckResult, Report};
+use reports::{CheckResult, Outcome, Report, Verdict};
 
 use crate::metrics::{latency_ms, Recorder};
 
@@ -14,6 +14,8 @@ use crate::metrics::{latency_ms, Recorder};
 #[derive(Debug, Clone)]
 pub struct ReportBuilder {
     report: Report,
+    /// Whether a run in which no check reached pass or fail is [`Outcome::NoVerdict`].
+    verdict_required: bool,
 }
 
 impl ReportBuilder {
@@ -24,6 +26,8 @@ impl ReportBuilder {
                 schema_version: SCHEMA_VERSION,
                 scenario: scenario.into(),
                 passed: false,
+                outcome: None,
+                interrupted: false,
                 started_unix_ms: now_unix_ms(),
                 duration_ms: 0,
                 target: None,
@@ -39,7 +43,20 @@ impl ReportBuilder {
                 retry_delays: Vec::new(),
                 exec: None,
             },
+            verdict_required: true,
         }
+    }
+
+    /// Whether the run must reach a verdict to pass (`harness load` without checks need not).
+    pub fn verdict_required(mut self, required: bool) -> Self {
+        self.verdict_required = required;
+        self
+    }
+
+    /// Ctrl-C or SIGTERM stopped the run before its end.
+    pub fn interrupted(mut self, interrupted: bool) -> Self {
+        self.report.interrupted = interrupted;
+        self
     }
 
     /// The wall-clock start, ms since the Unix epoch (0 when unknown).
@@ -125,14 +142,25 @@ impl ReportBuilder {
         self
     }
 
-    /// The report: it passes when no check failed and the command `exec` ran (if any) exited 0.
+    /// The report, with its outcome: interrupted when it was; failed when a check failed or the
+    /// command `exec` ran (if any) exited non-zero; no verdict when a verdict was required and no
+    /// check reached pass, weak or fail; passed otherwise.
     pub fn build(mut self) -> Report {
-        let exec_failed = self
-            .report
-            .exec
-            .as_ref()
-            .is_some_and(|e| e.exit_code != Some(0));
-        self.report.passed = self.report.checks.iter().all(CheckResult::passed) && !exec_failed;
+        let r = &self.report;
+        let exec_failed = r.exec.as_ref().is_some_and(|e| e.exit_code != Some(0));
+        let failed = r.checks.iter().any(|c| !c.passed()) || exec_failed;
+        let decided = r.checks.iter().any(|c| c.verdict != Verdict::Inconclusive);
+        let outcome = if r.interrupted {
+            Outcome::Interrupted
+        } else if failed {
+            Outcome::Failed
+        } else if self.verdict_required && !decided {
+            Outcome::NoVerdict
+        } else {
+            Outcome::Passed
+        };
+        self.report.outcome = Some(outcome);
+        self.report.passed = outcome == Outcome::Passed;
         self.report
     }
 }
@@ -195,5 +223,48 @@ mod tests {
         assert!(built(vec![pass.clone()], Some(Some(0))));
         assert!(!built(vec![pass.clone()], Some(Some(1))));
         assert!(!built(vec![pass], Some(None)), "killed by a signal");
+    }
+
+    #[test]
+    fn a_run_that_decided_nothing_or_was_interrupted_does_not_pass() {
+        let pass = CheckResult::new("jitter", Verdict::Pass, "ok");
+        let weak = CheckResult::new("retry_after", Verdict::Weak, "weakly");
+        let unsure = CheckResult::new("amplification", Verdict::Inconclusive, "no retries");
+        let fail = CheckResult::new("duplicates", Verdict::Fail, "two orders");
+        let outcome = |checks: Vec<CheckResult>, required: bool, interrupted: bool| {
+            let r = ReportBuilder::new("t")
+                .checks(checks)
+                .verdict_required(required)
+                .interrupted(interrupted)
+                .build();
+            assert_eq!(r.passed, r.outcome() == Outcome::Passed);
+            r.outcome()
+        };
+        assert_eq!(outcome(vec![], true, false), Outcome::NoVerdict);
+        assert_eq!(
+            outcome(vec![unsure.clone(), unsure.clone()], true, false),
+            Outcome::NoVerdict
+        );
+        assert_eq!(
+            outcome(vec![unsure.clone(), weak], true, false),
+            Outcome::Passed
+        );
+        assert_eq!(
+            outcome(vec![unsure.clone(), pass.clone()], true, false),
+            Outcome::Passed
+        );
+        assert_eq!(
+            outcome(vec![unsure, fail.clone()], true, false),
+            Outcome::Failed
+        );
+        assert_eq!(
+            outcome(vec![], false, false),
+            Outcome::Passed,
+            "load without checks"
+        );
+        assert_eq!(outcome(vec![pass], true, true), Outcome::Interrupted);
+        assert_eq!(outcome(vec![fail], true, true), Outcome::Interrupted);
+        assert_eq!(Outcome::Interrupted.exit_code(), 4);
+        assert_eq!(Outcome::NoVerdict.exit_code(), 1);
     }
 }

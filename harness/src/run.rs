@@ -2,7 +2,7 @@
 //! the journal, run the checks, and build the report.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -17,6 +17,7 @@ use crate::plan::{PhaseKind, Plan};
 use crate::progress::Progress;
 use crate::report::ReportBuilder;
 use history::ClientAttempt;
+use tokio_util::sync::CancellationToken;
 
 /// The run could not be carried out (exit code 3).
 #[derive(Debug, thiserror::Error)]
@@ -79,10 +80,11 @@ pub struct RunOutcome {
     pub journal: Vec<Entry>,
 }
 
-/// Runs a plan. `stop` is set on Ctrl-C: the load stops, the checks still run on what was done.
+/// Runs a plan. `stop` is cancelled on Ctrl-C or SIGTERM: the load stops, what is in flight is
+/// cancelled, and the checks still run on what was done; the report says it was interrupted.
 pub async fn run_plan(
     plan: &Plan,
-    stop: Arc<AtomicBool>,
+    stop: CancellationToken,
     progress: bool,
 ) -> Result<RunOutcome, RunError> {
     let mut session = Session::start(plan).await?;
@@ -105,6 +107,8 @@ pub struct Session {
     phases: Vec<Phase>,
     /// Idempotency-Keys the driver used (one per operation), for the duplicates verify step.
     keys_used: Vec<String>,
+    /// Ctrl-C or SIGTERM cut the run short.
+    interrupted: bool,
 }
 
 /// Most keys the verify step asks the system of record about.
@@ -152,6 +156,7 @@ impl Session {
             total: Recorder::new(true),
             phases: Vec::new(),
             keys_used: Vec::new(),
+            interrupted: false,
         })
     }
 
@@ -173,7 +178,26 @@ impl Session {
     pub async fn drive(
         &mut self,
         plan: &Plan,
-        stop: Arc<AtomicBool>,
+        stop: CancellationToken,
+        progress: bool,
+        wait_for_target: Duration,
+    ) -> Result<(), RunError> {
+        let r = self
+            .drive_phases(plan, &stop, progress, wait_for_target)
+            .await;
+        self.interrupted |= stop.is_cancelled();
+        r
+    }
+
+    /// Marks the run as interrupted (e.g. while `harness exec` waited for its command).
+    pub fn interrupt(&mut self) {
+        self.interrupted = true;
+    }
+
+    async fn drive_phases(
+        &mut self,
+        plan: &Plan,
+        stop: &CancellationToken,
         progress: bool,
         wait_for_target: Duration,
     ) -> Result<(), RunError> {
@@ -206,10 +230,11 @@ impl Session {
         loop {
             match ensure_reachable(&target).await {
                 Ok(()) => break,
-                Err(e) if Instant::now() >= give_up || stop.load(Ordering::Relaxed) => {
-                    return Err(e)
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                Err(e) if Instant::now() >= give_up || stop.is_cancelled() => return Err(e),
+                Err(_) => tokio::select! {
+                    () = stop.cancelled() => {}
+                    () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                },
             }
         }
         self.target_url = Some(url);
@@ -219,7 +244,7 @@ impl Session {
         let keys = Keys::new(plan.seed, plan.target.is_some());
         let mut captured: Arc<std::collections::HashMap<String, String>> = Arc::default();
         for (i, p) in plan.phases.iter().enumerate() {
-            if stop.load(Ordering::Relaxed) {
+            if stop.is_cancelled() {
                 break;
             }
             let done = Arc::new(AtomicU64::new(0));
@@ -235,6 +260,7 @@ impl Session {
                 keys,
                 run_start: self.run_start,
                 stop: stop.clone(),
+                hard_stop: false,
                 done,
                 keep_attempts: true,
                 captured: captured.clone(),
@@ -283,6 +309,8 @@ impl Session {
                 ("fallbacks", r.fallbacks),
                 ("budget_refusals", r.budget_refusals),
                 ("deadline_exceeded", r.deadline_exceeded),
+                ("cancelled", r.cancelled),
+                ("not_started", r.not_started),
             ] {
                 if v > 0 || name == "operations" {
                     metrics.insert(name.into(), serde_json::json!(v));
@@ -328,7 +356,8 @@ impl Session {
         };
         let facts = Facts {
             client: (!self.phases.is_empty()).then(|| ClientFigures {
-                operations: self.total.operations,
+                // Cancelled operations ended neither way: they are not judged.
+                operations: self.total.operations.saturating_sub(self.total.cancelled),
                 failed_operations: self.total.failed_operations,
                 sent: self.total.sent,
                 completed: self.total.completed(),
@@ -389,6 +418,7 @@ impl Session {
             .timeline(Some(timeline))
             .retry_delays(retry_delays(&attempts))
             .exec(exec)
+            .interrupted(self.interrupted)
             .build();
         RunOutcome { report, journal }
     }
@@ -576,7 +606,7 @@ pub fn probe_report(o: &crate::probe::ProbeOutcome) -> Report {
         errors: o.requests_sent.saturating_sub(completed),
         retries: 0,
         by_status: o.by_status.clone(),
-        late_starts: 0,
+        ..reports::model::Requests::default()
     };
     let mut metrics = BTreeMap::new();
     metrics.insert(
@@ -596,6 +626,7 @@ pub fn probe_report(o: &crate::probe::ProbeOutcome) -> Report {
         .errors_by_kind(o.errors_by_kind.clone())
         .phases(vec![phase])
         .checks(o.checks.clone())
+        .interrupted(o.interrupted)
         .build()
 }
 

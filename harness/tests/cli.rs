@@ -305,9 +305,9 @@ fn exec_points_the_command_at_the_fault_server_and_checks_what_it_did() {
         "server:\n  rules:\n    - { match: { path: /bad }, fault: { status: 400 } }\nchecks:\n  retry_on_4xx: {}\n",
     );
     let bin = assert_cmd::cargo::cargo_bin("harness");
-    // A client that hits the fault server 20 times: passes.
+    // A client that hits the fault server 20 times and takes a 400 without retrying: passes.
     let good = format!(
-        "{} load \"$HARNESS_FAULT_URL/ok\" -n 20 --format json > /dev/null",
+        "{0} load \"$HARNESS_FAULT_URL/ok\" -n 20 --format json > /dev/null && {0} load \"$HARNESS_FAULT_URL/bad\" -n 1 > /dev/null",
         bin.display()
     );
     let out = harness()
@@ -321,7 +321,7 @@ fn exec_points_the_command_at_the_fault_server_and_checks_what_it_did() {
     let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(r["exec"]["exit_code"], 0);
     assert_eq!(
-        r["requests"]["sent"], 20,
+        r["requests"]["sent"], 21,
         "the journal saw what the command did"
     );
 
@@ -457,17 +457,61 @@ fn report_rerenders_and_compare_gates() {
     assert_eq!(out.status.code(), Some(1));
 }
 
+/// The fault server's counters (`GET /__harness/stats`).
+fn stats(url: &str) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let addr = url.trim_start_matches("http://");
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        c,
+        "GET /__harness/stats HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    c.read_to_string(&mut text).unwrap();
+    let body = text.split_once("\r\n\r\n").unwrap().1;
+    serde_json::from_str(body).unwrap()
+}
+
+/// Requests the server has received and not yet answered.
+fn in_flight(url: &str) -> u64 {
+    let s = stats(url);
+    s["received"].as_u64().unwrap() - s["requests"].as_u64().unwrap()
+}
+
+/// Polls `cond` until it holds; a minute is far beyond what any of these waits need.
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !cond() {
+        assert!(std::time::Instant::now() < give_up, "never: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+fn signal(child: &std::process::Child, sig: &str) {
+    let kill = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+}
+
+const STUCK: &str =
+    "rules: [ { id: stuck, match: { path: /stuck }, fault: { hang: { cap: 120s } } } ]";
+
 #[test]
-fn ctrl_c_stops_the_load_and_still_reports() {
-    let s = server("{}");
+fn ctrl_c_cancels_what_is_in_flight_and_reports_interrupted_with_exit_4() {
+    let s = server(STUCK);
     let child = harness()
         .args([
             "load",
-            &format!("{}/x", s.url),
+            &format!("{}/stuck", s.url),
             "-c",
             "2",
             "-d",
-            "60s",
+            "120s",
+            "--timeout",
+            "120s",
             "--format",
             "json",
         ])
@@ -475,27 +519,196 @@ fn ctrl_c_stops_the_load_and_still_reports() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
-    let started = std::time::Instant::now();
-    let kill = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
+    // Both requests are hanging at the server: the load is under way, the handler installed.
+    wait_until("two requests in flight", || in_flight(&s.url) == 2);
+    signal(&child, "-INT");
     let out = child.wait_with_output().unwrap();
-    assert!(
-        started.elapsed() < std::time::Duration::from_secs(10),
-        "stopped promptly"
-    );
     let (stdout, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
     assert!(stderr.contains("interrupted"), "{stderr}");
     let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    assert!(
-        r["requests"]["sent"].as_u64().unwrap() > 0,
-        "reports what was done"
+    assert_eq!(r["interrupted"], true);
+    assert_eq!(r["outcome"], "interrupted");
+    assert_eq!(r["passed"], false);
+    // Cut short rather than waited out (each would have taken two minutes).
+    assert_eq!(r["requests"]["cancelled"], 2, "{stdout}");
+    assert!(r["duration_ms"].as_u64().unwrap() < 60_000);
+    // The server saw the client go.
+    wait_until("both closes journaled", || in_flight(&s.url) == 0);
+    assert_eq!(stats(&s.url)["by_outcome"]["client_closed"], 2);
+}
+
+#[test]
+fn sigterm_still_judges_and_writes_every_report_marked_interrupted() {
+    let s = server(STUCK);
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = write(
+        &dir,
+        "s.yaml",
+        &format!(
+            "name: long\ntarget: {}\nclient: {{ timeout: 120s, max_attempts: 1 }}\nphases:\n  - name: stuck\n    clients: {{ concurrency: 2, duration: 120s }}\n    request: {{ path: /stuck }}\n  - name: never\n    clients: {{ concurrency: 1, requests: 5 }}\n    request: {{ path: /x }}\nchecks:\n  thresholds: {{ rules: [\"error_rate < 50%\"] }}\n",
+            s.url
+        ),
     );
-    assert!(r["duration_ms"].as_u64().unwrap() < 30_000);
+    let out_dir = dir.path().join("out");
+    let child = harness()
+        .arg("run")
+        .arg(&scenario)
+        .arg("--report-dir")
+        .arg(&out_dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("two requests in flight", || in_flight(&s.url) == 2);
+    signal(&child, "-TERM");
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(4), "{stdout}\n{stderr}");
+    assert!(stdout.starts_with("INTERRUPTED"), "{stdout}");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("report.json")).unwrap())
+            .unwrap();
+    assert_eq!(r["interrupted"], true);
+    assert_eq!(r["outcome"], "interrupted");
+    assert_eq!(
+        r["phases"].as_array().unwrap().len(),
+        1,
+        "the second phase never ran"
+    );
+    assert_eq!(r["phases"][0]["requests"]["cancelled"], 2);
+    // Nothing finished, so the error-rate rule has nothing to judge.
+    assert_eq!(r["checks"][0]["verdict"], "inconclusive", "{}", r["checks"]);
+    let junit = std::fs::read_to_string(out_dir.join("junit.xml")).unwrap();
+    assert!(junit.contains("<testcase name=\"interrupted\""), "{junit}");
+    let md = std::fs::read_to_string(out_dir.join("summary.md")).unwrap();
+    assert!(md.contains("INTERRUPTED"), "{md}");
+    let html = std::fs::read_to_string(out_dir.join("report.html")).unwrap();
+    assert!(html.contains("INTERRUPTED"));
+}
+
+#[test]
+fn duration_is_a_hard_stop() {
+    let s = server(STUCK);
+    // Requests that would hang for two minutes end with the one-second run.
+    let out = harness()
+        .args([
+            "load",
+            &format!("{}/stuck", s.url),
+            "-c",
+            "2",
+            "-d",
+            "1s",
+            "--timeout",
+            "120s",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(r["requests"]["cancelled"], 2, "{stdout}");
+    assert!(r["duration_ms"].as_u64().unwrap() < 60_000);
+    // A rate no machine sends: the run still ends, and says how much was never sent.
+    let out = harness()
+        .args([
+            "load",
+            &format!("{}/x", s.url),
+            "--rate",
+            "1000000",
+            "-d",
+            "1s",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let q = &r["requests"];
+    let n = |k: &str| q[k].as_u64().unwrap();
+    assert_eq!(
+        n("sent") + n("cancelled") + n("not_started"),
+        1_000_000,
+        "every request due is sent, cancelled or counted as never sent: {q}"
+    );
+    assert!(n("not_started") > 0, "{q}");
+    assert!(r["duration_ms"].as_u64().unwrap() < 60_000);
+}
+
+#[test]
+fn load_flags_out_of_bounds_exit_2_naming_the_bound() {
+    for (args, says) in [
+        (vec!["--rate", "1e12"], "at most 1000000"),
+        (vec!["--rate", "0"], "more than 0"),
+        (vec!["-c", "0"], "1 to 100000"),
+        (vec!["-c", "10000000"], "1 to 100000"),
+        (vec!["-n", "0"], "1 to 100000000"),
+        (vec!["-d", "0s"], "more than 0"),
+        (vec!["-d", "400d"], "at most"),
+        (vec!["--timeout", "0ms"], "more than 0"),
+    ] {
+        let out = harness()
+            .args(["load", "http://127.0.0.1:9/"])
+            .args(&args)
+            .output()
+            .unwrap();
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn a_run_that_decides_nothing_is_no_verdict_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    // No checks at all.
+    let scenario = write(
+        &dir,
+        "s.yaml",
+        "name: unjudged\nserver: {}\nphases:\n  - name: p\n    clients: { concurrency: 1, requests: 3 }\n    request: { path: /x }\nchecks: {}\n",
+    );
+    let out = harness().arg("run").arg(&scenario).output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stdout.starts_with("NO VERDICT"), "{stdout}");
+    // Checks that could not judge: no retries to look at, no burst keys.
+    let scenario = write(
+        &dir,
+        "t.yaml",
+        "name: unjudged\nserver: {}\nphases:\n  - name: p\n    clients: { concurrency: 1, requests: 3 }\n    request: { path: /x }\nchecks: { jitter: {}, retry_after: {} }\n",
+    );
+    let out = harness()
+        .arg("run")
+        .arg(&scenario)
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(r["outcome"], "no_verdict", "{stdout}");
+    assert!(r["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|c| c["verdict"] == "inconclusive"));
+    // An empty journal gives `analyze` nothing to judge.
+    let empty = write(&dir, "empty.jsonl", "");
+    let out = harness().arg("analyze").arg(&empty).output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stdout.starts_with("NO VERDICT"), "{stdout}");
+    // `load` has no checks to reach a verdict with, and passes.
+    let s = server("{}");
+    let out = harness()
+        .args(["load", &format!("{}/x", s.url), "-n", "5"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
 }
 
 /// Against your own service the harness has no journal: `duplicates` then counts through the

@@ -395,10 +395,14 @@ impl Comparison {
         };
         out.push_str(&format!(
             "{head}: {} compared with baseline {}\n",
-            self.new_scenario, self.base_scenario
+            crate::format::printable(&self.new_scenario),
+            crate::format::printable(&self.base_scenario)
         ));
         for r in &regressions {
-            out.push_str(&format!("  - {r}\n"));
+            out.push_str(&format!(
+                "  - {}\n",
+                crate::format::printable(&r.to_string())
+            ));
         }
 
         let mut t = new_table();
@@ -411,7 +415,7 @@ impl Comparison {
             };
             let right = |s: String| Cell::new(s).set_alignment(CellAlignment::Right);
             t.add_row(vec![
-                Cell::new(&m.metric),
+                Cell::new(format::printable(&m.metric)),
                 right(format::ms(m.base)),
                 right(format::ms(m.new)),
                 right(change_text(m)),
@@ -435,7 +439,7 @@ impl Comparison {
                     CheckChangeKind::Unchanged => None,
                 };
                 t.add_row(vec![
-                    Cell::new(&c.name),
+                    Cell::new(format::printable(&c.name)),
                     Cell::new(verdict_text(c.base)),
                     Cell::new(verdict_text(c.new)),
                     paint(check_change_text(c.change), col),

@@ -3,7 +3,9 @@
 //! The terminal, Markdown and HTML views must agree on how "1.25 s" or "p99.9" is written, or a
 //! reader comparing a CI summary with a local run sees two different reports of the same figures.
 
-use crate::model::{Evidence, Latency, Verdict};
+use std::collections::BTreeMap;
+
+use crate::model::{Evidence, Latency, Report, Verdict};
 
 /// The five latency figures every renderer shows, labelled, in display order.
 pub(crate) fn percentiles(l: &Latency) -> [(&'static str, f64); 5] {
@@ -159,6 +161,109 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + u64::from(m <= 2);
     (y, m, d)
+}
+
+/// `s` safe to print on a terminal: control characters (C0, DEL, C1) and the bidirectional
+/// overrides that reorder what is shown are written as `\u{..}` escapes, so text that came from a
+/// request (a key, a path) cannot move the cursor, clear the screen or disguise itself.
+pub(crate) fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+    fn hidden(c: char) -> bool {
+        c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    }
+    if !s.chars().any(hidden) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if hidden(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// `r` with every string in it [`printable`]: names, summaries, evidence, metrics, the command.
+pub(crate) fn printable_report(r: &Report) -> Report {
+    fn text(s: &mut String) {
+        if let std::borrow::Cow::Owned(o) = printable(s) {
+            *s = o;
+        }
+    }
+    fn value(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::String(s) => text(s),
+            serde_json::Value::Array(a) => a.iter_mut().for_each(value),
+            serde_json::Value::Object(m) => {
+                let old = std::mem::take(m);
+                for (mut k, mut v) in old {
+                    text(&mut k);
+                    value(&mut v);
+                    m.insert(k, v);
+                }
+            }
+            _ => {}
+        }
+    }
+    fn keys<V>(m: &mut BTreeMap<String, V>) {
+        let old = std::mem::take(m);
+        for (mut k, v) in old {
+            text(&mut k);
+            m.insert(k, v);
+        }
+    }
+    fn metrics(m: &mut BTreeMap<String, serde_json::Value>) {
+        keys(m);
+        m.values_mut().for_each(value);
+    }
+    let mut r = r.clone();
+    text(&mut r.scenario);
+    if let Some(t) = &mut r.target {
+        text(t);
+    }
+    keys(&mut r.errors_by_kind);
+    keys(&mut r.requests.by_status);
+    for p in &mut r.phases {
+        text(&mut p.name);
+        text(&mut p.kind);
+        keys(&mut p.requests.by_status);
+        metrics(&mut p.metrics);
+    }
+    for c in &mut r.checks {
+        text(&mut c.name);
+        text(&mut c.summary);
+        metrics(&mut c.metrics);
+        for e in &mut c.evidence {
+            text(&mut e.detail);
+            if let Some(k) = &mut e.key {
+                text(k);
+            }
+        }
+    }
+    if let Some(t) = &mut r.timeline {
+        t.series.iter_mut().for_each(|s| text(&mut s.label));
+    }
+    if let Some(e) = &mut r.exec {
+        e.command.iter_mut().for_each(text);
+    }
+    r
+}
+
+/// The counts a request line adds when they are not zero: late starts, requests never sent,
+/// operations cancelled in flight (", 3 late starts, 2 cancelled in flight").
+pub(crate) fn extra_counts(q: &crate::model::Requests) -> String {
+    let mut s = String::new();
+    for (n, what) in [
+        (q.late_starts, "late starts"),
+        (q.not_started, "due but never sent"),
+        (q.cancelled, "cancelled in flight"),
+    ] {
+        if n > 0 {
+            s.push_str(&format!(", {n} {what}"));
+        }
+    }
+    s
 }
 
 #[cfg(test)]

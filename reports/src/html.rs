@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use crate::format;
-use crate::model::{AttemptDelays, CheckResult, Latency, Report, Timeline, Verdict};
+use crate::model::{AttemptDelays, CheckResult, Latency, Outcome, Report, Timeline, Verdict};
 
 /// Width of every chart's coordinate system; the page scales it to the window.
 const CHART_W: f64 = 960.0;
@@ -68,6 +68,7 @@ p.note { margin: 0 0 12px; color: #59636e; }
 .verdict { border-radius: 8px; padding: 16px 20px; color: #fff; margin-bottom: 16px; }
 .verdict.pass { background: #1f8a45; }
 .verdict.fail { background: #c62828; }
+.verdict.undecided { background: #a15c00; }
 .verdict .facts { margin: 6px 0 0; opacity: .95; }
 section { background: #fff; border: 1px solid #dde1e6; border-radius: 8px; padding: 16px 20px; margin: 0 0 16px; }
 section.tiles { background: none; border: 0; padding: 0; }
@@ -107,7 +108,7 @@ footer { color: #8a939c; font-size: 12px; text-align: center; }
 "#;
 
 fn write_page(r: &Report, out: &mut String) -> std::fmt::Result {
-    let word = if r.passed { "PASSED" } else { "FAILED" };
+    let word = r.outcome().word();
     writeln!(out, "<!DOCTYPE html>")?;
     writeln!(out, "<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">")?;
     // The policy is the guarantee behind "self-contained": nothing may load or run, even by mistake.
@@ -162,10 +163,12 @@ fn write_page(r: &Report, out: &mut String) -> std::fmt::Result {
 }
 
 fn write_header(r: &Report, out: &mut String) -> std::fmt::Result {
-    let (class, word) = if r.passed {
-        ("pass", "PASSED")
-    } else {
-        ("fail", "FAILED")
+    let outcome = r.outcome();
+    let word = outcome.word();
+    let class = match outcome {
+        Outcome::Passed => "pass",
+        Outcome::Failed => "fail",
+        Outcome::NoVerdict | Outcome::Interrupted => "undecided",
     };
     let failed = r
         .checks
@@ -194,6 +197,13 @@ fn write_header(r: &Report, out: &mut String) -> std::fmt::Result {
     writeln!(out, "<header class=\"verdict {class}\">")?;
     writeln!(out, "<h1>{word}: {}</h1>", escape(&r.scenario))?;
     writeln!(out, "<p class=\"facts\">{}</p>", escape(&facts.join(" · ")))?;
+    if !outcome.explanation().is_empty() {
+        writeln!(
+            out,
+            "<p class=\"facts\" id=\"outcome\">{}</p>",
+            escape(outcome.explanation())
+        )?;
+    }
     if let Some(exec) = &r.exec {
         let code = exec.exit_code.map_or_else(
             || "killed by a signal".to_string(),
@@ -931,11 +941,7 @@ fn write_requests(r: &Report, out: &mut String) -> std::fmt::Result {
         q.completed,
         q.errors,
         q.retries,
-        if q.late_starts > 0 {
-            format!(", {} late starts", q.late_starts)
-        } else {
-            String::new()
-        }
+        format::extra_counts(q)
     )?;
     if !q.by_status.is_empty() || !r.errors_by_kind.is_empty() {
         writeln!(

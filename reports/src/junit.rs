@@ -11,10 +11,12 @@ use quick_junit::{NonSuccessKind, Property, TestCase, TestCaseStatus, TestSuite}
 
 use crate::error::ReportError;
 use crate::format;
-use crate::model::{CheckResult, Report, Verdict};
+use crate::model::{CheckResult, Outcome, Report, Verdict};
 
 /// The `classname` of every check's test case: CI tools group test cases by it.
 pub const CLASSNAME: &str = "harness.checks";
+/// The `classname` of the test case an interrupted or undecided run adds.
+pub const RUN_CLASSNAME: &str = "harness.run";
 
 /// Evidence items written per check: enough to find the problem, not a copy of the journal.
 const EVIDENCE_MAX: usize = 50;
@@ -37,7 +39,31 @@ pub fn to_junit_xml(r: &Report) -> Result<String, ReportError> {
         "latency_p99_ms",
         format::ms(r.latency_ms.p99),
     ));
+    let outcome = r.outcome();
+    suite.add_property(Property::new(
+        "outcome",
+        serde_json::to_value(outcome)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+    ));
+    if r.interrupted {
+        suite.add_property(Property::new("interrupted", "true"));
+    }
     suite.add_test_cases(r.checks.iter().map(test_case));
+    // A run that did not finish, or decided nothing, must not read as green in a CI test view.
+    if matches!(outcome, Outcome::Interrupted | Outcome::NoVerdict) {
+        let name = match outcome {
+            Outcome::Interrupted => "interrupted",
+            _ => "no_verdict",
+        };
+        let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
+        s.set_message(outcome.explanation())
+            .set_type(outcome.word());
+        let mut case = TestCase::new(name, s);
+        case.set_classname(RUN_CLASSNAME);
+        suite.add_test_case(case);
+    }
 
     let mut doc = quick_junit::Report::new("harness");
     doc.set_time(Duration::from_millis(r.duration_ms));

@@ -25,7 +25,7 @@ pub use html::to_html;
 pub use json::{from_json, to_json_pretty};
 pub use junit::to_junit_xml;
 pub use markdown::to_markdown;
-pub use model::{CheckResult, Evidence, Report, Verdict, SCHEMA_VERSION};
+pub use model::{CheckResult, Evidence, Outcome, Report, Verdict, SCHEMA_VERSION};
 pub use terminal::render_terminal;
 
 /// An output format of `harness report` and `--format`.

@@ -8,7 +8,7 @@
 use std::fmt::Write as _;
 
 use crate::format;
-use crate::model::{Report, Verdict};
+use crate::model::{Outcome, Report, Verdict};
 
 /// Evidence items listed per failed check.
 const EVIDENCE_SHOWN: usize = 10;
@@ -24,13 +24,18 @@ pub fn to_markdown(r: &Report) -> String {
 }
 
 fn write_markdown(r: &Report, out: &mut String) -> std::fmt::Result {
-    let (icon, word) = if r.passed {
-        ("✅", "PASSED")
-    } else {
-        ("❌", "FAILED")
+    let outcome = r.outcome();
+    let icon = match outcome {
+        Outcome::Passed => "✅",
+        Outcome::Failed => "❌",
+        Outcome::NoVerdict | Outcome::Interrupted => "⚠️",
     };
-    writeln!(out, "## {icon} {word}: {}", escape(&r.scenario))?;
+    writeln!(out, "## {icon} {}: {}", outcome.word(), escape(&r.scenario))?;
     writeln!(out)?;
+    if !outcome.explanation().is_empty() {
+        writeln!(out, "**{}**", outcome.explanation())?;
+        writeln!(out)?;
+    }
     let mut facts = vec![
         format!("duration {}", format::duration_ms(r.duration_ms)),
         format!("{} requests sent", r.requests.sent),
@@ -144,11 +149,12 @@ fn write_markdown(r: &Report, out: &mut String) -> std::fmt::Result {
     let q = &r.requests;
     writeln!(
         out,
-        "{} sent, {} completed, {} errors, {} retries; error rate {:.2}% (errors + 5xx).",
+        "{} sent, {} completed, {} errors, {} retries{}; error rate {:.2}% (errors + 5xx).",
         q.sent,
         q.completed,
         q.errors,
         q.retries,
+        format::extra_counts(q),
         format::error_rate_pct(q)
     )?;
     if !q.by_status.is_empty() || !r.errors_by_kind.is_empty() {

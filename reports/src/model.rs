@@ -19,8 +19,15 @@ pub struct Report {
     pub schema_version: u32,
     /// Scenario name (or the command, e.g. `load http://127.0.0.1:8080/`).
     pub scenario: String,
-    /// True when every check passed.
+    /// True when the run passed: see [`Outcome::Passed`].
     pub passed: bool,
+    /// How the run came out: `passed`, `failed`, `no_verdict` or `interrupted` (absent in
+    /// reports written before it existed; [`Report::outcome`] then derives it from `passed`).
+    #[serde(default)]
+    pub outcome: Option<Outcome>,
+    /// True when Ctrl-C or SIGTERM stopped the run: the report covers only what was done.
+    #[serde(default)]
+    pub interrupted: bool,
     /// Wall-clock start, milliseconds since the Unix epoch.
     #[serde(default)]
     pub started_unix_ms: u64,
@@ -61,6 +68,67 @@ pub struct Report {
     pub exec: Option<Exec>,
 }
 
+impl Report {
+    /// How the run came out.
+    pub fn outcome(&self) -> Outcome {
+        match self.outcome {
+            Some(o) => o,
+            None if self.interrupted => Outcome::Interrupted,
+            None if self.passed => Outcome::Passed,
+            None => Outcome::Failed,
+        }
+    }
+}
+
+/// How a run as a whole came out; each has its exit code.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Every check that judged passed (exit 0).
+    Passed,
+    /// A check failed, or the command `harness exec` ran exited non-zero (exit 1).
+    Failed,
+    /// Checks were asked for, and none reached pass or fail: all inconclusive, or none
+    /// configured (exit 1: a run that decided nothing does not pass).
+    NoVerdict,
+    /// Ctrl-C or SIGTERM stopped the run; what was done was still judged (exit 4).
+    Interrupted,
+}
+
+impl Outcome {
+    /// The process exit code of a run with this outcome.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Outcome::Passed => 0,
+            Outcome::Failed | Outcome::NoVerdict => 1,
+            Outcome::Interrupted => 4,
+        }
+    }
+
+    /// The word a report leads with.
+    pub fn word(self) -> &'static str {
+        match self {
+            Outcome::Passed => "PASSED",
+            Outcome::Failed => "FAILED",
+            Outcome::NoVerdict => "NO VERDICT",
+            Outcome::Interrupted => "INTERRUPTED",
+        }
+    }
+
+    /// What the outcome means, in a sentence (empty for passed and failed, which say it).
+    pub fn explanation(self) -> &'static str {
+        match self {
+            Outcome::Passed | Outcome::Failed => "",
+            Outcome::NoVerdict => {
+                "no check reached pass or fail: the run decided nothing, so it does not pass"
+            }
+            Outcome::Interrupted => {
+                "the run was interrupted: the report covers only what was done before it stopped"
+            }
+        }
+    }
+}
+
 fn one() -> f64 {
     1.0
 }
@@ -81,6 +149,14 @@ pub struct Requests {
     /// Requests that could not be started at their intended time (open-model rate only).
     #[serde(default)]
     pub late_starts: u64,
+    /// Operations cut short in flight by an interruption or a hard stop: neither answered nor
+    /// failed, and not in `sent`.
+    #[serde(default)]
+    pub cancelled: u64,
+    /// Requests of an open-model phase that were due but never sent before the phase ended
+    /// (every connection busy: the target could not take the rate).
+    #[serde(default)]
+    pub not_started: u64,
 }
 
 /// Latency percentiles in milliseconds.

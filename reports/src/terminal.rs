@@ -10,7 +10,7 @@ use comfy_table::presets::UTF8_FULL_CONDENSED;
 use comfy_table::{Cell, CellAlignment, Color, ContentArrangement, Table};
 
 use crate::format;
-use crate::model::{Report, Verdict};
+use crate::model::{Outcome, Report, Verdict};
 
 /// Width the tables wrap to: the caller decides colour, not layout, and 120 columns fit CI logs.
 const WIDTH: u16 = 120;
@@ -23,9 +23,16 @@ const SEQS_SHOWN: usize = 8;
 pub fn render_terminal(r: &Report, color: bool) -> String {
     let paint = Paint(color);
     let mut out = String::new();
+    // Keys, paths and names come from requests: nothing in them reaches the terminal raw.
+    let r = &format::printable_report(r);
 
     out.push_str(&verdict_line(r, paint));
     out.push('\n');
+    let why = r.outcome().explanation();
+    if !why.is_empty() {
+        out.push_str(why);
+        out.push('\n');
+    }
     if let Some(exec) = &r.exec {
         let code = exec.exit_code.map_or_else(
             || "killed by a signal".to_string(),
@@ -127,11 +134,15 @@ fn table(paint: Paint) -> Table {
 }
 
 fn verdict_line(r: &Report, paint: Paint) -> String {
-    let word = if r.passed {
-        paint.bold("PASSED", "32")
-    } else {
-        paint.bold("FAILED", "31")
-    };
+    let outcome = r.outcome();
+    let word = paint.bold(
+        outcome.word(),
+        match outcome {
+            Outcome::Passed => "32",
+            Outcome::Failed => "31",
+            Outcome::NoVerdict | Outcome::Interrupted => "33",
+        },
+    );
     let failed = r
         .checks
         .iter()
@@ -198,9 +209,7 @@ fn requests_line(r: &Report) -> String {
         q.retries,
         format::rate(r.throughput_rps)
     );
-    if q.late_starts > 0 {
-        s.push_str(&format!(", {} late starts", q.late_starts));
-    }
+    s.push_str(&format::extra_counts(q));
     s.push_str(&format!(
         "; error rate {:.2}% (errors + 5xx)",
         format::error_rate_pct(q)

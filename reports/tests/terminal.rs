@@ -91,3 +91,19 @@ fn empty_report_says_so() {
     assert!(out.contains("no checks ran"), "{out}");
     assert!(out.contains("no completed requests"), "{out}");
 }
+
+#[test]
+fn text_from_requests_cannot_drive_the_terminal() {
+    let mut r = common::sample();
+    r.checks[0].evidence[0].key = Some("k\u{1b}[2J\u{1b}]0;owned\u{7}\r\n".into());
+    r.checks[0].summary = "right-to-left \u{202e}gpj.exe".into();
+    r.scenario = "name\u{9b}31m".into();
+    for color in [false, true] {
+        let out = render_terminal(&r, color);
+        assert!(!out.contains("\u{1b}[2J"), "{out}");
+        assert!(!out.contains('\u{7}') && !out.contains('\r') && !out.contains('\u{9b}'));
+        assert!(!out.contains('\u{202e}'), "{out}");
+        assert!(out.contains("\\u{1b}[2J"), "shown escaped: {out}");
+        assert!(out.contains("\\u{202e}"), "{out}");
+    }
+}

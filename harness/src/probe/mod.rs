@@ -83,6 +83,8 @@ pub struct ProbeConfig {
     pub connect: Connect,
     /// How each burst's requests are made to arrive together.
     pub sync: SyncMode,
+    /// Cancelled on Ctrl-C or SIGTERM: no more rounds, and what was done is judged.
+    pub stop: tokio_util::sync::CancellationToken,
 }
 
 impl Default for ProbeConfig {
@@ -101,6 +103,7 @@ impl Default for ProbeConfig {
             seed: None,
             connect: Connect::default(),
             sync: SyncMode::Release,
+            stop: tokio_util::sync::CancellationToken::new(),
         }
     }
 }
@@ -171,6 +174,8 @@ pub struct Round {
 pub struct ProbeOutcome {
     /// The URL probed.
     pub target: String,
+    /// Ctrl-C or SIGTERM stopped the probe before its end.
+    pub interrupted: bool,
     /// `duplicates` and `idempotency_semantics`.
     pub checks: Vec<CheckResult>,
     /// The bursts, in order.
@@ -223,9 +228,16 @@ pub async fn probe(cfg: &ProbeConfig) -> Result<ProbeOutcome, ProbeError> {
 
     let mut rounds = Vec::with_capacity(cfg.rounds);
     for round in 1..=cfg.rounds {
+        if cfg.stop.is_cancelled() {
+            break;
+        }
         let key = round_key(run, round);
         let body = plan.body(round)?;
-        let release_skew_us = plan.burst(&key, body, &mut rec).await;
+        let release_skew_us = tokio::select! {
+            biased;
+            () = cfg.stop.cancelled() => break,
+            s = plan.burst(&key, body, &mut rec) => s,
+        };
         rounds.push(Round {
             round,
             key,
@@ -233,11 +245,14 @@ pub async fn probe(cfg: &ProbeConfig) -> Result<ProbeOutcome, ProbeError> {
         });
     }
     let first_key = round_key(run, 1);
-    plan.once(Some(&first_key), plan.body(1)?, &mut rec).await;
-    plan.once(Some(&first_key), plan.mismatched_body(1)?, &mut rec)
-        .await;
-    // A body no round used, so an endpoint that deduplicates by content cannot hide the answer.
-    plan.once(None, plan.body(cfg.rounds + 1)?, &mut rec).await;
+    if !cfg.stop.is_cancelled() {
+        plan.once(Some(&first_key), plan.body(1)?, &mut rec).await;
+        plan.once(Some(&first_key), plan.mismatched_body(1)?, &mut rec)
+            .await;
+        // A body no round used, so an endpoint that deduplicates by content cannot hide the
+        // answer.
+        plan.once(None, plan.body(cfg.rounds + 1)?, &mut rec).await;
+    }
 
     // Counted last, so the counts are the store's final word on each key (a replay that created
     // a second resource counts too).
@@ -283,6 +298,7 @@ pub async fn probe(cfg: &ProbeConfig) -> Result<ProbeOutcome, ProbeError> {
     };
     let checks = checks::judge(&checks_cfg, &rec.entries, &facts);
     Ok(ProbeOutcome {
+        interrupted: cfg.stop.is_cancelled(),
         target: cfg.url.clone(),
         checks,
         release_skew_us_max: rounds.iter().map(|r| r.release_skew_us).max().unwrap_or(0),
