@@ -38,6 +38,8 @@ pub enum AnalyzeError {
 /// allocations reuse it; 64 entries (about 64 KB) are still in cache when that happens, 2048 were
 /// not (about 25 % slower on a million entries).
 const BATCH: usize = 64;
+/// Longest journal line read (an entry is a few hundred bytes; captured headers add some).
+pub const MAX_LINE: usize = 1 << 20;
 /// Batches in flight between the two threads.
 const BATCHES_IN_FLIGHT: usize = 8;
 
@@ -52,6 +54,16 @@ pub fn analyze_file(path: &Path, cfg: &ChecksConfig) -> Result<Report, AnalyzeEr
         path: shown.clone(),
         source,
     })?;
+    analyze_reader(file, &shown, cfg)
+}
+
+/// Runs the checks of `cfg` on a journal read from `file`; `shown` names it in messages.
+pub fn analyze_reader<R: std::io::Read + Send + 'static>(
+    file: R,
+    shown: &str,
+    cfg: &ChecksConfig,
+) -> Result<Report, AnalyzeError> {
+    let shown = shown.to_string();
     let (tx, rx) = std::sync::mpsc::sync_channel(BATCHES_IN_FLIGHT);
     // Judged batches go back to the reader, which frees them: memory is cheapest to free on the
     // thread that allocated it.
@@ -134,7 +146,7 @@ struct Tracked {
 /// Parses the journal, places each entry in its operation and sends them to `tx` in batches of
 /// [`BATCH`]; stops at the first line that is not an entry, or when the receiver is gone.
 fn read_batches(
-    file: std::fs::File,
+    file: impl std::io::Read,
     shown: &str,
     tracker: &mut OperationTracker,
     tx: &std::sync::mpsc::SyncSender<Vec<Tracked>>,
@@ -153,7 +165,7 @@ fn read_batches(
     let mut number = 0usize;
     loop {
         line.clear();
-        let n = reader
+        let n = std::io::Read::take(&mut reader, MAX_LINE as u64 + 1)
             .read_until(b'\n', &mut line)
             .map_err(|source| AnalyzeError::Read {
                 path: shown.to_string(),
@@ -163,6 +175,14 @@ fn read_batches(
             break;
         }
         number += 1;
+        if line.len() > MAX_LINE {
+            return Err(AnalyzeError::Entry {
+                path: shown.to_string(),
+                line: number,
+                column: 1,
+                message: format!("a journal line is at most {MAX_LINE} bytes; this one is longer"),
+            });
+        }
         if line.trim_ascii().is_empty() {
             continue;
         }

@@ -71,6 +71,8 @@ pub struct Recorder {
     pub deadline_exceeded: u64,
     /// Operations that did not end in a response below 500 (no response, 5xx, or a fallback).
     pub failed_operations: u64,
+    /// Operations given up because the server's Retry-After exceeded `retry_after_max`.
+    pub wait_too_long: u64,
     /// Operations in flight when the run was interrupted or a hard stop came: cut short, so
     /// neither a response nor an error.
     pub cancelled: u64,
@@ -123,6 +125,7 @@ impl Recorder {
             budget_refusals: 0,
             deadline_exceeded: 0,
             failed_operations: 0,
+            wait_too_long: 0,
             cancelled: 0,
             not_started: 0,
             attempts: keep_attempts.then(Vec::new),
@@ -224,6 +227,7 @@ impl Recorder {
         self.budget_refusals += o.budget_refusals;
         self.deadline_exceeded += o.deadline_exceeded;
         self.failed_operations += o.failed_operations;
+        self.wait_too_long += o.wait_too_long;
         self.cancelled += o.cancelled;
         self.not_started += o.not_started;
         if let (Some(a), Some(b)) = (&mut self.attempts, &o.attempts) {
@@ -323,6 +327,7 @@ impl Observer for OperationLog<'_> {
             OpEnd::Fallback => rec.fallbacks += 1,
             OpEnd::BudgetRefused => rec.budget_refusals += 1,
             OpEnd::DeadlineExceeded => rec.deadline_exceeded += 1,
+            OpEnd::WaitTooLong => rec.wait_too_long += 1,
             OpEnd::Done | OpEnd::Exhausted => {}
         }
         if !r.succeeded() {

@@ -535,7 +535,7 @@ fn answer(
             );
             return res;
         }
-        OpEnd::Done | OpEnd::Exhausted | OpEnd::DeadlineExceeded => {}
+        OpEnd::Done | OpEnd::Exhausted | OpEnd::DeadlineExceeded | OpEnd::WaitTooLong => {}
     }
     if let Some(reply) = r.reply {
         let mut res = Response::new(Full::new(reply.body));

@@ -309,6 +309,7 @@ impl Session {
                 ("fallbacks", r.fallbacks),
                 ("budget_refusals", r.budget_refusals),
                 ("deadline_exceeded", r.deadline_exceeded),
+                ("wait_too_long", r.wait_too_long),
                 ("cancelled", r.cancelled),
                 ("not_started", r.not_started),
             ] {

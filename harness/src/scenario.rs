@@ -126,6 +126,10 @@ pub struct PolicyFile {
     /// Wait at least the server's Retry-After.
     #[serde(default)]
     pub honor_retry_after: Option<bool>,
+    /// The longest Retry-After worth waiting for (default 120 s); a longer one ends the
+    /// operation (`wait_too_long`).
+    #[serde(default)]
+    pub retry_after_max: Option<Dur>,
     /// `per_operation` (correct) or `per_attempt` (the bug).
     #[serde(default)]
     pub key: Option<KeyMode>,
@@ -371,9 +375,15 @@ pub fn load(path: &Path, o: &Overrides) -> Result<Plan, ConfigError> {
         path: path.display().to_string(),
         source,
     })?;
+    load_str(&text, path, o)
+}
+
+/// Validates and resolves a scenario given as text; `path` is where it notionally lives (files it
+/// names are found beside it, and messages name it).
+pub fn load_str(text: &str, path: &Path, o: &Overrides) -> Result<Plan, ConfigError> {
     let origin = path.display().to_string();
-    let file: ScenarioFile = from_yaml_str(&text, &origin)?;
-    resolve(file, path, o).map_err(|e| e.located(&text))
+    let file: ScenarioFile = from_yaml_str(text, &origin)?;
+    resolve(file, path, o).map_err(|e| e.located(text))
 }
 
 /// Resolves a parsed scenario.
@@ -382,10 +392,15 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
     let time_scale = o.time_scale.or(f.time_scale).unwrap_or(1.0);
     let (lo, hi) = bounds::TIME_SCALE;
     if !(time_scale.is_finite() && (lo..=hi).contains(&time_scale)) {
+        let field = if o.time_scale.is_some() {
+            "--time-scale"
+        } else {
+            "time_scale"
+        };
         return Err(invalid(
             &origin,
-            "time_scale",
-            format!("{time_scale} is out of bounds; give {lo} to {hi}"),
+            field,
+            format!("{time_scale:e} is out of bounds; give {lo} to {hi}"),
         ));
     }
     let scale = |d: Duration| d.mul_f64(time_scale);
@@ -859,6 +874,7 @@ fn merge_policy(base: &PolicyFile, over: Option<&PolicyFile>) -> PolicyFile {
         jitter: o.jitter.or(base.jitter),
         retry_on: o.retry_on.clone().or_else(|| base.retry_on.clone()),
         honor_retry_after: o.honor_retry_after.or(base.honor_retry_after),
+        retry_after_max: o.retry_after_max.or(base.retry_after_max),
         key: o.key.or(base.key),
         budget: o.budget.clone().or_else(|| base.budget.clone()),
         breaker: o.breaker.clone().or_else(|| base.breaker.clone()),
@@ -939,6 +955,9 @@ pub fn resolve_policy(
     }
     if let Some(h) = p.honor_retry_after {
         out.honor_retry_after = h;
+    }
+    if let Some(m) = p.retry_after_max {
+        out.retry_after_max = m.0;
     }
     if let Some(k) = p.key {
         out.key = k;

@@ -582,3 +582,81 @@ async fn refused_connection_is_connect() {
         .expect_err("nothing listens");
     assert_eq!(e.kind, ErrorKind::Connect, "{e}");
 }
+
+/// A response body framed any way a server may frame it: one `content-length`, or chunks of any
+/// sizes with or without extensions and trailers, written in pieces of any sizes.
+fn framed(body: &[u8], cuts: &[usize], chunked: bool, extensions: bool, trailers: bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    if !chunked {
+        out.extend_from_slice(
+            format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len()).as_bytes(),
+        );
+        out.extend_from_slice(body);
+        return out;
+    }
+    out.extend_from_slice(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n");
+    let mut rest = body;
+    let mut i = 0;
+    while !rest.is_empty() {
+        let n = cuts
+            .get(i)
+            .copied()
+            .unwrap_or(rest.len())
+            .clamp(1, rest.len());
+        i += 1;
+        let ext = if extensions { ";name=\"v\";x" } else { "" };
+        out.extend_from_slice(format!("{n:X}{ext}\r\n").as_bytes());
+        out.extend_from_slice(&rest[..n]);
+        out.extend_from_slice(b"\r\n");
+        rest = &rest[n..];
+    }
+    out.extend_from_slice(b"0\r\n");
+    if trailers {
+        out.extend_from_slice(b"x-checksum: abc\r\nx-more: 1\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// Whatever the framing and however the bytes are cut on the wire, the client reads the body
+    /// back whole, twice on one kept-alive connection.
+    #[test]
+    fn any_framing_reads_back_the_body_whole(
+        body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..3000),
+        cuts in proptest::collection::vec(1usize..700, 0..12),
+        writes in proptest::collection::vec(1usize..400, 1..8),
+        (chunked, extensions, trailers) in proptest::prelude::any::<(bool, bool, bool)>(),
+    ) {
+        let response = Arc::new(framed(&body, &cuts, chunked, extensions, trailers));
+        let writes = Arc::new(writes);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let (first, second, accepted) = rt.block_on(async {
+            let s = scripted(move |mut peer| {
+                let (response, writes) = (response.clone(), writes.clone());
+                async move {
+                    while peer.request().await {
+                        let mut rest = &response[..];
+                        let mut i = 0;
+                        while !rest.is_empty() {
+                            let n = writes[i % writes.len()].min(rest.len());
+                            peer.send(&rest[..n]).await;
+                            rest = &rest[n..];
+                            i += 1;
+                        }
+                    }
+                }
+            })
+            .await;
+            let mut conn = s.conn();
+            let first = ok(&mut conn, get("/")).await;
+            let second = ok(&mut conn, get("/")).await;
+            (first, second, s.accepted())
+        });
+        proptest::prop_assert_eq!(&first.body[..], &body[..]);
+        proptest::prop_assert_eq!(&second.body[..], &body[..]);
+        proptest::prop_assert_eq!(accepted, 1, "the connection is kept");
+    }
+}

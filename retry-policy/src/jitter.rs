@@ -43,7 +43,9 @@ impl Jitter {
             Jitter::Decorrelated => {
                 let lo = base.as_secs_f64();
                 let hi = (prev.max(base).as_secs_f64() * 3.0).max(lo);
-                Duration::from_secs_f64(lo + (hi - lo) * u).min(cap)
+                Duration::try_from_secs_f64(lo + (hi - lo) * u)
+                    .unwrap_or(cap)
+                    .min(cap)
             }
         }
     }

@@ -41,6 +41,9 @@ pub enum KeyMode {
     PerAttempt,
 }
 
+/// Default of [`Policy::retry_after_max`].
+pub const DEFAULT_RETRY_AFTER_MAX: Duration = Duration::from_secs(120);
+
 /// A resolved policy: every duration already scaled.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Policy {
@@ -62,6 +65,10 @@ pub struct Policy {
     pub honor_retry_after: bool,
     /// Retry-After is in scenario seconds; multiplied by the time scale before waiting.
     pub retry_after_scale: f64,
+    /// The longest Retry-After worth waiting for (in the server's seconds, before scaling): a
+    /// server that asks for more is given up on ([`OpEnd::WaitTooLong`]) rather than waited
+    /// for, as a user would.
+    pub retry_after_max: Duration,
     /// The Idempotency-Key discipline.
     pub key: KeyMode,
     /// A retry budget shared by the clients of a phase.
@@ -96,6 +103,7 @@ impl Default for Policy {
             ],
             honor_retry_after: true,
             retry_after_scale: 1.0,
+            retry_after_max: DEFAULT_RETRY_AFTER_MAX,
             key: KeyMode::PerOperation,
             budget: None,
             breaker: None,
@@ -189,6 +197,8 @@ pub enum OpEnd {
     BudgetRefused,
     /// The breaker was open: the fallback answered, no call was made.
     Fallback,
+    /// The server's Retry-After asked for a longer wait than `retry_after_max`.
+    WaitTooLong,
 }
 
 /// The decisions of one logical operation under a policy.
@@ -275,10 +285,19 @@ impl<'p> Attempts<'p> {
         self.prev_wait = wait;
         if p.honor_retry_after {
             if let Some(ra) = outcome.retry_after {
-                wait = wait.max(ra.mul_f64(p.retry_after_scale));
+                if ra > p.retry_after_max {
+                    return Decision::Stop(OpEnd::WaitTooLong);
+                }
+                let scaled = Duration::try_from_secs_f64(ra.as_secs_f64() * p.retry_after_scale)
+                    .unwrap_or(Duration::MAX);
+                wait = wait.max(scaled);
             }
         }
-        if self.deadline.is_some_and(|d| now + wait >= d) {
+        // A wait past the end of time is past any deadline too.
+        if self
+            .deadline
+            .is_some_and(|d| now.checked_add(wait).is_none_or(|then| then >= d))
+        {
             return Decision::Stop(OpEnd::DeadlineExceeded);
         }
         if let Some(b) = &self.limits.budget {

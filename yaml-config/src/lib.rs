@@ -536,8 +536,12 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         return Duration::try_from_secs_f64(num * scale)
             .map_err(|_| format!("invalid duration {s:?}"));
     }
-    humantime::parse_duration(t).map_err(|e| {
-        format!("invalid duration {s:?}: {e} (expected e.g. \"250ms\", \"1.5s\", \"2m\")")
+    humantime::parse_duration(t).map_err(|e| match e {
+        humantime::DurationError::NumberOverflow => format!(
+            "{s} is longer than the longest duration accepted, {} days",
+            MAX_DURATION.as_secs() / 86_400
+        ),
+        e => format!("invalid duration {s:?}: {e} (expected e.g. \"250ms\", \"1.5s\", \"2m\")"),
     })
 }
 

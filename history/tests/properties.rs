@@ -1,0 +1,63 @@
+//! A journal line reads back as the entry that was written, whatever the request carried: keys,
+//! paths and header values with quotes, control characters, any Unicode.
+
+use std::collections::BTreeMap;
+
+use history::{Entry, HttpVersion, Outcome};
+use proptest::prelude::*;
+
+fn outcome() -> impl Strategy<Value = Outcome> {
+    prop_oneof![
+        Just(Outcome::Responded),
+        Just(Outcome::Dropped),
+        Just(Outcome::Reset),
+        Just(Outcome::Hung),
+        Just(Outcome::ClientClosed),
+        Just(Outcome::Rejected),
+        Just(Outcome::UpstreamError),
+    ]
+}
+
+fn text() -> impl Strategy<Value = String> {
+    // Any Unicode scalar, controls and quotes included.
+    "\\PC{0,12}|[\\x00-\\x1f\"\\\\\\u{7f}-\\u{9f}\\u{202e}]{0,8}"
+}
+
+prop_compose! {
+    fn entry()(
+        (seq, t_recv_us, t_done_us, unix_ms) in (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()),
+        method in text(),
+        path in text(),
+        query in proptest::option::of(text()),
+        headers in proptest::collection::btree_map(text(), text(), 0..4),
+        key in proptest::option::of(text()),
+        client in proptest::option::of(text()),
+        status in proptest::option::of(any::<u16>()),
+        outcome in outcome(),
+        version in proptest::option::of(prop_oneof![Just(HttpVersion::Http10), Just(HttpVersion::Http11), Just(HttpVersion::Http2)]),
+        (tls, replayed, key_attempt) in (any::<bool>(), any::<bool>(), proptest::option::of(any::<u32>())),
+        draw in proptest::option::of(0.0f64..1.0),
+        rejected in proptest::option::of(text()),
+        response_headers in proptest::option::of(proptest::collection::btree_map(text(), text(), 0..3)),
+    ) -> Entry {
+        Entry {
+            seq, t_recv_us, t_done_us, unix_ms, method, path, query,
+            headers: headers.into_iter().collect::<BTreeMap<_, _>>(),
+            idempotency_key: key, client_id: client, status, outcome,
+            http_version: version, tls, replayed, key_attempt, draw, rejected, response_headers,
+            ..Entry::default()
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    #[test]
+    fn a_journal_line_reads_back_as_written(e in entry()) {
+        let line = serde_json::to_string(&e).expect("an entry serializes");
+        prop_assert!(!line.contains('\n'), "one entry, one line");
+        let back: Entry = serde_json::from_str(&line).expect("and reads back");
+        prop_assert_eq!(back, e);
+    }
+}
