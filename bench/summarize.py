@@ -174,6 +174,17 @@ def main():
         medians["harness-soak"]["rss_first_kb"] = first
         medians["harness-soak"]["rss_last_kb"] = last
         medians["harness-soak"]["rss_peak_kb"] = peak
+    ssoak = s.get(("fault-server-soak", "rss_kb"), {})
+    if ssoak:
+        ts = sorted(ssoak)
+        warm = [t for t in ts if t >= 60] or ts
+        first, last, peak = ssoak[warm[0]], ssoak[ts[-1]], max(ssoak.values())
+        growth = last / first if first else None
+        target("server soak: fault-server RSS flat at 20k req/s (last / first sample after 60 s)",
+               growth, "<= 1.10", growth is not None and growth <= 1.10, "RSS at 60 s")
+        medians["fault-server-soak"]["rss_first_kb"] = first
+        medians["fault-server-soak"]["rss_last_kb"] = last
+        medians["fault-server-soak"]["rss_peak_kb"] = peak
 
     summary = {
         "meta": meta,

@@ -246,6 +246,7 @@ impl Journal {
             next: 1,
             pending: std::collections::BTreeMap::new(),
             line: Vec::with_capacity(1024),
+            last_recv_us: 0,
         };
         let thread = std::thread::Builder::new()
             .name("journal-writer".into())
@@ -389,6 +390,8 @@ struct Writer {
     next: u64,
     pending: std::collections::BTreeMap<(u16, u64), Box<Entry>>,
     line: Vec<u8>,
+    /// `t_recv_us` of the last entry written: arrival times never go back in `seq` order.
+    last_recv_us: u64,
 }
 
 impl Writer {
@@ -479,6 +482,7 @@ impl Writer {
         self.shared.written.store(0, Ordering::Release);
         self.shared.file_len.store(0, Ordering::Release);
         self.offset = 0;
+        self.last_recv_us = 0;
         let f = &mut self.file;
         let r = f
             .flush()
@@ -505,12 +509,23 @@ impl Writer {
     /// Writes `ready` (consecutive entries of the current epoch) to the file and the counts;
     /// [`Writer::publish`] makes them visible.
     #[allow(clippy::vec_box)]
-    fn emit(&mut self, ready: Vec<Box<Entry>>) {
+    fn emit(&mut self, mut ready: Vec<Box<Entry>>) {
         if ready.is_empty() {
             return;
         }
         let mut stats = self.shared.stats.lock().unwrap_or_else(|p| p.into_inner());
-        for e in &ready {
+        for e in &mut ready {
+            // A request's seq and its arrival time are taken one after the other, so a thread
+            // preempted between the two can stamp its arrival after a later seq's. Arrival order
+            // is seq order: such a time is raised to the one before it (and the request's later
+            // times with it), so `t_recv_us` never goes back in the journal.
+            if e.t_recv_us < self.last_recv_us {
+                let t = self.last_recv_us;
+                e.t_recv_us = t;
+                e.t_done_us = e.t_done_us.max(t);
+                e.t_body_us = e.t_body_us.map(|b| b.max(t));
+            }
+            self.last_recv_us = e.t_recv_us;
             self.line.clear();
             if serde_json::to_writer(&mut self.line, e.as_ref()).is_err() {
                 // An entry is plain data; this cannot fail, but a hole must not shift the index.

@@ -201,23 +201,50 @@ fn slowloris_is_cut_at_the_header_timeout() {
     assert!(slow.iter().all(|e| e["status"] == 408));
 }
 
+/// Descriptors this process may open (the soft limit), from `/proc/self/limits`.
+fn open_files_limit() -> usize {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("Max open files"))
+                .and_then(|l| l.split_whitespace().nth(3))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(1024)
+}
+
 #[test]
 fn idle_connections_are_bounded_and_health_answers() {
-    let s = start("limits: { max_connections: 100, header_timeout: 2s }");
+    for config in [
+        "limits: { max_connections: 100, header_timeout: 2s }",
+        // The default connection limit, which the server derives from its own descriptor limit.
+        "limits: { header_timeout: 2s }",
+    ] {
+        idle_connections(config);
+    }
+}
+
+fn idle_connections(config: &str) {
+    let s = start(config);
     let before = s.rss_kb();
-    let n = 1000;
+    // 5,000, or as many as this process may open beside what the test itself needs.
+    let n = 5000.min(open_files_limit().saturating_sub(200));
+    assert!(n >= 500, "too few descriptors to test with: {n}");
     let idle: Vec<TcpStream> = (0..n)
         .filter_map(|_| TcpStream::connect(s.addr).ok())
         .collect();
+    assert!(idle.len() >= n * 9 / 10, "{} of {n} connected", idle.len());
     assert!(
         s.healthy(),
         "health answers beside {} idle connections",
         idle.len()
     );
     // Over the limit, a request is answered 503 and journaled.
+    // (Or nothing, when this thread was held back past the server's wait for a request line.)
     let over = s.get("/");
     assert!(
-        over.starts_with("HTTP/1.1 503") || over.starts_with("HTTP/1.0 200"),
+        over.starts_with("HTTP/1.1 503") || over.starts_with("HTTP/1.0 200") || over.is_empty(),
         "{over}"
     );
     // The idle ones are closed at the header timeout.

@@ -55,7 +55,7 @@ async fn every_request_is_journaled_with_its_outcome() {
             tokio::spawn(async move {
                 let mut req = c.get(&url).header("x-client-id", format!("c{i}"));
                 if url.ends_with("/hang") {
-                    req = req.timeout(Duration::from_secs(5));
+                    req = req.timeout(Duration::from_secs(15));
                 }
                 req.send().await.map(|r| r.status().as_u16())
             })

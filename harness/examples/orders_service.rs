@@ -6,7 +6,7 @@
 //! the load driver uses ([`harness::policy`]: classification, backoff, jitter, Retry-After, total
 //! timeout, breaker, key discipline) — only the [`Policy`] values differ:
 //!
-//! - `--mode naive` retries every non-2xx, 400s included (5 attempts, fixed 50 ms, no jitter),
+//! - `--mode naive` retries every non-2xx, 400s included (5 attempts, fixed 500 ms, no jitter),
 //!   sends a new Idempotency-Key on every attempt and has no breaker: after a lost response a
 //!   retry looks like a new payment, and a declined card is charged five times over.
 //! - `--mode resilient` (the default) forwards the caller's Idempotency-Key (or makes one per
@@ -132,8 +132,8 @@ impl Mode {
                 total_timeout: None,
                 backoff: Backoff {
                     kind: BackoffKind::Fixed,
-                    base: Duration::from_millis(50),
-                    cap: Duration::from_millis(50),
+                    base: Duration::from_millis(500),
+                    cap: Duration::from_millis(500),
                     factor: 1.0,
                 },
                 jitter: Jitter::None,

@@ -865,11 +865,19 @@ mod tests {
         let hour = vec![(10.0, 10.0, Duration::from_secs(3600))];
         let started = std::time::Instant::now();
         let (permits, h) = pacer(hour.clone(), stop.clone());
-        std::thread::sleep(Duration::from_millis(150));
+        // Until the requests at 0 and 100 ms are out, however late the pacer thread runs.
+        let give_up = std::time::Instant::now() + Duration::from_secs(60);
+        while permits.available_permits() < 2 {
+            assert!(
+                std::time::Instant::now() < give_up,
+                "the pacer released nothing"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
         stop.cancel();
         h.join().expect("pacer thread");
-        // The requests due by then (at 0 and 100 ms, more if this thread overslept), then one
-        // permit per worker to let them end.
+        // The requests due by then (more if this thread overslept), then one permit per worker
+        // to let them end.
         let due = started.elapsed().as_millis() as usize / 100 + 1;
         let released = permits.available_permits() - 3;
         assert!((2..=due).contains(&released), "{released} of {due}");

@@ -250,10 +250,11 @@ async fn ignoring_keys_fails_duplicates() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_errors_to_the_losers_of_a_race_fail_semantics() {
-    // Every attempt of a key after the first is answered 500 without being processed.
+    // Every attempt of a key after the first is answered 500 without being processed; the first
+    // takes a while, so the burst's other members arrive while it is in flight.
     let s = start(
         r#"
-orders: { idempotency: unique }
+orders: { idempotency: unique, work_delay: 300ms }
 rules:
   - match: { attempts: "2-" }
     fault: { status: 500 }
@@ -265,8 +266,11 @@ rules:
     let sem = check(&o, "idempotency_semantics");
     assert_eq!(sem.verdict, Verdict::Fail, "{sem:#?}");
     assert_eq!(sem.metrics["several_creations"], 0);
-    assert_eq!(sem.metrics["race_5xx"], 4 * 9);
-    assert_eq!(sem.metrics["replay_failed"], 1);
+    // Each 500 is a failed race or, for a member the scheduler held back until the first had
+    // finished, a failed replay; the follow-up replay is one too.
+    let n = |k: &str| sem.metrics[k].as_u64().unwrap_or(0);
+    assert_eq!(n("race_5xx") + n("replay_failed"), 4 * 9 + 1, "{sem:#?}");
+    assert!(n("race_5xx") >= 1 && n("replay_failed") >= 1, "{sem:#?}");
     assert_eq!(o.follow_up(0).and_then(|e| e.status), Some(500));
     assert_eq!(sem.metrics["missing_key_accepted"], 0);
     assert!(sem.summary.contains("got 500"), "{}", sem.summary);
@@ -284,26 +288,35 @@ rules:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losers_left_without_an_answer_fail_semantics() {
-    // Attempts 2-5 of a key see a TCP reset, later ones a hang the probe gives up on.
+    // Attempts 2-5 of a key see a TCP reset, later ones a hang the probe gives up on after 2 s;
+    // the first works for 500 ms, so the others arrive while it is in flight.
     let s = start(
         r#"
-orders: { idempotency: unique }
+orders: { idempotency: unique, work_delay: 500ms }
 rules:
   - match: { attempts: "2-5" }
     fault: reset
   - match: { attempts: "6-" }
-    fault: { hang: { cap: 5s } }
+    fault: { hang: { cap: 60s } }
 "#,
     )
     .await;
     let cfg = ProbeConfig {
-        timeout: Duration::from_millis(300),
+        timeout: Duration::from_secs(2),
         ..config(&s, 2)
     };
     let o = probe(&cfg).await.expect("probe runs");
     let sem = check(&o, "idempotency_semantics");
     assert_eq!(sem.verdict, Verdict::Fail, "{sem:#?}");
-    assert_eq!(sem.metrics["race_no_response"], 2 * 9);
+    // A loser the scheduler held back until the first had finished is a failed replay instead
+    // of a failed race; the follow-up replay is one too.
+    let n = |k: &str| sem.metrics[k].as_u64().unwrap_or(0);
+    assert_eq!(
+        n("race_no_response") + n("replay_failed"),
+        2 * 9 + 1,
+        "{sem:#?}"
+    );
+    assert!(n("race_no_response") >= 1, "{sem:#?}");
     // The replay and the different body are attempts 11 and 12: they hang too.
     assert_eq!(
         o.errors_by_kind.get("timeout"),
@@ -312,7 +325,7 @@ rules:
     );
     assert_eq!(o.errors_by_kind.get("reset"), Some(&(2 * 4)), "{o:#?}");
     assert_eq!(o.follow_up(0).map(|e| e.status), Some(None));
-    assert_eq!(sem.metrics["replay_failed"], 1);
+    assert!(n("replay_failed") >= 1);
     assert_eq!(
         o.by_status.values().sum::<u64>(),
         2 + 1,

@@ -220,31 +220,33 @@ async fn a_retry_budget_per_tier_caps_the_volume() {
 #[tokio::test]
 async fn a_propagated_deadline_stops_every_tier_in_time() {
     // The fault server has no "wait, then 503" fault (a delay is followed by the normal response),
-    // so the slow failure is a hang capped at 100 ms: no response, then the connection closes — a
-    // transient failure every tier retries.
+    // so the slow failure is a hang capped at 500 ms: no response, then the connection closes — a
+    // transient failure every tier retries. Without deadlines the chain would make 64 such calls
+    // (32 s); with a 1.5 s deadline it makes a handful and answers at the deadline.
     let server = bottom(
         r#"
 capture_headers: [x-relay-tier]
 rules:
   - id: slow-failure
-    fault: { hang: { cap: 100ms } }
+    fault: { hang: { cap: 500ms } }
 "#,
     )
     .await;
     let chain = chain(vec![retrying(4); 3], &server).await;
-    let deadline = now_ms() + 300;
+    let deadline = now_ms() + 1500;
     let (reply, took) = top(&chain.url(), 1, &[("x-deadline", deadline.to_string())]).await;
     let entries = journal(&server).await;
     eprintln!(
-        "deadline 300 ms: top answered {} in {took:?}; {} bottom calls, last at deadline{:+} ms; {:?}",
+        "deadline 1.5 s: top answered {} in {took:?}; {} bottom calls, last at deadline{:+} ms; {:?}",
         reply.status,
         entries.len(),
         entries.iter().map(|e| e.unix_ms as i64 - deadline as i64).max().unwrap_or(0),
         chain.stats()
     );
     assert_eq!(reply.status.as_u16(), 504);
+    // At the deadline, not after 64 slow calls; the slack is for a loaded machine.
     assert!(
-        took < Duration::from_millis(380),
+        took < Duration::from_secs(5),
         "the top answered after {took:?}"
     );
     // Each tier keeps a small margin for its answer, so an upper tier may have a few
@@ -255,8 +257,10 @@ rules:
         entries.len()
     );
     for e in &entries {
+        // A call decided just before the deadline may arrive a little after it on a loaded
+        // machine; what is exact is the deadline it carries (below).
         assert!(
-            e.unix_ms <= deadline,
+            e.unix_ms <= deadline + 1000,
             "a call reached the bottom {} ms after the deadline",
             e.unix_ms - deadline
         );
@@ -305,6 +309,7 @@ async fn a_tier_with_deadline_header_starts_the_deadline_from_its_total_timeout(
     let chain = chain(vec![top_policy, retrying(1)], &server).await;
     let before = now_ms();
     let (reply, _) = top(&chain.url(), 1, &[]).await;
+    let after = now_ms();
     assert_eq!(reply.status.as_u16(), 503);
     let entries = journal(&server).await;
     assert_eq!(entries.len(), 1);
@@ -314,8 +319,9 @@ async fn a_tier_with_deadline_header_starts_the_deadline_from_its_total_timeout(
         .and_then(|v| v.parse().ok())
         .expect("the bottom sees x-deadline");
     assert!(
-        // 400 ms, less each of the two tiers' margin for its answer (at most 10 ms each).
-        (before + 375..=before + 450).contains(&sent),
+        // 400 ms from when the top tier read the request (between `before` and `after`), less
+        // each of the two tiers' margin for its answer (at most 10 ms each).
+        (before + 375..=after + 400).contains(&sent),
         "deadline {} ms after the request",
         sent as i64 - before as i64
     );
@@ -360,7 +366,7 @@ async fn a_caller_that_gives_up_cancels_the_tiers_below() {
         r#"
 rules:
   - id: slow-failure
-    fault: { hang: { cap: 100ms } }
+    fault: { hang: { cap: 2s } }
 "#,
     )
     .await;
@@ -375,11 +381,19 @@ rules:
     };
     let gave_up = conn.send(req, Duration::from_millis(150)).await;
     assert!(gave_up.is_err(), "the top request times out");
-    // Without cancellation the innermost tier would go on for 64 slow calls (about 6.4 s).
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Without cancellation the innermost tier would go on for 64 slow calls (about 2 minutes).
+    let give_up = std::time::Instant::now() + Duration::from_secs(60);
+    while chain.stats().iter().any(|s| s.cancelled == 0) {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "not every tier abandoned its call: {:?}",
+            chain.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let entries = journal(&server).await;
     eprintln!(
-        "caller gave up at 150 ms: {} bottom calls; {:?}",
+        "caller gave up at 150 ms (bottom hangs 2 s): {} bottom calls; {:?}",
         entries.len(),
         chain.stats()
     );

@@ -49,14 +49,25 @@ fn expectation(text: &str) -> (bool, Vec<String>) {
     (pass, names)
 }
 
-/// Scenarios whose verdict rests on timing (500 clients, jitter measured in ms) run one at a time,
-/// so that two of them do not share the 2 cores and each other's scheduling noise.
+/// Scenarios whose verdict rests on timing (500 clients, jitter measured in ms, budgets of a few
+/// hundred ms of real time) run one at a time, so that two of them do not share the 2 cores and
+/// each other's scheduling noise.
 static TIMING_SENSITIVE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+fn timing_sensitive(name: &str) -> bool {
+    [
+        "thundering-herd",
+        "total-timeout",
+        "retry-amplification-deadline",
+        "circuit-breaker",
+    ]
+    .iter()
+    .any(|p| name.starts_with(p))
+}
+
 fn run(name: &str) {
-    let _alone = name
-        .starts_with("thundering-herd")
-        .then(|| TIMING_SENSITIVE.lock().unwrap_or_else(|e| e.into_inner()));
+    let _alone =
+        timing_sensitive(name).then(|| TIMING_SENSITIVE.lock().unwrap_or_else(|e| e.into_inner()));
     let path = scenarios_dir().join(format!("{name}.yaml"));
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(

@@ -198,6 +198,9 @@ impl H1Conn {
         if let Some(b) = release {
             b.wait().await;
         }
+        // Stamped before the write: the server cannot have the request before this instant,
+        // whatever happens to this thread during and after the write.
+        let leaving = std::time::Instant::now();
         stream
             .write_all(&self.out[split..])
             .await
@@ -209,7 +212,7 @@ impl H1Conn {
                 .map_err(|e| io_failure("writing the request", e))?;
         }
         if release.is_some() {
-            self.released_at = Some(std::time::Instant::now());
+            self.released_at = Some(leaving);
         }
         let (reply, reusable) = read_response(stream, &mut self.buf, head_only).await?;
         // Bytes after a complete response answer no request of ours: the connection's framing
