@@ -11,8 +11,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use history::{Entry, HttpVersion, Outcome};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -125,9 +123,7 @@ async fn over_limit_admits(state: &State, stream: &TcpStream, conn_id: u64) -> b
     let (epoch, seq) = state.seq.next();
     let mut entry = Entry::blank(seq);
     entry.t_recv_us = state.clock.now_us();
-    entry.unix_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
+    state.stamp(&mut entry);
     entry.conn_id = conn_id;
     entry.http_version = Some(HttpVersion::Http11);
     entry.status = Some(503);
@@ -169,9 +165,7 @@ async fn reject_head(conn: &ServedConn, e: &hyper::Error) {
     let (epoch, seq) = state.seq.next();
     let mut entry = Entry::blank(seq);
     entry.t_recv_us = state.clock.now_us();
-    entry.unix_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
+    state.stamp(&mut entry);
     entry.conn_id = conn.id;
     entry.tls = conn.io.is_tls();
     entry.http_version = Some(HttpVersion::Http11);

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Either};
@@ -51,15 +51,12 @@ pub(crate) async fn handle(
     let (epoch, seq) = state.seq.next();
     let now = Instant::now();
     let t_recv_us = state.clock.us_at(now);
-    let unix_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
     let (parts, body) = req.into_parts();
     let key = header_str(&parts.headers, "idempotency-key").map(str::to_string);
     let key_attempt = key.as_deref().map(|k| state.bump_attempt(k));
     let mut entry = Entry::blank(seq);
     entry.t_recv_us = t_recv_us;
-    entry.unix_ms = unix_ms;
+    state.stamp(&mut entry);
     entry.method = parts.method.as_str().to_string();
     entry.path = parts.uri.path().to_string();
     entry.query = parts.uri.query().map(str::to_string);

@@ -41,6 +41,10 @@ struct Args {
         hide_env_values = true
     )]
     control_token: Option<String>,
+    /// This replica's name in every journal entry (`replica`), when several fault servers share
+    /// one database; default: the host name.
+    #[arg(long, value_name = "ID", env = "FAULT_SERVER_REPLICA_ID")]
+    replica_id: Option<String>,
     /// Serve TLS with this PEM certificate (chain); needs --tls-key.
     #[arg(
         long,
@@ -144,6 +148,7 @@ fn main() -> ExitCode {
             journal_file: args.journal,
             tls,
             control_token: args.control_token,
+            replica_id: args.replica_id.or_else(host_name),
         };
         let server = match FaultServer::start(config, opts).await {
             Ok(s) => s,
@@ -183,4 +188,12 @@ async fn wait_for_signal() {
         }
     }
     let _ = tokio::signal::ctrl_c().await;
+}
+
+/// The machine's host name (a pod's name on Kubernetes), when it can be read.
+fn host_name() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
 }

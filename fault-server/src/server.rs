@@ -36,6 +36,8 @@ pub struct ServerOptions {
     pub tls: Option<ServerTls>,
     /// The control API's token: required when `bind` is not a loopback address.
     pub control_token: Option<String>,
+    /// This replica's name, written in every journal entry (`replica`).
+    pub replica_id: Option<String>,
 }
 
 impl Default for ServerOptions {
@@ -46,6 +48,7 @@ impl Default for ServerOptions {
             journal_file: None,
             tls: None,
             control_token: None,
+            replica_id: None,
         }
     }
 }
@@ -142,6 +145,7 @@ impl FaultServer {
             },
             active: AtomicUsize::new(0),
             control_token: opts.control_token.clone().filter(|t| !t.is_empty()),
+            replica: opts.replica_id.clone().filter(|r| !r.is_empty()),
             journal,
             orders,
             seed,

@@ -113,9 +113,21 @@ pub(crate) struct State {
     pub(crate) empty_body_sha256: String,
     /// TLS, when the server serves `https://`.
     pub(crate) tls: Option<crate::tls::ServerTls>,
+    /// This replica's name in the journal (`--replica-id`), when it is one of several.
+    pub(crate) replica: Option<String>,
 }
 
 impl State {
+    /// Stamps a new entry with the wall clock (ms and µs) and this replica's name.
+    pub(crate) fn stamp(&self, entry: &mut history::Entry) {
+        let us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+        entry.unix_us = us;
+        entry.unix_ms = us / 1000;
+        entry.replica.clone_from(&self.replica);
+    }
+
     pub(crate) fn schedule(&self) -> Arc<Schedule> {
         self.schedule
             .read()

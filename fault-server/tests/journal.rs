@@ -165,3 +165,45 @@ async fn journal_since_and_fields() {
     // Control requests are never journaled.
     assert_eq!(s.journal().written(), 5);
 }
+
+#[tokio::test]
+async fn a_replica_names_itself_and_stamps_the_wall_clock_in_microseconds() {
+    let unix_us = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros() as u64
+    };
+    for replica in [None, Some("replica-a")] {
+        let s = FaultServer::start(
+            Config::from_yaml("{}", "test").unwrap(),
+            ServerOptions {
+                replica_id: replica.map(str::to_string),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        let before = unix_us();
+        let c = tokio::net::TcpStream::connect(s.addr()).await.unwrap();
+        common::exchange(
+            c,
+            b"GET /x HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+        )
+        .await
+        .unwrap();
+        let after = unix_us();
+        let j = common::journal(&s).await;
+        assert_eq!(j.len(), 1);
+        let e = &j[0];
+        assert_eq!(e.replica.as_deref(), replica);
+        assert!(
+            (before..=after).contains(&e.unix_us),
+            "{} not in {before}..={after}",
+            e.unix_us
+        );
+        assert_eq!(e.unix_ms, e.unix_us / 1000);
+        let line = serde_json::to_string(e).unwrap();
+        assert_eq!(line.contains("\"replica\""), replica.is_some(), "{line}");
+    }
+}

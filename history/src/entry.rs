@@ -75,6 +75,13 @@ pub struct Entry {
     pub t_body_us: Option<u64>,
     /// Wall-clock arrival, milliseconds since the Unix epoch.
     pub unix_ms: u64,
+    /// Wall-clock arrival, microseconds since the Unix epoch: what orders the entries of several
+    /// replicas in one history (their clocks are assumed synchronized, e.g. by NTP).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unix_us: u64,
+    /// The fault-server replica that saw the request (`--replica-id`; absent for a lone server).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<String>,
     /// Request method.
     pub method: String,
     /// Request path, without the query.
@@ -145,6 +152,10 @@ pub struct Entry {
     /// Retry-After was sent" from "headers were not recorded".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_headers: Option<BTreeMap<String, String>>,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl Entry {

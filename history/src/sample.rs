@@ -31,6 +31,8 @@ pub fn entry(seq: u64, t_recv_ms: impl Into<f64>) -> EntryBuilder {
         t_done_us: t_recv_us + 1000,
         t_body_us: None,
         unix_ms: EPOCH_MS + t_recv_us / 1000,
+        unix_us: EPOCH_MS * 1000 + t_recv_us,
+        replica: None,
         method: "POST".to_string(),
         path: "/orders".to_string(),
         query: None,
