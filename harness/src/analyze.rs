@@ -63,6 +63,17 @@ pub fn analyze_reader<R: std::io::Read + Send + 'static>(
     shown: &str,
     cfg: &ChecksConfig,
 ) -> Result<Report, AnalyzeError> {
+    analyze_with(file, shown, cfg, None)
+}
+
+/// [`analyze_reader`] with what a load driver measured (`harness merge`): the checks then judge
+/// the thresholds on the driver's figures, and times count from `time_origin_us`.
+pub fn analyze_with<R: std::io::Read + Send + 'static>(
+    file: R,
+    shown: &str,
+    cfg: &ChecksConfig,
+    driver: Option<(history::ClientFigures, u64)>,
+) -> Result<Report, AnalyzeError> {
     let shown = shown.to_string();
     let (tx, rx) = std::sync::mpsc::sync_channel(BATCHES_IN_FLIGHT);
     // Judged batches go back to the reader, which frees them: memory is cheapest to free on the
@@ -113,9 +124,16 @@ pub fn analyze_reader<R: std::io::Read + Send + 'static>(
     } = tally;
     // The journal's first request is where the run began: evidence quotes times from there, as
     // the chart does.
-    let facts = history::Facts {
-        time_origin_us: first_us.unwrap_or(0),
-        ..history::Facts::default()
+    let facts = match driver {
+        Some((client, origin)) => history::Facts {
+            client: Some(client),
+            store: None,
+            time_origin_us: origin,
+        },
+        None => history::Facts {
+            time_origin_us: first_us.unwrap_or(0),
+            ..history::Facts::default()
+        },
     };
     let checks = checks.finish(still_open, &facts);
     let span_us = last_us.saturating_sub(first_us.unwrap_or(0));

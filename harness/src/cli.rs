@@ -36,6 +36,33 @@ enum Command {
         scenario: PathBuf,
         #[command(flatten)]
         common: Common,
+        #[command(flatten)]
+        shards: ShardArgs,
+    },
+    /// Merge the reports of a run's shards into one report, judge the checks on the union of
+    /// the fault-server replicas' journals, and exit as `run` does.
+    Merge {
+        /// The shards' report.json files.
+        #[arg(required = true, value_name = "REPORT")]
+        reports: Vec<PathBuf>,
+        /// Journal files of the fault-server replicas (JSON lines).
+        #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with = "fault_url")]
+        journal: Vec<PathBuf>,
+        /// Fault-server replicas to fetch the journals from (`GET /__harness/journal`).
+        #[arg(long, value_name = "URL", num_args = 1..)]
+        fault_url: Vec<String>,
+        /// Bearer token of the replicas' control API.
+        #[arg(
+            long,
+            value_name = "TOKEN",
+            env = "FAULT_SERVER_CONTROL_TOKEN",
+            hide_env_values = true
+        )]
+        control_token: Option<String>,
+        #[command(flatten)]
+        connect: ConnectArgs,
+        #[command(flatten)]
+        output: Output,
     },
     /// Start the scenario's fault server, run CMD with HARNESS_FAULT_URL set to it (and the
     /// scenario's phases, if any, against its target), then check what happened.
@@ -61,10 +88,11 @@ enum Command {
         #[command(subcommand)]
         what: Simulation,
     },
-    /// Run the checks on a journal file written by a fault server.
+    /// Run the checks on journal files written by fault servers (several: merged by wall clock).
     Analyze {
-        /// The journal (JSON lines).
-        journal: PathBuf,
+        /// The journals (JSON lines).
+        #[arg(required = true, value_name = "JOURNAL")]
+        journal: Vec<PathBuf>,
         /// Checks and thresholds (YAML, the `checks:` section of a scenario).
         #[arg(long, value_name = "FILE")]
         checks: Option<PathBuf>,
@@ -85,6 +113,17 @@ enum Command {
         #[arg(long, value_enum, default_value_t = ReportFormat::Table)]
         format: ReportFormat,
     },
+}
+
+/// A run split over several processes (the pods of an Indexed Job).
+#[derive(Debug, Args, Default)]
+struct ShardArgs {
+    /// Run shard I of N (I from 0); without it, JOB_COMPLETION_INDEX and HARNESS_SHARDS.
+    #[arg(long, value_name = "I/N")]
+    shard: Option<String>,
+    /// The run's common start: RFC 3339 or unix milliseconds; every shard waits for it.
+    #[arg(long, value_name = "TIME", env = "HARNESS_START_AT")]
+    start_at: Option<String>,
 }
 
 /// Flags shared by `run` and `exec`.
@@ -375,7 +414,29 @@ pub fn main() -> ExitCode {
 
 async fn dispatch(cmd: Command) -> Result<u8, CliError> {
     match cmd {
-        Command::Run { scenario, common } => run(&scenario, &common).await,
+        Command::Run {
+            scenario,
+            common,
+            shards,
+        } => run(&scenario, &common, &shards).await,
+        Command::Merge {
+            reports,
+            journal,
+            fault_url,
+            control_token,
+            connect,
+            output,
+        } => {
+            merge(
+                &reports,
+                &journal,
+                &fault_url,
+                control_token.as_deref(),
+                &connect,
+                &output,
+            )
+            .await
+        }
         Command::Exec {
             scenario,
             common,
@@ -409,7 +470,45 @@ fn overrides(c: &Common) -> Overrides {
         tls: c.connect.tls(),
         http2: c.connect.http2,
         streams: c.connect.streams,
+        shard: crate::shard::Shard::WHOLE,
+        start_at_unix_ms: None,
     }
+}
+
+/// The shard and common start of a run, from the flags and an Indexed Job's environment.
+fn shard_overrides(a: &ShardArgs, o: &mut Overrides) -> Result<(), CliError> {
+    use crate::shard::{parse_start_at, Shard, MAX_START_AHEAD};
+    let shard = match &a.shard {
+        Some(s) => Shard::parse(s).map_err(|e| CliError::Input(format!("--shard: {e}")))?,
+        None => Shard::from_env(|k| std::env::var(k).ok())
+            .map_err(CliError::Input)?
+            .unwrap_or(Shard::WHOLE),
+    };
+    let start_at = match &a.start_at {
+        Some(t) => {
+            Some(parse_start_at(t).map_err(|e| CliError::Input(format!("--start-at: {e}")))?)
+        }
+        None => None,
+    };
+    if let Some(at) = start_at {
+        let ahead = at.saturating_sub(crate::shard::now_unix_ms());
+        if ahead > MAX_START_AHEAD.as_millis() as u64 {
+            return Err(CliError::Input(format!(
+                "--start-at: {} is {} s from now; a run starts at most {} s ahead",
+                a.start_at.as_deref().unwrap_or_default(),
+                ahead / 1000,
+                MAX_START_AHEAD.as_secs()
+            )));
+        }
+    }
+    if shard.is_split() && start_at.is_none() {
+        return Err(CliError::Input(format!(
+            "shard {shard}: a run split into shards needs a common start, so that every shard runs each phase together: give --start-at TIME or HARNESS_START_AT (RFC 3339 or unix ms, a little ahead of when the last shard starts)"
+        )));
+    }
+    o.shard = shard;
+    o.start_at_unix_ms = start_at;
+    Ok(())
 }
 
 /// Cancelled on the first Ctrl-C or SIGTERM (what CI sends when it cancels a job): the load
@@ -447,9 +546,10 @@ async fn next_signal(term: &mut Option<Signal>) -> Option<u8> {
     }
 }
 
-async fn run(path: &Path, common: &Common) -> Result<u8, CliError> {
-    let plan =
-        scenario::load(path, &overrides(common)).map_err(|e| CliError::Input(e.to_string()))?;
+async fn run(path: &Path, common: &Common, shards: &ShardArgs) -> Result<u8, CliError> {
+    let mut o = overrides(common);
+    shard_overrides(shards, &mut o)?;
+    let plan = scenario::load(path, &o).map_err(|e| CliError::Input(e.to_string()))?;
     if plan.phases.is_empty() {
         return Err(CliError::Input(format!(
             "{}: at `phases`: nothing to run; add a phase (or use `harness exec` to drive the load with a command)",
@@ -668,7 +768,7 @@ fn simulate_herd(a: &HerdArgs) -> Result<u8, CliError> {
     Ok(0)
 }
 
-fn analyze(journal: &Path, checks: Option<&Path>, output: &Output) -> Result<u8, CliError> {
+fn analyze(journals: &[PathBuf], checks: Option<&Path>, output: &Output) -> Result<u8, CliError> {
     let cfg = match checks {
         Some(p) => {
             let text = std::fs::read_to_string(p)
@@ -678,8 +778,88 @@ fn analyze(journal: &Path, checks: Option<&Path>, output: &Output) -> Result<u8,
         }
         None => checks::ChecksConfig::default(),
     };
-    let report =
-        crate::analyze::analyze_file(journal, &cfg).map_err(|e| CliError::Input(e.to_string()))?;
+    let report = match journals {
+        [one] => {
+            crate::analyze::analyze_file(one, &cfg).map_err(|e| CliError::Input(e.to_string()))?
+        }
+        several => {
+            // Merged by wall clock into a file of their own, then read as one journal.
+            let tmp = tempfile::NamedTempFile::new()
+                .map_err(|e| CliError::Run(format!("cannot create a temporary file: {e}")))?;
+            let union =
+                crate::merge::merge_journals(several, tmp.path(), None).map_err(merge_error)?;
+            let mut r = crate::analyze::analyze_file(tmp.path(), &cfg)
+                .map_err(|e| CliError::Input(e.to_string()))?;
+            let names: Vec<String> = several.iter().map(|p| p.display().to_string()).collect();
+            r.scenario = format!("analyze {}", names.join(" "));
+            r.notes
+                .push(crate::merge::clock_note(&union, several.len()));
+            r
+        }
+    };
+    emit(&report, output)
+}
+
+fn merge_error(e: crate::merge::MergeError) -> CliError {
+    match e {
+        crate::merge::MergeError::Input(m) => CliError::Input(m),
+        crate::merge::MergeError::Journal(e) => CliError::Input(e.to_string()),
+        crate::merge::MergeError::Run(m) => CliError::Run(m),
+    }
+}
+
+async fn merge(
+    paths: &[PathBuf],
+    journals: &[PathBuf],
+    fault_urls: &[String],
+    token: Option<&str>,
+    connect: &ConnectArgs,
+    output: &Output,
+) -> Result<u8, CliError> {
+    let mut reports = Vec::with_capacity(paths.len());
+    for p in paths {
+        let text = std::fs::read_to_string(p)
+            .map_err(|e| CliError::Input(format!("{}: cannot read: {e}", p.display())))?;
+        let r = reports::from_json(&text)
+            .map_err(|e| CliError::Input(format!("{}: {e}", p.display())))?;
+        reports.push((p.display().to_string(), r));
+    }
+    let merged = crate::merge::merge_reports(&reports).map_err(merge_error)?;
+    drop(reports);
+    // Fetched journals go to files of their own first: one replica's journal in memory at a time.
+    let fetched_dir = tempfile::tempdir()
+        .map_err(|e| CliError::Run(format!("cannot create a temporary directory: {e}")))?;
+    let mut sources: Vec<PathBuf> = journals.to_vec();
+    if !fault_urls.is_empty() {
+        let how = connect.connect()?;
+        for (i, url) in fault_urls.iter().enumerate() {
+            let dest = fetched_dir.path().join(format!("replica-{i}.jsonl"));
+            crate::merge::fetch_journal(url, token, &how, &dest)
+                .await
+                .map_err(CliError::Run)?;
+            sources.push(dest);
+        }
+    }
+    let report = if sources.is_empty() {
+        crate::merge::judge(merged, None).map_err(merge_error)?
+    } else {
+        let (out, _keep) = match &output.report_dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| CliError::Run(format!("{}: cannot create: {e}", dir.display())))?;
+                (dir.join("journal.jsonl"), None)
+            }
+            None => {
+                let tmp = tempfile::NamedTempFile::new()
+                    .map_err(|e| CliError::Run(format!("cannot create a temporary file: {e}")))?;
+                (tmp.path().to_path_buf(), Some(tmp))
+            }
+        };
+        let base = merged.report.started_unix_ms.saturating_mul(1000);
+        let union =
+            crate::merge::merge_journals(&sources, &out, Some(base)).map_err(merge_error)?;
+        crate::merge::judge(merged, Some((&out, &union, sources.len()))).map_err(merge_error)?
+    };
     emit(&report, output)
 }
 

@@ -30,6 +30,7 @@ use crate::http::{AttemptError, Conn, Reply, Target};
 use crate::metrics::{AttemptIds, Recorder, Sink};
 use crate::operation::{execute, AttemptSpec, Transport};
 use crate::plan::{PhaseKind, PhasePlan, SyncMode};
+use crate::shard::Shard;
 use crate::template::{RequestTemplate, Var, Vars};
 
 /// A request is a late start when no worker could pick it up within this of its intended time.
@@ -42,6 +43,14 @@ pub struct Keys {
 }
 
 impl Keys {
+    /// Keys every shard of a run derives alike: from `seed` and the run's common start time, so
+    /// a burst round has the same key on every shard and a rerun does not replay old keys.
+    pub fn shared(seed: u64, start_at_unix_ms: u64) -> Keys {
+        Keys {
+            nonce: splitmix64(seed ^ splitmix64(start_at_unix_ms ^ 0x5348_4152_4453)),
+        }
+    }
+
     /// Keys derived from `seed`; `unique` mixes in the clock so reruns against a long-lived service
     /// do not replay old keys.
     pub fn new(seed: u64, unique: bool) -> Keys {
@@ -111,6 +120,12 @@ pub struct PhaseCtx {
     pub captured: Arc<HashMap<String, String>>,
     /// Where this phase's captures go (set by `run_phase`).
     pub capture_sink: Option<Arc<std::sync::Mutex<HashMap<String, String>>>>,
+    /// This process's part of the run (see [`crate::shard`]): its share of the workers, and
+    /// global numbers for operations and clients.
+    pub shard: Shard,
+    /// When the phase was scheduled to start (every shard alike); bursts with `every` time their
+    /// rounds from it. `None`: from when the phase starts here.
+    pub scheduled: Option<Instant>,
 }
 
 /// What a phase produced.
@@ -127,19 +142,28 @@ pub struct PhaseOutcome {
 
 /// Total operations a phase will run, when known in advance (for the progress bar).
 pub fn expected_operations(p: &PhasePlan) -> Option<u64> {
+    expected_operations_of(p, Shard::WHOLE)
+}
+
+/// Operations a shard of a phase will run, when known in advance.
+pub fn expected_operations_of(p: &PhasePlan, shard: Shard) -> Option<u64> {
     match &p.kind {
-        PhaseKind::Burst { size, rounds, .. } => Some(u64::from(*size) * u64::from(*rounds)),
+        PhaseKind::Burst { size, rounds, .. } => {
+            Some(shard.share(u64::from(*size)) * u64::from(*rounds))
+        }
         PhaseKind::Rate { stages, .. } => Some(
-            stages
-                .iter()
-                .map(|(a, b, d)| ((a + b) / 2.0 * d.as_secs_f64()) as u64)
-                .sum(),
+            shard.share(
+                stages
+                    .iter()
+                    .map(|(a, b, d)| ((a + b) / 2.0 * d.as_secs_f64()) as u64)
+                    .sum(),
+            ),
         ),
-        PhaseKind::Clients { requests, .. } => *requests,
+        PhaseKind::Clients { requests, .. } => requests.map(|r| shard.share(r)),
         PhaseKind::Fleet {
             clients,
             operations,
-        } => Some(u64::from(*clients) * operations),
+        } => Some(shard.share(u64::from(*clients)) * operations),
     }
 }
 
@@ -157,6 +181,13 @@ pub fn phase_length(kind: &PhaseKind) -> Option<Duration> {
     match kind {
         PhaseKind::Rate { stages, .. } => Some(stages.iter().map(|s| s.2).sum()),
         PhaseKind::Clients { duration, .. } => *duration,
+        // Rounds on the clock: the last goes at (rounds − 1) × every, and one more `every` is
+        // its time to finish.
+        PhaseKind::Burst {
+            every: Some(every),
+            rounds,
+            ..
+        } => Some(every.saturating_mul(*rounds)),
         PhaseKind::Burst { .. } | PhaseKind::Fleet { .. } => None,
     }
 }
@@ -188,8 +219,18 @@ pub async fn run_phase(plan: Arc<PhasePlan>, ctx: PhaseCtx) -> PhaseOutcome {
             size,
             rounds,
             pause,
+            every,
             sync,
-        } => burst(&plan, &ctx, &shared, &sink, size, rounds, pause, sync).await,
+        } => {
+            let timing = match every {
+                Some(every) => Rounds::Every {
+                    first: ctx.scheduled.unwrap_or(started),
+                    every,
+                },
+                None => Rounds::Pause(pause),
+            };
+            burst(&plan, &ctx, &shared, &sink, size, rounds, timing, sync).await
+        }
         PhaseKind::Rate {
             stages,
             connections,
@@ -352,6 +393,16 @@ impl PhaseClient {
     }
 }
 
+/// When a burst's rounds go.
+#[derive(Debug, Clone, Copy)]
+enum Rounds {
+    /// Each round when the last has ended and this pause has passed.
+    Pause(Duration),
+    /// Round `k` (from 1) at `first + (k - 1) × every`, on every shard alike; a round whose time
+    /// has passed (the last one ran long) goes at once and is counted late.
+    Every { first: Instant, every: Duration },
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn burst(
     plan: &Arc<PhasePlan>,
@@ -360,12 +411,19 @@ async fn burst(
     sink: &Arc<Sink>,
     size: u32,
     rounds: u32,
-    pause: Duration,
+    timing: Rounds,
     sync: SyncMode,
 ) -> (Recorder, Vec<String>) {
     let mut total = Recorder::new(ctx.keep_attempts);
     let mut keys = Vec::new();
-    let mut conns: Vec<Conn> = (0..size).map(|_| Conn::new(ctx.target.clone())).collect();
+    // This shard's members of every round; member `i` is the round's member `shard.global(i)`.
+    let members = ctx.shard.share(u64::from(size)) as u32;
+    if members == 0 {
+        return (total, keys);
+    }
+    let mut conns: Vec<Conn> = (0..members)
+        .map(|_| Conn::new(ctx.target.clone()))
+        .collect();
     // Single-packet: the round's requests share one HTTP/2 connection of their own.
     let joint_slot =
         (sync == SyncMode::SinglePacket).then(|| Arc::new(Slot::new(ctx.target.clone())));
@@ -390,10 +448,43 @@ async fn burst(
                 }
             }
         }
-        let barrier = Arc::new(Barrier::new(size as usize));
+        // A timed round waits for its instant: the barrier has one more party, a timekeeper
+        // that arrives on a thread sleeping on the OS's fine timer (tokio's ticks are 1 ms).
+        let at = match timing {
+            Rounds::Every { first, every } => {
+                Some(first + every.saturating_mul(u32::try_from(round - 1).unwrap_or(u32::MAX)))
+            }
+            Rounds::Pause(_) => None,
+        };
+        if at.is_some_and(|at| Instant::now() > at + LATE_THRESHOLD) {
+            total.late_starts += 1;
+        }
+        let timed = at.filter(|&at| at > Instant::now());
+        let parties = members as usize + usize::from(timed.is_some() && joint_slot.is_none());
+        let barrier = Arc::new(Barrier::new(parties));
         let joint = joint_slot
             .as_ref()
-            .map(|slot| Arc::new(SinglePacketRound::new(slot.clone(), size as usize)));
+            .map(|slot| Arc::new(SinglePacketRound::new(slot.clone(), members as usize)));
+        match (timed, &joint) {
+            (Some(at), None) => {
+                let barrier = barrier.clone();
+                let stop = ctx.stop.clone();
+                tokio::spawn(async move {
+                    let wait =
+                        tokio::task::spawn_blocking(move || sleep_until_precisely(at, &stop));
+                    if wait.await.is_ok() {
+                        barrier.wait().await;
+                    }
+                });
+            }
+            // Single-packet: the round is one write, made when its last member submits; the
+            // members start at the instant.
+            (Some(at), Some(_)) => {
+                let stop = ctx.stop.clone();
+                let _ = tokio::task::spawn_blocking(move || sleep_until_precisely(at, &stop)).await;
+            }
+            (None, _) => {}
+        }
         let mut tasks = Vec::new();
         for (i, conn) in conns.drain(..).enumerate() {
             let (plan, ctx, shared, barrier, key, sink, joint) = (
@@ -406,10 +497,11 @@ async fn burst(
                 joint.clone(),
             );
             tasks.push(tokio::spawn(async move {
-                let client = i as u32;
+                let member = ctx.shard.global(i as u64);
+                let client = member as u32;
                 let rng = ctx.keys.rng(ctx.index, client ^ ((round as u32) << 16));
                 let mut w = PhaseClient::new(&plan, &ctx, &sink, client, conn, rng);
-                let op = (round - 1) * u64::from(size) + i as u64 + 1;
+                let op = (round - 1) * u64::from(size) + member + 1;
                 let release = match &joint {
                     Some(j) => Release::SinglePacket(j),
                     None => Release::Barrier {
@@ -431,17 +523,31 @@ async fn burst(
                 Err(e) => tracing::error!("burst worker failed: {e}"),
             }
         }
-        while conns.len() < size as usize {
+        while conns.len() < members as usize {
             conns.push(Conn::new(ctx.target.clone()));
         }
-        if round < u64::from(rounds) && !pause.is_zero() {
-            tokio::select! {
-                () = ctx.stop.cancelled() => {}
-                () = tokio::time::sleep(pause) => {}
+        if let Rounds::Pause(pause) = timing {
+            if round < u64::from(rounds) && !pause.is_zero() {
+                tokio::select! {
+                    () = ctx.stop.cancelled() => {}
+                    () = tokio::time::sleep(pause) => {}
+                }
             }
         }
     }
     (total, keys)
+}
+
+/// Sleeps on this thread until `at` (the OS timer: within tens of microseconds), or until `stop`.
+fn sleep_until_precisely(at: Instant, stop: &CancellationToken) {
+    const LOOK: Duration = Duration::from_millis(10);
+    loop {
+        let now = Instant::now();
+        if now >= at || stop.is_cancelled() {
+            return;
+        }
+        std::thread::sleep((at - now).min(LOOK));
+    }
 }
 
 /// How a burst member's first attempt leaves.
@@ -593,13 +699,18 @@ async fn rate(
     let start = tokio::time::Instant::now();
     let permits = Arc::new(tokio::sync::Semaphore::new(0));
     let end = start + stages.iter().map(|s| s.2).sum::<Duration>();
+    let shard = ctx.shard;
+    let connections = shard.share(u64::from(connections)) as u32;
     let pacer = {
         let (stages, permits, stop) = (stages.clone(), permits.clone(), ctx.stop.clone());
         let start = start.into_std();
-        tokio::task::spawn_blocking(move || pace(&stages, start, &permits, &stop, connections))
+        tokio::task::spawn_blocking(move || {
+            pace(&stages, shard, start, &permits, &stop, connections)
+        })
     };
     let mut tasks = Vec::new();
-    for client in 0..connections {
+    for local in 0..connections {
+        let client = shard.global(u64::from(local)) as u32;
         let (plan, ctx, shared, stages, next, sink, permits) = (
             plan.clone(),
             ctx.clone(),
@@ -623,7 +734,8 @@ async fn rate(
                 if ctx.stop.is_cancelled() {
                     break;
                 }
-                let i = next.fetch_add(1, Ordering::Relaxed);
+                // This shard's requests are every `count`th of the phase's schedule.
+                let i = ctx.shard.global(next.fetch_add(1, Ordering::Relaxed));
                 let Some(offset) = intended_offset(&stages, i) else {
                     break;
                 };
@@ -651,7 +763,7 @@ async fn rate(
         tracing::error!("the rate pacer stopped unexpectedly");
     }
     // Requests whose time had come and that no worker took.
-    let due = scheduled_by(&stages, start.elapsed());
+    let due = shard.mine_below(scheduled_by(&stages, start.elapsed()));
     rec.not_started += due.saturating_sub(next.load(Ordering::Relaxed).min(due));
     rec
 }
@@ -668,6 +780,7 @@ async fn rate(
 /// wakes late).
 fn pace(
     stages: &[(f64, f64, Duration)],
+    shard: Shard,
     start: std::time::Instant,
     permits: &Arc<tokio::sync::Semaphore>,
     stop: &CancellationToken,
@@ -681,7 +794,7 @@ fn pace(
         let now = std::time::Instant::now();
         let mut due = 0usize;
         let next_at = loop {
-            match intended_offset(stages, released) {
+            match intended_offset(stages, shard.global(released)) {
                 Some(offset) if start + offset <= now => {
                     released += 1;
                     due += 1;
@@ -711,8 +824,11 @@ async fn closed(
 ) -> Recorder {
     let end = duration.map(|d| Instant::now() + d);
     let next = Arc::new(AtomicU64::new(0));
+    let shard = ctx.shard;
+    let requests = requests.map(|r| shard.share(r));
     let mut tasks = Vec::new();
-    for client in 0..concurrency {
+    for local in 0..shard.share(u64::from(concurrency)) {
+        let client = shard.global(local) as u32;
         let (plan, ctx, shared, next, sink) = (
             plan.clone(),
             ctx.clone(),
@@ -730,7 +846,8 @@ async fn closed(
                 if requests.is_some_and(|r| i >= r) {
                     break;
                 }
-                w.run(&plan, &ctx, &shared, i + 1, None).await;
+                w.run(&plan, &ctx, &shared, ctx.shard.global(i) + 1, None)
+                    .await;
                 if !think.is_zero() {
                     tokio::select! {
                         () = ctx.stop.cancelled() => {}
@@ -752,9 +869,12 @@ async fn fleet(
     clients: u32,
     operations: u64,
 ) -> Recorder {
-    let barrier = Arc::new(Barrier::new(clients as usize));
+    let shard = ctx.shard;
+    let mine = shard.share(u64::from(clients));
+    let barrier = Arc::new(Barrier::new(mine as usize));
     let mut tasks = Vec::new();
-    for client in 0..clients {
+    for local in 0..mine {
+        let client = shard.global(local) as u32;
         let (plan, ctx, shared, barrier, sink) = (
             plan.clone(),
             ctx.clone(),
@@ -842,7 +962,7 @@ mod tests {
     ) -> (Arc<tokio::sync::Semaphore>, std::thread::JoinHandle<()>) {
         let permits = Arc::new(tokio::sync::Semaphore::new(0));
         let (p, start) = (permits.clone(), std::time::Instant::now());
-        let h = std::thread::spawn(move || pace(&stages, start, &p, &stop, 3));
+        let h = std::thread::spawn(move || pace(&stages, Shard::WHOLE, start, &p, &stop, 3));
         (permits, h)
     }
 

@@ -225,6 +225,8 @@ pub async fn run(
         keep_attempts: false,
         captured: Arc::default(),
         capture_sink: None,
+        shard: crate::shard::Shard::WHOLE,
+        scheduled: None,
     };
     let out = driver::run_phase(Arc::new(o.phase.clone()), ctx).await;
     bar.finish();

@@ -86,7 +86,7 @@ pub struct Recorder {
     buf_intended: Vec<u64>,
 }
 
-fn histogram() -> Histogram<u64> {
+pub(crate) fn histogram() -> Histogram<u64> {
     // 1 µs .. 1 hour at 3 significant digits.
     Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("constant histogram bounds are valid")
 }
@@ -363,4 +363,38 @@ fn record(hist: &mut Histogram<u64>, buf: &mut Vec<u64>, buffered: bool, d: Dura
     }
     buf.push(us);
     buf.len() >= BATCH
+}
+
+/// A histogram in the HdrHistogram V2 format with DEFLATE, base64-encoded: what a report carries
+/// so that reports can be merged exactly (see [`reports::model::Mergeable`]).
+pub fn encode_hdr(h: &Histogram<u64>) -> String {
+    use base64::Engine as _;
+    let mut bytes = Vec::new();
+    // Serializing to memory fails only on an internal inconsistency of the histogram.
+    use hdrhistogram::serialization::Serializer as _;
+    if let Err(e) = hdrhistogram::serialization::V2DeflateSerializer::new().serialize(h, &mut bytes)
+    {
+        tracing::error!("cannot serialize a histogram: {e:?}");
+        bytes.clear();
+    }
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// Reads back what [`encode_hdr`] wrote (or any V2 histogram, compressed or not), into a
+/// histogram with the recorder's bounds, so histograms of several reports can be added.
+pub fn decode_hdr(text: &str) -> Result<Histogram<u64>, String> {
+    use base64::Engine as _;
+    if text.is_empty() {
+        return Ok(histogram());
+    }
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .map_err(|e| format!("not base64: {e}"))?;
+    let h: Histogram<u64> = hdrhistogram::serialization::Deserializer::new()
+        .deserialize(&mut bytes.as_slice())
+        .map_err(|e| format!("not an HdrHistogram V2 histogram: {e:?}"))?;
+    let mut out = histogram();
+    out.add(&h)
+        .map_err(|e| format!("a histogram beyond 1 hour of microseconds: {e:?}"))?;
+    Ok(out)
 }

@@ -57,6 +57,10 @@ pub struct Plan {
     pub window: Option<Duration>,
     /// How the target is reached: TLS settings, HTTP/2.
     pub connect: Connect,
+    /// This process's part of the run (`--shard`, or an Indexed Job's environment).
+    pub shard: crate::shard::Shard,
+    /// The run's common start (`--start-at`), unix ms: every phase is scheduled from it.
+    pub start_at_unix_ms: Option<u64>,
 }
 
 /// One resolved phase.
@@ -78,6 +82,10 @@ pub enum PhaseKind {
         size: u32,
         rounds: u32,
         pause: Duration,
+        /// Rounds on the clock: round `k` at the phase's scheduled start + (k − 1) × every
+        /// (instead of `pause` after the last round ended): what keeps the shards of a run
+        /// firing each round together.
+        every: Option<Duration>,
         sync: SyncMode,
     },
     /// Stages of (start rps, end rps, duration); constant rate is one flat stage.

@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use reports::model::{AttemptDelays, Exec, Latency, Phase, Requests, Timeline, SCHEMA_VERSION};
+use reports::model::{
+    AttemptDelays, Exec, Latency, Mergeable, Phase, Requests, ShardInfo, Timeline, SCHEMA_VERSION,
+};
 use reports::{CheckResult, Outcome, Report, Verdict};
 
 use crate::metrics::{latency_ms, Recorder};
@@ -42,9 +44,26 @@ impl ReportBuilder {
                 timeline: None,
                 retry_delays: Vec::new(),
                 exec: None,
+                shard: None,
+                mergeable: None,
+                notes: Vec::new(),
             },
             verdict_required: true,
         }
+    }
+
+    /// A report built before, to add to (`harness merge` adds the verdicts to the merged
+    /// figures); its outcome is decided again by [`ReportBuilder::build`].
+    pub fn from_report(report: Report) -> ReportBuilder {
+        ReportBuilder {
+            report,
+            verdict_required: true,
+        }
+    }
+
+    /// The wall-clock start given so far, ms since the Unix epoch.
+    pub fn start_unix_ms(&self) -> u64 {
+        self.report.started_unix_ms
     }
 
     /// Whether the run must reach a verdict to pass (`harness load` without checks need not).
@@ -139,6 +158,24 @@ impl ReportBuilder {
     /// What `harness exec` ran.
     pub fn exec(mut self, e: Option<Exec>) -> Self {
         self.report.exec = e;
+        self
+    }
+
+    /// The shard of a split run this report covers.
+    pub fn shard(mut self, s: Option<ShardInfo>) -> Self {
+        self.report.shard = s;
+        self
+    }
+
+    /// The histograms and counts a merge needs.
+    pub fn mergeable(mut self, m: Option<Mergeable>) -> Self {
+        self.report.mergeable = m;
+        self
+    }
+
+    /// A note the reader must see.
+    pub fn note(mut self, n: impl Into<String>) -> Self {
+        self.report.notes.push(n.into());
         self
     }
 

@@ -109,6 +109,10 @@ pub struct Session {
     keys_used: Vec<String>,
     /// Ctrl-C or SIGTERM cut the run short.
     interrupted: bool,
+    /// Each phase's histograms, for the report's mergeable part.
+    phase_hdrs: Vec<reports::model::PhaseHistograms>,
+    /// How late the first phase started after the run's common start.
+    late: Duration,
 }
 
 /// Most keys the verify step asks the system of record about.
@@ -157,6 +161,8 @@ impl Session {
             phases: Vec::new(),
             keys_used: Vec::new(),
             interrupted: false,
+            phase_hdrs: Vec::new(),
+            late: Duration::ZERO,
         })
     }
 
@@ -238,20 +244,45 @@ impl Session {
             }
         }
         self.target_url = Some(url);
+        // A common start: every shard waits for it, and schedules its phases from it.
+        let base = plan.start_at_unix_ms.map(instant_of_unix_ms);
+        if let Some(at) = base {
+            wait_until(at, stop).await;
+            self.late = Instant::now().saturating_duration_since(at);
+        }
         self.run_start = Instant::now();
+        self.started_unix_ms = crate::shard::now_unix_ms();
         self.time_origin_us = self.server.as_ref().map_or(0, FaultServer::now_us);
-        // Keys are reproducible against the fresh embedded server; unique against a live service.
-        let keys = Keys::new(plan.seed, plan.target.is_some());
+        // Keys are reproducible against the fresh embedded server; unique against a live service;
+        // the same on every shard of a run (from its common start).
+        let keys = match plan.start_at_unix_ms {
+            Some(at) => Keys::shared(plan.seed, at),
+            None => Keys::new(plan.seed, plan.target.is_some()),
+        };
+        // When each phase is due from the common start: known while every phase before it has a
+        // length of its own.
+        let mut due = base.map(|b| (b, Duration::ZERO));
         let mut captured: Arc<std::collections::HashMap<String, String>> = Arc::default();
         for (i, p) in plan.phases.iter().enumerate() {
             if stop.is_cancelled() {
                 break;
             }
+            let scheduled = due.map(|(b, offset)| b + offset);
+            if let Some(at) = scheduled.filter(|_| i > 0) {
+                wait_until(at, stop).await;
+                if stop.is_cancelled() {
+                    break;
+                }
+            }
+            due = match (due, driver::phase_length(&p.kind)) {
+                (Some((b, offset)), Some(len)) => Some((b, offset + len)),
+                _ => None,
+            };
             let done = Arc::new(AtomicU64::new(0));
             let bar = Progress::start(
                 progress,
                 &p.name,
-                driver::expected_operations(p),
+                driver::expected_operations_of(p, plan.shard),
                 done.clone(),
             );
             let ctx = PhaseCtx {
@@ -265,6 +296,8 @@ impl Session {
                 keep_attempts: true,
                 captured: captured.clone(),
                 capture_sink: None,
+                shard: plan.shard,
+                scheduled,
             };
             let out = driver::run_phase(Arc::new(p.clone()), ctx).await;
             if p.template.uses(crate::template::Var::Key)
@@ -303,6 +336,11 @@ impl Session {
                 }
             }
             let r = &out.recorder;
+            let rate = matches!(p.kind, PhaseKind::Rate { .. });
+            self.phase_hdrs.push(reports::model::PhaseHistograms {
+                latency_hdr: crate::metrics::encode_hdr(&r.latency),
+                intended_hdr: rate.then(|| crate::metrics::encode_hdr(&r.intended)),
+            });
             for (name, v) in [
                 ("operations", r.operations),
                 ("failed_operations", r.failed_operations),
@@ -322,7 +360,7 @@ impl Session {
                 p.kind.name(),
                 r,
                 out.duration,
-                matches!(p.kind, PhaseKind::Rate { .. }),
+                rate,
                 metrics,
             ));
             self.total.merge(&out.recorder);
@@ -403,6 +441,7 @@ impl Session {
         } else {
             timeline_from_journal(&journal, window, self.time_origin_us)
         };
+        let had_phases = !self.phases.is_empty();
         let mut report = ReportBuilder::new(&plan.name)
             .started_unix_ms(self.started_unix_ms)
             .duration(duration)
@@ -420,6 +459,24 @@ impl Session {
             .retry_delays(retry_delays(&attempts))
             .exec(exec)
             .interrupted(self.interrupted)
+            .shard(
+                (plan.shard.is_split() || plan.start_at_unix_ms.is_some()).then(|| {
+                    reports::model::ShardInfo {
+                        index: plan.shard.index,
+                        count: plan.shard.count,
+                        start_at_unix_ms: plan.start_at_unix_ms,
+                        late_ms: self.late.as_secs_f64() * 1000.0,
+                        merged: Vec::new(),
+                    }
+                }),
+            )
+            .mergeable(had_phases.then(|| reports::model::Mergeable {
+                latency_hdr: crate::metrics::encode_hdr(&self.total.latency),
+                phases: std::mem::take(&mut self.phase_hdrs),
+                operations: self.total.operations.saturating_sub(self.total.cancelled),
+                failed_operations: self.total.failed_operations,
+                checks: serde_json::to_value(&plan.checks).unwrap_or_default(),
+            }))
             .build();
         RunOutcome { report, journal }
     }
@@ -443,6 +500,37 @@ impl Session {
         keys.truncate(VERIFY_MAX_KEYS);
         keys
     }
+}
+
+/// The monotonic instant of a wall-clock time (ms since the Unix epoch), as this machine's clock
+/// reads it now.
+pub fn instant_of_unix_ms(ms: u64) -> Instant {
+    let now = Instant::now();
+    let now_ms = crate::shard::now_unix_ms();
+    if ms >= now_ms {
+        now + Duration::from_millis(ms - now_ms)
+    } else {
+        now.checked_sub(Duration::from_millis(now_ms - ms))
+            .unwrap_or(now)
+    }
+}
+
+/// Waits until `at` (on a thread sleeping on the OS's fine timer), or until `stop`.
+async fn wait_until(at: Instant, stop: &CancellationToken) {
+    if at <= Instant::now() {
+        return;
+    }
+    let stop = stop.clone();
+    let _ = tokio::task::spawn_blocking(move || {
+        while !stop.is_cancelled() {
+            let now = Instant::now();
+            if now >= at {
+                break;
+            }
+            std::thread::sleep((at - now).min(Duration::from_millis(10)));
+        }
+    })
+    .await;
 }
 
 /// Request counts as the server saw them (for `exec` and `analyze`, where the harness sent nothing).

@@ -243,6 +243,10 @@ pub struct BurstFile {
     /// Pause between rounds.
     #[serde(default)]
     pub pause: Option<Dur>,
+    /// Rounds on the clock instead: round k goes at the phase's start + (k − 1) × every. A run
+    /// split into shards needs it (default 1s there) so that every shard fires a round together.
+    #[serde(default)]
+    pub every: Option<Dur>,
     /// How the round's requests are made to arrive together: `release` (default over HTTP/1.1),
     /// `last-byte` (HTTP/1.1), `single-packet` (HTTP/2, its default).
     #[serde(default)]
@@ -328,6 +332,10 @@ pub struct Overrides {
     pub http2: bool,
     /// `--streams`.
     pub streams: Option<u32>,
+    /// `--shard`, or an Indexed Job's environment.
+    pub shard: crate::shard::Shard,
+    /// `--start-at`, unix ms.
+    pub start_at_unix_ms: Option<u64>,
 }
 
 /// The bounds a scenario's numbers must keep: a value outside them is refused when the file is
@@ -367,6 +375,46 @@ fn invalid(origin: &str, field: impl Into<String>, message: impl Into<String>) -
         field: Some(field.into()),
         message: message.into(),
     }
+}
+
+/// A run split into `shard.count` shards needs every phase to give each shard a worker, and each
+/// burst to know when it starts on every shard alike: the phases before it must have a length.
+fn check_shardable(
+    phases: &[PhasePlan],
+    shard: crate::shard::Shard,
+    origin: &str,
+) -> Result<(), ConfigError> {
+    if !shard.is_split() {
+        return Ok(());
+    }
+    let n = shard.count;
+    let mut known_start = true;
+    for (i, p) in phases.iter().enumerate() {
+        let (field, workers) = match &p.kind {
+            PhaseKind::Burst { size, .. } => ("burst.size", *size),
+            PhaseKind::Rate { connections, .. } => ("rate.connections", *connections),
+            PhaseKind::Clients { concurrency, .. } => ("clients.concurrency", *concurrency),
+            PhaseKind::Fleet { clients, .. } => ("fleet.clients", *clients),
+        };
+        if workers < n {
+            return Err(invalid(
+                origin,
+                format!("phases[{i}].{field}"),
+                format!(
+                    "{workers} cannot be split into {n} shards; give at least {n} (one per shard)"
+                ),
+            ));
+        }
+        if matches!(p.kind, PhaseKind::Burst { .. }) && !known_start {
+            return Err(invalid(
+                origin,
+                format!("phases[{i}].burst"),
+                "split into shards, a burst must start at the same instant on every shard, so every phase before it needs a length (a rate, clients with a duration, or a burst with `every`)",
+            ));
+        }
+        known_start &= crate::driver::phase_length(&p.kind).is_some();
+    }
+    Ok(())
 }
 
 /// Reads, validates and resolves a scenario file.
@@ -527,10 +575,36 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
                 }
                 (Some(s), _) => s,
             };
+            if b.pause.is_some() && b.every.is_some() {
+                return Err(invalid(
+                    &origin,
+                    at("burst.every"),
+                    "give `pause` (after each round) or `every` (rounds on the clock), not both",
+                ));
+            }
+            let every = match b.every.map(|d| scale(d.0)) {
+                Some(e) if e.is_zero() => {
+                    return Err(invalid(&origin, at("burst.every"), "0; give at least 1ms"))
+                }
+                Some(e) => Some(e),
+                // Shards fire each round together only on the clock.
+                None if o.shard.is_split() && b.pause.is_none() => {
+                    Some(scale(Duration::from_secs(1)))
+                }
+                None => None,
+            };
+            if o.shard.is_split() && every.is_none() {
+                return Err(invalid(
+                    &origin,
+                    at("burst.pause"),
+                    "a burst split into shards runs its rounds on the clock: replace `pause` with `every`",
+                ));
+            }
             PhaseKind::Burst {
                 size: b.size,
                 rounds: b.rounds,
                 pause: scale(b.pause.map_or(Duration::ZERO, |d| d.0)),
+                every,
                 sync,
             }
         } else if let Some(r) = &p.rate {
@@ -720,6 +794,7 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
     let mut checks = f.checks;
     checks.validate(&origin, "checks")?;
     checks.scale(time_scale);
+    check_shardable(&phases, o.shard, &origin)?;
     Ok(Plan {
         name,
         description: f.description,
@@ -742,6 +817,8 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
             w => w,
         },
         connect,
+        shard: o.shard,
+        start_at_unix_ms: o.start_at_unix_ms,
     })
 }
 
@@ -1161,5 +1238,84 @@ mod tests {
         .expect_err("relay needs a server")
         .to_string();
         assert!(err.contains("relay"), "{err}");
+    }
+
+    #[test]
+    fn a_run_split_into_shards_gives_every_shard_a_worker_and_times_its_bursts() {
+        let three = Overrides {
+            shard: crate::shard::Shard::new(1, 3).unwrap(),
+            start_at_unix_ms: Some(1),
+            ..Overrides::default()
+        };
+        let phase = |body: &str| {
+            format!("server: {{}}\nphases:\n  - name: p\n    {body}\n    request: {{ path: / }}\n")
+        };
+        // Bursts go on the clock: a second by default, scaled.
+        let plan = resolve_text(
+            &format!(
+                "time_scale: 0.5\n{}",
+                phase("burst: { size: 10, rounds: 2 }")
+            ),
+            &three,
+        )
+        .expect("valid");
+        assert!(matches!(
+            plan.phases[0].kind,
+            PhaseKind::Burst { every: Some(e), .. } if e == Duration::from_millis(500)
+        ));
+        assert_eq!(plan.shard, three.shard);
+        let whole = resolve_text(
+            &phase("burst: { size: 10, rounds: 2 }"),
+            &Overrides::default(),
+        )
+        .expect("valid");
+        assert!(matches!(
+            whole.phases[0].kind,
+            PhaseKind::Burst { every: None, .. }
+        ));
+        let err = |text: &str| resolve_text(text, &three).expect_err("refused").to_string();
+        for (body, field, says) in [
+            ("burst: { size: 2 }", "phases[0].burst.size", "at least 3"),
+            (
+                "clients: { concurrency: 2, requests: 9 }",
+                "phases[0].clients.concurrency",
+                "at least 3",
+            ),
+            (
+                "fleet: { clients: 1, operations: 1 }",
+                "phases[0].fleet.clients",
+                "at least 3",
+            ),
+            (
+                "rate: { rps: 10, duration: 1s, connections: 2 }",
+                "phases[0].rate.connections",
+                "at least 3",
+            ),
+            (
+                "burst: { size: 9, pause: 1s }",
+                "phases[0].burst.pause",
+                "replace `pause` with `every`",
+            ),
+            (
+                "burst: { size: 9, pause: 1s, every: 1s }",
+                "phases[0].burst.every",
+                "not both",
+            ),
+        ] {
+            let e = err(&phase(body));
+            assert!(e.starts_with("s.yaml:4:"), "{body} → {e}");
+            assert!(e.contains(field) && e.contains(says), "{body} → {e}");
+        }
+        // A burst after a phase of unknown length cannot start together on every shard.
+        let e = err("server: {}\nphases:\n  - name: a\n    clients: { concurrency: 3, requests: 9 }\n    request: { path: / }\n  - name: b\n    burst: { size: 9 }\n    request: { path: / }\n");
+        assert!(
+            e.contains("phases[1].burst") && e.contains("needs a length"),
+            "{e}"
+        );
+        assert!(resolve_text(
+            "server: {}\nphases:\n  - name: a\n    rate: { rps: 10, duration: 1s, connections: 3 }\n    request: { path: / }\n  - name: b\n    burst: { size: 9 }\n    request: { path: / }\n",
+            &three
+        )
+        .is_ok());
     }
 }

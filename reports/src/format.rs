@@ -247,7 +247,32 @@ pub(crate) fn printable_report(r: &Report) -> Report {
     if let Some(e) = &mut r.exec {
         e.command.iter_mut().for_each(text);
     }
+    r.notes.iter_mut().for_each(text);
     r
+}
+
+/// One line on the shards a report covers: "shard 1 of 3, started 12 ms late" or "merged from
+/// 3 shards (0, 1, 2)".
+pub(crate) fn shard_line(r: &crate::model::Report) -> Option<String> {
+    let s = r.shard.as_ref()?;
+    if !s.merged.is_empty() {
+        let list: Vec<String> = s.merged.iter().map(u32::to_string).collect();
+        return Some(format!(
+            "merged from {} of {} shards ({})",
+            s.merged.len(),
+            s.count,
+            list.join(", ")
+        ));
+    }
+    let late = if s.late_ms >= 1.0 {
+        format!(", started {:.0} ms after the common start", s.late_ms)
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "shard {} of {} (index from 0){late}",
+        s.index, s.count
+    ))
 }
 
 /// The counts a request line adds when they are not zero: late starts, requests never sent,

@@ -215,6 +215,12 @@ fn write_header(r: &Report, out: &mut String) -> std::fmt::Result {
             escape(&exec.command.join(" "))
         )?;
     }
+    if let Some(line) = crate::format::shard_line(r) {
+        writeln!(out, "<p class=\"facts\" id=\"shard\">{}</p>", escape(&line))?;
+    }
+    for n in &r.notes {
+        writeln!(out, "<p class=\"facts note\">Note: {}</p>", escape(n))?;
+    }
     writeln!(out, "</header>")
 }
 

@@ -59,6 +59,14 @@ fn write_markdown(r: &Report, out: &mut String) -> std::fmt::Result {
         writeln!(out)?;
         writeln!(out, "Command: {} ({code})", escape(&exec.command.join(" ")))?;
     }
+    if let Some(line) = crate::format::shard_line(r) {
+        writeln!(out)?;
+        writeln!(out, "{}", escape(&line))?;
+    }
+    for n in &r.notes {
+        writeln!(out)?;
+        writeln!(out, "> Note: {}", escape(n))?;
+    }
 
     writeln!(out)?;
     writeln!(out, "### Checks")?;

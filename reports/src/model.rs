@@ -66,6 +66,65 @@ pub struct Report {
     /// What `harness exec` ran, when it did.
     #[serde(default)]
     pub exec: Option<Exec>,
+    /// The part of a run split into shards this report covers (absent for a whole run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardInfo>,
+    /// What a report needs to be merged with others exactly: histograms, the driver's counts,
+    /// the checks' configuration (absent where the run had no load driver).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mergeable: Option<Mergeable>,
+    /// Things the reader must know to trust the figures (e.g. the clock assumption of a
+    /// journal merged from several servers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// Which shard of a run a report covers, and when it started.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ShardInfo {
+    /// From 0.
+    pub index: u32,
+    /// Shards of the run.
+    pub count: u32,
+    /// The run's common start (`--start-at`), ms since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_at_unix_ms: Option<u64>,
+    /// How late this shard's first phase started after the common start, in milliseconds (0
+    /// when on time; without a common start, 0).
+    #[serde(default)]
+    pub late_ms: f64,
+    /// Reports merged into this one (a merged report: every shard's index).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub merged: Vec<u32>,
+}
+
+/// The lossless part of a report: histograms serialized in the HdrHistogram V2 format with
+/// DEFLATE, base64-encoded, in microseconds; and the driver's counts. Merging reports sums the
+/// counts and adds the histograms, so merged percentiles are those of every sample together.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Mergeable {
+    /// Latency of every attempt from its send, µs.
+    pub latency_hdr: String,
+    /// Per phase, in order: latency from the send, and from the intended start (rate phases).
+    pub phases: Vec<PhaseHistograms>,
+    /// Logical operations the driver ran (cancelled ones excluded).
+    pub operations: u64,
+    /// Operations that did not end in a response below 500.
+    pub failed_operations: u64,
+    /// The checks as the run judged with them (durations already scaled), so a merge judges
+    /// the same way.
+    #[serde(default)]
+    pub checks: serde_json::Value,
+}
+
+/// A phase's histograms; see [`Mergeable`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct PhaseHistograms {
+    /// Latency from the send, µs.
+    pub latency_hdr: String,
+    /// Latency from the intended start, µs (rate phases).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intended_hdr: Option<String>,
 }
 
 impl Report {

@@ -40,6 +40,13 @@ pub fn render_terminal(r: &Report, color: bool) -> String {
         );
         out.push_str(&format!("command: {} ({code})\n", exec.command.join(" ")));
     }
+    if let Some(line) = format::shard_line(r) {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    for n in &r.notes {
+        out.push_str(&format!("note: {n}\n"));
+    }
 
     out.push_str("\nChecks\n");
     if r.checks.is_empty() {

@@ -242,6 +242,9 @@ pub fn sample() -> Report {
         timeline: Some(sawtooth_timeline()),
         retry_delays: delays_without_jitter(),
         exec: None,
+        shard: None,
+        mergeable: None,
+        notes: Vec::new(),
     }
 }
 
@@ -277,6 +280,9 @@ pub fn empty() -> Report {
         timeline: None,
         retry_delays: Vec::new(),
         exec: None,
+        shard: None,
+        mergeable: None,
+        notes: Vec::new(),
     }
 }
 
