@@ -165,6 +165,9 @@ struct ConnectArgs {
     /// HTTP/2: concurrent streams (workers) per connection [default: 100].
     #[arg(long, value_name = "N", requires = "http2")]
     streams: Option<u32>,
+    /// Connect from this local address (e.g. 127.0.0.4: one loopback address per shard).
+    #[arg(long, value_name = "IP", env = "HARNESS_SOURCE_ADDR")]
+    source_addr: Option<std::net::IpAddr>,
 }
 
 impl ConnectArgs {
@@ -190,6 +193,7 @@ impl ConnectArgs {
             tls: self.tls(),
             http2: self.http2,
             streams,
+            source: self.source_addr,
         })
     }
 }
@@ -472,6 +476,7 @@ fn overrides(c: &Common) -> Overrides {
         streams: c.connect.streams,
         shard: crate::shard::Shard::WHOLE,
         start_at_unix_ms: None,
+        source: c.connect.source_addr,
     }
 }
 

@@ -42,12 +42,7 @@ pub async fn ensure_reachable(target: &Target) -> Result<(), RunError> {
         url: target.url.clone(),
         source,
     };
-    let tcp = match tokio::time::timeout(
-        Duration::from_secs(5),
-        tokio::net::TcpStream::connect(target.addr),
-    )
-    .await
-    {
+    let tcp = match tokio::time::timeout(Duration::from_secs(5), target.connect_tcp()).await {
         Ok(Ok(s)) => s,
         Ok(Err(source)) => return Err(unreachable(source)),
         Err(_) => {

@@ -336,6 +336,8 @@ pub struct Overrides {
     pub shard: crate::shard::Shard,
     /// `--start-at`, unix ms.
     pub start_at_unix_ms: Option<u64>,
+    /// `--source-addr`.
+    pub source: Option<std::net::IpAddr>,
 }
 
 /// The bounds a scenario's numbers must keep: a value outside them is refused when the file is
@@ -865,6 +867,7 @@ fn resolve_connect(f: &ScenarioFile, o: &Overrides, origin: &str) -> Result<Conn
         tls,
         http2,
         streams,
+        source: o.source,
     })
 }
 

@@ -51,6 +51,8 @@ pub struct Target {
     pub base_path: String,
     /// TLS, for `https://`.
     pub tls: Option<ClientTls>,
+    /// The local address connections are made from, when set.
+    pub source: Option<std::net::IpAddr>,
     /// Speak HTTP/2: ALPN `h2` over TLS, prior knowledge (h2c) over plain TCP. The pool puts
     /// `streams` workers on each connection.
     pub http2: Option<Arc<http2::Pool>>,
@@ -65,6 +67,9 @@ pub struct Connect {
     pub http2: bool,
     /// Concurrent streams (workers) per HTTP/2 connection (0 = 1).
     pub streams: u32,
+    /// The local address connections are made from (`--source-addr`): a shard of a run on one
+    /// machine can have an address of its own, as it would have a pod's.
+    pub source: Option<std::net::IpAddr>,
 }
 
 /// A target URL that cannot be used.
@@ -144,8 +149,36 @@ impl Target {
             authority: authority.as_str().to_string(),
             base_path: uri.path().trim_end_matches('/').to_string(),
             tls,
+            source: how.source,
             http2: how.http2.then(|| Arc::new(http2::Pool::new(how.streams))),
         })
+    }
+
+    /// A TCP connection to the target, from the source address when one is set.
+    pub async fn connect_tcp(&self) -> io::Result<tokio::net::TcpStream> {
+        let Some(ip) = self.source else {
+            return tokio::net::TcpStream::connect(self.addr).await;
+        };
+        let socket = match (ip, self.addr) {
+            (std::net::IpAddr::V4(_), SocketAddr::V4(_)) => tokio::net::TcpSocket::new_v4()?,
+            (std::net::IpAddr::V6(_), SocketAddr::V6(_)) => tokio::net::TcpSocket::new_v6()?,
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "source address {ip} and target {} are of different IP versions",
+                        self.addr
+                    ),
+                ))
+            }
+        };
+        socket.bind(SocketAddr::new(ip, 0)).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot bind the source address {ip}: {e}"),
+            )
+        })?;
+        socket.connect(self.addr).await
     }
 
     /// The request URI for `path` (which starts with `/`).

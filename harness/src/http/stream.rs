@@ -26,12 +26,10 @@ impl Stream {
     /// Connects to `target`: TCP, then the TLS handshake when the target is `https://`. Returns
     /// the stream and whether the server agreed to HTTP/2 in ALPN.
     pub async fn connect(target: &Target) -> Result<(Stream, bool), AttemptError> {
-        let tcp = TcpStream::connect(target.addr)
-            .await
-            .map_err(|e| AttemptError {
-                kind: ErrorKind::Connect,
-                message: format!("{}: {e}", target.addr),
-            })?;
+        let tcp = target.connect_tcp().await.map_err(|e| AttemptError {
+            kind: ErrorKind::Connect,
+            message: format!("{}: {e}", target.addr),
+        })?;
         let _ = tcp.set_nodelay(true);
         match &target.tls {
             None => Ok((Stream::Plain(tcp), false)),

@@ -470,12 +470,7 @@ impl ProbePlan {
             url: self.url.clone(),
             source,
         };
-        match tokio::time::timeout(
-            self.timeout,
-            tokio::net::TcpStream::connect(self.target.addr),
-        )
-        .await
-        {
+        match tokio::time::timeout(self.timeout, self.target.connect_tcp()).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(unreachable(e)),
             Err(_) => Err(unreachable(std::io::Error::new(
