@@ -11,7 +11,7 @@
 #   --secs S     seconds per measurement (default 5)
 #   --soak S     length of the RSS soaks (default 60; the documented runs use 3600): the driver
 #                at 5k req/s, and the fault server at 20k req/s with its journal kept
-#   --only LIST  comma-separated parts: throughput,rate,burst,analyze,conns,soak,server-soak,
+#   --only LIST  comma-separated parts: throughput,rate,burst,analyze,merge,conns,soak,server-soak,
 #                tls,h2,sync (default: all)
 #   --summary F  where the summary goes (default bench/results/latest.json)
 #
@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 ROUNDS=3
 SECS=5
 SOAK=60
-ONLY="throughput,rate,burst,analyze,conns,soak,server-soak,tls,h2,sync"
+ONLY="throughput,rate,burst,analyze,merge,conns,soak,server-soak,tls,h2,sync"
 SUMMARY=bench/results/latest.json
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -292,6 +292,20 @@ if wants analyze; then
     timed analyze analyze-250k "$r" "$HARNESS" analyze "$TMP/j250k.jsonl" --format json
   done
   rm -f "$TMP/j1m.jsonl" "$TMP/j250k.jsonl"
+fi
+
+# --- harness merge: 100 shard reports of 1M samples each, and 1,000 ---------------------------------
+if wants merge; then
+  echo "== merge: 100 and 1,000 shard reports of 1,000,000 samples each"
+  "$BIN/examples/gen_shard_reports" "$TMP/shards-100" 100 1000000
+  "$BIN/examples/gen_shard_reports" "$TMP/shards-1000" 1000 1000000
+  record merge report-bytes 0 bytes "$(stat -c %s "$TMP/shards-100/shard-0.json")"
+  for ((r = 1; r <= ROUNDS; r++)); do
+    echo "   round $r/$ROUNDS"
+    timed merge merge-100 "$r" "$HARNESS" merge "$TMP"/shards-100/*.json --format json
+    timed merge merge-1000 "$r" "$HARNESS" merge "$TMP"/shards-1000/*.json --format json
+  done
+  rm -rf "$TMP/shards-100" "$TMP/shards-1000"
 fi
 
 # --- RSS at 10k connections ----------------------------------------------------------------------
