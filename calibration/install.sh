@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Installs the real retry libraries the calibration suite drives, pinned, into the repo's .cache/:
+#   .cache/calibration/venv   python3 -m venv with backoff, stamina, httpx (calibration/python/requirements.txt)
+#   .cache/calibration/node   npm ci of calibration/node/package.json + package-lock.json
+# Idempotent: a stamp file per part records the hash of its pin file; when it matches, nothing runs.
+# Needs python3 (with venv) and node >= 20 with npm; installs Debian's packages when they are missing.
+# Exit non-zero with a message naming what failed (e.g. a registry that cannot be reached).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CAL="$ROOT/calibration"
+CACHE="$ROOT/.cache/calibration"
+mkdir -p "$CACHE"
+# .cache/ is not in the repo's .gitignore: make it ignore itself, so nothing here is committed.
+[ -f "$ROOT/.cache/.gitignore" ] || printf '*\n' >"$ROOT/.cache/.gitignore"
+
+die() { echo "calibration/install.sh: $*" >&2; exit 1; }
+hash_of() { cat "$@" | sha256sum | cut -d' ' -f1; }
+
+apt_install() {
+    command -v apt-get >/dev/null || die "$1 is missing and apt-get is not available: install $* by hand"
+    echo "installing Debian packages: $*" >&2
+    apt-get update -qq >/dev/null || die "apt-get update failed: the Debian package archive is unreachable"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null \
+        || die "apt-get install $* failed"
+}
+
+# ---- tools -------------------------------------------------------------------------------------
+if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+    apt_install python3 python3-venv
+fi
+node_major() { node -e 'console.log(process.versions.node.split(".")[0])' 2>/dev/null || echo 0; }
+if ! command -v node >/dev/null || ! command -v npm >/dev/null || [ "$(node_major)" -lt 20 ]; then
+    apt_install nodejs npm
+    [ "$(node_major)" -ge 20 ] || die "node >= 20 is needed (p-retry 7, ky 1.14); found $(node --version 2>/dev/null || echo none)"
+fi
+
+# ---- python ------------------------------------------------------------------------------------
+PY_PINS="$CAL/python/requirements.txt"
+PY_STAMP="$CACHE/venv/.calibration-stamp"
+py_want="$(hash_of "$PY_PINS")"
+if [ "$(cat "$PY_STAMP" 2>/dev/null)" != "$py_want" ]; then
+    echo "calibration: creating $CACHE/venv" >&2
+    rm -rf "$CACHE/venv"
+    python3 -m venv "$CACHE/venv" || die "python3 -m venv failed"
+    "$CACHE/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+        --timeout 30 --retries 2 -r "$PY_PINS" \
+        || die "pip install -r calibration/python/requirements.txt failed (is PyPI reachable?)"
+    echo "$py_want" >"$PY_STAMP"
+fi
+
+# ---- node --------------------------------------------------------------------------------------
+NODE_DIR="$CACHE/node"
+NODE_STAMP="$NODE_DIR/.calibration-stamp"
+node_want="$(hash_of "$CAL/node/package.json" "$CAL/node/package-lock.json")"
+if [ "$(cat "$NODE_STAMP" 2>/dev/null)" != "$node_want" ] || [ ! -d "$NODE_DIR/node_modules" ]; then
+    echo "calibration: npm ci into $NODE_DIR" >&2
+    rm -rf "$NODE_DIR"
+    mkdir -p "$NODE_DIR"
+    cp "$CAL/node/package.json" "$CAL/node/package-lock.json" "$NODE_DIR/"
+    (cd "$NODE_DIR" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error --fetch-retries=1 \
+        --fetch-timeout=30000) || die "npm ci failed (is the npm registry reachable?)"
+    echo "$node_want" >"$NODE_STAMP"
+fi
+
+echo "calibration: ready ($("$CACHE/venv/bin/python" -c 'import backoff, stamina, httpx, importlib.metadata as m; print(", ".join(f"{p} {m.version(p)}" for p in ("backoff","stamina","httpx")))'); node $(node --version): $(cd "$NODE_DIR" && node -e 'for (const p of ["p-retry","ky","exponential-backoff"]) process.stdout.write(p+" "+require("./node_modules/"+p+"/package.json").version+"  ")'))"
