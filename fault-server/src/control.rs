@@ -233,7 +233,16 @@ async fn metrics(AxState(s): AxState<Arc<State>>) -> Response {
         requests.clone(),
     );
     let none = || "none".to_string();
-    for c in &st.by_request {
+    let mut rows = st.by_request;
+    rows.sort_by(|a, b| {
+        (&a.rule, &a.fault, a.status, a.outcome.as_str()).cmp(&(
+            &b.rule,
+            &b.fault,
+            b.status,
+            b.outcome.as_str(),
+        ))
+    });
+    for c in &rows {
         let labels = vec![
             ("rule", c.rule.clone().unwrap_or_else(none)),
             ("fault", c.fault.clone().unwrap_or_else(none)),

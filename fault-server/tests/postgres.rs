@@ -10,6 +10,7 @@
 mod common;
 
 use std::collections::HashSet;
+use std::io::Write;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -27,7 +28,9 @@ fn base_url(test: &str) -> Option<String> {
                 "{test}: FAULT_SERVER_TEST_DATABASE_URL is not set and HARNESS_REQUIRE_TOOLS=1: \
                  start PostgreSQL with `bash .ci/postgres` and export the URL it prints"
             );
-            eprintln!(
+            // Straight to stderr, not through the test harness's capture: a skip must be seen.
+            let _ = writeln!(
+                std::io::stderr(),
                 "{test}: skipped: FAULT_SERVER_TEST_DATABASE_URL is not set (`bash .ci/postgres` prints one)"
             );
             None
