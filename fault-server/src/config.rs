@@ -29,6 +29,10 @@ pub struct Config {
     /// The built-in orders resource.
     #[serde(default)]
     pub orders: OrdersConfig,
+    /// Where the schedule's counters live: `local` (in this process, the default) or `shared`
+    /// (in the orders' PostgreSQL database, so that several replicas count together).
+    #[serde(default)]
+    pub state: StateMode,
     /// Serve `https://`: `self-signed` (a certificate for 127.0.0.1 and localhost made at start)
     /// or `{ cert: FILE, key: FILE }` (PEM).
     #[serde(default)]
@@ -177,9 +181,10 @@ pub struct OrdersConfig {
     /// `Retry-After` seconds sent with `409` while the key's first request is in flight.
     #[serde(default = "default_retry_after")]
     pub retry_after_s: u64,
-    /// SQLite database file; a fresh temporary file when absent.
+    /// Where the orders live: an SQLite file, or a PostgreSQL server (`postgres://…`); a fresh
+    /// temporary SQLite file when absent.
     #[serde(default)]
-    pub database: Option<PathBuf>,
+    pub database: Option<Database>,
     /// Connections in the pool.
     #[serde(default = "default_pool_size")]
     pub pool_size: u32,
@@ -211,6 +216,147 @@ fn default_retry_after() -> u64 {
 }
 fn default_pool_size() -> u32 {
     16
+}
+
+/// Where the schedule's counters (`requests`, `hits`, `attempts`) are kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StateMode {
+    /// In this process: lock-free and free, but each replica counts for itself.
+    #[default]
+    Local,
+    /// In the orders' PostgreSQL database: every replica sharing it counts together, at the cost
+    /// of a database round trip per request.
+    Shared,
+}
+
+/// The orders' database: `orders.database` in the config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Database {
+    /// An SQLite database file (created when missing).
+    Sqlite(PathBuf),
+    /// A PostgreSQL server, `postgres://user:password@host:port/dbname?options…`.
+    Postgres(PostgresUrl),
+}
+
+impl Database {
+    /// The PostgreSQL URL, when the orders live on PostgreSQL.
+    pub fn postgres(&self) -> Option<&PostgresUrl> {
+        match self {
+            Database::Postgres(u) => Some(u),
+            Database::Sqlite(_) => None,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Database {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            return PostgresUrl::parse(&s)
+                .map(Database::Postgres)
+                .map_err(de::Error::custom);
+        }
+        if let Some((scheme, _)) = s.split_once("://") {
+            return Err(de::Error::custom(format!(
+                "unsupported database URL scheme `{scheme}://`: give an SQLite file path or a `postgres://user:password@host:port/dbname` URL"
+            )));
+        }
+        if s.is_empty() {
+            return Err(de::Error::custom(
+                "empty database: give an SQLite file path or a `postgres://` URL, or leave it out for a temporary SQLite file",
+            ));
+        }
+        Ok(Database::Sqlite(PathBuf::from(s)))
+    }
+}
+
+/// A PostgreSQL connection URL, checked when the config is read. Shown (in `Debug`, in errors)
+/// without its password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PostgresUrl {
+    url: String,
+}
+
+impl PostgresUrl {
+    /// Checks `url` as tokio-postgres reads it and that it names a host.
+    pub fn parse(url: &str) -> Result<PostgresUrl, String> {
+        let me = PostgresUrl {
+            url: url.to_string(),
+        };
+        let cfg: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e| format!("invalid PostgreSQL URL {}: {e}", me.redacted()))?;
+        if cfg.get_hosts().is_empty() {
+            return Err(format!(
+                "invalid PostgreSQL URL {}: no host; give postgres://user:password@host:port/dbname",
+                me.redacted()
+            ));
+        }
+        Ok(me)
+    }
+
+    /// The URL as given, password included: for connecting only.
+    pub fn as_str(&self) -> &str {
+        &self.url
+    }
+
+    /// The client configuration.
+    pub fn pg_config(&self) -> Result<tokio_postgres::Config, tokio_postgres::Error> {
+        self.url.parse()
+    }
+
+    /// The URL without its password (in the user info or a `password=` parameter), for messages.
+    pub fn redacted(&self) -> String {
+        redact_url(&self.url)
+    }
+}
+
+impl fmt::Debug for PostgresUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+impl fmt::Display for PostgresUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+/// `scheme://user:secret@host/db?password=secret` → `scheme://user@host/db?password=***`.
+fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (base, query) = match rest.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (rest, None),
+    };
+    let (authority, path) = match base.find('/') {
+        Some(i) => base.split_at(i),
+        None => (base, ""),
+    };
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            format!("{user}@{hosts}")
+        }
+        None => authority.to_string(),
+    };
+    let mut out = format!("{scheme}://{authority}{path}");
+    if let Some(q) = query {
+        let q: Vec<String> = q
+            .split('&')
+            .map(|kv| match kv.split_once('=') {
+                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                _ => kv.to_string(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&q.join("&"));
+    }
+    out
 }
 
 /// One rule of the schedule.
@@ -772,6 +918,18 @@ impl Config {
                 format!("{} connections; give 1 to 256", self.orders.pool_size),
             ));
         }
+        let on_postgres = self
+            .orders
+            .database
+            .as_ref()
+            .is_some_and(|d| d.postgres().is_some());
+        if self.state == StateMode::Shared && !on_postgres {
+            return Err(ConfigError::at(
+                origin,
+                "state",
+                "`shared` keeps the schedule's counters in the orders' database, which must be PostgreSQL: set `orders: { database: \"postgres://user:password@host:port/dbname\" }`, or use `state: local`",
+            ));
+        }
         Ok(())
     }
 
@@ -1052,6 +1210,62 @@ rules:
             err,
             "cfg:3:11: at `rules[1].id`: duplicate rule id \"x\"; ids must be unique"
         );
+    }
+
+    #[test]
+    fn databases_and_shared_state() {
+        let cfg = Config::from_yaml(
+            "state: shared\norders: { database: \"postgres://u:secret@db.example:5433/orders?password=hidden\" }\n",
+            "cfg",
+        )
+        .unwrap();
+        assert_eq!(cfg.state, StateMode::Shared);
+        let url = cfg.orders.database.as_ref().unwrap().postgres().unwrap();
+        assert_eq!(
+            url.redacted(),
+            "postgres://u@db.example:5433/orders?password=***"
+        );
+        assert!(!format!("{cfg:?}").contains("secret") && !format!("{cfg:?}").contains("hidden"));
+        let cfg = Config::from_yaml("orders: { database: /tmp/o.sqlite }\n", "cfg").unwrap();
+        assert_eq!(
+            cfg.orders.database,
+            Some(Database::Sqlite(PathBuf::from("/tmp/o.sqlite")))
+        );
+        let err = Config::from_yaml(
+            "seed: 1\nstate: shared\norders: { database: /tmp/o.sqlite }\n",
+            "cfg",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with("cfg:2:") && err.contains("at `state`"),
+            "{err}"
+        );
+        assert!(err.contains("PostgreSQL"), "{err}");
+        let err = Config::from_yaml("state: shared\n", "cfg")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("cfg:1:"), "{err}");
+        let err = Config::from_yaml(
+            "orders:\n  database: \"postgres://u:pw@h:notaport/db\"\n",
+            "cfg",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.starts_with("cfg:2:"), "{err}");
+        assert!(
+            err.contains("invalid PostgreSQL URL postgres://u@h:notaport/db"),
+            "{err}"
+        );
+        assert!(!err.contains("pw"), "{err}");
+        let err = Config::from_yaml("orders: { database: \"mysql://h/db\" }\n", "cfg")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unsupported database URL scheme"), "{err}");
+        let err = Config::from_yaml("state: global\n", "cfg")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown variant `global`"), "{err}");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //!
 //! `GET health`, `GET journal?since=SEQ` (JSON lines of entries with `seq > SEQ`), `PUT schedule`
 //! (YAML or JSON `{rules: [...]}`; validated, replaced atomically, a bad one leaves the old in
-//! force), `POST reset`, `GET stats`.
+//! force), `POST reset`, `GET stats`, `GET metrics` (Prometheus / OpenMetrics text).
 
 use std::sync::Arc;
 
@@ -107,6 +107,7 @@ pub(crate) fn router(state: Arc<State>) -> Router {
         .route("/__harness/schedule", put(schedule))
         .route("/__harness/reset", post(reset))
         .route("/__harness/stats", get(stats))
+        .route("/__harness/metrics", get(metrics))
         .fallback(not_found)
         .with_state(state)
 }
@@ -167,8 +168,16 @@ async fn schedule(AxState(s): AxState<Arc<State>>, body: String) -> Response {
     match parsed {
         Ok(Ok(cfg)) => {
             let n = cfg.rules.len();
-            s.replace_schedule(cfg.rules);
-            Json(serde_json::json!({ "status": "replaced", "rules": n })).into_response()
+            match s.install_schedule(cfg.rules).await {
+                Ok(()) => {
+                    Json(serde_json::json!({ "status": "replaced", "rules": n })).into_response()
+                }
+                Err(e) => (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("the shared hit counters could not be cleared: {e}\n"),
+                )
+                    .into_response(),
+            }
         }
         Ok(Err(e)) => (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
         Err(e) => (
@@ -202,10 +211,92 @@ async fn stats(AxState(s): AxState<Arc<State>>) -> impl IntoResponse {
     }))
 }
 
+/// The content type of the OpenMetrics text prometheus-client writes.
+pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// `GET /__harness/metrics`: the journal's counts as Prometheus metrics, encoded by
+/// prometheus-client from a registry built for this scrape (the counts live in the journal's
+/// writer, which keeps them without a lock per request).
+async fn metrics(AxState(s): AxState<Arc<State>>) -> Response {
+    use prometheus_client::encoding::text::encode;
+    use prometheus_client::metrics::counter::Counter;
+    use prometheus_client::metrics::family::Family;
+    use prometheus_client::metrics::gauge::Gauge;
+    use prometheus_client::registry::Registry;
+
+    let st = s.journal.stats();
+    let mut registry = Registry::with_prefix("fault_server");
+    let requests = Family::<Vec<(&'static str, String)>, Counter>::default();
+    registry.register(
+        "requests",
+        "Requests journaled (since start or the last reset), by the rule that fired, its fault, the status sent and the outcome",
+        requests.clone(),
+    );
+    let none = || "none".to_string();
+    let mut rows = st.by_request;
+    rows.sort_by(|a, b| {
+        (&a.rule, &a.fault, a.status, a.outcome.as_str()).cmp(&(
+            &b.rule,
+            &b.fault,
+            b.status,
+            b.outcome.as_str(),
+        ))
+    });
+    for c in &rows {
+        let labels = vec![
+            ("rule", c.rule.clone().unwrap_or_else(none)),
+            ("fault", c.fault.clone().unwrap_or_else(none)),
+            ("status", c.status.map_or_else(none, |s| s.to_string())),
+            ("outcome", c.outcome.as_str().to_string()),
+        ];
+        requests.get_or_create(&labels).inc_by(c.count);
+    }
+    let gauge = |registry: &mut Registry, name: &str, help: &str, value: u64| {
+        let g = Gauge::<i64>::default();
+        g.set(i64::try_from(value).unwrap_or(i64::MAX));
+        registry.register(name, help, g);
+    };
+    gauge(
+        &mut registry,
+        "journal_entries",
+        "Journal entries written (since start or the last reset)",
+        s.journal.written(),
+    );
+    gauge(
+        &mut registry,
+        "received_requests",
+        "Requests received (since start or the last reset), journaled or not yet",
+        s.received(),
+    );
+    gauge(
+        &mut registry,
+        "open_connections",
+        "Client connections being served",
+        s.active.load(std::sync::atomic::Ordering::Relaxed) as u64,
+    );
+    if let Some(n) = s.orders.database_connections() {
+        gauge(
+            &mut registry,
+            "database_connections",
+            "Open connections of the PostgreSQL pool",
+            n as u64,
+        );
+    }
+    let mut text = String::new();
+    if let Err(e) = encode(&mut text, &registry) {
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encoding the metrics failed: {e}\n"),
+        )
+            .into_response();
+    }
+    ([(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)], text).into_response()
+}
+
 async fn not_found() -> Response {
     (
         StatusCode::NOT_FOUND,
-        "unknown control endpoint; try GET /__harness/health, GET /__harness/journal?since=SEQ, PUT /__harness/schedule, POST /__harness/reset, GET /__harness/stats\n",
+        "unknown control endpoint; try GET /__harness/health, GET /__harness/journal?since=SEQ, PUT /__harness/schedule, POST /__harness/reset, GET /__harness/stats, GET /__harness/metrics\n",
     )
         .into_response()
 }

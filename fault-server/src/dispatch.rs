@@ -16,6 +16,7 @@ use crate::control;
 use crate::draw;
 use crate::journal::Pending;
 use crate::orders::routes::{is_resource_path, ok_reply, serve_resource, ResourceRequest};
+use crate::orders::{ResourceReply, StoreError};
 use crate::reply::{plain, record_reply, reject, respond, status_response, ResBody};
 use crate::schedule::RequestFacts;
 use crate::socket::{peer_closed, ServedConn, SocketAction};
@@ -53,7 +54,11 @@ pub(crate) async fn handle(
     let t_recv_us = state.clock.us_at(now);
     let (parts, body) = req.into_parts();
     let key = header_str(&parts.headers, "idempotency-key").map(str::to_string);
-    let key_attempt = key.as_deref().map(|k| state.bump_attempt(k));
+    // With shared counters the attempt is counted in the database, below.
+    let key_attempt = match state.shared {
+        None => key.as_deref().map(|k| state.bump_attempt(k)),
+        Some(_) => None,
+    };
     let mut entry = Entry::blank(seq);
     entry.t_recv_us = t_recv_us;
     state.stamp(&mut entry);
@@ -148,20 +153,44 @@ pub(crate) async fn handle(
         }
     }
 
+    // With `state: shared`, the request's number and its key's attempt among every replica's.
+    let (number, key_attempt) = match &state.shared {
+        None => (seq, key_attempt),
+        Some(shared) => match shared.bump_request(key.as_deref()).await {
+            Ok((n, attempt)) => {
+                pending.entry().key_attempt = attempt;
+                (n, attempt)
+            }
+            Err(e) => return Ok(respond(shared_state_unavailable(&e), pending)),
+        },
+    };
     let facts = RequestFacts {
         method: &parts.method,
         path: parts.uri.path(),
         headers: &parts.headers,
-        seq,
+        seq: number,
         idempotency_key: key.as_deref(),
         key_attempt,
         now,
     };
-    let decision = conn.with_schedule(|schedule| {
-        schedule
-            .decide(&facts)
-            .map(|d| (d.rule.to_string(), d.fault.clone(), d.draw))
-    });
+    let decision = match &state.shared {
+        None => conn.with_schedule(|schedule| {
+            schedule
+                .decide(&facts)
+                .map(|d| (d.rule.to_string(), d.fault.clone(), d.draw))
+        }),
+        Some(shared) => {
+            let schedule = state.schedule();
+            let bump = |rule: &str| {
+                let rule = rule.to_string();
+                async move { shared.bump_hit(&rule).await }
+            };
+            match schedule.decide_counted(&facts, bump).await {
+                Ok(d) => d.map(|d| (d.rule.to_string(), d.fault.clone(), d.draw)),
+                Err(e) => return Ok(respond(shared_state_unavailable(&e), pending)),
+            }
+        }
+    };
     let Some((rule, fault, draw)) = decision else {
         if !is_resource_path(parts.uri.path()) {
             return Ok(respond(ok_reply(), pending));
@@ -251,6 +280,17 @@ pub(crate) async fn handle(
         }
         FaultConfig::GoAway => ctl.hand_over(SocketAction::GoAway, pending).await,
     }
+}
+
+/// The answer when the schedule's shared counters cannot be read: no fault can be decided.
+fn shared_state_unavailable(e: &StoreError) -> ResourceReply {
+    tracing::error!("shared schedule counters: {e}");
+    ResourceReply::problem(
+        503,
+        "shared-state-unavailable",
+        "The schedule's shared counters could not be read",
+        e.to_string(),
+    )
 }
 
 /// The journal's HTTP version.

@@ -97,6 +97,24 @@ pub struct Stats {
     pub by_fault: HashMap<String, u64>,
     pub by_status: HashMap<String, u64>,
     pub by_outcome: HashMap<String, u64>,
+    /// Entries by rule, fault, status and outcome together (what `/__harness/metrics` exports).
+    #[serde(skip)]
+    pub by_request: Vec<RequestCount>,
+}
+
+/// How many entries had this rule, fault, status and outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestCount {
+    /// The rule that fired, if any.
+    pub rule: Option<String>,
+    /// Its fault kind, if any.
+    pub fault: Option<String>,
+    /// The status sent, if any.
+    pub status: Option<u16>,
+    /// The outcome.
+    pub outcome: Outcome,
+    /// The number of entries.
+    pub count: u64,
 }
 
 /// The writer's running counts, kept in a form that costs no allocation per entry (statuses are
@@ -109,7 +127,12 @@ struct Counts {
     /// (status or none, count)
     by_status: Vec<(Option<u16>, u64)>,
     by_outcome: [u64; OUTCOMES.len()],
+    /// Per rule ("" for none): (fault, status, outcome, count); a handful per rule, scanned.
+    by_request: HashMap<String, Vec<Combo>>,
 }
+
+/// Fault, status, outcome and how many entries had them (under one rule).
+type Combo = (Option<String>, Option<u16>, Outcome, u64);
 
 const OUTCOMES: [Outcome; 7] = [
     Outcome::Responded,
@@ -135,6 +158,17 @@ impl Counts {
             None => self.by_status.push((e.status, 1)),
         }
         self.by_outcome[e.outcome as usize] += 1;
+        let rule = e.rule.as_deref().unwrap_or("");
+        let combos = match self.by_request.get_mut(rule) {
+            Some(c) => c,
+            None => self.by_request.entry(rule.to_string()).or_default(),
+        };
+        match combos.iter_mut().find(|(f, s, o, _)| {
+            f.as_deref() == e.fault.as_deref() && *s == e.status && *o == e.outcome
+        }) {
+            Some((_, _, _, n)) => *n += 1,
+            None => combos.push((e.fault.clone(), e.status, e.outcome, 1)),
+        }
     }
 
     fn stats(&self) -> Stats {
@@ -151,6 +185,21 @@ impl Counts {
                 .iter()
                 .filter(|o| self.by_outcome[**o as usize] > 0)
                 .map(|o| (o.as_str().to_string(), self.by_outcome[*o as usize]))
+                .collect(),
+            by_request: self
+                .by_request
+                .iter()
+                .flat_map(|(rule, combos)| {
+                    combos
+                        .iter()
+                        .map(move |(fault, status, outcome, count)| RequestCount {
+                            rule: (!rule.is_empty()).then(|| rule.clone()),
+                            fault: fault.clone(),
+                            status: *status,
+                            outcome: *outcome,
+                            count: *count,
+                        })
+                })
                 .collect(),
         }
     }

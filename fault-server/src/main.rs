@@ -2,7 +2,7 @@
 //!
 //! Exit codes: 0 after a clean shutdown (Ctrl-C) or a successful `--check`; 2 for bad input (an
 //! unreadable or invalid config, an unusable certificate); 3 when the server cannot run (address
-//! in use, database).
+//! in use, database unreachable).
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -158,7 +158,8 @@ fn main() -> ExitCode {
                     // A certificate file named in the config that cannot be used is bad input;
                     // so is a public address without a control token.
                     StartError::Tls(TlsError::Read { .. } | TlsError::Pem { .. })
-                    | StartError::NoControlToken { .. } => ExitCode::from(2),
+                    | StartError::NoControlToken { .. }
+                    | StartError::SharedNeedsPostgres => ExitCode::from(2),
                     StartError::Bind { .. }
                     | StartError::Store(_)
                     | StartError::Journal(_)

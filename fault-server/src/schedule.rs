@@ -45,7 +45,8 @@ pub struct RequestFacts<'a> {
     pub method: &'a Method,
     pub path: &'a str,
     pub headers: &'a HeaderMap,
-    /// 1-based arrival number (since start or the last reset).
+    /// 1-based arrival number (since start or the last reset); with `state: shared`, the number
+    /// among every replica's requests.
     pub seq: u64,
     pub idempotency_key: Option<&'a str>,
     /// 1-based attempt number of the Idempotency-Key.
@@ -135,7 +136,7 @@ impl Schedule {
         self.rules.is_empty()
     }
 
-    /// The first rule that matches, if any.
+    /// The first rule that matches, if any; hits are counted in this process.
     pub fn decide(&self, req: &RequestFacts<'_>) -> Option<Decision<'_>> {
         let elapsed = req.now.saturating_duration_since(self.installed);
         for rule in &self.rules {
@@ -148,25 +149,62 @@ impl Schedule {
                     continue;
                 }
             }
-            let mut drawn = None;
-            if let Some(p) = rule.probability {
-                let (subject, attempt) = match req.idempotency_key {
-                    Some(k) => (k.to_string(), u64::from(req.key_attempt.unwrap_or(1))),
-                    None => (req.seq.to_string(), 0),
-                };
-                let u = draw::uniform(self.seed, &rule.id, &subject, attempt, 0);
-                if u >= p {
-                    continue;
-                }
-                drawn = Some(u);
+            if let Some(d) = self.draw(rule, req) {
+                return Some(d);
             }
-            return Some(Decision {
-                rule: &rule.id,
-                fault: &rule.fault,
-                draw: drawn,
-            });
         }
         None
+    }
+
+    /// The first rule that matches, if any, with the rules' hits counted by `bump_hit` (given a
+    /// rule's id, it counts one more hit and returns the count): the counters several replicas
+    /// share. A rule's hit is counted exactly when [`Schedule::decide`] would count it.
+    pub async fn decide_counted<F, Fut, E>(
+        &self,
+        req: &RequestFacts<'_>,
+        mut bump_hit: F,
+    ) -> Result<Option<Decision<'_>>, E>
+    where
+        F: FnMut(&str) -> Fut,
+        Fut: std::future::Future<Output = Result<u64, E>>,
+    {
+        let elapsed = req.now.saturating_duration_since(self.installed);
+        for rule in &self.rules {
+            if !rule.static_match(req, elapsed) {
+                continue;
+            }
+            if let Some(h) = &rule.hits {
+                let n = bump_hit(&rule.id).await?;
+                if !h.contains(n) {
+                    continue;
+                }
+            }
+            if let Some(d) = self.draw(rule, req) {
+                return Ok(Some(d));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The rule's decision once its other conditions held: the probability draw, drawn last.
+    fn draw<'s>(&'s self, rule: &'s Rule, req: &RequestFacts<'_>) -> Option<Decision<'s>> {
+        let mut drawn = None;
+        if let Some(p) = rule.probability {
+            let (subject, attempt) = match req.idempotency_key {
+                Some(k) => (k.to_string(), u64::from(req.key_attempt.unwrap_or(1))),
+                None => (req.seq.to_string(), 0),
+            };
+            let u = draw::uniform(self.seed, &rule.id, &subject, attempt, 0);
+            if u >= p {
+                return None;
+            }
+            drawn = Some(u);
+        }
+        Some(Decision {
+            rule: &rule.id,
+            fault: &rule.fault,
+            draw: drawn,
+        })
     }
 }
 
@@ -305,6 +343,46 @@ mod tests {
         }
     }
 
+    /// Runs a future that never waits (the counters below answer at once).
+    fn futures_ready<T, E: std::fmt::Debug>(
+        f: impl std::future::Future<Output = Result<T, E>>,
+    ) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f)
+            .unwrap()
+    }
+
+    #[test]
+    fn shared_hit_counts_decide_like_local_ones() {
+        let cfg = Config::from_yaml(
+            "rules:\n  - id: h\n    match: { path: /h, hits: \"2-3\" }\n    fault: drop\n",
+            "t",
+        )
+        .unwrap();
+        let now = Instant::now();
+        let s = Schedule::new(&cfg.rules, 1, now);
+        let h = HeaderMap::new();
+        let m = Method::GET;
+        let count = std::sync::atomic::AtomicU64::new(0);
+        let fired: Vec<bool> = (0..4)
+            .map(|_| {
+                let f = facts(&m, "/h", &h, 1, None, None, now);
+                let bump = |id: &str| {
+                    assert_eq!(id, "h");
+                    let n = count.fetch_add(1, Ordering::Relaxed) + 1;
+                    async move { Ok::<u64, ()>(n) }
+                };
+                futures_ready(s.decide_counted(&f, bump)).is_some()
+            })
+            .collect();
+        assert_eq!(fired, [false, true, true, false]);
+        let f = facts(&m, "/other", &h, 1, None, None, now);
+        let never = |_: &str| async { Err::<u64, &str>("not reached") };
+        assert_eq!(futures_ready(s.decide_counted(&f, never)), None);
+    }
+
     #[test]
     fn globs() {
         assert!(Glob::new("/orders").matches("/orders"));
@@ -434,6 +512,19 @@ rules:
             .collect();
         assert_eq!(first, again, "same seed, any order → same decisions");
         let fired = first.iter().filter(|b| **b).count();
+        let counted: Vec<bool> = (0..200)
+            .map(|i| {
+                let s = Schedule::new(&cfg.rules, 9, t0);
+                let key = format!("k{i}");
+                let f = facts(&m, "/p", &h, 99, Some(&key), Some(1), t0);
+                let hit = |_: &str| async { Ok::<u64, ()>(1) };
+                futures_ready(s.decide_counted(&f, hit)).is_some()
+            })
+            .collect();
+        assert_eq!(
+            first, counted,
+            "the same decisions with counters kept elsewhere"
+        );
         assert!((70..130).contains(&fired), "{fired}");
         let other: Vec<bool> = (0..200).map(|i| coin(10, &format!("k{i}"), 1)).collect();
         assert_ne!(first, other);

@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::config::{Config, RuleConfig, TlsConfig};
+use crate::config::{Config, RuleConfig, StateMode, TlsConfig};
 use crate::conn::accept_loop;
 use crate::journal::{self, Clock, Journal, Sequencer};
 use crate::orders::{Orders, StoreError};
@@ -73,6 +73,9 @@ pub enum StartError {
     /// The TLS certificate could not be made or read.
     #[error(transparent)]
     Tls(#[from] TlsError),
+    /// `state: shared` needs the orders on PostgreSQL (the config's validation says so first).
+    #[error("`state: shared` keeps the schedule's counters in the orders' database, which must be PostgreSQL (`orders.database: postgres://…`)")]
+    SharedNeedsPostgres,
     /// Listening beyond loopback without a control token would let anyone reset the journal.
     #[error("listening on {addr}, beyond loopback, needs a control token (--control-token or FAULT_SERVER_CONTROL_TOKEN): otherwise anyone who can reach it can reset the journal and replace the schedule")]
     NoControlToken {
@@ -112,7 +115,15 @@ impl FaultServer {
             (None, Some(TlsConfig::Files { cert, key })) => Some(ServerTls::from_files(cert, key)?),
             (None, None) => None,
         };
-        let orders = Orders::open(&config.orders)?;
+        let orders = Orders::open(&config.orders).await?;
+        let shared = match config.state {
+            StateMode::Local => None,
+            StateMode::Shared => Some(
+                orders
+                    .shared_counters()
+                    .ok_or(StartError::SharedNeedsPostgres)?,
+            ),
+        };
         let journal = Journal::start(opts.journal_file.as_deref())?;
         let seed = opts.seed.or(config.seed).unwrap_or(0);
         let mut capture: Vec<HeaderName> = DEFAULT_CAPTURED_HEADERS
@@ -148,6 +159,7 @@ impl FaultServer {
             replica: opts.replica_id.clone().filter(|r| !r.is_empty()),
             journal,
             orders,
+            shared,
             seed,
             hang_cap: config.hang_cap.map_or(DEFAULT_HANG_CAP, |d| d.0),
             capture,
@@ -209,9 +221,27 @@ impl FaultServer {
         self.state.seed
     }
 
-    /// Replaces the schedule (already validated rules).
+    /// Replaces the schedule (already validated rules). With `state: shared` the rules' hit
+    /// counts in the database are cleared too, in a task of its own: use
+    /// [`FaultServer::install_schedule`] to wait for that.
     pub fn replace_schedule(&self, rules: Vec<RuleConfig>) {
+        if let (Some(shared), Ok(rt)) = (
+            self.state.shared.clone(),
+            tokio::runtime::Handle::try_current(),
+        ) {
+            rt.spawn(async move {
+                if let Err(e) = shared.clear_hits().await {
+                    tracing::error!("clearing the shared hit counters failed: {e}");
+                }
+            });
+        }
         self.state.replace_schedule(rules);
+    }
+
+    /// Replaces the schedule (already validated rules) once, with `state: shared`, the rules'
+    /// hit counts in the database are cleared.
+    pub async fn install_schedule(&self, rules: Vec<RuleConfig>) -> Result<(), StoreError> {
+        self.state.install_schedule(rules).await
     }
 
     /// Clears the journal, counters and store.

@@ -10,7 +10,7 @@ use http::HeaderName;
 
 use crate::config::RuleConfig;
 use crate::journal::{Clock, Journal, Sequencer};
-use crate::orders::{Orders, StoreError};
+use crate::orders::{Orders, SharedCounters, StoreError};
 use crate::schedule::Schedule;
 
 /// Headers always copied into the journal.
@@ -107,6 +107,8 @@ pub(crate) struct State {
     pub(crate) control_token: Option<String>,
     pub(crate) journal: Journal,
     pub(crate) orders: Orders,
+    /// The schedule's counters in the orders' database (`state: shared`); local when `None`.
+    pub(crate) shared: Option<SharedCounters>,
     pub(crate) seed: u64,
     pub(crate) hang_cap: Duration,
     pub(crate) capture: Vec<HeaderName>,
@@ -143,6 +145,15 @@ impl State {
         self.schedule_gen.fetch_add(1, Ordering::Release);
     }
 
+    /// Installs new rules; with shared counters, every replica's hit counts start again too.
+    pub(crate) async fn install_schedule(&self, rules: Vec<RuleConfig>) -> Result<(), StoreError> {
+        if let Some(shared) = &self.shared {
+            shared.clear_hits().await?;
+        }
+        self.replace_schedule(rules);
+        Ok(())
+    }
+
     /// Clears the journal, counters and the store; reinstalls the schedule.
     pub(crate) async fn reset(self: &Arc<Self>) -> Result<(), StoreError> {
         let epoch = self.seq.reset();
@@ -159,6 +170,9 @@ impl State {
             .1
             .clone();
         self.replace_schedule(rules.as_ref().clone());
+        if let Some(shared) = &self.shared {
+            shared.clear().await?;
+        }
         self.orders.clear().await
     }
 

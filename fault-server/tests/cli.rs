@@ -93,3 +93,74 @@ fn prints_the_listening_line_and_port_in_use_exits_3() {
     child.kill().unwrap();
     let _ = child.wait();
 }
+
+#[test]
+fn shared_state_without_postgres_and_bad_database_urls_exit_2_with_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        &dir,
+        "shared.yaml",
+        "seed: 1\nstate: shared\norders: { idempotency: unique }\n",
+    );
+    for check in [true, false] {
+        let mut cmd = bin();
+        if check {
+            cmd.arg("--check");
+        }
+        let out = cmd
+            .args(["--bind", "127.0.0.1:0", "--config"])
+            .arg(&p)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(&format!("{}:2:", p.display())), "{err}");
+        assert!(err.contains("at `state`"), "{err}");
+        assert!(err.contains("PostgreSQL"), "{err}");
+        assert_eq!(err.lines().count(), 1, "one clear message: {err}");
+    }
+
+    let p = write(
+        &dir,
+        "url.yaml",
+        "orders:\n  database: \"postgres://harness:s3cret@127.0.0.1:port/harness\"\n",
+    );
+    let out = bin()
+        .args(["--check", "--config"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("{}:2:", p.display())), "{err}");
+    assert!(err.contains("orders.database"), "{err}");
+    assert!(
+        err.contains("invalid PostgreSQL URL postgres://harness@127.0.0.1:port/harness"),
+        "{err}"
+    );
+    assert!(!err.contains("s3cret"), "{err}");
+}
+
+#[test]
+fn an_unreachable_database_exits_3_naming_it_without_the_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        &dir,
+        "down.yaml",
+        "orders: { database: \"postgres://harness:s3cret@127.0.0.1:1/harness\" }\n",
+    );
+    let out = bin()
+        .args(["--bind", "127.0.0.1:0", "--config"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "cannot connect to the orders database postgres://harness@127.0.0.1:1/harness"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("s3cret"), "{err}");
+}

@@ -146,3 +146,118 @@ async fn random_faults_are_reproducible_whatever_the_arrival_order() {
     let faulted = forward.iter().filter(|s| **s == 503).count();
     assert!((10..40).contains(&faulted), "{faulted}");
 }
+
+/// `name{labels} value` lines of an exposition, as (name, labels, value).
+fn samples(text: &str) -> Vec<(String, std::collections::BTreeMap<String, String>, f64)> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let (series, value) = l.rsplit_once(' ').expect("a sample line");
+            let (name, labels) = match series.split_once('{') {
+                Some((n, rest)) => (n, rest.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            let labels = labels
+                .split(',')
+                .filter(|kv| !kv.is_empty())
+                .map(|kv| {
+                    let (k, v) = kv.split_once('=').expect("label=value");
+                    (k.to_string(), v.trim_matches('"').to_string())
+                })
+                .collect();
+            (name.to_string(), labels, value.parse().expect("a number"))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn metrics_count_what_was_sent() {
+    let s = common::start(
+        "rules:\n  - { id: down, match: { path: /down }, fault: { status: 503 } }\n  - { id: gone, match: { path: /gone }, fault: drop }\n",
+    )
+    .await;
+    let c = reqwest::Client::new();
+    let u = |p: &str| format!("{}{p}", s.url());
+    for _ in 0..5 {
+        assert_eq!(c.get(u("/down")).send().await.unwrap().status(), 503);
+    }
+    for _ in 0..7 {
+        assert_eq!(c.get(u("/up")).send().await.unwrap().status(), 200);
+    }
+    for _ in 0..2 {
+        assert!(c.get(u("/gone")).send().await.is_err(), "dropped");
+    }
+    assert!(s.settle(Duration::from_secs(30)).await);
+
+    let res = c.get(u("/__harness/metrics")).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(
+        res.headers()["content-type"],
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    let text = res.text().await.unwrap();
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    assert!(
+        text.contains("# TYPE fault_server_requests counter"),
+        "{text}"
+    );
+    let samples = samples(&text);
+    let requests = |rule: &str, fault: &str, status: &str, outcome: &str| {
+        samples
+            .iter()
+            .filter(|(n, l, _)| {
+                n == "fault_server_requests_total"
+                    && l["rule"] == rule
+                    && l["fault"] == fault
+                    && l["status"] == status
+                    && l["outcome"] == outcome
+            })
+            .map(|(_, _, v)| *v)
+            .sum::<f64>()
+    };
+    assert_eq!(
+        requests("down", "status", "503", "responded"),
+        5.0,
+        "{text}"
+    );
+    assert_eq!(requests("none", "none", "200", "responded"), 7.0, "{text}");
+    assert_eq!(requests("gone", "drop", "none", "dropped"), 2.0, "{text}");
+    let total: f64 = samples
+        .iter()
+        .filter(|(n, _, _)| n == "fault_server_requests_total")
+        .map(|(_, _, v)| *v)
+        .sum();
+    assert_eq!(total, 14.0, "{text}");
+    let gauge = |name: &str| {
+        samples
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .map(|(_, _, v)| *v)
+            .unwrap_or_else(|| panic!("{name} in {text}"))
+    };
+    assert_eq!(gauge("fault_server_journal_entries"), 14.0);
+    assert_eq!(gauge("fault_server_received_requests"), 14.0);
+    assert!(gauge("fault_server_open_connections") >= 0.0);
+
+    // The same access rules as the rest of the control API.
+    let refused = c
+        .get(u("/__harness/metrics"))
+        .header("host", "evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 403);
+
+    // A reset starts the counts again.
+    c.post(u("/__harness/reset")).send().await.unwrap();
+    let text = c
+        .get(u("/__harness/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!text.contains("fault_server_requests_total{"), "{text}");
+    s.shutdown().await;
+}

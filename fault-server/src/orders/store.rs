@@ -1,5 +1,6 @@
 //! The built-in orders resource: `POST /orders` with Idempotency-Key semantics, `GET /orders/{id}`,
-//! `POST /orders/{id}/pay`, on SQLite through a connection pool.
+//! `POST /orders/{id}/pay`, on SQLite ([`super::sqlite`], the embedded default) or PostgreSQL
+//! ([`super::postgres`], for replicas that share one store) through a connection pool.
 //!
 //! Why a real database: the correct implementation relies on a UNIQUE constraint enforced with
 //! locking by the storage engine. An in-memory fake serializes everything and lets the racy
@@ -11,16 +12,15 @@
 //! true` (`200` for a replayed creation); a request while the first is still in flight gets `409`
 //! with `Retry-After`; the same key with a different body gets `422`; a missing key gets `400`.
 
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use r2d2_sqlite::SqliteConnectionManager;
-use rusqlite::{params, ErrorCode, OptionalExtension};
 use serde_json::json;
 
-use crate::config::{IdempotencyImpl, OrdersConfig, PayImpl};
+use super::postgres::{PgStore, SharedCounters};
+use super::sqlite::SqliteStore;
+use crate::config::{Database, IdempotencyImpl, OrdersConfig, PayImpl};
 
 /// A response from the resource, with what the journal needs to know about it.
 #[derive(Debug, Clone, PartialEq)]
@@ -83,9 +83,28 @@ pub enum StoreError {
     Pool(#[from] r2d2::Error),
     #[error("database task failed: {0}")]
     Task(String),
+    #[error("invalid PostgreSQL URL {url}: {source}")]
+    PostgresUrl {
+        url: String,
+        source: tokio_postgres::Error,
+    },
+    #[error("cannot connect to the orders database {url}: {source}")]
+    Connect {
+        url: String,
+        source: deadpool_postgres::PoolError,
+    },
+    #[error("cannot create the orders schema in {url}: {source}")]
+    Schema {
+        url: String,
+        source: tokio_postgres::Error,
+    },
+    #[error("database error: {0}")]
+    Postgres(#[from] tokio_postgres::Error),
+    #[error("database pool: {0}")]
+    PostgresPool(#[from] deadpool_postgres::PoolError),
+    #[error("database pool: {0}")]
+    PoolBuild(String),
 }
-
-type Pool = r2d2::Pool<SqliteConnectionManager>;
 
 /// The orders store and its selected implementations.
 #[derive(Clone)]
@@ -94,42 +113,28 @@ pub struct Orders {
 }
 
 struct Inner {
-    pool: Pool,
+    backend: Backend,
     cfg: OrdersConfig,
-    path: PathBuf,
-    // Keeps a temporary database alive for the server's lifetime.
-    _tmp: Option<tempfile::TempDir>,
 }
 
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS orders (
-    id              TEXT PRIMARY KEY,
-    -- deliberately not UNIQUE: the check-then-insert implementation must be able to race
-    idempotency_key TEXT,
-    status          TEXT NOT NULL,
-    body            TEXT NOT NULL,
-    created_at_ms   INTEGER NOT NULL,
-    paid_at_ms      INTEGER
-);
-CREATE INDEX IF NOT EXISTS orders_by_key ON orders(idempotency_key);
-CREATE TABLE IF NOT EXISTS idempotency_keys (
-    key             TEXT NOT NULL UNIQUE,
-    request_hash    TEXT NOT NULL,
-    state           TEXT NOT NULL CHECK (state IN ('in_flight', 'completed')),
-    response_status INTEGER,
-    response_body   TEXT,
-    order_id        TEXT,
-    created_at_ms   INTEGER NOT NULL,
-    expires_at_ms   INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS payments (
-    id        INTEGER PRIMARY KEY AUTOINCREMENT,
-    order_id  TEXT NOT NULL,
-    at_ms     INTEGER NOT NULL
-);
-";
+/// Where the orders are. Each backend runs the same statements in its own dialect; what the
+/// implementations do with them (and so every reply) is decided here, once.
+enum Backend {
+    Sqlite(SqliteStore),
+    Postgres(PgStore),
+}
 
-fn now_ms() -> i64 {
+/// Runs the same operation on whichever backend holds the orders.
+macro_rules! on_backend {
+    ($self:expr, $s:ident => $e:expr) => {
+        match &$self.inner.backend {
+            Backend::Sqlite($s) => $e,
+            Backend::Postgres($s) => $e,
+        }
+    };
+}
+
+pub(super) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
@@ -140,71 +145,60 @@ fn new_order_id() -> String {
     format!("ord_{}", &u[..20])
 }
 
-fn is_unique_violation(e: &rusqlite::Error) -> bool {
-    matches!(e, rusqlite::Error::SqliteFailure(f, _) if f.code == ErrorCode::ConstraintViolation)
-}
-
 /// What the key table says about a key, read after a failed claim.
-struct KeyRow {
-    request_hash: String,
-    state: String,
-    response_status: Option<u16>,
-    response_body: Option<String>,
-    order_id: Option<String>,
-    expires_at_ms: i64,
+pub(super) struct KeyRow {
+    pub(super) request_hash: String,
+    pub(super) state: String,
+    pub(super) response_status: Option<u16>,
+    pub(super) response_body: Option<String>,
+    pub(super) order_id: Option<String>,
+    pub(super) expires_at_ms: i64,
 }
 
-enum Claim {
+pub(super) enum Claim {
     Claimed,
     Existing(KeyRow),
 }
 
 impl Orders {
-    /// Opens (creating if needed) the database and the pool.
-    pub fn open(cfg: &OrdersConfig) -> Result<Orders, StoreError> {
-        let (path, tmp) = match &cfg.database {
-            Some(p) => (p.clone(), None),
+    /// Opens (creating if needed) the database, its schema and the pool: SQLite (a file, or a
+    /// fresh temporary one) or PostgreSQL, as `orders.database` says.
+    pub async fn open(cfg: &OrdersConfig) -> Result<Orders, StoreError> {
+        let backend = match &cfg.database {
+            Some(Database::Postgres(url)) => {
+                Backend::Postgres(PgStore::open(url, cfg.pool_size).await?)
+            }
+            Some(Database::Sqlite(path)) => {
+                let (path, size) = (path.clone(), cfg.pool_size);
+                Backend::Sqlite(
+                    tokio::task::spawn_blocking(move || SqliteStore::open(Some(&path), size))
+                        .await
+                        .map_err(|e| StoreError::Task(e.to_string()))??,
+                )
+            }
             None => {
-                let dir = tempfile::Builder::new()
-                    .prefix("fault-server-db-")
-                    .tempdir()
-                    .map_err(StoreError::Temp)?;
-                (dir.path().join("orders.sqlite"), Some(dir))
+                let size = cfg.pool_size;
+                Backend::Sqlite(
+                    tokio::task::spawn_blocking(move || SqliteStore::open(None, size))
+                        .await
+                        .map_err(|e| StoreError::Task(e.to_string()))??,
+                )
             }
         };
-        // WAL is a property of the file: set it (and the schema) once, on one connection, before
-        // the pool opens its connections concurrently — changing the journal mode from several
-        // connections at once fails with SQLITE_BUSY instead of waiting.
-        {
-            let c = rusqlite::Connection::open(&path)?;
-            c.execute_batch("PRAGMA busy_timeout = 10000; PRAGMA journal_mode = WAL;")?;
-            c.execute_batch(SCHEMA)?;
-        }
-        let manager = SqliteConnectionManager::file(&path).with_init(|c| {
-            c.execute_batch("PRAGMA busy_timeout = 10000; PRAGMA synchronous = NORMAL;")
-        });
-        let pool = r2d2::Pool::builder()
-            .max_size(cfg.pool_size)
-            .min_idle(Some(cfg.pool_size.min(4)))
-            .connection_timeout(Duration::from_secs(30))
-            .build(manager)
-            .map_err(|source| StoreError::Open {
-                path: path.display().to_string(),
-                source,
-            })?;
         Ok(Orders {
             inner: Arc::new(Inner {
-                pool,
+                backend,
                 cfg: cfg.clone(),
-                path,
-                _tmp: tmp,
             }),
         })
     }
 
-    /// The database file.
-    pub fn path(&self) -> &std::path::Path {
-        &self.inner.path
+    /// The SQLite database file, when the orders are on SQLite.
+    pub fn path(&self) -> Option<&std::path::Path> {
+        match &self.inner.backend {
+            Backend::Sqlite(s) => Some(s.path()),
+            Backend::Postgres(_) => None,
+        }
     }
 
     /// The configuration in force.
@@ -212,63 +206,40 @@ impl Orders {
         &self.inner.cfg
     }
 
-    /// Runs blocking database work on the blocking pool with a pooled connection.
-    async fn db<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut rusqlite::Connection) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, StoreError> {
-        let pool = self.inner.pool.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut conn = pool.get()?;
-            f(&mut conn)
-        })
-        .await
-        .map_err(|e| StoreError::Task(e.to_string()))?
+    /// The schedule's counters in the orders' database, when it is PostgreSQL.
+    pub fn shared_counters(&self) -> Option<SharedCounters> {
+        match &self.inner.backend {
+            Backend::Postgres(p) => Some(SharedCounters::new(p.clone())),
+            Backend::Sqlite(_) => None,
+        }
     }
 
-    /// Empties every table.
+    /// Open database connections, when the pool says (PostgreSQL).
+    pub fn database_connections(&self) -> Option<usize> {
+        match &self.inner.backend {
+            Backend::Postgres(p) => Some(p.connections()),
+            Backend::Sqlite(_) => None,
+        }
+    }
+
+    /// Empties every table of the orders (on PostgreSQL: the tables this server uses).
     pub async fn clear(&self) -> Result<(), StoreError> {
-        self.db(|c| {
-            c.execute_batch(
-                "DELETE FROM orders; DELETE FROM idempotency_keys; DELETE FROM payments;",
-            )?;
-            Ok(())
-        })
-        .await
+        on_backend!(self, s => s.clear().await)
     }
 
     /// Number of orders stored under `key` (for verification).
     pub async fn count_for_key(&self, key: &str) -> Result<u64, StoreError> {
-        let key = key.to_string();
-        self.db(move |c| {
-            Ok(c.query_row(
-                "SELECT COUNT(*) FROM orders WHERE idempotency_key = ?1",
-                [key],
-                |r| r.get::<_, i64>(0),
-            )? as u64)
-        })
-        .await
+        on_backend!(self, s => s.count_for_key(key).await)
     }
 
     /// Number of orders.
     pub async fn count(&self) -> Result<u64, StoreError> {
-        self.db(|c| {
-            Ok(c.query_row("SELECT COUNT(*) FROM orders", [], |r| r.get::<_, i64>(0))? as u64)
-        })
-        .await
+        on_backend!(self, s => s.count().await)
     }
 
     /// Number of recorded payments (transitions to paid) of an order.
     pub async fn payments_of(&self, id: &str) -> Result<u64, StoreError> {
-        let id = id.to_string();
-        self.db(move |c| {
-            Ok(c.query_row(
-                "SELECT COUNT(*) FROM payments WHERE order_id = ?1",
-                [id],
-                |r| r.get::<_, i64>(0),
-            )? as u64)
-        })
-        .await
+        on_backend!(self, s => s.payments_of(id).await)
     }
 
     /// `POST /orders`.
@@ -328,15 +299,8 @@ impl Orders {
     ) -> Result<ResourceReply, StoreError> {
         let id = new_order_id();
         let body = order_json(&id, "pending", &order);
-        let id2 = id.clone();
-        self.db(move |c| {
-            c.execute(
-                "INSERT INTO orders (id, idempotency_key, status, body, created_at_ms) VALUES (?1, ?2, 'pending', ?3, ?4)",
-                params![id2, key, order.to_string(), now_ms()],
-            )?;
-            Ok(())
-        })
-        .await?;
+        let order = order.to_string();
+        on_backend!(self, s => s.insert_order(&id, key.as_deref(), &order).await)?;
         Ok(created_reply(&id, body))
     }
 
@@ -346,17 +310,7 @@ impl Orders {
         key: String,
         order: serde_json::Value,
     ) -> Result<ResourceReply, StoreError> {
-        let k = key.clone();
-        let existing = self
-            .db(move |c| {
-                Ok(c.query_row(
-                    "SELECT id, status, body FROM orders WHERE idempotency_key = ?1 ORDER BY created_at_ms LIMIT 1",
-                    [k],
-                    |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)),
-                )
-                .optional()?)
-            })
-            .await?;
+        let existing = on_backend!(self, s => s.first_by_key(&key).await)?;
         if let Some((id, status, stored)) = existing {
             let stored: serde_json::Value =
                 serde_json::from_str(&stored).unwrap_or(serde_json::Value::Null);
@@ -378,52 +332,7 @@ impl Orders {
         hash: String,
     ) -> Result<ResourceReply, StoreError> {
         let ttl_ms = self.inner.cfg.key_ttl.0.as_millis() as i64;
-        let (k, h) = (key.clone(), hash.clone());
-        let claim = self
-            .db(move |c| {
-                // Two passes: the second after clearing an expired row for this key.
-                for _ in 0..2 {
-                    let now = now_ms();
-                    match c.execute(
-                        "INSERT INTO idempotency_keys (key, request_hash, state, created_at_ms, expires_at_ms) VALUES (?1, ?2, 'in_flight', ?3, ?4)",
-                        params![k, h, now, now + ttl_ms],
-                    ) {
-                        Ok(_) => return Ok(Claim::Claimed),
-                        Err(e) if is_unique_violation(&e) => {}
-                        Err(e) => return Err(e.into()),
-                    }
-                    let row = c
-                        .query_row(
-                            "SELECT request_hash, state, response_status, response_body, order_id, expires_at_ms FROM idempotency_keys WHERE key = ?1",
-                            [&k],
-                            |r| {
-                                Ok(KeyRow {
-                                    request_hash: r.get(0)?,
-                                    state: r.get(1)?,
-                                    response_status: r.get(2)?,
-                                    response_body: r.get(3)?,
-                                    order_id: r.get(4)?,
-                                    expires_at_ms: r.get(5)?,
-                                })
-                            },
-                        )
-                        .optional()?;
-                    match row {
-                        Some(row) if row.expires_at_ms <= now => {
-                            c.execute(
-                                "DELETE FROM idempotency_keys WHERE key = ?1 AND expires_at_ms <= ?2",
-                                params![k, now],
-                            )?;
-                        }
-                        Some(row) => return Ok(Claim::Existing(row)),
-                        // Deleted between our INSERT and SELECT (expiry by another request): retry.
-                        None => {}
-                    }
-                }
-                Err(StoreError::Task(format!("could not claim idempotency key {k:?}")))
-            })
-            .await?;
-
+        let claim = on_backend!(self, s => s.claim(&key, &hash, ttl_ms).await)?;
         let row = match claim {
             Claim::Claimed => return self.complete_claimed(key, order).await,
             Claim::Existing(row) => row,
@@ -464,33 +373,11 @@ impl Orders {
         self.work().await;
         let id = new_order_id();
         let body = order_json(&id, "pending", &order);
-        let (id2, body2, k) = (id.clone(), body.clone(), key.clone());
-        let done = self
-            .db(move |c| {
-                let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-                tx.execute(
-                    "INSERT INTO orders (id, idempotency_key, status, body, created_at_ms) VALUES (?1, ?2, 'pending', ?3, ?4)",
-                    params![id2, k, order.to_string(), now_ms()],
-                )?;
-                tx.execute(
-                    "UPDATE idempotency_keys SET state = 'completed', response_status = 201, response_body = ?1, order_id = ?2 WHERE key = ?3",
-                    params![body2, id2, k],
-                )?;
-                tx.commit()?;
-                Ok(())
-            })
-            .await;
+        let order = order.to_string();
+        let done = on_backend!(self, s => s.complete(&key, &id, &order, &body).await);
         if let Err(e) = done {
             // Release the key so a retry can succeed instead of getting 409 forever.
-            let k = key.clone();
-            let _ = self
-                .db(move |c| {
-                    Ok(c.execute(
-                        "DELETE FROM idempotency_keys WHERE key = ?1 AND state = 'in_flight'",
-                        [k],
-                    )?)
-                })
-                .await;
+            let _ = on_backend!(self, s => s.release(&key).await);
             return Err(e);
         }
         Ok(created_reply(&id, body))
@@ -505,17 +392,7 @@ impl Orders {
 
     /// `GET /orders/{id}`.
     pub async fn get(&self, id: String) -> ResourceReply {
-        let i = id.clone();
-        let row = self
-            .db(move |c| {
-                Ok(
-                    c.query_row("SELECT status, body FROM orders WHERE id = ?1", [i], |r| {
-                        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
-                    })
-                    .optional()?,
-                )
-            })
-            .await;
+        let row = on_backend!(self, s => s.get(&id).await);
         let mut reply = match row {
             Ok(Some((status, body))) => {
                 let body: serde_json::Value =
@@ -539,19 +416,7 @@ impl Orders {
 
     /// `GET /orders?idempotency_key=K`: the orders stored under a key, for verification.
     pub async fn list_by_key(&self, key: String) -> ResourceReply {
-        let k = key.clone();
-        let rows = self
-            .db(move |c| {
-                let mut st = c.prepare(
-                    "SELECT id FROM orders WHERE idempotency_key = ?1 ORDER BY created_at_ms",
-                )?;
-                let ids = st
-                    .query_map([k], |r| r.get::<_, String>(0))?
-                    .collect::<Result<Vec<_>, _>>()?;
-                Ok(ids)
-            })
-            .await;
-        match rows {
+        match on_backend!(self, s => s.ids_by_key(&key).await) {
             Ok(ids) => ResourceReply::json(
                 200,
                 json!({ "idempotency_key": key, "count": ids.len(), "ids": ids }),
@@ -568,8 +433,8 @@ impl Orders {
     /// `POST /orders/{id}/pay`: pending → paid, once.
     pub async fn pay(&self, id: String) -> ResourceReply {
         let result = match self.inner.cfg.pay {
-            PayImpl::Conditional => self.pay_conditional(id.clone()).await,
-            PayImpl::ReadThenWrite => self.pay_read_then_write(id.clone()).await,
+            PayImpl::Conditional => self.pay_conditional(&id).await,
+            PayImpl::ReadThenWrite => self.pay_read_then_write(&id).await,
         };
         let mut reply = result.unwrap_or_else(|e| {
             ResourceReply::problem(
@@ -584,60 +449,21 @@ impl Orders {
     }
 
     /// The guard is in the WHERE clause; the affected row count says whether this was the one.
-    async fn pay_conditional(&self, id: String) -> Result<ResourceReply, StoreError> {
+    async fn pay_conditional(&self, id: &str) -> Result<ResourceReply, StoreError> {
         self.work().await;
-        let i = id.clone();
-        let (changed, status) = self
-            .db(move |c| {
-                let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-                let now = now_ms();
-                let n = tx.execute(
-                    "UPDATE orders SET status = 'paid', paid_at_ms = ?1 WHERE id = ?2 AND status = 'pending'",
-                    params![now, i],
-                )?;
-                if n == 1 {
-                    tx.execute("INSERT INTO payments (order_id, at_ms) VALUES (?1, ?2)", params![i, now])?;
-                }
-                let status: Option<String> = tx
-                    .query_row("SELECT status FROM orders WHERE id = ?1", [&i], |r| r.get(0))
-                    .optional()?;
-                tx.commit()?;
-                Ok((n == 1, status))
-            })
-            .await?;
-        Ok(pay_reply(&id, changed, status))
+        let (changed, status) = on_backend!(self, s => s.pay_conditional(id).await)?;
+        Ok(pay_reply(id, changed, status))
     }
 
     /// The bug: read, work, write unconditionally. Two concurrent pays both see `pending`.
-    async fn pay_read_then_write(&self, id: String) -> Result<ResourceReply, StoreError> {
-        let i = id.clone();
-        let status: Option<String> = self
-            .db(move |c| {
-                Ok(
-                    c.query_row("SELECT status FROM orders WHERE id = ?1", [i], |r| r.get(0))
-                        .optional()?,
-                )
-            })
-            .await?;
+    async fn pay_read_then_write(&self, id: &str) -> Result<ResourceReply, StoreError> {
+        let status = on_backend!(self, s => s.status_of(id).await)?;
         if status.as_deref() != Some("pending") {
-            return Ok(pay_reply(&id, false, status));
+            return Ok(pay_reply(id, false, status));
         }
         self.work().await;
-        let i = id.clone();
-        self.db(move |c| {
-            let now = now_ms();
-            c.execute(
-                "UPDATE orders SET status = 'paid', paid_at_ms = ?1 WHERE id = ?2",
-                params![now, i],
-            )?;
-            c.execute(
-                "INSERT INTO payments (order_id, at_ms) VALUES (?1, ?2)",
-                params![i, now],
-            )?;
-            Ok(())
-        })
-        .await?;
-        Ok(pay_reply(&id, true, Some("paid".into())))
+        on_backend!(self, s => s.pay_unconditional(id).await)?;
+        Ok(pay_reply(id, true, Some("paid".into())))
     }
 }
 

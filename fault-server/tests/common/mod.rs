@@ -133,3 +133,44 @@ pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     }
     s
 }
+
+/// Like [`burst`], with request `i` sent to `addrs[i % addrs.len()]`: one burst split across
+/// several servers.
+pub async fn burst_across(
+    addrs: &[std::net::SocketAddr],
+    n: usize,
+    make: impl Fn(usize) -> Vec<u8>,
+) -> Vec<Raw> {
+    let mut conns = Vec::new();
+    for i in 0..n {
+        conns.push(
+            TcpStream::connect(addrs[i % addrs.len()])
+                .await
+                .expect("connect"),
+        );
+    }
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(n));
+    let tasks: Vec<_> = conns
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let bytes = make(i);
+            let b = barrier.clone();
+            tokio::spawn(async move {
+                b.wait().await;
+                exchange(c, &bytes).await
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.expect("task").expect("exchange"));
+    }
+    out
+}
+
+/// One request on a new connection to `addr`.
+pub async fn send(addr: std::net::SocketAddr, bytes: &[u8]) -> Raw {
+    let c = TcpStream::connect(addr).await.expect("connect");
+    exchange(c, bytes).await.expect("exchange")
+}

@@ -1,0 +1,417 @@
+//! The orders on PostgreSQL, for several fault-server replicas sharing one store: tokio-postgres
+//! through a deadpool pool, every statement prepared once per connection.
+//!
+//! The statements are the SQLite ones, translated: the `unique` implementation claims its key
+//! with `INSERT … ON CONFLICT (key) DO NOTHING` under the table's real `UNIQUE` constraint (a
+//! concurrent claimer waits for the winner's commit, then inserts nothing and reads the winner's
+//! row); `check-then-insert` is a plain `SELECT`, the work, a plain `INSERT`; the conditional pay
+//! is one `UPDATE … WHERE status = 'pending'` whose row count decides. Under PostgreSQL's default
+//! READ COMMITTED isolation that `UPDATE` re-checks its `WHERE` on the row a concurrent payer
+//! committed, so exactly one transitions.
+//!
+//! The schema is created at start when missing, under a transaction-scoped advisory lock, so
+//! replicas that start together do not trip over each other's `CREATE TABLE IF NOT EXISTS` (which
+//! is not safe against a concurrent creation of the same table). Its tables live in the first
+//! schema of the connection's `search_path`, which a URL can set (`options=-csearch_path%3D…`).
+//!
+//! The same database can also hold the schedule's counters (`state: shared`): one row per
+//! counter, bumped with `INSERT … ON CONFLICT DO UPDATE … RETURNING` so that every replica sees
+//! one sequence.
+
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::NoTls;
+
+use super::store::{now_ms, Claim, KeyRow, StoreError};
+use crate::config::PostgresUrl;
+
+/// Key of the advisory lock held while the schema is created ("fault-sv").
+const SCHEMA_LOCK: i64 = 0x6661_756c_742d_7376;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS orders (
+    id              TEXT PRIMARY KEY,
+    -- deliberately not UNIQUE: the check-then-insert implementation must be able to race
+    idempotency_key TEXT,
+    status          TEXT NOT NULL,
+    body            TEXT NOT NULL,
+    created_at_ms   BIGINT NOT NULL,
+    paid_at_ms      BIGINT
+);
+CREATE INDEX IF NOT EXISTS orders_by_key ON orders(idempotency_key);
+CREATE TABLE IF NOT EXISTS idempotency_keys (
+    key             TEXT NOT NULL UNIQUE,
+    request_hash    TEXT NOT NULL,
+    state           TEXT NOT NULL CHECK (state IN ('in_flight', 'completed')),
+    response_status INTEGER,
+    response_body   TEXT,
+    order_id        TEXT,
+    created_at_ms   BIGINT NOT NULL,
+    expires_at_ms   BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS payments (
+    id        BIGSERIAL PRIMARY KEY,
+    order_id  TEXT NOT NULL,
+    at_ms     BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS schedule_counters (
+    name   TEXT PRIMARY KEY,
+    value  BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS key_attempts (
+    key       TEXT PRIMARY KEY,
+    attempts  BIGINT NOT NULL
+);
+";
+
+#[derive(Clone)]
+pub(crate) struct PgStore {
+    pool: Pool,
+}
+
+impl PgStore {
+    /// Connects, and creates the schema when it is missing.
+    pub(super) async fn open(url: &PostgresUrl, pool_size: u32) -> Result<PgStore, StoreError> {
+        let mut cfg = url.pg_config().map_err(|source| StoreError::PostgresUrl {
+            url: url.redacted(),
+            source,
+        })?;
+        if cfg.get_connect_timeout().is_none() {
+            cfg.connect_timeout(Duration::from_secs(10));
+        }
+        if cfg.get_application_name().is_none() {
+            cfg.application_name("fault-server");
+        }
+        let manager = Manager::from_config(
+            cfg,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(pool_size as usize)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(Duration::from_secs(30)))
+            .create_timeout(Some(Duration::from_secs(15)))
+            .build()
+            .map_err(|e| StoreError::PoolBuild(e.to_string()))?;
+        let mut client = pool.get().await.map_err(|source| StoreError::Connect {
+            url: url.redacted(),
+            source,
+        })?;
+        let schema = async {
+            let tx = client.transaction().await?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
+                .await?;
+            tx.batch_execute(SCHEMA).await?;
+            tx.commit().await
+        };
+        schema.await.map_err(|source| StoreError::Schema {
+            url: url.redacted(),
+            source,
+        })?;
+        drop(client);
+        Ok(PgStore { pool })
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        Ok(self.pool.get().await?)
+    }
+
+    /// Open connections of the pool.
+    pub(crate) fn connections(&self) -> usize {
+        self.pool.status().size
+    }
+
+    pub(super) async fn clear(&self) -> Result<(), StoreError> {
+        let c = self.client().await?;
+        c.batch_execute("DELETE FROM orders; DELETE FROM idempotency_keys; DELETE FROM payments;")
+            .await?;
+        Ok(())
+    }
+
+    async fn count_where(&self, sql: &str, arg: Option<&str>) -> Result<u64, StoreError> {
+        let c = self.client().await?;
+        let st = c.prepare_cached(sql).await?;
+        let row = match arg {
+            Some(a) => c.query_one(&st, &[&a]).await?,
+            None => c.query_one(&st, &[]).await?,
+        };
+        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    }
+
+    pub(super) async fn count_for_key(&self, key: &str) -> Result<u64, StoreError> {
+        self.count_where(
+            "SELECT COUNT(*) FROM orders WHERE idempotency_key = $1",
+            Some(key),
+        )
+        .await
+    }
+
+    pub(super) async fn count(&self) -> Result<u64, StoreError> {
+        self.count_where("SELECT COUNT(*) FROM orders", None).await
+    }
+
+    pub(super) async fn payments_of(&self, id: &str) -> Result<u64, StoreError> {
+        self.count_where(
+            "SELECT COUNT(*) FROM payments WHERE order_id = $1",
+            Some(id),
+        )
+        .await
+    }
+
+    pub(super) async fn insert_order(
+        &self,
+        id: &str,
+        key: Option<&str>,
+        order: &str,
+    ) -> Result<(), StoreError> {
+        let c = self.client().await?;
+        let st = c
+            .prepare_cached("INSERT INTO orders (id, idempotency_key, status, body, created_at_ms) VALUES ($1, $2, 'pending', $3, $4)")
+            .await?;
+        c.execute(&st, &[&id, &key, &order, &now_ms()]).await?;
+        Ok(())
+    }
+
+    pub(super) async fn first_by_key(
+        &self,
+        key: &str,
+    ) -> Result<Option<(String, String, String)>, StoreError> {
+        let c = self.client().await?;
+        let st = c
+            .prepare_cached("SELECT id, status, body FROM orders WHERE idempotency_key = $1 ORDER BY created_at_ms LIMIT 1")
+            .await?;
+        Ok(c.query_opt(&st, &[&key])
+            .await?
+            .map(|r| (r.get(0), r.get(1), r.get(2))))
+    }
+
+    pub(super) async fn claim(
+        &self,
+        key: &str,
+        hash: &str,
+        ttl_ms: i64,
+    ) -> Result<Claim, StoreError> {
+        let c = self.client().await?;
+        let insert = c
+            .prepare_cached("INSERT INTO idempotency_keys (key, request_hash, state, created_at_ms, expires_at_ms) VALUES ($1, $2, 'in_flight', $3, $4) ON CONFLICT (key) DO NOTHING")
+            .await?;
+        let select = c
+            .prepare_cached("SELECT request_hash, state, response_status, response_body, order_id, expires_at_ms FROM idempotency_keys WHERE key = $1")
+            .await?;
+        let expire = c
+            .prepare_cached("DELETE FROM idempotency_keys WHERE key = $1 AND expires_at_ms <= $2")
+            .await?;
+        // Two passes: the second after clearing an expired row for this key.
+        for _ in 0..2 {
+            let now = now_ms();
+            if c.execute(&insert, &[&key, &hash, &now, &(now + ttl_ms)])
+                .await?
+                == 1
+            {
+                return Ok(Claim::Claimed);
+            }
+            let row = c.query_opt(&select, &[&key]).await?.map(|r| KeyRow {
+                request_hash: r.get(0),
+                state: r.get(1),
+                response_status: r
+                    .get::<_, Option<i32>>(2)
+                    .and_then(|s| u16::try_from(s).ok()),
+                response_body: r.get(3),
+                order_id: r.get(4),
+                expires_at_ms: r.get(5),
+            });
+            match row {
+                Some(row) if row.expires_at_ms <= now => {
+                    c.execute(&expire, &[&key, &now]).await?;
+                }
+                Some(row) => return Ok(Claim::Existing(row)),
+                // Deleted between our INSERT and SELECT (expiry by another request): retry.
+                None => {}
+            }
+        }
+        Err(StoreError::Task(format!(
+            "could not claim idempotency key {key:?}"
+        )))
+    }
+
+    pub(super) async fn complete(
+        &self,
+        key: &str,
+        id: &str,
+        order: &str,
+        response: &str,
+    ) -> Result<(), StoreError> {
+        let mut c = self.client().await?;
+        let insert = c
+            .prepare_cached("INSERT INTO orders (id, idempotency_key, status, body, created_at_ms) VALUES ($1, $2, 'pending', $3, $4)")
+            .await?;
+        let update = c
+            .prepare_cached("UPDATE idempotency_keys SET state = 'completed', response_status = 201, response_body = $1, order_id = $2 WHERE key = $3")
+            .await?;
+        let tx = c.transaction().await?;
+        tx.execute(&insert, &[&id, &key, &order, &now_ms()]).await?;
+        tx.execute(&update, &[&response, &id, &key]).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(super) async fn release(&self, key: &str) -> Result<(), StoreError> {
+        let c = self.client().await?;
+        c.execute(
+            "DELETE FROM idempotency_keys WHERE key = $1 AND state = 'in_flight'",
+            &[&key],
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub(super) async fn get(&self, id: &str) -> Result<Option<(String, String)>, StoreError> {
+        let c = self.client().await?;
+        let st = c
+            .prepare_cached("SELECT status, body FROM orders WHERE id = $1")
+            .await?;
+        Ok(c.query_opt(&st, &[&id])
+            .await?
+            .map(|r| (r.get(0), r.get(1))))
+    }
+
+    pub(super) async fn ids_by_key(&self, key: &str) -> Result<Vec<String>, StoreError> {
+        let c = self.client().await?;
+        let st = c
+            .prepare_cached(
+                "SELECT id FROM orders WHERE idempotency_key = $1 ORDER BY created_at_ms",
+            )
+            .await?;
+        Ok(c.query(&st, &[&key])
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect())
+    }
+
+    pub(super) async fn pay_conditional(
+        &self,
+        id: &str,
+    ) -> Result<(bool, Option<String>), StoreError> {
+        let mut c = self.client().await?;
+        let update = c
+            .prepare_cached("UPDATE orders SET status = 'paid', paid_at_ms = $1 WHERE id = $2 AND status = 'pending'")
+            .await?;
+        let record = c
+            .prepare_cached("INSERT INTO payments (order_id, at_ms) VALUES ($1, $2)")
+            .await?;
+        let status = c
+            .prepare_cached("SELECT status FROM orders WHERE id = $1")
+            .await?;
+        let tx = c.transaction().await?;
+        let now = now_ms();
+        let n = tx.execute(&update, &[&now, &id]).await?;
+        if n == 1 {
+            tx.execute(&record, &[&id, &now]).await?;
+        }
+        let status: Option<String> = tx.query_opt(&status, &[&id]).await?.map(|r| r.get(0));
+        tx.commit().await?;
+        Ok((n == 1, status))
+    }
+
+    pub(super) async fn status_of(&self, id: &str) -> Result<Option<String>, StoreError> {
+        let c = self.client().await?;
+        let st = c
+            .prepare_cached("SELECT status FROM orders WHERE id = $1")
+            .await?;
+        Ok(c.query_opt(&st, &[&id]).await?.map(|r| r.get(0)))
+    }
+
+    pub(super) async fn pay_unconditional(&self, id: &str) -> Result<(), StoreError> {
+        let c = self.client().await?;
+        let update = c
+            .prepare_cached("UPDATE orders SET status = 'paid', paid_at_ms = $1 WHERE id = $2")
+            .await?;
+        let record = c
+            .prepare_cached("INSERT INTO payments (order_id, at_ms) VALUES ($1, $2)")
+            .await?;
+        let now = now_ms();
+        c.execute(&update, &[&now, &id]).await?;
+        c.execute(&record, &[&id, &now]).await?;
+        Ok(())
+    }
+}
+
+/// The schedule's counters kept in the database (`state: shared`), so that every replica
+/// sharing it sees one sequence of requests, of hits per rule and of attempts per key.
+#[derive(Clone)]
+pub struct SharedCounters {
+    store: PgStore,
+}
+
+impl SharedCounters {
+    pub(crate) fn new(store: PgStore) -> SharedCounters {
+        SharedCounters { store }
+    }
+
+    /// Counts one more request, and one more attempt of its key: the request's cluster-wide
+    /// number and the key's attempt number, in one round trip.
+    pub async fn bump_request(&self, key: Option<&str>) -> Result<(u64, Option<u32>), StoreError> {
+        let c = self.store.client().await?;
+        match key {
+            Some(k) => {
+                // Both data-modifying CTEs always run, whatever the SELECT reads; the counter
+                // row is always locked before the key's row, so two requests cannot deadlock.
+                let st = c
+                    .prepare_cached(
+                        "WITH r AS (INSERT INTO schedule_counters (name, value) VALUES ('requests', 1) \
+                           ON CONFLICT (name) DO UPDATE SET value = schedule_counters.value + 1 RETURNING value), \
+                         k AS (INSERT INTO key_attempts (key, attempts) VALUES ($1, 1) \
+                           ON CONFLICT (key) DO UPDATE SET attempts = key_attempts.attempts + 1 RETURNING attempts) \
+                         SELECT r.value, k.attempts FROM r, k",
+                    )
+                    .await?;
+                let row = c.query_one(&st, &[&k]).await?;
+                let n = u64::try_from(row.get::<_, i64>(0)).unwrap_or(0);
+                let a = u32::try_from(row.get::<_, i64>(1)).unwrap_or(u32::MAX);
+                Ok((n, Some(a)))
+            }
+            None => Ok((self.bump(&c, "requests").await?, None)),
+        }
+    }
+
+    /// Counts one more hit of the rule `rule`; returns its number (1 = first).
+    pub async fn bump_hit(&self, rule: &str) -> Result<u64, StoreError> {
+        let c = self.store.client().await?;
+        self.bump(&c, &format!("hits:{rule}")).await
+    }
+
+    async fn bump(&self, c: &deadpool_postgres::Object, name: &str) -> Result<u64, StoreError> {
+        let st = c
+            .prepare_cached(
+                "INSERT INTO schedule_counters (name, value) VALUES ($1, 1) \
+                 ON CONFLICT (name) DO UPDATE SET value = schedule_counters.value + 1 RETURNING value",
+            )
+            .await?;
+        let row = c.query_one(&st, &[&name]).await?;
+        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    }
+
+    /// Forgets the rules' hit counts (a new schedule's count from zero).
+    pub async fn clear_hits(&self) -> Result<(), StoreError> {
+        let c = self.store.client().await?;
+        c.execute(
+            "DELETE FROM schedule_counters WHERE name LIKE 'hits:%'",
+            &[],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Forgets every count.
+    pub async fn clear(&self) -> Result<(), StoreError> {
+        let c = self.store.client().await?;
+        c.batch_execute("DELETE FROM schedule_counters; DELETE FROM key_attempts;")
+            .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,359 @@
+//! The orders on SQLite (the embedded default): a file in WAL mode, a pool of connections, each
+//! statement run on the blocking pool.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::{params, ErrorCode, OptionalExtension};
+
+use super::store::{now_ms, Claim, KeyRow, StoreError};
+
+type Pool = r2d2::Pool<SqliteConnectionManager>;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS orders (
+    id              TEXT PRIMARY KEY,
+    -- deliberately not UNIQUE: the check-then-insert implementation must be able to race
+    idempotency_key TEXT,
+    status          TEXT NOT NULL,
+    body            TEXT NOT NULL,
+    created_at_ms   INTEGER NOT NULL,
+    paid_at_ms      INTEGER
+);
+CREATE INDEX IF NOT EXISTS orders_by_key ON orders(idempotency_key);
+CREATE TABLE IF NOT EXISTS idempotency_keys (
+    key             TEXT NOT NULL UNIQUE,
+    request_hash    TEXT NOT NULL,
+    state           TEXT NOT NULL CHECK (state IN ('in_flight', 'completed')),
+    response_status INTEGER,
+    response_body   TEXT,
+    order_id        TEXT,
+    created_at_ms   INTEGER NOT NULL,
+    expires_at_ms   INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS payments (
+    id        INTEGER PRIMARY KEY AUTOINCREMENT,
+    order_id  TEXT NOT NULL,
+    at_ms     INTEGER NOT NULL
+);
+";
+
+pub(super) struct SqliteStore {
+    pool: Pool,
+    path: PathBuf,
+    // Keeps a temporary database alive for the server's lifetime.
+    _tmp: Option<tempfile::TempDir>,
+}
+
+fn is_unique_violation(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(f, _) if f.code == ErrorCode::ConstraintViolation)
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the file at `path`, or a fresh temporary one.
+    pub(super) fn open(path: Option<&Path>, pool_size: u32) -> Result<SqliteStore, StoreError> {
+        let (path, tmp) = match path {
+            Some(p) => (p.to_path_buf(), None),
+            None => {
+                let dir = tempfile::Builder::new()
+                    .prefix("fault-server-db-")
+                    .tempdir()
+                    .map_err(StoreError::Temp)?;
+                (dir.path().join("orders.sqlite"), Some(dir))
+            }
+        };
+        // WAL is a property of the file: set it (and the schema) once, on one connection, before
+        // the pool opens its connections concurrently — changing the journal mode from several
+        // connections at once fails with SQLITE_BUSY instead of waiting.
+        {
+            let c = rusqlite::Connection::open(&path)?;
+            c.execute_batch("PRAGMA busy_timeout = 10000; PRAGMA journal_mode = WAL;")?;
+            c.execute_batch(SCHEMA)?;
+        }
+        let manager = SqliteConnectionManager::file(&path).with_init(|c| {
+            c.execute_batch("PRAGMA busy_timeout = 10000; PRAGMA synchronous = NORMAL;")
+        });
+        let pool = r2d2::Pool::builder()
+            .max_size(pool_size)
+            .min_idle(Some(pool_size.min(4)))
+            .connection_timeout(Duration::from_secs(30))
+            .build(manager)
+            .map_err(|source| StoreError::Open {
+                path: path.display().to_string(),
+                source,
+            })?;
+        Ok(SqliteStore {
+            pool,
+            path,
+            _tmp: tmp,
+        })
+    }
+
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs blocking database work on the blocking pool with a pooled connection.
+    async fn db<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut rusqlite::Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let pool = self.pool.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut conn = pool.get()?;
+            f(&mut conn)
+        })
+        .await
+        .map_err(|e| StoreError::Task(e.to_string()))?
+    }
+
+    pub(super) async fn clear(&self) -> Result<(), StoreError> {
+        self.db(|c| {
+            c.execute_batch(
+                "DELETE FROM orders; DELETE FROM idempotency_keys; DELETE FROM payments;",
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn count_where(&self, sql: &'static str, arg: Option<String>) -> Result<u64, StoreError> {
+        self.db(move |c| {
+            let n: i64 = match arg {
+                Some(a) => c.query_row(sql, [a], |r| r.get(0))?,
+                None => c.query_row(sql, [], |r| r.get(0))?,
+            };
+            Ok(u64::try_from(n).unwrap_or(0))
+        })
+        .await
+    }
+
+    pub(super) async fn count_for_key(&self, key: &str) -> Result<u64, StoreError> {
+        self.count_where(
+            "SELECT COUNT(*) FROM orders WHERE idempotency_key = ?1",
+            Some(key.to_string()),
+        )
+        .await
+    }
+
+    pub(super) async fn count(&self) -> Result<u64, StoreError> {
+        self.count_where("SELECT COUNT(*) FROM orders", None).await
+    }
+
+    pub(super) async fn payments_of(&self, id: &str) -> Result<u64, StoreError> {
+        self.count_where(
+            "SELECT COUNT(*) FROM payments WHERE order_id = ?1",
+            Some(id.to_string()),
+        )
+        .await
+    }
+
+    pub(super) async fn insert_order(
+        &self,
+        id: &str,
+        key: Option<&str>,
+        order: &str,
+    ) -> Result<(), StoreError> {
+        let (id, key, order) = (id.to_string(), key.map(str::to_string), order.to_string());
+        self.db(move |c| {
+            c.execute(
+                "INSERT INTO orders (id, idempotency_key, status, body, created_at_ms) VALUES (?1, ?2, 'pending', ?3, ?4)",
+                params![id, key, order, now_ms()],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    pub(super) async fn first_by_key(
+        &self,
+        key: &str,
+    ) -> Result<Option<(String, String, String)>, StoreError> {
+        let k = key.to_string();
+        self.db(move |c| {
+            Ok(c.query_row(
+                "SELECT id, status, body FROM orders WHERE idempotency_key = ?1 ORDER BY created_at_ms LIMIT 1",
+                [k],
+                |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)),
+            )
+            .optional()?)
+        })
+        .await
+    }
+
+    pub(super) async fn claim(
+        &self,
+        key: &str,
+        hash: &str,
+        ttl_ms: i64,
+    ) -> Result<Claim, StoreError> {
+        let (k, h) = (key.to_string(), hash.to_string());
+        self.db(move |c| {
+            // Two passes: the second after clearing an expired row for this key.
+            for _ in 0..2 {
+                let now = now_ms();
+                match c.execute(
+                    "INSERT INTO idempotency_keys (key, request_hash, state, created_at_ms, expires_at_ms) VALUES (?1, ?2, 'in_flight', ?3, ?4)",
+                    params![k, h, now, now + ttl_ms],
+                ) {
+                    Ok(_) => return Ok(Claim::Claimed),
+                    Err(e) if is_unique_violation(&e) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                let row = c
+                    .query_row(
+                        "SELECT request_hash, state, response_status, response_body, order_id, expires_at_ms FROM idempotency_keys WHERE key = ?1",
+                        [&k],
+                        |r| {
+                            Ok(KeyRow {
+                                request_hash: r.get(0)?,
+                                state: r.get(1)?,
+                                response_status: r.get(2)?,
+                                response_body: r.get(3)?,
+                                order_id: r.get(4)?,
+                                expires_at_ms: r.get(5)?,
+                            })
+                        },
+                    )
+                    .optional()?;
+                match row {
+                    Some(row) if row.expires_at_ms <= now => {
+                        c.execute(
+                            "DELETE FROM idempotency_keys WHERE key = ?1 AND expires_at_ms <= ?2",
+                            params![k, now],
+                        )?;
+                    }
+                    Some(row) => return Ok(Claim::Existing(row)),
+                    // Deleted between our INSERT and SELECT (expiry by another request): retry.
+                    None => {}
+                }
+            }
+            Err(StoreError::Task(format!("could not claim idempotency key {k:?}")))
+        })
+        .await
+    }
+
+    pub(super) async fn complete(
+        &self,
+        key: &str,
+        id: &str,
+        order: &str,
+        response: &str,
+    ) -> Result<(), StoreError> {
+        let (k, id, order, response) = (
+            key.to_string(),
+            id.to_string(),
+            order.to_string(),
+            response.to_string(),
+        );
+        self.db(move |c| {
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            tx.execute(
+                "INSERT INTO orders (id, idempotency_key, status, body, created_at_ms) VALUES (?1, ?2, 'pending', ?3, ?4)",
+                params![id, k, order, now_ms()],
+            )?;
+            tx.execute(
+                "UPDATE idempotency_keys SET state = 'completed', response_status = 201, response_body = ?1, order_id = ?2 WHERE key = ?3",
+                params![response, id, k],
+            )?;
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
+    pub(super) async fn release(&self, key: &str) -> Result<(), StoreError> {
+        let k = key.to_string();
+        self.db(move |c| {
+            c.execute(
+                "DELETE FROM idempotency_keys WHERE key = ?1 AND state = 'in_flight'",
+                [k],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    pub(super) async fn get(&self, id: &str) -> Result<Option<(String, String)>, StoreError> {
+        let i = id.to_string();
+        self.db(move |c| {
+            Ok(
+                c.query_row("SELECT status, body FROM orders WHERE id = ?1", [i], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+                })
+                .optional()?,
+            )
+        })
+        .await
+    }
+
+    pub(super) async fn ids_by_key(&self, key: &str) -> Result<Vec<String>, StoreError> {
+        let k = key.to_string();
+        self.db(move |c| {
+            let mut st = c.prepare(
+                "SELECT id FROM orders WHERE idempotency_key = ?1 ORDER BY created_at_ms",
+            )?;
+            let ids = st
+                .query_map([k], |r| r.get::<_, String>(0))?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(ids)
+        })
+        .await
+    }
+
+    pub(super) async fn pay_conditional(
+        &self,
+        id: &str,
+    ) -> Result<(bool, Option<String>), StoreError> {
+        let i = id.to_string();
+        self.db(move |c| {
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let now = now_ms();
+            let n = tx.execute(
+                "UPDATE orders SET status = 'paid', paid_at_ms = ?1 WHERE id = ?2 AND status = 'pending'",
+                params![now, i],
+            )?;
+            if n == 1 {
+                tx.execute(
+                    "INSERT INTO payments (order_id, at_ms) VALUES (?1, ?2)",
+                    params![i, now],
+                )?;
+            }
+            let status: Option<String> = tx
+                .query_row("SELECT status FROM orders WHERE id = ?1", [&i], |r| r.get(0))
+                .optional()?;
+            tx.commit()?;
+            Ok((n == 1, status))
+        })
+        .await
+    }
+
+    pub(super) async fn status_of(&self, id: &str) -> Result<Option<String>, StoreError> {
+        let i = id.to_string();
+        self.db(move |c| {
+            Ok(
+                c.query_row("SELECT status FROM orders WHERE id = ?1", [i], |r| r.get(0))
+                    .optional()?,
+            )
+        })
+        .await
+    }
+
+    pub(super) async fn pay_unconditional(&self, id: &str) -> Result<(), StoreError> {
+        let i = id.to_string();
+        self.db(move |c| {
+            let now = now_ms();
+            c.execute(
+                "UPDATE orders SET status = 'paid', paid_at_ms = ?1 WHERE id = ?2",
+                params![now, i],
+            )?;
+            c.execute(
+                "INSERT INTO payments (order_id, at_ms) VALUES (?1, ?2)",
+                params![i, now],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+}

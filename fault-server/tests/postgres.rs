@@ -1,0 +1,467 @@
+//! The orders store and the shared schedule counters on a real PostgreSQL server, with several
+//! fault-server replicas sharing one database, over real sockets.
+//!
+//! The server is named by `FAULT_SERVER_TEST_DATABASE_URL` (`bash .ci/postgres` starts one and
+//! prints it). Without it each test says that it skips and passes, unless `HARNESS_REQUIRE_TOOLS=1`,
+//! when it fails. Isolation: every test makes a schema of its own, `t_<random>`, and gives the
+//! servers a URL whose `options=-csearch_path%3Dt_<random>` puts their tables there, so tests
+//! running in parallel never see each other's rows; the schema is dropped at the end.
+
+mod common;
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use common::{burst_across, journal, request_bytes, send};
+use fault_server::{Config, FaultServer, ServerOptions};
+use tokio_postgres::NoTls;
+
+/// The server's URL, or `None` (after saying so) when the tests are to skip.
+fn base_url(test: &str) -> Option<String> {
+    match std::env::var("FAULT_SERVER_TEST_DATABASE_URL") {
+        Ok(u) if !u.trim().is_empty() => Some(u.trim().to_string()),
+        _ => {
+            assert!(
+                std::env::var("HARNESS_REQUIRE_TOOLS").as_deref() != Ok("1"),
+                "{test}: FAULT_SERVER_TEST_DATABASE_URL is not set and HARNESS_REQUIRE_TOOLS=1: \
+                 start PostgreSQL with `bash .ci/postgres` and export the URL it prints"
+            );
+            // Straight to stderr, not through the test harness's capture: a skip must be seen.
+            let _ = writeln!(
+                std::io::stderr(),
+                "{test}: skipped: FAULT_SERVER_TEST_DATABASE_URL is not set (`bash .ci/postgres` prints one)"
+            );
+            None
+        }
+    }
+}
+
+/// A schema of the test's own on the test server.
+struct TestDb {
+    schema: String,
+    /// The URL the fault servers use: their tables go to `schema`.
+    url: String,
+    admin: tokio_postgres::Client,
+}
+
+impl TestDb {
+    async fn new(test: &str) -> Option<TestDb> {
+        let base = base_url(test)?;
+        let (admin, conn) = tokio_postgres::connect(&base, NoTls)
+            .await
+            .unwrap_or_else(|e| {
+                panic!("{test}: cannot connect to FAULT_SERVER_TEST_DATABASE_URL: {e}")
+            });
+        tokio::spawn(conn);
+        let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+        admin
+            .batch_execute(&format!("CREATE SCHEMA {schema}"))
+            .await
+            .expect("create the test's schema");
+        let sep = if base.contains('?') { '&' } else { '?' };
+        let url = format!("{base}{sep}options=-csearch_path%3D{schema}");
+        Some(TestDb { schema, url, admin })
+    }
+
+    /// `SELECT COUNT(*) FROM <schema>.<rest>`.
+    async fn count(&self, rest: &str) -> i64 {
+        self.admin
+            .query_one(&format!("SELECT COUNT(*) FROM {}.{rest}", self.schema), &[])
+            .await
+            .expect("count")
+            .get(0)
+    }
+
+    async fn drop(self) {
+        let _ = self
+            .admin
+            .batch_execute(&format!("DROP SCHEMA {} CASCADE", self.schema))
+            .await;
+    }
+}
+
+/// Two replicas on 127.0.0.2 and 127.0.0.3 with the same config, started at the same moment (so
+/// their schema creations race, as two pods' would).
+async fn replicas(yaml: &str) -> [FaultServer; 2] {
+    let cfg = Config::from_yaml(yaml, "test").expect("test config is valid");
+    let opts = |ip: [u8; 4], id: &str| ServerOptions {
+        bind: SocketAddr::from((ip, 0)),
+        replica_id: Some(id.to_string()),
+        ..ServerOptions::default()
+    };
+    let (a, b) = tokio::join!(
+        FaultServer::start(cfg.clone(), opts([127, 0, 0, 2], "a")),
+        FaultServer::start(cfg, opts([127, 0, 0, 3], "b")),
+    );
+    [a.expect("replica a starts"), b.expect("replica b starts")]
+}
+
+fn addrs(servers: &[FaultServer]) -> Vec<SocketAddr> {
+    servers.iter().map(FaultServer::addr).collect()
+}
+
+async fn journals(servers: &[FaultServer]) -> Vec<history::Entry> {
+    let mut all = Vec::new();
+    for s in servers {
+        all.extend(journal(s).await);
+    }
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unique_gives_one_order_per_key_across_replicas() {
+    let Some(db) = TestDb::new("unique_gives_one_order_per_key_across_replicas").await else {
+        return;
+    };
+    let servers = replicas(&format!(
+        "orders: {{ idempotency: unique, work_delay: 20ms, database: \"{}\" }}",
+        db.url
+    ))
+    .await;
+    let addrs = addrs(&servers);
+    const ROUNDS: usize = 8;
+    for round in 0..ROUNDS {
+        let key = format!("round-{round}");
+        let body = format!(r#"{{"sku":"A{round}","qty":1}}"#);
+        let replies = burst_across(&addrs, 10, |_| {
+            request_bytes("POST", "/orders", Some(&key), &body)
+        })
+        .await;
+        let statuses: Vec<u16> = replies.iter().map(|r| r.status).collect();
+        assert!(
+            statuses.iter().all(|s| matches!(s, 201 | 200 | 409)),
+            "{statuses:?}"
+        );
+        let created: Vec<_> = replies.iter().filter(|r| r.status == 201).collect();
+        assert_eq!(created.len(), 1, "one creation per key: {statuses:?}");
+        let id = created[0].json()["id"].as_str().unwrap().to_string();
+        for r in &replies {
+            match r.status {
+                200 => {
+                    assert_eq!(r.header("idempotent-replayed"), Some("true"));
+                    assert_eq!(r.body, created[0].body, "a replay is the stored response");
+                    assert_eq!(r.header("location"), Some(format!("/orders/{id}").as_str()));
+                }
+                409 => {
+                    assert_eq!(r.header("retry-after"), Some("1"));
+                    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(
+            servers[0].orders().count_for_key(&key).await.unwrap(),
+            1,
+            "{key}"
+        );
+        // Both replicas see the one order.
+        for a in &addrs {
+            let got = send(
+                *a,
+                &request_bytes("GET", &format!("/orders/{id}"), None, ""),
+            )
+            .await;
+            assert_eq!(got.status, 200);
+        }
+    }
+    assert_eq!(db.count("orders").await, ROUNDS as i64);
+    let j = journals(&servers).await;
+    assert_eq!(j.iter().filter(|e| e.method == "POST").count(), ROUNDS * 10);
+    let created: HashSet<&str> = j.iter().filter_map(|e| e.created.as_deref()).collect();
+    assert_eq!(
+        created.len(),
+        ROUNDS,
+        "the journals agree with the database"
+    );
+    for s in servers {
+        s.shutdown().await;
+    }
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_then_insert_races_into_duplicates_across_replicas() {
+    let Some(db) = TestDb::new("check_then_insert_races_into_duplicates_across_replicas").await
+    else {
+        return;
+    };
+    // Each request looks, then works 500 ms, then inserts: a burst whose requests all look
+    // before the first of them inserts creates several orders. How many rounds race depends on
+    // the machine; that one can, and that every duplicate is counted, does not.
+    let servers = replicas(&format!(
+        "orders: {{ idempotency: check-then-insert, work_delay: 500ms, database: \"{}\" }}",
+        db.url
+    ))
+    .await;
+    let addrs = addrs(&servers);
+    const ROUNDS: usize = 5;
+    let mut counts = Vec::new();
+    for round in 0..ROUNDS {
+        let key = format!("round-{round}");
+        let replies = burst_across(&addrs, 10, |_| {
+            request_bytes("POST", "/orders", Some(&key), r#"{"sku":"A"}"#)
+        })
+        .await;
+        assert!(
+            replies.iter().all(|r| matches!(r.status, 201 | 200)),
+            "{:?}",
+            replies.iter().map(|r| r.status).collect::<Vec<_>>()
+        );
+        let n = servers[1].orders().count_for_key(&key).await.unwrap();
+        assert_eq!(
+            n,
+            replies.iter().filter(|r| r.status == 201).count() as u64,
+            "every 201 made one order"
+        );
+        counts.push(n);
+    }
+    assert!(
+        counts.iter().any(|c| *c > 1),
+        "no duplicates in {ROUNDS} rounds: {counts:?}"
+    );
+    let j = journals(&servers).await;
+    let created = j.iter().filter(|e| e.created.is_some()).count() as i64;
+    assert_eq!(created, db.count("orders").await);
+    assert_eq!(created as u64, counts.iter().sum::<u64>());
+    for s in servers {
+        s.shutdown().await;
+    }
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_semantics_across_replicas() {
+    let Some(db) = TestDb::new("idempotency_semantics_across_replicas").await else {
+        return;
+    };
+    let servers = replicas(&format!(
+        "orders: {{ idempotency: unique, work_delay: 3s, retry_after_s: 2, database: \"{}\" }}",
+        db.url
+    ))
+    .await;
+    let [a, b] = [servers[0].addr(), servers[1].addr()];
+    let post = |addr, key: Option<&'static str>, body: &'static str| async move {
+        send(addr, &request_bytes("POST", "/orders", key, body)).await
+    };
+    let first = tokio::spawn(post(a, Some("k"), r#"{"sku":"A"}"#));
+    // The first request's claim is in the database: from now until its work ends, the key is in
+    // flight for every replica.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while db.count("idempotency_keys WHERE state = 'in_flight'").await == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the first request never claimed its key"
+        );
+        tokio::task::yield_now().await;
+    }
+    let concurrent = post(b, Some("k"), r#"{"sku":"A"}"#).await;
+    assert_eq!(concurrent.status, 409, "{}", concurrent.body);
+    assert_eq!(concurrent.header("retry-after"), Some("2"));
+    let first = first.await.unwrap();
+    assert_eq!(first.status, 201);
+    let replay = post(b, Some("k"), r#"{"sku":"A"}"#).await;
+    assert_eq!(replay.status, 200);
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    assert_eq!(replay.body, first.body);
+    assert_eq!(post(a, Some("k"), r#"{"sku":"B"}"#).await.status, 422);
+    assert_eq!(post(b, None, "{}").await.status, 400);
+    let listed = send(
+        b,
+        &request_bytes("GET", "/orders?idempotency_key=k", None, ""),
+    )
+    .await;
+    assert_eq!(listed.json()["count"], 1);
+    assert_eq!(
+        send(a, &request_bytes("GET", "/orders/nope", None, ""))
+            .await
+            .status,
+        404
+    );
+    // A reset clears the orders of this server's tables.
+    let reset = send(a, &request_bytes("POST", "/__harness/reset", None, "")).await;
+    assert_eq!(reset.status, 200, "{}", reset.body);
+    assert_eq!(db.count("orders").await, 0);
+    assert_eq!(db.count("idempotency_keys").await, 0);
+    for s in servers {
+        s.shutdown().await;
+    }
+    db.drop().await;
+}
+
+async fn pay_race(db: &TestDb, pay: &str) -> (Vec<u16>, u64, Vec<history::Entry>) {
+    let servers = replicas(&format!(
+        "orders: {{ pay: {pay}, work_delay: 500ms, database: \"{}\" }}",
+        db.url
+    ))
+    .await;
+    let addrs = addrs(&servers);
+    let created = send(addrs[0], &request_bytes("POST", "/orders", Some("p"), "{}")).await;
+    let id = created.json()["id"].as_str().unwrap().to_string();
+    let path = format!("/orders/{id}/pay");
+    let replies = burst_across(&addrs, 10, |_| request_bytes("POST", &path, None, "")).await;
+    let again = send(addrs[1], &request_bytes("POST", &path, None, "")).await;
+    assert_eq!(again.status, 200);
+    assert!(again.json()["transition"].is_null());
+    let payments = servers[0].orders().payments_of(&id).await.unwrap();
+    let j = journals(&servers).await;
+    for s in servers {
+        s.shutdown().await;
+    }
+    (replies.iter().map(|r| r.status).collect(), payments, j)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pay_modes_across_replicas() {
+    let Some(db) = TestDb::new("pay_modes_across_replicas").await else {
+        return;
+    };
+    let (statuses, payments, j) = pay_race(&db, "conditional").await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    assert_eq!(payments, 1, "conditional: one transition");
+    assert_eq!(j.iter().filter(|e| e.transition.is_some()).count(), 1);
+    db.drop().await;
+
+    let Some(db) = TestDb::new("pay_modes_across_replicas").await else {
+        return;
+    };
+    let (statuses, payments, j) = pay_race(&db, "read-then-write").await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    assert!(
+        payments > 1,
+        "read-then-write: the race should charge more than once"
+    );
+    assert_eq!(
+        j.iter().filter(|e| e.transition.is_some()).count() as u64,
+        payments
+    );
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_counters_fire_the_configured_number_of_times_in_total() {
+    let Some(db) =
+        TestDb::new("shared_counters_fire_the_configured_number_of_times_in_total").await
+    else {
+        return;
+    };
+    let servers = replicas(&format!(
+        r#"
+state: shared
+orders: {{ database: "{}" }}
+rules:
+  - id: every-fourth
+    match: {{ path: /nth, requests: "every 4" }}
+    fault: {{ status: 502 }}
+  - id: three-hits
+    match: {{ path: /flaky, hits: "1-3" }}
+    fault: {{ status: 503 }}
+  - id: first-two-attempts
+    match: {{ method: POST, path: /orders, attempts: "1-2" }}
+    fault: {{ status: 500 }}
+"#,
+        db.url
+    ))
+    .await;
+    let addrs = addrs(&servers);
+
+    // Requests numbered across both replicas: the 4th, 8th and 12th are faulted.
+    let mut nth = Vec::new();
+    for i in 0..12 {
+        nth.push(
+            send(addrs[i % 2], &request_bytes("GET", "/nth", None, ""))
+                .await
+                .status,
+        );
+    }
+    assert_eq!(
+        nth,
+        [200, 200, 200, 502, 200, 200, 200, 502, 200, 200, 200, 502]
+    );
+
+    // Hits counted across both replicas: three in total, whoever receives them.
+    let mut faulted = 0;
+    for _ in 0..3 {
+        let replies = burst_across(&addrs, 10, |_| request_bytes("GET", "/flaky", None, "")).await;
+        faulted += replies.iter().filter(|r| r.status == 503).count();
+        assert!(replies.iter().all(|r| matches!(r.status, 503 | 200)));
+    }
+    assert_eq!(
+        faulted, 3,
+        "`hits: 1-3` fires three times among all replicas"
+    );
+
+    // A key's attempts counted across both replicas.
+    let mut attempts = Vec::new();
+    for i in 0..4 {
+        attempts.push(
+            send(
+                addrs[i % 2],
+                &request_bytes("POST", "/orders", Some("k"), r#"{"sku":"A"}"#),
+            )
+            .await
+            .status,
+        );
+    }
+    assert_eq!(attempts, [500, 500, 201, 200]);
+
+    let j = journals(&servers).await;
+    let mut key_attempts: Vec<u32> = j
+        .iter()
+        .filter(|e| e.idempotency_key.as_deref() == Some("k"))
+        .filter_map(|e| e.key_attempt)
+        .collect();
+    key_attempts.sort();
+    assert_eq!(
+        key_attempts,
+        [1, 2, 3, 4],
+        "the journal has the cluster's numbers"
+    );
+    assert_eq!(
+        j.iter()
+            .filter(|e| e.rule.as_deref() == Some("three-hits"))
+            .count(),
+        3
+    );
+    assert!(
+        j.iter().any(|e| e.replica.as_deref() == Some("a"))
+            && j.iter().any(|e| e.replica.as_deref() == Some("b"))
+    );
+
+    // A reset starts every count again, for every replica.
+    let reset = send(
+        addrs[1],
+        &request_bytes("POST", "/__harness/reset", None, ""),
+    )
+    .await;
+    assert_eq!(reset.status, 200, "{}", reset.body);
+    assert_eq!(db.count("schedule_counters").await, 0);
+    let replies = burst_across(&addrs, 4, |_| request_bytes("GET", "/flaky", None, "")).await;
+    assert_eq!(replies.iter().filter(|r| r.status == 503).count(), 3);
+    for s in servers {
+        s.shutdown().await;
+    }
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_database_is_named_without_its_password() {
+    // Needs no server: port 1 on loopback refuses at once.
+    let cfg = Config::from_yaml(
+        "orders: { database: \"postgres://harness:s3cret@127.0.0.1:1/harness\" }",
+        "test",
+    )
+    .unwrap();
+    let err = match FaultServer::start(cfg, ServerOptions::default()).await {
+        Ok(_) => panic!("started without a database"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains(
+            "cannot connect to the orders database postgres://harness@127.0.0.1:1/harness"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("s3cret"), "{err}");
+}
