@@ -11,7 +11,7 @@
 #   --secs S     seconds per measurement (default 5)
 #   --soak S     length of the RSS soaks (default 60; the documented runs use 3600): the driver
 #                at 5k req/s, and the fault server at 20k req/s with its journal kept
-#   --only LIST  comma-separated parts: throughput,rate,burst,analyze,merge,conns,soak,server-soak,
+#   --only LIST  comma-separated parts: throughput,rate,burst,analyze,merge,orders-store,conns,soak,server-soak,
 #                tls,h2,sync (default: all)
 #   --summary F  where the summary goes (default bench/results/latest.json)
 #
@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 ROUNDS=3
 SECS=5
 SOAK=60
-ONLY="throughput,rate,burst,analyze,merge,conns,soak,server-soak,tls,h2,sync"
+ONLY="throughput,rate,burst,analyze,merge,orders-store,conns,soak,server-soak,tls,h2,sync"
 SUMMARY=bench/results/latest.json
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -306,6 +306,49 @@ if wants merge; then
     timed merge merge-1000 "$r" "$HARNESS" merge "$TMP"/shards-1000/*.json --format json
   done
   rm -rf "$TMP/shards-100" "$TMP/shards-1000"
+fi
+
+# --- the orders store: SQLite against PostgreSQL, one replica and two ------------------------------
+# Creations per second (32 clients, a new key each, 10 s) and same-key bursts (100 rounds of 10),
+# against one fault server on SQLite, one on PostgreSQL, and two on one PostgreSQL (the load as two
+# shards, one per replica, merged).
+if wants orders-store; then
+  echo "== orders store: SQLite vs PostgreSQL, one replica and two"
+  PG_URL="$(bash .ci/postgres)"
+  orders_cfg() { printf 'orders: { idempotency: unique, database: "%s" }\n' "$1" > "$TMP/orders-$2.yaml"; }
+  orders_cfg "$TMP/orders.db" sqlite
+  orders_cfg "$PG_URL" pg
+  for ((r = 1; r <= ROUNDS; r++)); do
+    echo "   round $r/$ROUNDS"
+    for store in sqlite pg; do
+      rm -f "$TMP/orders.db"*
+      start_server "orders-$store" "$BIN/fault-server" --config "$TMP/orders-$store.yaml" --bind 127.0.0.1:0
+      pid=$LAST_PID
+      curl -fsS -X POST "$URL/__harness/reset" > /dev/null
+      "$HARNESS" run bench/orders-store.yaml --target "$URL" --format json > "$TMP/os.json" || true
+      record orders-store "creations-$store-1" "$r" rps "$(json "$TMP/os.json" "d['throughput_rps']")"
+      record orders-store "creations-$store-1" "$r" p99_ms "$(json "$TMP/os.json" "d['latency_ms']['p99']")"
+      "$HARNESS" run bench/orders-bursts.yaml --target "$URL" --format json > "$TMP/ob.json" || true
+      record orders-store "bursts-$store" "$r" p50_ms "$(json "$TMP/ob.json" "d['latency_ms']['p50']")"
+      record orders-store "bursts-$store" "$r" p99_ms "$(json "$TMP/ob.json" "d['latency_ms']['p99']")"
+      record orders-store "bursts-$store" "$r" duplicates_passed "$(json "$TMP/ob.json" "[c['passed'] for c in d['checks'] if c['name']=='duplicates'][0]")"
+      kill "$pid" 2>/dev/null || true
+    done
+    # Two replicas on one PostgreSQL, the load as two shards, one per replica.
+    start_server orders-pg-a "$BIN/fault-server" --config "$TMP/orders-pg.yaml" --bind 127.0.0.1:0 --replica-id a
+    url_a=$URL; pid_a=$LAST_PID
+    start_server orders-pg-b "$BIN/fault-server" --config "$TMP/orders-pg.yaml" --bind 127.0.0.1:0 --replica-id b
+    url_b=$URL; pid_b=$LAST_PID
+    at=$(( $(date +%s%3N) + 2000 ))
+    "$HARNESS" run bench/orders-store.yaml --target "$url_a" --shard 0/2 --start-at "$at" --report-dir "$TMP/os-s0" --format json > /dev/null &
+    s0=$!
+    "$HARNESS" run bench/orders-store.yaml --target "$url_b" --shard 1/2 --start-at "$at" --report-dir "$TMP/os-s1" --format json > /dev/null
+    wait "$s0" || true
+    "$HARNESS" merge "$TMP/os-s0/report.json" "$TMP/os-s1/report.json" --format json > "$TMP/os2.json" || true
+    record orders-store creations-pg-2 "$r" rps "$(json "$TMP/os2.json" "d['throughput_rps']")"
+    record orders-store creations-pg-2 "$r" p99_ms "$(json "$TMP/os2.json" "d['latency_ms']['p99']")"
+    kill "$pid_a" "$pid_b" 2>/dev/null || true
+  done
 fi
 
 # --- RSS at 10k connections ----------------------------------------------------------------------
