@@ -118,8 +118,8 @@ enum Kind {
     Immediate,
 }
 
-/// Attempt groups whose median delays grow by less than this factor from the shortest to the
-/// longest do not back off (an exponential backoff doubles; handling delays stay put).
+/// Attempt groups whose median delay at the last attempt is less than this factor times the first
+/// attempt's do not back off (an exponential backoff doubles; handling delays stay put or shrink).
 const GROWTH: f64 = 1.5;
 
 #[derive(Debug)]
@@ -195,9 +195,16 @@ impl JitterCheck {
         if groups.len() < 2 || groups.iter().any(|a| a.median_ms >= window) {
             return;
         }
-        let lo = groups.iter().map(|a| a.median_ms).fold(f64::MAX, f64::min);
-        let hi = groups.iter().map(|a| a.median_ms).fold(0.0, f64::max);
-        if hi >= lo * GROWTH {
+        // Backing off means waiting longer at later attempts: the last group's median against
+        // the first's (handling delays may as well shrink as the crowd thins).
+        let by_attempt = |a: &&Analysis| a.attempt;
+        let (Some(first), Some(last)) = (
+            groups.iter().min_by_key(by_attempt),
+            groups.iter().max_by_key(by_attempt),
+        ) else {
+            return;
+        };
+        if last.median_ms >= first.median_ms * GROWTH {
             return;
         }
         for a in groups.iter_mut() {
@@ -670,6 +677,13 @@ mod tests {
         assert!(r.summary.starts_with("no backoff"), "{}", r.summary);
         assert!(dispersion(&r) > 0.14, "looks jittered: {}", dispersion(&r));
         assert_eq!(r.metrics["groups"][0]["finding"], "no_backoff");
+        // Handling delays that shrink as the crowd thins are no backoff either.
+        let j = herd(50, 3, 14, |rng, k, _| {
+            (150.0 - 45.0 * k as f64) * (0.5 + rng.random::<f64>())
+        });
+        let r = run_one("jitter", "{}", &j);
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
+        assert!(r.summary.starts_with("no backoff"), "{}", r.summary);
         // Jitter that grows with the attempts, from as short a base, is a backoff: it passes.
         let j = herd(50, 3, 11, |rng, k, _| {
             rng.random::<f64>() * 100.0 * f64::powi(2.0, k as i32 - 1)

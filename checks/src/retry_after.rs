@@ -139,7 +139,8 @@ impl Check for RetryAfterCheck {
         } else if self.checked == 0 && !configured {
             (
                 Verdict::Inconclusive,
-                "not enough data: the journal records no Retry-After; configure default_s, \
+                "not enough data: no response in the journal carried a Retry-After (none was \
+                 recorded); for a journal without response headers configure default_s, \
                  by_status or by_rule to match the fault schedule"
                     .to_string(),
             )
@@ -170,7 +171,7 @@ impl CheckSpec for RetryAfterConfig {
     const ABOUT: About = About {
         catches: "clients that come back before they were told to",
         how: "next arrival minus the response's end, against the Retry-After of that response",
-        limits: "the journal records no response headers: the value comes from the config (`by_rule`, `by_status`, `default_s`, matching the schedule) or a journal field `retry_after_s`; HTTP-dates cannot be expressed",
+        limits: "reads the Retry-After the journal recorded with the response (the fault server records it; seconds or an HTTP-date); for a journal without it, from the config (`by_rule`, `by_status`, `default_s`, matching the schedule) or a journal field `retry_after_s`",
     };
 
     fn scale(&mut self, f: f64) {

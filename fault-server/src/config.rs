@@ -26,6 +26,10 @@ pub struct Config {
     /// Request headers copied into the journal, besides the default set.
     #[serde(default)]
     pub capture_headers: Vec<String>,
+    /// Response headers copied into the journal (`response_headers`), besides Retry-After,
+    /// Location and Idempotent-Replayed.
+    #[serde(default)]
+    pub capture_response_headers: Vec<String>,
     /// The built-in orders resource.
     #[serde(default)]
     pub orders: OrdersConfig,
@@ -917,6 +921,20 @@ impl Config {
                 "orders.pool_size",
                 format!("{} connections; give 1 to 256", self.orders.pool_size),
             ));
+        }
+        for (field, names) in [
+            ("capture_headers", &self.capture_headers),
+            ("capture_response_headers", &self.capture_response_headers),
+        ] {
+            for (i, n) in names.iter().enumerate() {
+                if http::HeaderName::from_bytes(n.to_ascii_lowercase().as_bytes()).is_err() {
+                    return Err(ConfigError::at(
+                        origin,
+                        format!("{field}[{i}]"),
+                        format!("{n:?} is not a header name (letters, digits and -_!#$%&'*+.^`|~)"),
+                    ));
+                }
+            }
         }
         let on_postgres = self
             .orders

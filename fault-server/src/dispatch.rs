@@ -161,7 +161,13 @@ pub(crate) async fn handle(
                 pending.entry().key_attempt = attempt;
                 (n, attempt)
             }
-            Err(e) => return Ok(respond(shared_state_unavailable(&e), pending)),
+            Err(e) => {
+                return Ok(respond(
+                    shared_state_unavailable(&e),
+                    pending,
+                    &state.response_capture,
+                ))
+            }
         },
     };
     let facts = RequestFacts {
@@ -187,13 +193,19 @@ pub(crate) async fn handle(
             };
             match schedule.decide_counted(&facts, bump).await {
                 Ok(d) => d.map(|d| (d.rule.to_string(), d.fault.clone(), d.draw)),
-                Err(e) => return Ok(respond(shared_state_unavailable(&e), pending)),
+                Err(e) => {
+                    return Ok(respond(
+                        shared_state_unavailable(&e),
+                        pending,
+                        &state.response_capture,
+                    ))
+                }
             }
         }
     };
     let Some((rule, fault, draw)) = decision else {
         if !is_resource_path(parts.uri.path()) {
-            return Ok(respond(ok_reply(), pending));
+            return Ok(respond(ok_reply(), pending, &state.response_capture));
         }
         let request = ResourceRequest {
             method: parts.method,
@@ -204,7 +216,7 @@ pub(crate) async fn handle(
             body_sha256,
         };
         let reply = serve_resource(&conn.routes.resource, request).await;
-        return Ok(respond(reply, pending));
+        return Ok(respond(reply, pending, &state.response_capture));
     };
     let subject = key.clone().unwrap_or_else(|| seq.to_string());
     let request = ResourceRequest {
@@ -224,7 +236,7 @@ pub(crate) async fn handle(
     let attempt = u64::from(key_attempt.unwrap_or(0));
 
     match fault {
-        FaultConfig::Status(s) => Ok(status_response(&s, pending)),
+        FaultConfig::Status(s) => Ok(status_response(&s, pending, &state.response_capture)),
         FaultConfig::Delay(spec) => {
             let d = sample_delay(spec, state.seed, &rule, &subject, attempt);
             tokio::select! {
@@ -232,7 +244,7 @@ pub(crate) async fn handle(
                 _ = peer_closed(stream) => ctl.hand_over(SocketAction::Abandon, pending).await,
             }
             let reply = serve_resource(&conn.routes.resource, request).await;
-            Ok(respond(reply, pending))
+            Ok(respond(reply, pending, &state.response_capture))
         }
         FaultConfig::Drop => {
             let reply = serve_resource(&conn.routes.resource, request).await;

@@ -28,12 +28,30 @@ pub(crate) fn record_reply(pending: &mut Pending, reply: &ResourceReply) {
     e.resource = reply.resource.clone();
 }
 
-pub(crate) fn respond(reply: ResourceReply, mut pending: Pending) -> Response<ResBody> {
+/// Response headers every journal entry records when the response has them.
+pub(crate) const RECORDED_RESPONSE_HEADERS: [&str; 3] =
+    ["retry-after", "location", "idempotent-replayed"];
+
+/// Copies the response headers named in `capture` into the entry's `response_headers`.
+fn record_headers(pending: &mut Pending, h: &http::HeaderMap, capture: &[HeaderName]) {
+    let mut kept = std::collections::BTreeMap::new();
+    for name in capture {
+        if let Some(v) = h.get(name).and_then(|v| v.to_str().ok()) {
+            kept.insert(name.as_str().to_string(), v.to_string());
+        }
+    }
+    if !kept.is_empty() {
+        pending.entry().response_headers = Some(kept);
+    }
+}
+
+pub(crate) fn respond(
+    reply: ResourceReply,
+    mut pending: Pending,
+    capture: &[HeaderName],
+) -> Response<ResBody> {
     record_reply(&mut pending, &reply);
-    let mut res = Response::new(Either::Left(JournaledBody::new(reply.body, pending)));
-    *res.status_mut() =
-        StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let h = res.headers_mut();
+    let mut h = http::HeaderMap::new();
     h.insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static(reply.content_type),
@@ -43,10 +61,19 @@ pub(crate) fn respond(reply: ResourceReply, mut pending: Pending) -> Response<Re
             h.insert(HeaderName::from_static(name), v);
         }
     }
+    record_headers(&mut pending, &h, capture);
+    let mut res = Response::new(Either::Left(JournaledBody::new(reply.body, pending)));
+    *res.status_mut() =
+        StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    *res.headers_mut() = h;
     res
 }
 
-pub(crate) fn status_response(s: &StatusFault, mut pending: Pending) -> Response<ResBody> {
+pub(crate) fn status_response(
+    s: &StatusFault,
+    mut pending: Pending,
+    capture: &[HeaderName],
+) -> Response<ResBody> {
     let code = StatusCode::from_u16(s.code.0).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     pending.entry().status = Some(code.as_u16());
     let (body, content_type) = match &s.body {
@@ -64,9 +91,8 @@ pub(crate) fn status_response(s: &StatusFault, mut pending: Pending) -> Response
             "application/problem+json",
         ),
     };
-    let mut res = Response::new(Either::Left(JournaledBody::new(body, pending)));
-    *res.status_mut() = code;
-    let h = res.headers_mut();
+    let mut headers = http::HeaderMap::new();
+    let h = &mut headers;
     h.insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static(content_type),
@@ -89,6 +115,10 @@ pub(crate) fn status_response(s: &StatusFault, mut pending: Pending) -> Response
             h.insert(n, v);
         }
     }
+    record_headers(&mut pending, &headers, capture);
+    let mut res = Response::new(Either::Left(JournaledBody::new(body, pending)));
+    *res.status_mut() = code;
+    *res.headers_mut() = headers;
     res
 }
 
@@ -136,6 +166,9 @@ pub(crate) fn reject(
         let e = pending.entry();
         e.status = Some(status.as_u16());
         e.rejected = Some(reason.to_string());
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            e.response_headers = Some([("retry-after".to_string(), "1".to_string())].into());
+        }
     }
     let body = JournaledBody {
         data: Some(Bytes::from_static(text.as_bytes())),

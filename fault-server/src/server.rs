@@ -137,6 +137,17 @@ impl FaultServer {
                 }
             }
         }
+        let mut response_capture: Vec<HeaderName> = crate::reply::RECORDED_RESPONSE_HEADERS
+            .iter()
+            .map(|h| HeaderName::from_static(h))
+            .collect();
+        for h in &config.capture_response_headers {
+            if let Ok(name) = HeaderName::from_bytes(h.to_ascii_lowercase().as_bytes()) {
+                if !response_capture.contains(&name) {
+                    response_capture.push(name);
+                }
+            }
+        }
         let schedule = Arc::new(Schedule::new(&config.rules, seed, Instant::now()));
         let state = Arc::new(State {
             clock: Arc::new(Clock::new()),
@@ -163,6 +174,7 @@ impl FaultServer {
             seed,
             hang_cap: config.hang_cap.map_or(DEFAULT_HANG_CAP, |d| d.0),
             capture,
+            response_capture,
             empty_body_sha256: hex::encode(Sha256::digest(b"")),
             tls,
         });

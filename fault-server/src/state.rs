@@ -112,6 +112,9 @@ pub(crate) struct State {
     pub(crate) seed: u64,
     pub(crate) hang_cap: Duration,
     pub(crate) capture: Vec<HeaderName>,
+    /// Response headers copied into the journal: Retry-After, Location, Idempotent-Replayed and
+    /// the config's `capture_response_headers`.
+    pub(crate) response_capture: Vec<HeaderName>,
     pub(crate) empty_body_sha256: String,
     /// TLS, when the server serves `https://`.
     pub(crate) tls: Option<crate::tls::ServerTls>,

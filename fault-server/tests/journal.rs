@@ -207,3 +207,63 @@ async fn a_replica_names_itself_and_stamps_the_wall_clock_in_microseconds() {
         assert_eq!(line.contains("\"replica\""), replica.is_some(), "{line}");
     }
 }
+
+#[tokio::test]
+async fn the_journal_records_the_response_headers_a_client_acts_on() {
+    let s = common::start(
+        r#"
+capture_response_headers: [X-Trace, "content-type"]
+rules:
+  - id: shed
+    match: { path: /shed }
+    fault: { status: { code: 503, retry_after: 7, headers: { x-trace: t-1 } } }
+  - id: shed-until
+    match: { path: /until }
+    fault: { status: { code: 429, retry_after_date: 30s } }
+"#,
+    )
+    .await;
+    let send = |bytes: Vec<u8>| {
+        let addr = s.addr();
+        async move {
+            let c = tokio::net::TcpStream::connect(addr).await.unwrap();
+            common::exchange(c, &bytes).await.unwrap()
+        }
+    };
+    let create = || common::request_bytes("POST", "/orders", Some("k-1"), r#"{"sku":"a"}"#);
+    let created = send(create()).await;
+    assert_eq!(created.status, 201);
+    let replayed = send(create()).await;
+    assert_eq!(replayed.status, 200);
+    send(common::request_bytes("GET", "/shed", None, "")).await;
+    send(common::request_bytes("GET", "/until", None, "")).await;
+    send(common::request_bytes("GET", "/plain", None, "")).await;
+    let j = common::journal(&s).await;
+    let h = |i: usize, name: &str| j[i].response_header(name).map(str::to_string);
+    let location = h(0, "location").expect("a creation's Location");
+    assert!(location.starts_with("/orders/"), "{location}");
+    assert_eq!(h(1, "idempotent-replayed").as_deref(), Some("true"));
+    assert_eq!(h(2, "retry-after").as_deref(), Some("7"));
+    assert_eq!(
+        h(2, "x-trace").as_deref(),
+        Some("t-1"),
+        "captured by config"
+    );
+    assert_eq!(
+        h(2, "content-type").as_deref(),
+        Some("application/problem+json")
+    );
+    assert!(h(3, "retry-after").unwrap().ends_with(" GMT"));
+    // Only what the response had: here the configured content-type.
+    let plain = j[4]
+        .response_headers
+        .as_ref()
+        .expect("content-type was captured");
+    assert_eq!(plain.keys().collect::<Vec<_>>(), vec!["content-type"]);
+    // A bad name in the config is refused with its place.
+    let err =
+        fault_server::Config::from_yaml("capture_response_headers: [\"bad name\"]\n", "c.yaml")
+            .unwrap_err()
+            .to_string();
+    assert!(err.contains("capture_response_headers[0]"), "{err}");
+}

@@ -97,7 +97,7 @@ pub fn analyze_with<R: std::io::Read + Send + 'static>(
             tally.observe(&t.entry);
             checks.observe(&Attempt {
                 entry: &t.entry,
-                retry_after_s: None,
+                retry_after_s: checks::journal::recorded_retry_after_s(&t.entry),
                 step: &t.step,
             });
             checks.close(&t.closed);
@@ -215,7 +215,7 @@ fn read_batches(
                 .unwrap_or_default()
                 .to_string(),
         })?;
-        let step = tracker.observe(&e, None);
+        let step = tracker.observe(&e, checks::journal::recorded_retry_after_s(&e));
         batch.push(Tracked {
             entry: e,
             step,
