@@ -118,8 +118,9 @@ enum Kind {
     Immediate,
 }
 
-/// Attempt groups whose median delay at the last attempt is less than this factor times the first
-/// attempt's do not back off (an exponential backoff doubles; handling delays stay put or shrink).
+/// Attempt groups whose slow retries (90th percentile of the delays) wait less than this factor
+/// longer at the last attempt than at the first do not back off (an exponential backoff doubles;
+/// handling delays stay put or shrink).
 const GROWTH: f64 = 1.5;
 
 #[derive(Debug)]
@@ -128,6 +129,8 @@ struct Analysis {
     attempt: u32,
     n: usize,
     median_ms: f64,
+    /// 90th percentile of the delays: how long the group's slow retries waited.
+    p90_ms: f64,
     mad_ms: f64,
     dispersion: f64,
     iqr_over_median: f64,
@@ -195,8 +198,9 @@ impl JitterCheck {
         if groups.len() < 2 || groups.iter().any(|a| a.median_ms >= window) {
             return;
         }
-        // Backing off means waiting longer at later attempts: the last group's median against
-        // the first's (handling delays may as well shrink as the crowd thins).
+        // Backing off means waiting longer at later attempts: the last group's slow retries
+        // (90th percentile, steadier than the median over a few dozen jittered delays) against
+        // the first's; handling delays stay put, or shrink as the crowd thins.
         let by_attempt = |a: &&Analysis| a.attempt;
         let (Some(first), Some(last)) = (
             groups.iter().min_by_key(by_attempt),
@@ -204,7 +208,7 @@ impl JitterCheck {
         ) else {
             return;
         };
-        if last.median_ms >= first.median_ms * GROWTH {
+        if last.p90_ms >= first.p90_ms * GROWTH {
             return;
         }
         for a in groups.iter_mut() {
@@ -329,6 +333,7 @@ impl JitterCheck {
             attempt,
             n,
             median_ms: med,
+            p90_ms: quantile(&ms, 0.9)?,
             mad_ms,
             dispersion,
             iqr_over_median,

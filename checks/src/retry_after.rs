@@ -42,6 +42,9 @@ pub struct RetryAfterConfig {
     pub by_rule: BTreeMap<String, f64>,
     /// How much earlier than Retry-After a retry may arrive (ms).
     pub tolerance_ms: u64,
+    /// Factor applied to the Retry-After recorded in the journal: a scenario's time scale (its
+    /// clients wait the server's Retry-After scaled, as every other duration); 1 otherwise.
+    pub recorded_scale: f64,
 }
 
 impl Default for RetryAfterConfig {
@@ -52,6 +55,7 @@ impl Default for RetryAfterConfig {
             by_status: BTreeMap::new(),
             by_rule: BTreeMap::new(),
             tolerance_ms: 50,
+            recorded_scale: 1.0,
         }
     }
 }
@@ -60,6 +64,7 @@ impl RetryAfterConfig {
     /// The Retry-After (seconds) the response of `prev` carried, as far as we know.
     fn retry_after_s(&self, prev: &Previous) -> Option<f64> {
         prev.retry_after_s
+            .map(|s| s * self.recorded_scale)
             .or_else(|| {
                 prev.rule
                     .as_ref()
@@ -105,6 +110,11 @@ impl Check for RetryAfterCheck {
         let Some(ra_s) = self.cfg.retry_after_s(prev) else {
             return;
         };
+        // Sent before the previous answer was: a concurrent request of the same key (a burst),
+        // not a retry of a response the client had seen.
+        if a.entry.t_recv_us < prev.t_done_us {
+            return;
+        }
         self.checked += 1;
         let delay_ms = delay_us as f64 / 1000.0;
         let margin = delay_ms - ra_s * 1000.0;
@@ -180,6 +190,7 @@ impl CheckSpec for RetryAfterConfig {
         }
         self.by_status.values_mut().for_each(|v| *v *= f);
         self.by_rule.values_mut().for_each(|v| *v *= f);
+        self.recorded_scale *= f;
     }
 
     fn validate(&self) -> Result<(), Invalid> {
@@ -192,7 +203,7 @@ impl CheckSpec for RetryAfterConfig {
         for (rule, s) in &self.by_rule {
             non_negative(&format!("by_rule.{rule}"), *s)?;
         }
-        Ok(())
+        non_negative("recorded_scale", self.recorded_scale)
     }
 
     fn build(&self, ctx: Context) -> Box<dyn Check> {
@@ -222,6 +233,38 @@ mod tests {
         assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
         assert_eq!(r.evidence[0].seqs, vec![1, 2]);
         assert_eq!(r.metrics["smallest_margin_ms"], -701.0);
+    }
+
+    #[test]
+    fn reads_the_recorded_retry_after_and_skips_concurrent_requests_of_a_key() {
+        // No configuration: the value is the one the response carried.
+        let j = vec![
+            entry(1, 0)
+                .key("k")
+                .status(503)
+                .response_header("retry-after", "2")
+                .took(1)
+                .build(),
+            entry(2, 1500).key("k").created("o1").build(),
+        ];
+        let r = run_one(NAME, "{}", &j);
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
+        assert!(r.summary.contains("Retry-After 2"), "{}", r.summary);
+        // Ten requests of one key sent together: the 409s' Retry-After could not have been seen
+        // by the others, which were already on their way.
+        let mut burst = vec![entry(1, 0.0).key("b").created("o1").took(5).build()];
+        for i in 2..=10u64 {
+            burst.push(
+                entry(i, 0.1 * i as f64)
+                    .key("b")
+                    .status(409)
+                    .response_header("retry-after", "1")
+                    .took(5)
+                    .build(),
+            );
+        }
+        let r = run_one(NAME, "{}", &burst);
+        assert_ne!(r.verdict, Verdict::Fail, "{}", r.summary);
     }
 
     #[test]
