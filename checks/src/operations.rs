@@ -180,6 +180,8 @@ pub struct Previous {
     pub retry_after_s: Option<f64>,
     /// True when the client saw a failure.
     pub failed: bool,
+    /// The client that sent it (`x-client-id`), when it said.
+    pub client_id: Option<String>,
 }
 
 /// Where one journal entry sits in its operation (owned; see [`Attempt`] for the borrowed view).
@@ -351,6 +353,7 @@ impl OperationTracker {
             fault: e.fault.clone(),
             retry_after_s,
             failed,
+            client_id: e.client_id.clone(),
         };
         let Some(key) = self.key_for(e, reported_attempt) else {
             let op = self.new_op_id();

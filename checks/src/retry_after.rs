@@ -110,9 +110,13 @@ impl Check for RetryAfterCheck {
         let Some(ra_s) = self.cfg.retry_after_s(prev) else {
             return;
         };
-        // Sent before the previous answer was: a concurrent request of the same key (a burst),
-        // not a retry of a response the client had seen.
-        if a.entry.t_recv_us < prev.t_done_us {
+        // Sent before the previous answer was, or by another client: a concurrent request of
+        // the same key (a burst), not a retry of a response this client had seen.
+        let other_client = matches!(
+            (&a.entry.client_id, &prev.client_id),
+            (Some(a), Some(b)) if a != b
+        );
+        if a.entry.t_recv_us < prev.t_done_us || other_client {
             return;
         }
         self.checked += 1;
@@ -251,7 +255,7 @@ mod tests {
         assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
         assert!(r.summary.contains("Retry-After 2"), "{}", r.summary);
         // Ten requests of one key sent together: the 409s' Retry-After could not have been seen
-        // by the others, which were already on their way.
+        // by the others, which were already on their way — and by other clients at all.
         let mut burst = vec![entry(1, 0.0).key("b").created("o1").took(5).build()];
         for i in 2..=10u64 {
             burst.push(
@@ -264,6 +268,26 @@ mod tests {
             );
         }
         let r = run_one(NAME, "{}", &burst);
+        assert_ne!(r.verdict, Verdict::Fail, "{}", r.summary);
+        // Members that arrive just after a 409 was written, from clients of their own.
+        let mut late = vec![entry(1, 0.0)
+            .key("b")
+            .client("c0")
+            .created("o1")
+            .took(5)
+            .build()];
+        for i in 2..=10u64 {
+            late.push(
+                entry(i, 6.0 * i as f64)
+                    .key("b")
+                    .client(&format!("c{i}"))
+                    .status(409)
+                    .response_header("retry-after", "1")
+                    .took(0.5)
+                    .build(),
+            );
+        }
+        let r = run_one(NAME, "{}", &late);
         assert_ne!(r.verdict, Verdict::Fail, "{}", r.summary);
     }
 
