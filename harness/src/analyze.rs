@@ -161,6 +161,69 @@ struct Tracked {
     closed: Vec<ClosedOperation>,
 }
 
+/// A journal read entry by entry: lines bounded to [`MAX_LINE`], blank lines skipped, a line that
+/// is not an entry an error naming the file, line and column.
+pub(crate) struct JournalLines<R> {
+    shown: String,
+    reader: std::io::BufReader<R>,
+    line: usize,
+    buf: Vec<u8>,
+}
+
+impl<R: std::io::Read> JournalLines<R> {
+    pub(crate) fn new(file: R, shown: &str) -> Self {
+        JournalLines {
+            shown: shown.to_string(),
+            reader: std::io::BufReader::with_capacity(1 << 20, file),
+            line: 0,
+            buf: Vec::with_capacity(1024),
+        }
+    }
+
+    /// The next entry, `None` at the end.
+    pub(crate) fn next_entry(&mut self) -> Result<Option<Entry>, AnalyzeError> {
+        loop {
+            self.buf.clear();
+            let n = std::io::Read::take(&mut self.reader, MAX_LINE as u64 + 1)
+                .read_until(b'\n', &mut self.buf)
+                .map_err(|source| AnalyzeError::Read {
+                    path: self.shown.clone(),
+                    source,
+                })?;
+            if n == 0 {
+                return Ok(None);
+            }
+            self.line += 1;
+            if self.buf.len() > MAX_LINE {
+                return Err(AnalyzeError::Entry {
+                    path: self.shown.clone(),
+                    line: self.line,
+                    column: 1,
+                    message: format!(
+                        "a journal line is at most {MAX_LINE} bytes; this one is longer"
+                    ),
+                });
+            }
+            if self.buf.trim_ascii().is_empty() {
+                continue;
+            }
+            return serde_json::from_slice(&self.buf).map(Some).map_err(|err| {
+                AnalyzeError::Entry {
+                    path: self.shown.clone(),
+                    line: self.line,
+                    column: err.column(),
+                    message: err
+                        .to_string()
+                        .split(" at line ")
+                        .next()
+                        .unwrap_or_default()
+                        .to_string(),
+                }
+            });
+        }
+    }
+}
+
 /// Parses the journal, places each entry in its operation and sends them to `tx` in batches of
 /// [`BATCH`]; stops at the first line that is not an entry, or when the receiver is gone.
 fn read_batches(
@@ -177,44 +240,9 @@ fn read_batches(
         }
         Err(_) => Vec::with_capacity(BATCH),
     };
-    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
-    let mut line = Vec::with_capacity(1024);
+    let mut lines = JournalLines::new(file, shown);
     let mut batch = Vec::with_capacity(BATCH);
-    let mut number = 0usize;
-    loop {
-        line.clear();
-        let n = std::io::Read::take(&mut reader, MAX_LINE as u64 + 1)
-            .read_until(b'\n', &mut line)
-            .map_err(|source| AnalyzeError::Read {
-                path: shown.to_string(),
-                source,
-            })?;
-        if n == 0 {
-            break;
-        }
-        number += 1;
-        if line.len() > MAX_LINE {
-            return Err(AnalyzeError::Entry {
-                path: shown.to_string(),
-                line: number,
-                column: 1,
-                message: format!("a journal line is at most {MAX_LINE} bytes; this one is longer"),
-            });
-        }
-        if line.trim_ascii().is_empty() {
-            continue;
-        }
-        let e: Entry = serde_json::from_slice(&line).map_err(|err| AnalyzeError::Entry {
-            path: shown.to_string(),
-            line: number,
-            column: err.column(),
-            message: err
-                .to_string()
-                .split(" at line ")
-                .next()
-                .unwrap_or_default()
-                .to_string(),
-        })?;
+    while let Some(e) = lines.next_entry()? {
         let step = tracker.observe(&e, checks::journal::recorded_retry_after_s(&e));
         batch.push(Tracked {
             entry: e,

@@ -13,7 +13,7 @@
 //! machines within a millisecond or so; loopback replicas share one clock): the report says so.
 
 use std::collections::{BTreeMap, BinaryHeap};
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -22,7 +22,7 @@ use history::{ClientFigures, Entry};
 use reports::model::{Latency, Mergeable, Phase, PhaseHistograms, Requests, ShardInfo, Timeline};
 use reports::Report;
 
-use crate::analyze::{AnalyzeError, MAX_LINE};
+use crate::analyze::AnalyzeError;
 use crate::metrics::{decode_hdr, encode_hdr, latency_ms};
 use crate::report::ReportBuilder;
 
@@ -388,58 +388,11 @@ pub fn clock_note(u: &JournalUnion, sources: usize) -> String {
     )
 }
 
-/// One journal being read, its next entry waiting.
+/// One journal being read.
 struct Source {
-    shown: String,
-    reader: std::io::BufReader<std::fs::File>,
-    line: usize,
-    buf: Vec<u8>,
+    lines: crate::analyze::JournalLines<std::fs::File>,
     /// Added to the journal's own times: its clock's offset to the wall clock, minus the base.
     offset: i128,
-}
-
-impl Source {
-    fn next_entry(&mut self) -> Result<Option<Entry>, AnalyzeError> {
-        loop {
-            self.buf.clear();
-            let n = std::io::Read::take(&mut self.reader, MAX_LINE as u64 + 1)
-                .read_until(b'\n', &mut self.buf)
-                .map_err(|source| AnalyzeError::Read {
-                    path: self.shown.clone(),
-                    source,
-                })?;
-            if n == 0 {
-                return Ok(None);
-            }
-            self.line += 1;
-            if self.buf.len() > MAX_LINE {
-                return Err(AnalyzeError::Entry {
-                    path: self.shown.clone(),
-                    line: self.line,
-                    column: 1,
-                    message: format!(
-                        "a journal line is at most {MAX_LINE} bytes; this one is longer"
-                    ),
-                });
-            }
-            if self.buf.trim_ascii().is_empty() {
-                continue;
-            }
-            return serde_json::from_slice(&self.buf).map(Some).map_err(|err| {
-                AnalyzeError::Entry {
-                    path: self.shown.clone(),
-                    line: self.line,
-                    column: err.column(),
-                    message: err
-                        .to_string()
-                        .split(" at line ")
-                        .next()
-                        .unwrap_or_default()
-                        .to_string(),
-                }
-            });
-        }
-    }
 }
 
 /// An entry's arrival on the wall clock, µs (older journals have only `unix_ms`).
@@ -472,13 +425,10 @@ pub fn merge_journals(
             source,
         })?;
         let mut s = Source {
-            shown,
-            reader: std::io::BufReader::with_capacity(1 << 20, file),
-            line: 0,
-            buf: Vec::with_capacity(1024),
+            lines: crate::analyze::JournalLines::new(file, &shown),
             offset: 0,
         };
-        let head = s.next_entry()?;
+        let head = s.lines.next_entry()?;
         heads.push(head);
         sources.push(s);
     }
@@ -533,7 +483,7 @@ pub fn merge_journals(
             .map_err(|e| MergeError::Run(format!("{}: cannot write: {e}", out.display())))?;
         w.write_all(b"\n")
             .map_err(|e| MergeError::Run(format!("{}: cannot write: {e}", out.display())))?;
-        if let Some(next) = sources[i].next_entry()? {
+        if let Some(next) = sources[i].lines.next_entry()? {
             heap.push(std::cmp::Reverse((shift(next.t_recv_us, off), i)));
             heads[i] = Some(next);
         }
