@@ -21,7 +21,8 @@
 //! 3. Per group: a median delay under `immediate_ms` is its own finding (immediate retries with no
 //!    backoff: fail); dispersion ≥ `min_dispersion` passes; a spread under the threshold but above
 //!    the noise floor (`noise_floor_ms` of MAD, e.g. 0–100 ms added to a 1 s backoff) is weak; less
-//!    is no jitter (fail). The worst group decides.
+//!    is no jitter (fail), whatever the dispersion: a spread under the noise floor is the pace at
+//!    which a client handles responses, not jitter. The worst group decides.
 //! 4. The effect is reported too: the fraction of a wave's retries in its densest `window_ms`
 //!    window, and the peak-to-mean ratio of the cluster's retries binned by `window_ms`.
 //!
@@ -212,7 +213,7 @@ impl JitterCheck {
             return;
         }
         for a in groups.iter_mut() {
-            if matches!(a.kind, Kind::Jittered | Kind::Small) {
+            if matches!(a.kind, Kind::Jittered | Kind::Small | Kind::NoJitter) {
                 a.kind = Kind::NoBackoff;
             }
         }
@@ -309,8 +310,14 @@ impl JitterCheck {
             .collect();
         let wave = dense as f64 / n as f64 >= self.cfg.max_wave_fraction
             && med >= self.cfg.window_ms as f64;
-        let dispersed = dispersion >= self.cfg.min_dispersion
-            || iqr_over_median >= 2.0 * self.cfg.min_dispersion;
+        // A spread counts only above the noise floor: a fleet on one event loop handles its
+        // responses one after another, which spreads retries that have no delay at all evenly
+        // over a few milliseconds — a large dispersion of a tiny median, not jitter.
+        // Full jitter on a 100 ms base (IQR 50 ms) stays well above it.
+        let above_noise = mad_ms >= self.cfg.noise_floor_ms || iqr >= self.cfg.noise_floor_ms;
+        let dispersed = above_noise
+            && (dispersion >= self.cfg.min_dispersion
+                || iqr_over_median >= 2.0 * self.cfg.min_dispersion);
         // A wave is judged by what it did: a real spread that still came back in one window is
         // too small to matter (weak); a narrow one is no jitter, whatever noise widened it.
         let kind = if med < self.cfg.immediate_ms {
@@ -695,6 +702,21 @@ mod tests {
         });
         let r = run_one("jitter", "{}", &j);
         assert_eq!(r.verdict, Verdict::Pass, "{}", r.summary);
+    }
+
+    /// Zero-delay retries on a busy event loop whose handling slowed at the next attempt: the
+    /// delays grow (the no-backoff rule cannot see them) and their spread is a large fraction
+    /// of a small median, but in absolute terms it is under the noise floor: no jitter.
+    #[test]
+    fn an_even_spread_under_the_noise_floor_is_no_jitter_even_when_it_grows() {
+        let j = herd(50, 3, 15, |rng, k, _| {
+            let (base, width) = if k == 1 { (30.0, 30.0) } else { (60.0, 40.0) };
+            base + rng.random::<f64>() * width
+        });
+        let r = run_one("jitter", "{}", &j);
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
+        assert!(r.summary.starts_with("no jitter"), "{}", r.summary);
+        assert!(dispersion(&r) > 0.1, "looks jittered: {}", dispersion(&r));
     }
 
     /// Retries without jitter from clients on an event loop: the loop's own noise (MAD about
