@@ -44,6 +44,10 @@ pub struct Config {
     /// What one client may cost the server: body size, time to send a head, connections.
     #[serde(default)]
     pub limits: LimitsConfig,
+    /// Proxy mode: a request that no rule answers is forwarded to this real dependency and its
+    /// answer relayed. `upstream: http://host:port` or a map with `url` and options.
+    #[serde(default)]
+    pub upstream: Option<UpstreamConfig>,
     /// The fault schedule: rules evaluated in order, first match wins.
     #[serde(default)]
     pub rules: Vec<RuleConfig>,
@@ -124,6 +128,192 @@ impl<'de> Deserialize<'de> for TlsConfig {
                     cert: f.cert,
                     key: f.key,
                 })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The real dependency behind the fault server (proxy mode).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamConfig {
+    /// Where requests are forwarded: `http://` or `https://`, host, port, and an optional path
+    /// prefix that every forwarded path is appended to.
+    pub url: UpstreamUrl,
+    /// Longest wait for the upstream's whole answer, from forwarding the request; past it the
+    /// client gets `504` and the journal `upstream_error`. Default 30 s.
+    pub timeout: Dur,
+    /// Longest wait for a new connection to the upstream (TCP and TLS); past it, `502`.
+    /// Default 5 s.
+    pub connect_timeout: Dur,
+    /// A PEM file of certificate authorities to trust for an `https://` upstream, besides the
+    /// public roots (for a dependency with a private or self-signed certificate).
+    pub ca: Option<PathBuf>,
+    /// Idle kept-alive connections the pool keeps to the upstream. Default 256.
+    pub max_idle: u32,
+    /// Which upstream answers count as creating a resource, and where its id is.
+    pub created_from: CreatedFrom,
+}
+
+impl UpstreamConfig {
+    /// `url` with every option at its default.
+    pub fn new(url: UpstreamUrl) -> UpstreamConfig {
+        UpstreamConfig {
+            url,
+            timeout: Dur(Duration::from_secs(30)),
+            connect_timeout: Dur(Duration::from_secs(5)),
+            ca: None,
+            max_idle: 256,
+            created_from: CreatedFrom::default(),
+        }
+    }
+}
+
+/// How the journal's `created` is read from an upstream's answer, so that `duplicates` judges
+/// the user's real resource: an answer whose status is in `status` created the resource whose id
+/// is at the JSON pointer `json` in its body, else (with `location`) its `Location` header.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CreatedFrom {
+    /// Statuses that mean "created". Default `[201]`; `[]` records no creation.
+    pub status: Vec<StatusCode>,
+    /// JSON pointer (RFC 6901) to the id in the answer's body. Default `/id`.
+    pub json: Option<String>,
+    /// Fall back to the `Location` header when the body has no id. Default true.
+    pub location: bool,
+}
+
+impl Default for CreatedFrom {
+    fn default() -> Self {
+        CreatedFrom {
+            status: vec![StatusCode(201)],
+            json: Some("/id".to_string()),
+            location: true,
+        }
+    }
+}
+
+/// An upstream's URL, checked while it is read: `http` or `https`, a host, no query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamUrl {
+    /// `https` when true.
+    pub tls: bool,
+    /// `host:port`, the port made explicit.
+    pub authority: String,
+    /// The host alone (the TLS server name), without brackets for IPv6.
+    pub host: String,
+    /// Path prefix without a trailing `/` (empty for none).
+    pub prefix: String,
+}
+
+impl UpstreamUrl {
+    /// Parses `http://host[:port][/prefix]` or `https://…`.
+    pub fn parse(url: &str) -> Result<UpstreamUrl, String> {
+        let uri: http::Uri = url
+            .parse()
+            .map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+        let tls = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            _ => {
+                return Err(format!(
+                    "{url:?}: an upstream is `http://host:port` or `https://host:port`"
+                ))
+            }
+        };
+        let Some(auth) = uri.authority() else {
+            return Err(format!("{url:?} names no host"));
+        };
+        if auth.as_str().contains('@') {
+            return Err(format!(
+                "{url:?}: credentials in the URL are not supported; the client's own headers are forwarded"
+            ));
+        }
+        if uri.query().is_some() {
+            return Err(format!("{url:?}: an upstream URL takes no query"));
+        }
+        let port = auth.port_u16().unwrap_or(if tls { 443 } else { 80 });
+        let host = auth
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        if host.is_empty() {
+            return Err(format!("{url:?} names no host"));
+        }
+        let authority = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        Ok(UpstreamUrl {
+            tls,
+            authority,
+            host,
+            prefix: uri.path().trim_end_matches('/').to_string(),
+        })
+    }
+}
+
+impl fmt::Display for UpstreamUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let scheme = if self.tls { "https" } else { "http" };
+        write!(f, "{scheme}://{}{}", self.authority, self.prefix)
+    }
+}
+
+impl<'de> Deserialize<'de> for UpstreamUrl {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        UpstreamUrl::parse(&s).map_err(de::Error::custom)
+    }
+}
+
+impl<'de> Deserialize<'de> for UpstreamConfig {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Full {
+            url: UpstreamUrl,
+            #[serde(default)]
+            timeout: Option<Dur>,
+            #[serde(default)]
+            connect_timeout: Option<Dur>,
+            #[serde(default)]
+            ca: Option<PathBuf>,
+            #[serde(default)]
+            max_idle: Option<u32>,
+            #[serde(default)]
+            created_from: Option<CreatedFrom>,
+        }
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = UpstreamConfig;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a URL (`http://127.0.0.1:9000`) or `{ url: URL, timeout, connect_timeout, ca, max_idle, created_from }`")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<UpstreamConfig, E> {
+                UpstreamUrl::parse(v)
+                    .map(UpstreamConfig::new)
+                    .map_err(E::custom)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<UpstreamConfig, A::Error> {
+                let f = Full::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                let mut u = UpstreamConfig::new(f.url);
+                if let Some(t) = f.timeout {
+                    u.timeout = t;
+                }
+                if let Some(t) = f.connect_timeout {
+                    u.connect_timeout = t;
+                }
+                u.ca = f.ca;
+                if let Some(n) = f.max_idle {
+                    u.max_idle = n;
+                }
+                if let Some(c) = f.created_from {
+                    u.created_from = c;
+                }
+                Ok(u)
             }
         }
         d.deserialize_any(V)
@@ -421,8 +611,8 @@ pub struct MatchConfig {
 pub enum FaultConfig {
     /// Answer with this status, headers and body; the request is not processed.
     Status(StatusFault),
-    /// Wait, then give the normal response.
-    Delay(DelaySpec),
+    /// Wait before or after processing (or forwarding) the request, then give its response.
+    Delay(DelayFault),
     /// Send nothing and hold the connection until the client leaves or the cap passes.
     Hang(HangFault),
     /// Process the request fully (an order really is created), then close with no response.
@@ -434,6 +624,9 @@ pub enum FaultConfig {
     /// End the connection: with GOAWAY over HTTP/2, by closing it over HTTP/1.1; the request is
     /// not processed.
     GoAway,
+    /// Forward the request to the upstream and relay its answer (proxy mode): what a request no
+    /// rule matches gets anyway, written as a rule to exempt paths from the rules after it.
+    Forward,
 }
 
 impl FaultConfig {
@@ -447,6 +640,7 @@ impl FaultConfig {
             FaultConfig::GoAway => "goaway",
             FaultConfig::Reset(_) => "reset",
             FaultConfig::Malformed(_) => "malformed",
+            FaultConfig::Forward => "forward",
         }
     }
 }
@@ -480,6 +674,111 @@ pub enum DelaySpec {
     Uniform(Duration, Duration),
     /// Log-normal with this median and shape σ (the log's standard deviation).
     Lognormal { median: Duration, sigma: f64 },
+}
+
+/// A `delay`: how long, and on which side of the request's processing.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DelayFault {
+    /// How long.
+    pub spec: DelaySpec,
+    /// Before the request is processed (or forwarded), or after, before its answer is sent.
+    pub when: DelayWhen,
+}
+
+/// Which side of the processing a `delay` waits on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DelayWhen {
+    /// The request waits before it is processed: a client that gives up first changed nothing.
+    #[default]
+    Before,
+    /// The request is processed (the upstream has answered), then its answer waits: a client
+    /// that gives up first does not know its order was made.
+    After,
+}
+
+impl<'de> Deserialize<'de> for DelayFault {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Full {
+            #[serde(default)]
+            fixed: Option<Dur>,
+            #[serde(default)]
+            uniform: Option<[Dur; 2]>,
+            #[serde(default)]
+            lognormal: Option<Lognormal>,
+            #[serde(default)]
+            when: DelayWhen,
+        }
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = DelayFault;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a duration (\"200ms\"), or a map with one of `fixed`, `uniform: [50ms, 150ms]`, `lognormal: { median: 100ms, sigma: 0.5 }` and optional `when: before | after`")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<DelayFault, E> {
+                Ok(DelayFault {
+                    spec: DelaySpec::deserialize(de::value::StrDeserializer::<E>::new(v))?,
+                    when: DelayWhen::Before,
+                })
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<DelayFault, E> {
+                Ok(DelayFault {
+                    spec: DelaySpec::deserialize(de::value::U64Deserializer::<E>::new(v))?,
+                    when: DelayWhen::Before,
+                })
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<DelayFault, E> {
+                Ok(DelayFault {
+                    spec: DelaySpec::deserialize(de::value::F64Deserializer::<E>::new(v))?,
+                    when: DelayWhen::Before,
+                })
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<DelayFault, A::Error> {
+                let f = Full::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                let spec = match (f.fixed, f.uniform, f.lognormal) {
+                    (Some(d), None, None) => DelaySpec::Fixed(d.0),
+                    (None, Some([a, b]), None) => {
+                        if a > b {
+                            return Err(de::Error::custom(
+                                "uniform delay: the first bound must not exceed the second",
+                            ));
+                        }
+                        DelaySpec::Uniform(a.0, b.0)
+                    }
+                    (None, None, Some(l)) => l.spec().map_err(de::Error::custom)?,
+                    _ => {
+                        return Err(de::Error::custom(
+                            "a delay has one of `fixed`, `uniform` or `lognormal`",
+                        ))
+                    }
+                };
+                Ok(DelayFault { spec, when: f.when })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `lognormal: { median, sigma }`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Lognormal {
+    median: Dur,
+    sigma: f64,
+}
+
+impl Lognormal {
+    fn spec(&self) -> Result<DelaySpec, &'static str> {
+        if !(self.sigma.is_finite() && self.sigma >= 0.0) {
+            return Err("lognormal delay: sigma must be a number ≥ 0");
+        }
+        Ok(DelaySpec::Lognormal {
+            median: self.median.0,
+            sigma: self.sigma,
+        })
+    }
 }
 
 /// Options of a `hang`.
@@ -728,18 +1027,20 @@ impl<'de> Deserialize<'de> for FaultConfig {
             "reset",
             "malformed",
             "goaway",
+            "forward",
         ];
         impl<'de> Visitor<'de> for V {
             type Value = FaultConfig;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str(
-                    "a fault: drop, reset, hang, malformed, goaway, or a map with one of status, delay, hang, reset, malformed",
+                    "a fault: drop, reset, hang, malformed, goaway, forward, or a map with one of status, delay, hang, reset, malformed",
                 )
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<FaultConfig, E> {
                 match v {
                     "drop" => Ok(FaultConfig::Drop),
                     "goaway" => Ok(FaultConfig::GoAway),
+                    "forward" => Ok(FaultConfig::Forward),
                     "reset" => Ok(FaultConfig::Reset(ResetFault::default())),
                     "hang" => Ok(FaultConfig::Hang(HangFault::default())),
                     "malformed" => Ok(FaultConfig::Malformed(MalformedFault::default())),
@@ -758,7 +1059,7 @@ impl<'de> Deserialize<'de> for FaultConfig {
                 };
                 let fault = match kind.as_str() {
                     "status" => FaultConfig::Status(map.next_value::<StatusShorthand>()?.0),
-                    "delay" => FaultConfig::Delay(map.next_value::<DelaySpec>()?),
+                    "delay" => FaultConfig::Delay(map.next_value::<DelayFault>()?),
                     "hang" => FaultConfig::Hang(
                         map.next_value::<Option<HangFault>>()?.unwrap_or_default(),
                     ),
@@ -769,6 +1070,10 @@ impl<'de> Deserialize<'de> for FaultConfig {
                     "goaway" => {
                         map.next_value::<de::IgnoredAny>()?;
                         FaultConfig::GoAway
+                    }
+                    "forward" => {
+                        map.next_value::<de::IgnoredAny>()?;
+                        FaultConfig::Forward
                     }
                     "reset" => FaultConfig::Reset(
                         map.next_value::<Option<ResetFault>>()?.unwrap_or_default(),
@@ -832,12 +1137,6 @@ impl<'de> Deserialize<'de> for StatusShorthand {
 impl<'de> Deserialize<'de> for DelaySpec {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Lognormal {
-            median: Dur,
-            sigma: f64,
-        }
-        #[derive(Deserialize)]
         #[serde(rename_all = "snake_case", deny_unknown_fields)]
         enum Full {
             Fixed(Dur),
@@ -871,17 +1170,7 @@ impl<'de> Deserialize<'de> for DelaySpec {
                         }
                         Ok(DelaySpec::Uniform(a.0, b.0))
                     }
-                    Full::Lognormal(l) => {
-                        if !(l.sigma.is_finite() && l.sigma >= 0.0) {
-                            return Err(de::Error::custom(
-                                "lognormal delay: sigma must be a number ≥ 0",
-                            ));
-                        }
-                        Ok(DelaySpec::Lognormal {
-                            median: l.median.0,
-                            sigma: l.sigma,
-                        })
-                    }
+                    Full::Lognormal(l) => l.spec().map_err(de::Error::custom),
                 }
             }
         }
@@ -895,18 +1184,43 @@ impl<'de> Deserialize<'de> for DelaySpec {
 impl Config {
     /// Reads and validates a configuration file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        Self::load_with(path, |_| {})
+    }
+
+    /// Reads a configuration file, lets `adjust` change it (command-line overrides), then
+    /// validates it.
+    pub fn load_with(path: &Path, adjust: impl FnOnce(&mut Config)) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.display().to_string(),
             source,
         })?;
-        Self::from_yaml(&text, &path.display().to_string())
+        Self::from_yaml_with(&text, &path.display().to_string(), adjust)
     }
 
     /// Parses and validates configuration text; `origin` names it in errors.
     pub fn from_yaml(text: &str, origin: &str) -> Result<Config, ConfigError> {
-        let cfg: Config = from_yaml_str(text, origin)?;
+        Self::from_yaml_with(text, origin, |_| {})
+    }
+
+    /// Parses configuration text, lets `adjust` change it, then validates it.
+    pub fn from_yaml_with(
+        text: &str,
+        origin: &str,
+        adjust: impl FnOnce(&mut Config),
+    ) -> Result<Config, ConfigError> {
+        let mut cfg: Config = from_yaml_str(text, origin)?;
+        adjust(&mut cfg);
         cfg.validate(origin).map_err(|e| e.located(text))?;
         Ok(cfg)
+    }
+
+    /// Forwards to `url` (proxy mode), keeping the config's other upstream options if it has an
+    /// upstream already: what `--upstream URL` does.
+    pub fn set_upstream(&mut self, url: UpstreamUrl) {
+        match &mut self.upstream {
+            Some(u) => u.url = url,
+            None => self.upstream = Some(UpstreamConfig::new(url)),
+        }
     }
 }
 
@@ -915,6 +1229,18 @@ impl Config {
     pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
         validate_rules(&self.rules, origin)?;
         validate_limits(&self.limits, origin)?;
+        match &self.upstream {
+            None => {
+                if let Some(i) = forwarding_rule(&self.rules) {
+                    return Err(ConfigError::at(
+                        origin,
+                        format!("rules[{i}].fault"),
+                        "`forward` needs an upstream: set `upstream: http://host:port` (or run with `--upstream URL`)",
+                    ));
+                }
+            }
+            Some(u) => validate_upstream(u, origin)?,
+        }
         if self.orders.pool_size == 0 || self.orders.pool_size > 256 {
             return Err(ConfigError::at(
                 origin,
@@ -965,12 +1291,14 @@ impl Config {
                 w.0 = scale(w.0);
             }
             match &mut r.fault {
-                FaultConfig::Delay(DelaySpec::Fixed(d)) => *d = scale(*d),
-                FaultConfig::Delay(DelaySpec::Uniform(a, b)) => {
-                    *a = scale(*a);
-                    *b = scale(*b);
-                }
-                FaultConfig::Delay(DelaySpec::Lognormal { median, .. }) => *median = scale(*median),
+                FaultConfig::Delay(d) => match &mut d.spec {
+                    DelaySpec::Fixed(d) => *d = scale(*d),
+                    DelaySpec::Uniform(a, b) => {
+                        *a = scale(*a);
+                        *b = scale(*b);
+                    }
+                    DelaySpec::Lognormal { median, .. } => *median = scale(*median),
+                },
                 FaultConfig::Hang(h) => {
                     if let Some(c) = &mut h.cap {
                         c.0 = scale(c.0);
@@ -982,6 +1310,7 @@ impl Config {
                     }
                 }
                 FaultConfig::Drop
+                | FaultConfig::Forward
                 | FaultConfig::GoAway
                 | FaultConfig::Reset(_)
                 | FaultConfig::Malformed(_) => {}
@@ -1074,6 +1403,46 @@ pub fn validate_rules(rules: &[RuleConfig], origin: &str) -> Result<(), ConfigEr
     Ok(())
 }
 
+/// The position of the first rule that forwards, if any.
+pub fn forwarding_rule(rules: &[RuleConfig]) -> Option<usize> {
+    rules
+        .iter()
+        .position(|r| matches!(r.fault, FaultConfig::Forward))
+}
+
+/// The bounds of the upstream's options, each stated in its message.
+pub fn validate_upstream(u: &UpstreamConfig, origin: &str) -> Result<(), ConfigError> {
+    let bad = |field: &str, message: String| {
+        Err(ConfigError::at(
+            origin,
+            format!("upstream.{field}"),
+            message,
+        ))
+    };
+    for (field, d) in [
+        ("timeout", u.timeout),
+        ("connect_timeout", u.connect_timeout),
+    ] {
+        if d.0 < Duration::from_millis(1) || d.0 > Duration::from_secs(3600) {
+            return bad(field, format!("{:?}; give 1ms to 1h", d.0));
+        }
+    }
+    if u.max_idle > 100_000 {
+        return bad("max_idle", format!("{}; give 0 to 100000", u.max_idle));
+    }
+    if let Some(p) = &u.created_from.json {
+        if !(p.is_empty() || p.starts_with('/')) {
+            return bad(
+                "created_from.json",
+                format!(
+                    "{p:?} is not a JSON pointer: it starts with `/`, e.g. `/id` or `/data/id`"
+                ),
+            );
+        }
+    }
+    Ok(())
+}
+
 /// The id of rule `i` (0-based): its own, or `rule-{i+1}`.
 /// The bounds of the limits themselves, each stated in its message.
 pub fn validate_limits(l: &LimitsConfig, origin: &str) -> Result<(), ConfigError> {
@@ -1155,12 +1524,110 @@ rules:
         );
         assert_eq!(
             cfg.rules[8].fault,
-            FaultConfig::Delay(DelaySpec::Uniform(
-                Duration::from_millis(50),
-                Duration::from_millis(150)
-            ))
+            FaultConfig::Delay(DelayFault {
+                spec: DelaySpec::Uniform(Duration::from_millis(50), Duration::from_millis(150)),
+                when: DelayWhen::Before
+            })
         );
         assert_eq!(rule_id(&cfg.rules[1], 1), "rule-2");
+    }
+
+    #[test]
+    fn parses_the_upstream_and_the_proxy_faults() {
+        let cfg = Config::from_yaml(
+            r#"
+upstream: http://127.0.0.1:9000/api/
+rules:
+  - fault: forward
+  - fault: { delay: { fixed: 200ms, when: after } }
+  - fault: { delay: { uniform: [10ms, 20ms] } }
+"#,
+            "t.yaml",
+        )
+        .unwrap();
+        let u = cfg.upstream.as_ref().unwrap();
+        assert_eq!(u.url.to_string(), "http://127.0.0.1:9000/api");
+        assert_eq!(u.timeout.0, Duration::from_secs(30));
+        assert_eq!(u.created_from, CreatedFrom::default());
+        assert_eq!(cfg.rules[0].fault, FaultConfig::Forward);
+        assert_eq!(
+            cfg.rules[1].fault,
+            FaultConfig::Delay(DelayFault {
+                spec: DelaySpec::Fixed(Duration::from_millis(200)),
+                when: DelayWhen::After
+            })
+        );
+        let cfg = Config::from_yaml(
+            "upstream:\n  url: https://payments.example:8443\n  timeout: 2s\n  created_from: { status: [200, 201], json: /data/id, location: false }\n",
+            "t.yaml",
+        )
+        .unwrap();
+        let u = cfg.upstream.unwrap();
+        assert!(u.url.tls);
+        assert_eq!(u.url.authority, "payments.example:8443");
+        assert_eq!(u.timeout.0, Duration::from_secs(2));
+        assert_eq!(
+            u.created_from.status,
+            vec![StatusCode(200), StatusCode(201)]
+        );
+        assert_eq!(u.created_from.json.as_deref(), Some("/data/id"));
+        assert!(!u.created_from.location);
+        assert_eq!(
+            UpstreamUrl::parse("https://example.com").unwrap().authority,
+            "example.com:443"
+        );
+    }
+
+    #[test]
+    fn proxy_settings_that_cannot_work_are_refused_with_their_place() {
+        let cases = [
+            (
+                "rules:\n  - fault: forward\n",
+                "rules[0].fault",
+                "needs an upstream",
+            ),
+            ("upstream: ftp://x:21\n", "t:1:", "`http://host:port`"),
+            (
+                "upstream: http://127.0.0.1:9/?a=1\n",
+                "t:1:",
+                "takes no query",
+            ),
+            (
+                "upstream: { url: http://127.0.0.1:9, timeout: 0ms }\n",
+                "upstream.timeout",
+                "give 1ms to 1h",
+            ),
+            (
+                "upstream: { url: http://127.0.0.1:9, created_from: { json: id } }\n",
+                "upstream.created_from.json",
+                "JSON pointer",
+            ),
+            (
+                "upstream: { url: http://127.0.0.1:9, retries: 3 }\n",
+                "t:1:",
+                "unknown field `retries`",
+            ),
+            (
+                "rules:\n  - fault: { delay: { fixed: 1s, uniform: [1s, 2s] } }\n",
+                "t:2:",
+                "one of `fixed`",
+            ),
+            (
+                "rules:\n  - fault: { delay: { fixed: 1s, when: during } }\n",
+                "t:2:",
+                "unknown variant `during`",
+            ),
+        ];
+        for (yaml, place, what) in cases {
+            let err = Config::from_yaml(yaml, "t").unwrap_err().to_string();
+            assert!(err.contains(place) && err.contains(what), "{yaml}: {err}");
+        }
+        // `--upstream` satisfies a `forward` rule the file has.
+        let cfg = Config::from_yaml_with("rules:\n  - fault: forward\n", "t", |c| {
+            c.set_upstream(UpstreamUrl::parse("http://127.0.0.1:9").unwrap())
+        })
+        .unwrap();
+        assert!(cfg.upstream.is_some());
     }
 
     #[test]

@@ -17,7 +17,7 @@ use hyper::body::Incoming;
 use serde::Deserialize;
 use tower::ServiceExt;
 
-use crate::config::ScheduleConfig;
+use crate::config::{forwarding_rule, ScheduleConfig};
 use crate::state::State;
 
 /// Whether a control request may be served, and the refusal when not.
@@ -167,6 +167,13 @@ async fn schedule(AxState(s): AxState<Arc<State>>, body: String) -> Response {
         tokio::task::spawn_blocking(move || ScheduleConfig::from_yaml(&body, "schedule")).await;
     match parsed {
         Ok(Ok(cfg)) => {
+            if let (None, Some(i)) = (&s.upstream, forwarding_rule(&cfg.rules)) {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    format!("schedule: at rules[{i}].fault: `forward` needs an upstream, and this server has none (start it with `upstream:` in its config or `--upstream URL`)\n"),
+                )
+                    .into_response();
+            }
             let n = cfg.rules.len();
             match s.install_schedule(cfg.rules).await {
                 Ok(()) => {

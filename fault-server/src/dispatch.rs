@@ -6,20 +6,26 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Either};
 use hyper::body::Incoming;
 use sha2::{Digest, Sha256};
 
-use crate::config::{DelaySpec, FaultConfig, MalformedKind};
+use crate::config::{DelaySpec, DelayWhen, FaultConfig, MalformedKind};
 use crate::control;
 use crate::draw;
 use crate::journal::Pending;
 use crate::orders::routes::{is_resource_path, ok_reply, serve_resource, ResourceRequest};
 use crate::orders::{ResourceReply, StoreError};
-use crate::reply::{plain, record_reply, reject, respond, status_response, ResBody};
+use crate::reply::{
+    plain, record_reply, record_upstream, reject, relay, respond, status_response, upstream_failed,
+    ResBody,
+};
 use crate::schedule::RequestFacts;
 use crate::socket::{peer_closed, ServedConn, SocketAction};
+use crate::state::State;
+use crate::upstream::{elapsed_us, UpstreamFailure, UpstreamReply};
 use history::{Entry, HttpVersion, Outcome};
 
 /// An HTTP/2 stream ended with RST_STREAM: what a handler returns for `reset` (and `malformed`,
@@ -203,30 +209,19 @@ pub(crate) async fn handle(
             }
         }
     };
-    let Some((rule, fault, draw)) = decision else {
-        if !is_resource_path(parts.uri.path()) {
-            return Ok(respond(ok_reply(), pending, &state.response_capture));
-        }
-        let request = ResourceRequest {
-            method: parts.method,
-            path: parts.uri.path().to_string(),
-            query: parts.uri.query().map(str::to_string),
-            key,
-            body,
-            body_sha256,
-        };
-        let reply = serve_resource(&conn.routes.resource, request).await;
-        return Ok(respond(reply, pending, &state.response_capture));
-    };
-    let subject = key.clone().unwrap_or_else(|| seq.to_string());
-    let request = ResourceRequest {
-        method: parts.method.clone(),
-        path: parts.uri.path().to_string(),
-        query: parts.uri.query().map(str::to_string),
+    let work = Work {
+        parts,
         key: key.clone(),
         body,
         body_sha256,
     };
+    let Some((rule, fault, draw)) = decision else {
+        let (pending, done) = process(&conn, work, pending, Route::Default)
+            .await
+            .ok_or(StreamReset)?;
+        return Ok(answer(state, done, pending));
+    };
+    let subject = key.clone().unwrap_or_else(|| seq.to_string());
     {
         let e = pending.entry();
         e.rule = Some(rule.clone());
@@ -237,25 +232,47 @@ pub(crate) async fn handle(
 
     match fault {
         FaultConfig::Status(s) => Ok(status_response(&s, pending, &state.response_capture)),
-        FaultConfig::Delay(spec) => {
-            let d = sample_delay(spec, state.seed, &rule, &subject, attempt);
-            tokio::select! {
-                _ = tokio::time::sleep(d) => {}
-                _ = peer_closed(stream) => ctl.hand_over(SocketAction::Abandon, pending).await,
+        FaultConfig::Forward => {
+            let (pending, done) = process(&conn, work, pending, Route::Upstream)
+                .await
+                .ok_or(StreamReset)?;
+            Ok(answer(state, done, pending))
+        }
+        FaultConfig::Delay(d) => {
+            let wait = sample_delay(d.spec, state.seed, &rule, &subject, attempt);
+            if d.when == DelayWhen::Before {
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = peer_closed(stream) => ctl.hand_over(SocketAction::Abandon, pending).await,
+                }
             }
-            let reply = serve_resource(&conn.routes.resource, request).await;
-            Ok(respond(reply, pending, &state.response_capture))
+            let (pending, done) = process(&conn, work, pending, Route::Default)
+                .await
+                .ok_or(StreamReset)?;
+            if d.when == DelayWhen::After {
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    // Processed, and the client left before hearing so.
+                    _ = peer_closed(stream) => ctl.hand_over(SocketAction::Abandon, pending).await,
+                }
+            }
+            Ok(answer(state, done, pending))
         }
         FaultConfig::Drop => {
-            let reply = serve_resource(&conn.routes.resource, request).await;
-            record_reply(&mut pending, &reply);
+            let (pending, _) = process(&conn, work, pending, Route::Default)
+                .await
+                .ok_or(StreamReset)?;
             ctl.hand_over(SocketAction::Drop, pending).await
         }
         FaultConfig::Reset(r) => {
-            if r.process {
-                let reply = serve_resource(&conn.routes.resource, request).await;
-                record_reply(&mut pending, &reply);
-            }
+            let pending = if r.process {
+                process(&conn, work, pending, Route::Default)
+                    .await
+                    .ok_or(StreamReset)?
+                    .0
+            } else {
+                pending
+            };
             if conn.http2 {
                 // RST_STREAM for this stream alone; the connection's other streams go on.
                 pending.finish(Outcome::Reset);
@@ -264,10 +281,14 @@ pub(crate) async fn handle(
             ctl.hand_over(SocketAction::Reset, pending).await
         }
         FaultConfig::Hang(h) => {
-            if h.process {
-                let reply = serve_resource(&conn.routes.resource, request).await;
-                record_reply(&mut pending, &reply);
-            }
+            let pending = if h.process {
+                process(&conn, work, pending, Route::Default)
+                    .await
+                    .ok_or(StreamReset)?
+                    .0
+            } else {
+                pending
+            };
             let cap = h.cap.map_or(state.hang_cap, |d| d.0);
             if conn.http2 {
                 // The stream waits; a client that cancels it drops this future (client_closed).
@@ -278,10 +299,14 @@ pub(crate) async fn handle(
             ctl.hand_over(SocketAction::Hang(cap), pending).await
         }
         FaultConfig::Malformed(m) => {
-            if m.process {
-                let reply = serve_resource(&conn.routes.resource, request).await;
-                record_reply(&mut pending, &reply);
-            }
+            let mut pending = if m.process {
+                process(&conn, work, pending, Route::Default)
+                    .await
+                    .ok_or(StreamReset)?
+                    .0
+            } else {
+                pending
+            };
             if conn.http2 {
                 pending.finish(Outcome::Reset);
                 return Err(StreamReset);
@@ -291,6 +316,115 @@ pub(crate) async fn handle(
             ctl.hand_over(SocketAction::Malformed(bytes), pending).await
         }
         FaultConfig::GoAway => ctl.hand_over(SocketAction::GoAway, pending).await,
+    }
+}
+
+/// A request read whole, ready to be processed.
+struct Work {
+    parts: http::request::Parts,
+    key: Option<String>,
+    body: Bytes,
+    body_sha256: String,
+}
+
+/// Who processes a request.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// The upstream when the server has one (proxy mode), else the built-in resource.
+    Default,
+    /// The upstream (a `forward` rule).
+    Upstream,
+}
+
+/// What processing a request gave.
+enum Done {
+    /// The built-in resource's reply.
+    Resource(ResourceReply),
+    /// The upstream's answer.
+    Upstream(UpstreamReply),
+    /// The upstream gave none.
+    UpstreamFailed(UpstreamFailure),
+}
+
+/// Processes `work` — forwards it, or serves it from the built-in resource — and records in
+/// its entry what that did, before any fault decides what the client sees of it.
+///
+/// A forward runs in a task of its own that holds the entry: if the client goes away and hyper
+/// drops this request's future, the upstream's answer (the order it created) is still recorded,
+/// and the entry ends as `client_closed`.
+///
+/// `None` only when that task could not finish (the runtime is shutting down).
+async fn process(
+    conn: &ServedConn,
+    work: Work,
+    mut pending: Pending,
+    route: Route,
+) -> Option<(Pending, Done)> {
+    let state = &conn.state;
+    let upstream = match (&state.upstream, route) {
+        (Some(u), _) => Some(u.clone()),
+        (None, Route::Default) => None,
+        (None, Route::Upstream) => {
+            let failed = UpstreamFailure::Connect("no upstream is configured".into());
+            pending.entry().forwarded = true;
+            return Some((pending, Done::UpstreamFailed(failed)));
+        }
+    };
+    let Some(upstream) = upstream else {
+        if !is_resource_path(work.parts.uri.path()) {
+            let reply = ok_reply();
+            record_reply(&mut pending, &reply);
+            return Some((pending, Done::Resource(reply)));
+        }
+        let request = ResourceRequest {
+            method: work.parts.method,
+            path: work.parts.uri.path().to_string(),
+            query: work.parts.uri.query().map(str::to_string),
+            key: work.key,
+            body: work.body,
+            body_sha256: work.body_sha256,
+        };
+        let reply = serve_resource(&conn.routes.resource, request).await;
+        record_reply(&mut pending, &reply);
+        return Some((pending, Done::Resource(reply)));
+    };
+    let tls = conn.io.is_tls();
+    let task = tokio::spawn(async move {
+        let start = Instant::now();
+        let p = &work.parts;
+        let result = upstream
+            .forward(&p.method, &p.uri, &p.headers, work.body, tls)
+            .await;
+        {
+            let e = pending.entry();
+            e.forwarded = true;
+            e.upstream_us = Some(elapsed_us(start));
+        }
+        match result {
+            Ok(reply) => {
+                record_upstream(&mut pending, &reply);
+                (pending, Done::Upstream(reply))
+            }
+            Err(failure) => (pending, Done::UpstreamFailed(failure)),
+        }
+    });
+    match task.await {
+        Ok(done) => Some(done),
+        // The task cannot panic short of a bug; its entry was dropped with it (client_closed).
+        Err(e) => {
+            tracing::error!("forwarding task failed: {e}");
+            None
+        }
+    }
+}
+
+/// The response for what processing gave.
+fn answer(state: &State, done: Done, pending: Pending) -> Response<ResBody> {
+    let capture = &state.response_capture;
+    match done {
+        Done::Resource(reply) => respond(reply, pending, capture),
+        Done::Upstream(reply) => relay(reply, pending, capture),
+        Done::UpstreamFailed(failure) => upstream_failed(&failure, pending, capture),
     }
 }
 

@@ -661,8 +661,10 @@ impl Pending {
         if let Some(mut e) = self.entry.take() {
             e.t_done_us = self.emitter.clock.now_us();
             e.outcome = outcome;
-            if !matches!(outcome, Outcome::Responded | Outcome::Rejected)
-                && e.fault.as_deref() != Some("malformed")
+            if !matches!(
+                outcome,
+                Outcome::Responded | Outcome::Rejected | Outcome::UpstreamError
+            ) && e.fault.as_deref() != Some("malformed")
             {
                 e.status = None;
             }

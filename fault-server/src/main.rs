@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use fault_server::config::UpstreamUrl;
 use fault_server::tls::{ServerTls, TlsError};
 use fault_server::{Config, FaultServer, ServerOptions, StartError};
 
@@ -60,6 +61,11 @@ struct Args {
     /// (PEM) for clients' --cacert.
     #[arg(long, value_name = "FILE")]
     tls_self_signed: Option<PathBuf>,
+    /// Proxy mode: forward every request no rule answers to this real dependency
+    /// (`http://host:port` or `https://…`, with an optional path prefix); overrides the
+    /// config's `upstream` URL and keeps its other upstream options.
+    #[arg(long, value_name = "URL", value_parser = UpstreamUrl::parse)]
+    upstream: Option<UpstreamUrl>,
 }
 
 fn main() -> ExitCode {
@@ -82,24 +88,38 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
 
+    let upstream = args.upstream.clone();
+    let adjust = |c: &mut Config| {
+        if let Some(url) = upstream {
+            c.set_upstream(url);
+        }
+    };
     let config = match &args.config {
-        Some(path) => match Config::load(path) {
+        Some(path) => match Config::load_with(path, adjust) {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("error: {e}");
                 return ExitCode::from(2);
             }
         },
-        None => Config::default(),
+        None => {
+            let mut c = Config::default();
+            adjust(&mut c);
+            c
+        }
     };
     if args.check {
         println!(
-            "{}: ok ({} rule{})",
+            "{}: ok ({} rule{}{})",
             args.config
                 .as_ref()
                 .map_or("<defaults>".into(), |p| p.display().to_string()),
             config.rules.len(),
-            if config.rules.len() == 1 { "" } else { "s" }
+            if config.rules.len() == 1 { "" } else { "s" },
+            config
+                .upstream
+                .as_ref()
+                .map_or(String::new(), |u| format!(", forwarding to {}", u.url))
         );
         return ExitCode::SUCCESS;
     }
@@ -159,7 +179,8 @@ fn main() -> ExitCode {
                     // so is a public address without a control token.
                     StartError::Tls(TlsError::Read { .. } | TlsError::Pem { .. })
                     | StartError::NoControlToken { .. }
-                    | StartError::SharedNeedsPostgres => ExitCode::from(2),
+                    | StartError::SharedNeedsPostgres
+                    | StartError::Upstream(_) => ExitCode::from(2),
                     StartError::Bind { .. }
                     | StartError::Store(_)
                     | StartError::Journal(_)

@@ -14,6 +14,7 @@ use hyper::body::{Body, Frame, SizeHint};
 use crate::config::StatusFault;
 use crate::journal::Pending;
 use crate::orders::ResourceReply;
+use crate::upstream::{UpstreamFailure, UpstreamReply};
 use history::Outcome;
 
 /// What the server answers with: a journaled body, or the control API's.
@@ -26,6 +27,52 @@ pub(crate) fn record_reply(pending: &mut Pending, reply: &ResourceReply) {
     e.replayed = reply.replayed;
     e.transition = reply.transition.clone();
     e.resource = reply.resource.clone();
+}
+
+/// Records what the upstream answered a forwarded request (before any fault decides whether
+/// the client sees it).
+pub(crate) fn record_upstream(pending: &mut Pending, reply: &UpstreamReply) {
+    let e = pending.entry();
+    e.status = Some(reply.status);
+    e.upstream_status = Some(reply.status);
+    e.created = reply.created.clone();
+}
+
+/// The upstream's answer, relayed to the client as it came (hop-by-hop headers aside).
+pub(crate) fn relay(
+    reply: UpstreamReply,
+    mut pending: Pending,
+    capture: &[HeaderName],
+) -> Response<ResBody> {
+    record_upstream(&mut pending, &reply);
+    record_headers(&mut pending, &reply.headers, capture);
+    let mut res = Response::new(Either::Left(JournaledBody::new(reply.body, pending)));
+    *res.status_mut() = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    *res.headers_mut() = reply.headers;
+    res
+}
+
+/// The answer for an upstream that gave none: `502` or `504` with a problem body, journaled as
+/// `upstream_error`.
+pub(crate) fn upstream_failed(
+    failure: &UpstreamFailure,
+    pending: Pending,
+    capture: &[HeaderName],
+) -> Response<ResBody> {
+    let status = failure.status();
+    let detail = failure.detail();
+    tracing::debug!("upstream: {detail}");
+    let reply = ResourceReply::problem(
+        status,
+        "upstream-error",
+        if status == 504 {
+            "Upstream timed out"
+        } else {
+            "Upstream failed"
+        },
+        detail,
+    );
+    respond_as(reply, pending, capture, Outcome::UpstreamError)
 }
 
 /// Response headers every journal entry records when the response has them.
@@ -47,8 +94,18 @@ fn record_headers(pending: &mut Pending, h: &http::HeaderMap, capture: &[HeaderN
 
 pub(crate) fn respond(
     reply: ResourceReply,
+    pending: Pending,
+    capture: &[HeaderName],
+) -> Response<ResBody> {
+    respond_as(reply, pending, capture, Outcome::Responded)
+}
+
+/// `reply`, its entry finished as `outcome` once the body is handed over.
+fn respond_as(
+    reply: ResourceReply,
     mut pending: Pending,
     capture: &[HeaderName],
+    outcome: Outcome,
 ) -> Response<ResBody> {
     record_reply(&mut pending, &reply);
     let mut h = http::HeaderMap::new();
@@ -62,7 +119,9 @@ pub(crate) fn respond(
         }
     }
     record_headers(&mut pending, &h, capture);
-    let mut res = Response::new(Either::Left(JournaledBody::new(reply.body, pending)));
+    let mut body = JournaledBody::new(reply.body, pending);
+    body.outcome = outcome;
+    let mut res = Response::new(Either::Left(body));
     *res.status_mut() =
         StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     *res.headers_mut() = h;

@@ -22,6 +22,7 @@ use crate::state::{
     KeyAttempts, Limits, Routes, State, CONTROL_RESERVE, DEFAULT_CAPTURED_HEADERS, DEFAULT_HANG_CAP,
 };
 use crate::tls::{ServerTls, TlsError};
+use crate::upstream::{Upstream, UpstreamError};
 
 /// Where and how to run.
 #[derive(Debug, Clone)]
@@ -73,6 +74,9 @@ pub enum StartError {
     /// The TLS certificate could not be made or read.
     #[error(transparent)]
     Tls(#[from] TlsError),
+    /// The upstream's TLS settings are unusable.
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
     /// `state: shared` needs the orders on PostgreSQL (the config's validation says so first).
     #[error("`state: shared` keeps the schedule's counters in the orders' database, which must be PostgreSQL (`orders.database: postgres://…`)")]
     SharedNeedsPostgres,
@@ -114,6 +118,10 @@ impl FaultServer {
             (None, Some(TlsConfig::SelfSigned)) => Some(ServerTls::self_signed()?),
             (None, Some(TlsConfig::Files { cert, key })) => Some(ServerTls::from_files(cert, key)?),
             (None, None) => None,
+        };
+        let upstream = match &config.upstream {
+            Some(u) => Some(Arc::new(Upstream::new(u, config.limits.max_body.0)?)),
+            None => None,
         };
         let orders = Orders::open(&config.orders).await?;
         let shared = match config.state {
@@ -177,6 +185,7 @@ impl FaultServer {
             response_capture,
             empty_body_sha256: hex::encode(Sha256::digest(b"")),
             tls,
+            upstream,
         });
         let routes = Arc::new(Routes {
             control: crate::control::router(state.clone()),

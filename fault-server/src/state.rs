@@ -120,6 +120,8 @@ pub(crate) struct State {
     pub(crate) tls: Option<crate::tls::ServerTls>,
     /// This replica's name in the journal (`--replica-id`), when it is one of several.
     pub(crate) replica: Option<String>,
+    /// The real dependency requests are forwarded to (proxy mode).
+    pub(crate) upstream: Option<Arc<crate::upstream::Upstream>>,
 }
 
 impl State {

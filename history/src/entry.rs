@@ -117,7 +117,8 @@ pub struct Entry {
     /// Id of the schedule rule that fired, if any.
     #[serde(default)]
     pub rule: Option<String>,
-    /// Kind of fault applied: `status`, `delay`, `hang`, `drop`, `reset`, `malformed`.
+    /// Kind of fault applied: `status`, `delay`, `hang`, `drop`, `reset`, `malformed`, `goaway`,
+    /// `forward`.
     #[serde(default)]
     pub fault: Option<String>,
     /// Status code sent, or null when none was.
@@ -147,6 +148,16 @@ pub struct Entry {
     /// `head-too-large`, `bad-request`, `body-too-large`, `bad-body`, `connection-limit`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rejected: Option<String>,
+    /// The request was forwarded to the fault server's upstream (proxy mode).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub forwarded: bool,
+    /// The status the upstream answered a forwarded request with; null when it did not answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_status: Option<u16>,
+    /// How long the upstream took, from forwarding the request to its whole answer (or its
+    /// failure), µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_us: Option<u64>,
     /// Response headers the observer recorded (lower-case names: `retry-after`, `location`,
     /// `idempotent-replayed`, …); absent when it recorded none, so a reader can tell "no
     /// Retry-After was sent" from "headers were not recorded".

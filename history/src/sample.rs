@@ -55,6 +55,9 @@ pub fn entry(seq: u64, t_recv_ms: impl Into<f64>) -> EntryBuilder {
         replayed: false,
         draw: None,
         rejected: None,
+        forwarded: false,
+        upstream_status: None,
+        upstream_us: None,
         response_headers: None,
     })
 }

@@ -39,12 +39,14 @@ prop_compose! {
         draw in proptest::option::of(0.0f64..1.0),
         rejected in proptest::option::of(text()),
         response_headers in proptest::option::of(proptest::collection::btree_map(text(), text(), 0..3)),
+        (forwarded, upstream_status, upstream_us) in (any::<bool>(), proptest::option::of(any::<u16>()), proptest::option::of(any::<u64>())),
     ) -> Entry {
         Entry {
             seq, t_recv_us, t_done_us, unix_ms, method, path, query,
             headers: headers.into_iter().collect::<BTreeMap<_, _>>(),
             idempotency_key: key, client_id: client, status, outcome,
             http_version: version, tls, replayed, key_attempt, draw, rejected, response_headers,
+            forwarded, upstream_status, upstream_us,
             ..Entry::default()
         }
     }
