@@ -21,8 +21,8 @@
 //! 3. Per group: a median delay under `immediate_ms` is its own finding (immediate retries with no
 //!    backoff: fail); dispersion ≥ `min_dispersion` passes; a spread under the threshold but above
 //!    the noise floor (`noise_floor_ms` of MAD, e.g. 0–100 ms added to a 1 s backoff) is weak; less
-//!    is no jitter (fail), whatever the dispersion: a spread under the noise floor is the pace at
-//!    which a client handles responses, not jitter. The worst group decides.
+//!    is no jitter (fail). A spread under `immediate_ms` (MAD) is no jitter whatever its
+//!    dispersion: it is the pace at which a client handles responses. The worst group decides.
 //! 4. The effect is reported too: the fraction of a wave's retries in its densest `window_ms`
 //!    window, and the peak-to-mean ratio of the cluster's retries binned by `window_ms`.
 //!
@@ -56,7 +56,8 @@ pub struct JitterConfig {
     pub min_dispersion: f64,
     /// MAD (ms) below which a spread is scheduling noise, not jitter.
     pub noise_floor_ms: f64,
-    /// A median retry delay below this (ms) is an immediate retry: no backoff at all.
+    /// A median retry delay below this (ms) is an immediate retry: no backoff at all; a spread
+    /// of delays (MAD) below it is the client's handling pace, not jitter.
     pub immediate_ms: f64,
     /// Retries one attempt group needs before it is judged.
     pub min_samples: usize,
@@ -310,11 +311,12 @@ impl JitterCheck {
             .collect();
         let wave = dense as f64 / n as f64 >= self.cfg.max_wave_fraction
             && med >= self.cfg.window_ms as f64;
-        // A spread counts only above the noise floor: a fleet on one event loop handles its
-        // responses one after another, which spreads retries that have no delay at all evenly
-        // over a few milliseconds — a large dispersion of a tiny median, not jitter.
-        // Full jitter on a 100 ms base (IQR 50 ms) stays well above it.
-        let above_noise = mad_ms >= self.cfg.noise_floor_ms || iqr >= self.cfg.noise_floor_ms;
+        // A spread counts only beyond the pace at which a client handles responses: a fleet on
+        // one event loop handles its failures one after another, which spreads retries that
+        // have no delay at all evenly over a few milliseconds — a large dispersion of a small
+        // median, not jitter. Under `immediate_ms` of MAD (and twice that of interquartile
+        // range) it is that pace; full jitter on a 100 ms base has a MAD of 25 ms.
+        let above_noise = mad_ms >= self.cfg.immediate_ms || iqr >= 2.0 * self.cfg.immediate_ms;
         let dispersed = above_noise
             && (dispersion >= self.cfg.min_dispersion
                 || iqr_over_median >= 2.0 * self.cfg.min_dispersion);
@@ -706,11 +708,11 @@ mod tests {
 
     /// Zero-delay retries on a busy event loop whose handling slowed at the next attempt: the
     /// delays grow (the no-backoff rule cannot see them) and their spread is a large fraction
-    /// of a small median, but in absolute terms it is under the noise floor: no jitter.
+    /// of a small median, but in absolute terms it is the pace of handling: no jitter.
     #[test]
-    fn an_even_spread_under_the_noise_floor_is_no_jitter_even_when_it_grows() {
+    fn an_even_spread_at_the_pace_of_handling_is_no_jitter_even_when_it_grows() {
         let j = herd(50, 3, 15, |rng, k, _| {
-            let (base, width) = if k == 1 { (30.0, 30.0) } else { (60.0, 40.0) };
+            let (base, width) = if k == 1 { (30.0, 20.0) } else { (50.0, 30.0) };
             base + rng.random::<f64>() * width
         });
         let r = run_one("jitter", "{}", &j);
