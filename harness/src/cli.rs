@@ -138,6 +138,10 @@ struct Common {
     /// Send the load here instead of the scenario's target.
     #[arg(long, value_name = "URL")]
     target: Option<String>,
+    /// Proxy mode: the embedded fault server forwards what no rule answers to this dependency
+    /// (overrides the URL of the scenario's `server.upstream`).
+    #[arg(long, value_name = "URL", value_parser = fault_server::config::UpstreamUrl::parse)]
+    upstream: Option<fault_server::config::UpstreamUrl>,
     #[command(flatten)]
     connect: ConnectArgs,
     #[command(flatten)]
@@ -477,6 +481,7 @@ fn overrides(c: &Common) -> Overrides {
         shard: crate::shard::Shard::WHOLE,
         start_at_unix_ms: None,
         source: c.connect.source_addr,
+        upstream: c.upstream.clone(),
     }
 }
 

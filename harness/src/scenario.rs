@@ -338,6 +338,8 @@ pub struct Overrides {
     pub start_at_unix_ms: Option<u64>,
     /// `--source-addr`.
     pub source: Option<std::net::IpAddr>,
+    /// `--upstream`: the embedded fault server forwards to this dependency.
+    pub upstream: Option<fault_server::config::UpstreamUrl>,
 }
 
 /// The bounds a scenario's numbers must keep: a value outside them is refused when the file is
@@ -464,15 +466,31 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
                 "give `server` (inline) or `server_config` (a file), not both",
             ))
         }
-        (Some(s), None) => {
+        (Some(mut s), None) => {
+            if let Some(url) = &o.upstream {
+                s.set_upstream(url.clone());
+            }
             s.validate(&origin)?;
             Some(s)
         }
         (None, Some(p)) => {
             let p = path.parent().unwrap_or(Path::new(".")).join(p);
-            Some(fault_server::Config::load(&p)?)
+            Some(fault_server::Config::load_with(&p, |s| {
+                if let Some(url) = &o.upstream {
+                    s.set_upstream(url.clone());
+                }
+            })?)
         }
-        (None, None) => None,
+        (None, None) => {
+            if o.upstream.is_some() {
+                return Err(invalid(
+                    &origin,
+                    "server",
+                    "--upstream puts the embedded fault server in front of a dependency, and this scenario has no `server`",
+                ));
+            }
+            None
+        }
     };
     if let Some(s) = &mut server {
         s.scale_durations(time_scale);

@@ -1,6 +1,6 @@
 //! The `orders_service` example end to end: the real binary, its payment dependency a real fault
-//! server, and the verdict read from the fault server's journal — what a CI gate under
-//! `harness exec` sees.
+//! server — or a real payment API (`payments_service`) behind the fault server as a proxy — and
+//! the verdict read from the fault server's journal: what a CI gate under `harness exec` sees.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
@@ -37,7 +37,19 @@ rules:
 /// is the cargo that is running this test, and the build lock is free while tests run.
 fn example_exe() -> PathBuf {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| {
+    EXE.get_or_init(|| build_example("orders_service")).clone()
+}
+
+/// The payment API of record that `scenarios/proxy-example.yaml` proxies to.
+fn payments_exe() -> PathBuf {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| build_example("payments_service"))
+        .clone()
+}
+
+/// Builds example `name` (a no-op when it is up to date) and returns its executable.
+fn build_example(name: &str) -> PathBuf {
+    {
         let mut cmd = Command::new(env!("CARGO"));
         cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args([
             "build",
@@ -45,7 +57,7 @@ fn example_exe() -> PathBuf {
             "-p",
             "harness",
             "--example",
-            "orders_service",
+            name,
             "--message-format=json",
         ]);
         if !cfg!(debug_assertions) {
@@ -60,13 +72,10 @@ fn example_exe() -> PathBuf {
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|m| {
-                m["reason"] == "compiler-artifact" && m["target"]["name"] == "orders_service"
-            })
+            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == name)
             .find_map(|m| m["executable"].as_str().map(PathBuf::from))
             .expect("cargo reports the example's executable")
-    })
-    .clone()
+    }
 }
 
 /// The running example; killed when dropped.
@@ -77,9 +86,15 @@ struct Service {
 
 impl Service {
     fn start(mode: &str, payments_url: &str) -> Service {
-        let mut child = Command::new(example_exe())
-            .args(["--mode", mode, "--payments-url", payments_url])
-            .args(["--bind", "127.0.0.1:0", "--seed", "3"])
+        let mut cmd = Command::new(example_exe());
+        cmd.args(["--mode", mode, "--payments-url", payments_url])
+            .args(["--bind", "127.0.0.1:0", "--seed", "3"]);
+        Service::spawn(cmd)
+    }
+
+    /// Starts `cmd`, a program that prints `listening on URL` first.
+    fn spawn(mut cmd: Command) -> Service {
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -353,5 +368,79 @@ fn ci_gate_passes_the_resilient_service() {
     assert_eq!(
         report["exec"]["exit_code"], 0,
         "the service was stopped after the load"
+    );
+}
+
+/// `scenarios/proxy-example.yaml` end to end: the payment API of record (`payments_service`, its
+/// own process and SQLite database) behind the scenario's fault server as a proxy, the orders
+/// service under `harness exec` calling it through the proxy.
+fn proxy_gate(mode: &str) -> (Option<i32>, serde_json::Value) {
+    let mut cmd = Command::new(payments_exe());
+    cmd.args(["--bind", "127.0.0.1:0"]);
+    let payments = Service::spawn(cmd);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let scenario =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/proxy-example.yaml");
+    let out = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .arg("exec")
+        .arg(&scenario)
+        .args(["--target", &format!("http://{addr}")])
+        .args(["--upstream", &payments.url])
+        .args(["--format", "json", "--"])
+        .arg(example_exe())
+        .args(["--bind", &addr, "--payments-url", "$HARNESS_FAULT_URL"])
+        .args(["--payments-path", "/payments", "--mode", mode])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "{mode}: {e}\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code(), report)
+}
+
+#[test]
+fn proxy_gate_fails_the_naive_service_on_the_real_payments() {
+    let (code, report) = proxy_gate("naive");
+    let v = verdicts(&report);
+    assert_eq!(code, Some(1), "{v:?}");
+    for name in ["duplicates", "key_stability", "retry_on_4xx", "jitter"] {
+        assert!(
+            v.contains(&(name.to_string(), false)),
+            "`{name}` should fail: {v:?}\n{}",
+            report["checks"]
+        );
+    }
+    // The duplicates are real payments, named by the payment API itself.
+    let dup = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "duplicates")
+        .unwrap();
+    assert!(
+        dup["summary"].as_str().unwrap().contains("pay_"),
+        "{}",
+        dup["summary"]
+    );
+}
+
+#[test]
+fn proxy_gate_passes_the_resilient_service() {
+    let (code, report) = proxy_gate("resilient");
+    let v = verdicts(&report);
+    assert_eq!(code, Some(0), "{v:?}\n{}", report["checks"]);
+    assert!(v.iter().all(|(_, passed)| *passed));
+    assert!(
+        report["requests"]["sent"].as_u64().unwrap() > 50,
+        "the harness drove load at the service"
     );
 }

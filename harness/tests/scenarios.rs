@@ -136,7 +136,7 @@ macro_rules! scenarios {
         #[test]
         fn every_scenario_file_is_tested() {
             // Run through `harness exec` with the example service, in tests/example_service.rs.
-            let elsewhere = ["ci-gate-example"];
+            let elsewhere = ["ci-gate-example", "proxy-example"];
             let listed = [$($file),*];
             for entry in std::fs::read_dir(scenarios_dir()).unwrap() {
                 let p = entry.unwrap().path();
