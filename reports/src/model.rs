@@ -6,8 +6,11 @@
 //! [`SCHEMA_VERSION`].
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use serde::{Deserialize, Serialize};
+
+use crate::format;
 
 /// Version of the `report.json` layout. Bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -369,6 +372,63 @@ impl CheckResult {
     pub fn evidence(mut self, e: Evidence) -> Self {
         self.evidence.push(e);
         self
+    }
+
+    /// Panics unless the check passed (any verdict but `fail`), with the result as the message:
+    /// its summary and evidence, as the terminal report shows them. Returns the result, for
+    /// further assertions on its metrics.
+    #[track_caller]
+    pub fn assert_passes(&self) -> &Self {
+        if !self.passed() {
+            panic!("check `{}` was expected to pass:\n{self}", self.name);
+        }
+        self
+    }
+
+    /// Panics unless the verdict is exactly `pass` (not `weak` nor `inconclusive`), with the
+    /// result as the message.
+    #[track_caller]
+    pub fn assert_pass_verdict(&self) -> &Self {
+        if self.verdict != Verdict::Pass {
+            panic!(
+                "check `{}` was expected to reach `pass`:\n{self}",
+                self.name
+            );
+        }
+        self
+    }
+
+    /// Panics unless the check failed, with the result as the message.
+    #[track_caller]
+    pub fn assert_fails(&self) -> &Self {
+        if self.verdict != Verdict::Fail {
+            panic!("check `{}` was expected to fail:\n{self}", self.name);
+        }
+        self
+    }
+}
+
+impl fmt::Display for CheckResult {
+    /// The check as the terminal report shows it, one line, then its first pieces of evidence:
+    ///
+    /// ```text
+    /// duplicates: FAIL: 3 of 3 keys created more than one order
+    ///   • key k-1 created 4 orders [key k-1; seq 1, 2, 3, 4]
+    /// ```
+    ///
+    /// Text that came from requests (keys, paths) is escaped as the terminal report escapes it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {}: {}",
+            format::printable(&self.name),
+            format::verdict_word(self.verdict).to_ascii_uppercase(),
+            format::printable(&self.summary)
+        )?;
+        for line in format::evidence_lines(&self.evidence, "in `evidence`") {
+            write!(f, "\n  {}", format::printable(&line))?;
+        }
+        Ok(())
     }
 }
 
