@@ -14,7 +14,7 @@ use serde::Deserialize;
 use yaml_config::{from_yaml_str, parse_duration, ConfigError, Dur, Size};
 
 /// Everything a fault server needs to know besides where to listen.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Seed for every random decision; `--seed` overrides it.
@@ -131,7 +131,7 @@ impl<'de> Deserialize<'de> for TlsConfig {
 }
 
 /// A schedule on its own, as `PUT /__harness/schedule` takes it.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleConfig {
     /// The new rules; they replace all the old ones.
@@ -164,7 +164,7 @@ pub enum PayImpl {
 }
 
 /// Settings of the built-in orders resource.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OrdersConfig {
     /// Idempotency implementation.
@@ -364,7 +364,7 @@ fn redact_url(url: &str) -> String {
 }
 
 /// One rule of the schedule.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RuleConfig {
     /// Name reported in the journal and stats; `rule-N` (1-based position) when absent.
@@ -378,7 +378,7 @@ pub struct RuleConfig {
 }
 
 /// The conditions of a rule; all given conditions must hold.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MatchConfig {
     /// HTTP method(s), case-insensitive.

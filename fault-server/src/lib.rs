@@ -5,6 +5,7 @@
 //! a real database ([`orders`]), and keeps a complete journal of every request ([`journal`]).
 //! The harness embeds it through [`FaultServer`]; the `fault-server` binary runs it on its own.
 
+pub mod builder;
 pub mod config;
 mod conn;
 mod control;
@@ -19,5 +20,10 @@ mod socket;
 mod state;
 pub mod tls;
 
-pub use config::Config;
+pub use builder::{BuildError, ServerBuilder, TestServer, WaitError};
+pub use config::{
+    Config, Counts, DelaySpec, FaultConfig, HangFault, IdempotencyImpl, LimitsConfig,
+    MalformedFault, MalformedKind, OrdersConfig, PayImpl, ResetFault, RuleConfig, StatusFault,
+};
+pub use history::{Entry, Outcome};
 pub use server::{FaultServer, ServerOptions, StartError};
