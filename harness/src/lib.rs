@@ -23,3 +23,8 @@ pub mod simulate;
 pub mod template;
 pub mod tls;
 pub mod verify;
+pub mod workload;
+
+pub use checks;
+pub use fault_server;
+pub use history;
