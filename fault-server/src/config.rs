@@ -479,7 +479,12 @@ pub enum DelaySpec {
     /// Uniform between the two bounds.
     Uniform(Duration, Duration),
     /// Log-normal with this median and shape σ (the log's standard deviation).
-    Lognormal { median: Duration, sigma: f64 },
+    Lognormal {
+        /// The median delay.
+        median: Duration,
+        /// The log's standard deviation.
+        sigma: f64,
+    },
 }
 
 /// Options of a `hang`.
@@ -636,7 +641,12 @@ pub struct Counts(pub Vec<CountSpec>);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CountSpec {
     /// From `lo` to `hi` inclusive; `hi` absent means no upper bound.
-    Range { lo: u64, hi: Option<u64> },
+    Range {
+        /// The first count, from 1.
+        lo: u64,
+        /// The last count, included; none for no end.
+        hi: Option<u64>,
+    },
     /// Every k-th: k, 2k, 3k, …
     Every(u64),
 }
@@ -1074,7 +1084,6 @@ pub fn validate_rules(rules: &[RuleConfig], origin: &str) -> Result<(), ConfigEr
     Ok(())
 }
 
-/// The id of rule `i` (0-based): its own, or `rule-{i+1}`.
 /// The bounds of the limits themselves, each stated in its message.
 pub fn validate_limits(l: &LimitsConfig, origin: &str) -> Result<(), ConfigError> {
     let bad = |field: &str, message: String| {
@@ -1114,6 +1123,7 @@ pub fn validate_limits(l: &LimitsConfig, origin: &str) -> Result<(), ConfigError
     Ok(())
 }
 
+/// The id of rule `i` (0-based): its own, or `rule-{i+1}`.
 pub fn rule_id(r: &RuleConfig, i: usize) -> String {
     r.id.clone().unwrap_or_else(|| format!("rule-{}", i + 1))
 }
