@@ -38,7 +38,7 @@ pub trait CheckSpec: Clone + Default + PartialEq + Serialize + DeserializeOwned 
 
     /// This check's verdict on a journal (entries in `seq` order, by value or by reference),
     /// with no facts beside it; requests are grouped into operations as
-    /// [`GroupingConfig::default`] says. The same verdict the CLI reports, to assert in a test:
+    /// [`GroupingConfig::default`](crate::GroupingConfig) says. The same verdict the CLI reports, to assert in a test:
     ///
     /// ```
     /// use checks::{CheckSpec, RetryOn4xxConfig};
