@@ -46,7 +46,8 @@ use yaml_config::{ConfigError, Dur, Size};
 use crate::config::{
     validate_rules, Config, CountSpec, Counts, Database, DelaySpec, FaultConfig, HangFault,
     IdempotencyImpl, LimitsConfig, MalformedFault, MalformedKind, OneOrMany, OrdersConfig,
-    PathPattern, PayImpl, Probability, ResetFault, RuleConfig, StatusCode, StatusFault, TlsConfig,
+    PathPattern, PayImpl, Probability, ResetFault, RuleConfig, StateMode, StatusCode, StatusFault,
+    TlsConfig,
 };
 use crate::orders::StoreError;
 use crate::server::{FaultServer, ServerOptions, StartError};
@@ -151,6 +152,22 @@ impl ServerBuilder {
     /// [`FaultServer::certificate_pem`] for what a client must trust); ALPN h2 and http/1.1.
     pub fn tls_self_signed(mut self) -> Self {
         self.config.tls = Some(TlsConfig::SelfSigned);
+        self
+    }
+
+    /// Serve `https://` with this certificate (chain) and private key, PEM files.
+    pub fn tls_files(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        self.config.tls = Some(TlsConfig::Files {
+            cert: cert.into(),
+            key: key.into(),
+        });
+        self
+    }
+
+    /// Where the schedule's counters live: [`StateMode::Shared`] keeps them in the orders'
+    /// PostgreSQL database, so that replicas count together.
+    pub fn state(mut self, state: StateMode) -> Self {
+        self.config.state = state;
         self
     }
 
@@ -749,6 +766,14 @@ mod tests {
             .seed(7)
             .hang_cap(Duration::from_secs(3))
             .capture_header("x-tenant")
+            .capture_response_header("x-served-by")
+            .tls_files("cert.pem", "key.pem")
+            .limits(
+                LimitsConfig::default()
+                    .max_body(1024)
+                    .header_timeout(Duration::from_secs(2))
+                    .max_connections(100),
+            )
             .orders(
                 OrdersConfig::with(IdempotencyImpl::CheckThenInsert)
                     .work_delay(Duration::from_millis(50))
@@ -812,6 +837,9 @@ mod tests {
 seed: 7
 hang_cap: 3s
 capture_headers: [x-tenant]
+capture_response_headers: [x-served-by]
+tls: { cert: cert.pem, key: key.pem }
+limits: { max_body: 1024, header_timeout: 2s, max_connections: 100 }
 orders: { idempotency: check-then-insert, work_delay: 50ms, pay: read-then-write, retry_after_s: 2 }
 rules:
   - id: outage
