@@ -194,3 +194,30 @@ async fn a_bad_workload_is_refused_with_the_field_and_the_bound() {
         .expect_err("no attempt at all");
     assert!(err.to_string().contains("policy.max_attempts"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_and_a_pool_of_clients_send_what_they_say() {
+    let server = FaultServer::builder().start().await.expect("server starts");
+    let rate = Workload::rate(100.0, Duration::from_millis(200))
+        .connections(16)
+        .request(Request::get("/health-of-{{client}}"))
+        .run(&server.url())
+        .await
+        .expect("the rate runs");
+    assert_eq!(rate.figures.operations, 20, "100/s for 200 ms");
+    assert_eq!(rate.figures.sent, 20);
+    let clients = Workload::clients(3, 12)
+        .request(Request::new("PUT", "/items/{{seq}}").body("x"))
+        .run(&server.url())
+        .await
+        .expect("the clients run");
+    assert_eq!(clients.figures.sent, 12);
+    assert_eq!(clients.attempts.len(), 12);
+    let journal = server.wait_for(32).await.expect("every request journaled");
+    assert_eq!(journal.len(), 32);
+    assert_eq!(
+        journal.iter().filter(|e| e.method == "PUT").count(),
+        12,
+        "{journal:#?}"
+    );
+}
