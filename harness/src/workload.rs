@@ -63,6 +63,8 @@ pub struct Workload {
     client_id_header: bool,
     seed: u64,
     connect: Connect,
+    /// A setting given to an executor it does not apply to: refused when the workload runs.
+    misplaced: Option<(&'static str, &'static str)>,
 }
 
 /// Which executor, as a scenario's phase says it.
@@ -83,6 +85,7 @@ impl Workload {
             client_id_header: true,
             seed: 1,
             connect: Connect::default(),
+            misplaced: None,
         }
     }
 
@@ -163,27 +166,34 @@ impl Workload {
         self
     }
 
-    /// Rounds of a burst (each with its own key), and the pause after each.
+    /// Rounds of a burst (each with its own key), and the pause after each. A burst's setting
+    /// only: given to another executor, the workload is refused when it runs.
     pub fn rounds(mut self, rounds: u32, pause: Duration) -> Self {
-        if let Executor::Burst(b) = &mut self.executor {
-            b.rounds = rounds;
-            b.pause = Some(Dur(pause));
+        match &mut self.executor {
+            Executor::Burst(b) => {
+                b.rounds = rounds;
+                b.pause = Some(Dur(pause));
+            }
+            _ => self.misplaced = Some(("rounds", "burst")),
         }
         self
     }
 
-    /// Connections (workers) of a rate; a request that finds none free starts late.
+    /// Connections (workers) of a rate; a request that finds none free starts late. A rate's
+    /// setting only.
     pub fn connections(mut self, connections: u32) -> Self {
-        if let Executor::Rate(r) = &mut self.executor {
-            r.connections = Some(connections);
+        match &mut self.executor {
+            Executor::Rate(r) => r.connections = Some(connections),
+            _ => self.misplaced = Some(("connections", "rate")),
         }
         self
     }
 
-    /// Operations each client of a fleet runs, one after another.
+    /// Operations each client of a fleet runs, one after another. A fleet's setting only.
     pub fn operations(mut self, operations: u64) -> Self {
-        if let Executor::Fleet(f) = &mut self.executor {
-            f.operations = operations;
+        match &mut self.executor {
+            Executor::Fleet(f) => f.operations = operations,
+            _ => self.misplaced = Some(("operations", "fleet")),
         }
         self
     }
@@ -192,6 +202,14 @@ impl Workload {
     /// runtime, and returns what the clients measured. Fails before sending anything when a
     /// bound is broken or the target does not accept connections.
     pub async fn run(self, base_url: &str) -> Result<WorkloadRun, WorkloadError> {
+        if let Some((setting, executor)) = self.misplaced {
+            return Err(ConfigError::at(
+                ORIGIN,
+                setting,
+                format!("`{setting}` is a setting of a {executor}, not of this workload"),
+            )
+            .into());
+        }
         validate_policy(&self.policy)?;
         let (burst, rate, clients, fleet) = match self.executor.clone() {
             Executor::Burst(b) => (Some(b), None, None, None),

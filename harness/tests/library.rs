@@ -193,6 +193,12 @@ async fn a_bad_workload_is_refused_with_the_field_and_the_bound() {
         .await
         .expect_err("no attempt at all");
     assert!(err.to_string().contains("policy.max_attempts"), "{err}");
+    let err = Workload::fleet(2)
+        .rounds(3, Duration::ZERO)
+        .run(&server.url())
+        .await
+        .expect_err("rounds of a fleet");
+    assert!(err.to_string().contains("a setting of a burst"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
