@@ -94,10 +94,7 @@ macro_rules! check_table {
 
             /// The enabled checks, in the order of [`CHECK_NAMES`].
             pub(crate) fn build(&self) -> Vec<Box<dyn Check>> {
-                let ctx = Context {
-                    horizon_us: self.grouping.horizon_ms.saturating_mul(1000),
-                    max_evidence: self.max_evidence,
-                };
+                let ctx = self.context();
                 let mut checks: Vec<Box<dyn Check>> = Vec::new();
                 $(if let Some(c) = &self.$field {
                     checks.push(c.build(ctx));
@@ -199,6 +196,14 @@ where
 }
 
 impl ChecksConfig {
+    /// What every check built from this configuration shares.
+    pub(crate) fn context(&self) -> Context {
+        Context {
+            horizon_us: self.grouping.horizon_ms.saturating_mul(1000),
+            max_evidence: self.max_evidence,
+        }
+    }
+
     /// Parses and validates a checks document (the `checks:` section of a scenario, on its own);
     /// `origin` names it in errors, which carry the line and column of the field at fault.
     pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {

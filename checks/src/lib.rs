@@ -1,5 +1,33 @@
 //! Resilience checks: pure functions from a run's history to a verdict with evidence.
 //!
+//! A check reads the journal a fault server kept (one [`history::Entry`] per request it saw) and
+//! says whether the clients behaved: no duplicate creations, no retry of a 400, jitter on
+//! retries, Retry-After honored, one key per operation, … In a test, judge the journal with one
+//! check's configuration and assert the verdict; a failing assertion prints the check's summary
+//! and evidence, as the `harness` CLI would:
+//!
+//! ```
+//! use checks::{CheckSpec, DuplicatesConfig, RetryOn4xxConfig};
+//! use history::sample::entry;
+//!
+//! // What a fault server journaled: two POSTs of key k-1, both of which created an order.
+//! let journal = vec![
+//!     entry(1, 0.0).at("POST", "/orders").key("k-1").created("ord_1").build(),
+//!     entry(2, 1.0).at("POST", "/orders").key("k-1").created("ord_2").build(),
+//! ];
+//! let result = DuplicatesConfig::default().judge(&journal);
+//! result.assert_fails();
+//! assert!(result.to_string().starts_with("duplicates: FAIL"), "{result}");
+//! // No 4xx was retried: that check passes on the same journal.
+//! RetryOn4xxConfig::default().judge(&journal).assert_passes();
+//! ```
+//!
+//! With a live server, the journal comes from `fault_server::TestServer::journal`, and the load
+//! from your own client or from `harness::workload` — the `harness` crate's documentation has a
+//! complete test. Each check's configuration (re-exported here: [`DuplicatesConfig`],
+//! [`JitterConfig`], …) documents its thresholds; [`CheckSpec::judge`] runs one check,
+//! [`judge`] runs those a [`ChecksConfig`] enables, and [`CHECK_NAMES`] lists them all.
+//!
 //! Why pure functions of the history: the journal is the one timeline of a run (Jepsen's history),
 //! and the few facts gathered beside it — the load driver's totals, a system of record's counts
 //! ([`history::Facts`]) — are gathered before any check runs. A check that only reads them gives
@@ -47,12 +75,23 @@ pub mod total_timeout;
 pub(crate) mod testutil;
 
 use history::Facts;
-use reports::CheckResult;
 
+pub use amplification::AmplificationConfig;
+pub use circuit_breaker::CircuitBreakerConfig;
 pub use config::{ChecksConfig, CHECK_NAMES};
+pub use duplicates::DuplicatesConfig;
+pub use idempotency_semantics::IdempotencySemanticsConfig;
+pub use jitter::JitterConfig;
 pub use journal::{JournalItem, JournalRecord};
+pub use key_stability::KeyStabilityConfig;
 pub use operations::{Attempt, ClosedOperation, GroupingConfig, OperationTracker};
+pub use reports::{CheckResult, Evidence, Verdict};
+pub use retry_after::RetryAfterConfig;
+pub use retry_on_4xx::RetryOn4xxConfig;
 pub use spec::{About, CheckSpec};
+pub use state_transition::StateTransitionConfig;
+pub use thresholds::ThresholdsConfig;
+pub use total_timeout::TotalTimeoutConfig;
 
 /// One resilience check, fed the journal one attempt at a time.
 pub trait Check: Send {
@@ -89,6 +128,15 @@ impl ChecksRunner {
         ChecksRunner {
             tracker,
             checks,
+            closed: Vec::new(),
+        }
+    }
+
+    /// A runner for these checks, grouping requests as `grouping` says.
+    pub(crate) fn with(grouping: &GroupingConfig, checks: Vec<Box<dyn Check>>) -> Self {
+        ChecksRunner {
+            tracker: OperationTracker::new(grouping),
+            checks: CheckSet { checks },
             closed: Vec::new(),
         }
     }

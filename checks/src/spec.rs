@@ -5,11 +5,16 @@
 //! builder, the validator and the scenario's time scaling — and adding one meant touching all of
 //! them. Now a check's module implements [`CheckSpec`] for its configuration and the check is
 //! listed once, in [`crate::config`]'s table.
+//!
+//! [`CheckSpec::judge`] runs one check on its own, as a test asserts it.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::{Check, Context};
+use history::Facts;
+use reports::{CheckResult, Verdict};
+
+use crate::{Check, ChecksConfig, ChecksRunner, Context, JournalItem};
 
 /// One check: its configuration type, and everything the rest of the program asks about it.
 pub trait CheckSpec: Clone + Default + PartialEq + Serialize + DeserializeOwned {
@@ -30,6 +35,48 @@ pub trait CheckSpec: Clone + Default + PartialEq + Serialize + DeserializeOwned 
 
     /// A fresh check to feed a history to.
     fn build(&self, ctx: Context) -> Box<dyn Check>;
+
+    /// This check's verdict on a journal (entries in `seq` order, by value or by reference),
+    /// with no facts beside it; requests are grouped into operations as
+    /// [`GroupingConfig::default`](crate::GroupingConfig) says. The same verdict the CLI reports, to assert in a test:
+    ///
+    /// ```
+    /// use checks::{CheckSpec, RetryOn4xxConfig};
+    /// use history::sample::entry;
+    ///
+    /// // A client that retried a 400 under the same key.
+    /// let journal = vec![
+    ///     entry(1, 0.0).key("k").client("c").status(400).build(),
+    ///     entry(2, 50.0).key("k").client("c").status(400).build(),
+    /// ];
+    /// RetryOn4xxConfig::default().judge(&journal).assert_fails();
+    /// ```
+    fn judge<I>(&self, journal: I) -> CheckResult
+    where
+        I: IntoIterator,
+        I::Item: JournalItem,
+    {
+        self.judge_with(journal, &Facts::default())
+    }
+
+    /// This check's verdict on a journal and the facts gathered beside it (the load driver's
+    /// figures, a system of record's counts).
+    fn judge_with<I>(&self, journal: I, facts: &Facts) -> CheckResult
+    where
+        I: IntoIterator,
+        I::Item: JournalItem,
+    {
+        let defaults = ChecksConfig::none();
+        let mut runner =
+            ChecksRunner::with(&defaults.grouping, vec![self.build(defaults.context())]);
+        for item in journal {
+            runner.observe(item);
+        }
+        runner
+            .finish(facts)
+            .pop()
+            .unwrap_or_else(|| CheckResult::new(Self::NAME, Verdict::Inconclusive, "not run"))
+    }
 }
 
 /// A check's row in the README: what it catches, how, and where it cannot tell.

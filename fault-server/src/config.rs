@@ -14,7 +14,7 @@ use serde::Deserialize;
 use yaml_config::{from_yaml_str, parse_duration, ConfigError, Dur, Size};
 
 /// Everything a fault server needs to know besides where to listen.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Seed for every random decision; `--seed` overrides it.
@@ -321,7 +321,7 @@ impl<'de> Deserialize<'de> for UpstreamConfig {
 }
 
 /// A schedule on its own, as `PUT /__harness/schedule` takes it.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleConfig {
     /// The new rules; they replace all the old ones.
@@ -354,7 +354,7 @@ pub enum PayImpl {
 }
 
 /// Settings of the built-in orders resource.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OrdersConfig {
     /// Idempotency implementation.
@@ -554,7 +554,7 @@ fn redact_url(url: &str) -> String {
 }
 
 /// One rule of the schedule.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RuleConfig {
     /// Name reported in the journal and stats; `rule-N` (1-based position) when absent.
@@ -568,7 +568,7 @@ pub struct RuleConfig {
 }
 
 /// The conditions of a rule; all given conditions must hold.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MatchConfig {
     /// HTTP method(s), case-insensitive.
@@ -673,7 +673,12 @@ pub enum DelaySpec {
     /// Uniform between the two bounds.
     Uniform(Duration, Duration),
     /// Log-normal with this median and shape σ (the log's standard deviation).
-    Lognormal { median: Duration, sigma: f64 },
+    Lognormal {
+        /// The median delay.
+        median: Duration,
+        /// The log's standard deviation.
+        sigma: f64,
+    },
 }
 
 /// A `delay`: how long, and on which side of the request's processing.
@@ -935,7 +940,12 @@ pub struct Counts(pub Vec<CountSpec>);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CountSpec {
     /// From `lo` to `hi` inclusive; `hi` absent means no upper bound.
-    Range { lo: u64, hi: Option<u64> },
+    Range {
+        /// The first count, from 1.
+        lo: u64,
+        /// The last count, included; none for no end.
+        hi: Option<u64>,
+    },
     /// Every k-th: k, 2k, 3k, …
     Every(u64),
 }
@@ -1443,7 +1453,6 @@ pub fn validate_upstream(u: &UpstreamConfig, origin: &str) -> Result<(), ConfigE
     Ok(())
 }
 
-/// The id of rule `i` (0-based): its own, or `rule-{i+1}`.
 /// The bounds of the limits themselves, each stated in its message.
 pub fn validate_limits(l: &LimitsConfig, origin: &str) -> Result<(), ConfigError> {
     let bad = |field: &str, message: String| {
@@ -1483,6 +1492,7 @@ pub fn validate_limits(l: &LimitsConfig, origin: &str) -> Result<(), ConfigError
     Ok(())
 }
 
+/// The id of rule `i` (0-based): its own, or `rule-{i+1}`.
 pub fn rule_id(r: &RuleConfig, i: usize) -> String {
     r.id.clone().unwrap_or_else(|| format!("rule-{}", i + 1))
 }

@@ -93,9 +93,13 @@ enum Msg {
 pub struct Stats {
     /// Entries written.
     pub requests: u64,
+    /// Entries by the rule that fired.
     pub by_rule: HashMap<String, u64>,
+    /// Entries by fault kind.
     pub by_fault: HashMap<String, u64>,
+    /// Entries by status sent (`none` when none was).
     pub by_status: HashMap<String, u64>,
+    /// Entries by outcome.
     pub by_outcome: HashMap<String, u64>,
     /// Entries by rule, fault, status and outcome together (what `/__harness/metrics` exports).
     #[serde(skip)]

@@ -1,12 +1,48 @@
 //! A programmable fault-injecting HTTP server.
 //!
 //! It answers with 503s, delays, hangs, dropped responses, TCP resets and broken responses on a
-//! reproducible schedule ([`schedule`]), serves an orders resource with Idempotency-Key semantics on
-//! a real database ([`orders`]), and keeps a complete journal of every request ([`journal`]).
-//! In proxy mode ([`upstream`]) it stands in front of a real dependency instead: what no fault
-//! answers is forwarded, and the journal records what the dependency did.
-//! The harness embeds it through [`FaultServer`]; the `fault-server` binary runs it on its own.
+//! reproducible schedule, serves an orders resource with Idempotency-Key semantics on a real
+//! database, and keeps a complete journal of every request. In a test, start one on a free
+//! loopback port, point your client at it, and read what it saw:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use fault_server::{FaultServer, Outcome, RuleConfig, StatusFault};
+//!
+//! let server = FaultServer::builder()
+//!     .rule(RuleConfig::new(StatusFault::new(503).retry_after(1)).path("/inventory").requests(1))
+//!     .start()
+//!     .await?;
+//! let first = reqwest::get(format!("{}/inventory", server.url())).await?;
+//! assert_eq!(first.status(), 503);
+//! assert_eq!(first.headers()["retry-after"], "1");
+//! let journal = server.wait_for(1).await?;
+//! assert_eq!((journal[0].rule.as_deref(), journal[0].outcome), (Some("rule-1"), Outcome::Responded));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The schedule is a list of rules, the first match wins: a [`RuleConfig`] matches on method,
+//! path (exact or glob), headers, a time window since start, the Nth request, the Nth hit of the
+//! rule, the Nth attempt of an Idempotency-Key, or a probability, and applies a [`FaultConfig`]:
+//! a status (with headers, body, `Retry-After`), a delay, a hang, a drop, a reset, a malformed
+//! response, an HTTP/2 GOAWAY. [`ServerBuilder`] puts a configuration together in Rust and
+//! starts a [`TestServer`]; [`Config::from_yaml`] reads the same configuration from YAML, for
+//! the `fault-server` binary and scenario files (the two are equal values, `==`). The `checks`
+//! crate judges the journal ([`TestServer::journal`]), and `harness::workload` drives load at it.
+//!
+//! In proxy mode ([`upstream`], `upstream: URL` in the config) it stands in front of a real
+//! dependency instead: what no fault answers is forwarded, and the journal records what the
+//! dependency did (`forwarded`, `upstream_status`, `upstream_us`, the resource it created).
+//!
+//! The rooms: the schedule ([`schedule`]), the orders resource ([`orders`]), the journal
+//! ([`journal`]), the configuration ([`config`]), the upstream ([`upstream`]); [`FaultServer`]
+//! is the server a program embeds (the harness does) with every option ([`ServerOptions`]).
 
+#![warn(missing_docs)]
+
+pub mod builder;
 pub mod config;
 mod conn;
 mod control;
@@ -22,5 +58,11 @@ mod state;
 pub mod tls;
 pub mod upstream;
 
-pub use config::Config;
+pub use builder::{BuildError, ServerBuilder, TestServer, WaitError};
+pub use config::{
+    Config, Counts, CreatedFrom, DelayFault, DelaySpec, DelayWhen, FaultConfig, HangFault,
+    IdempotencyImpl, LimitsConfig, MalformedFault, MalformedKind, OrdersConfig, PayImpl,
+    ResetFault, RuleConfig, StatusFault, UpstreamConfig, UpstreamUrl,
+};
+pub use history::{Entry, Outcome};
 pub use server::{FaultServer, ServerOptions, StartError};

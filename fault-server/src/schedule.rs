@@ -42,22 +42,29 @@ struct Rule {
 /// What the schedule needs to know about a request.
 #[derive(Debug)]
 pub struct RequestFacts<'a> {
+    /// The method.
     pub method: &'a Method,
+    /// The path, without the query.
     pub path: &'a str,
+    /// The request headers.
     pub headers: &'a HeaderMap,
     /// 1-based arrival number (since start or the last reset); with `state: shared`, the number
     /// among every replica's requests.
     pub seq: u64,
+    /// The Idempotency-Key, when the request has one.
     pub idempotency_key: Option<&'a str>,
     /// 1-based attempt number of the Idempotency-Key.
     pub key_attempt: Option<u32>,
+    /// When it arrived.
     pub now: Instant,
 }
 
 /// The schedule's verdict for one request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision<'s> {
+    /// The id of the rule that matched.
     pub rule: &'s str,
+    /// Its fault.
     pub fault: &'s FaultConfig,
     /// The draw behind a probabilistic match, for the journal.
     pub draw: Option<f64>,

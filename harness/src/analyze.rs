@@ -20,15 +20,23 @@ use checks::{Attempt, ChecksConfig, ChecksRunner, ClosedOperation, OperationTrac
 #[derive(Debug, thiserror::Error)]
 pub enum AnalyzeError {
     #[error("{path}: cannot read: {source}")]
+    /// The journal file could not be read.
     Read {
+        /// The file.
         path: String,
+        /// The OS error.
         source: std::io::Error,
     },
     #[error("{path}:{line}:{column}: not a journal entry: {message}")]
+    /// A line is not a journal entry.
     Entry {
+        /// The file.
         path: String,
+        /// The line, from 1.
         line: usize,
+        /// The column, from 1.
         column: usize,
+        /// What is wrong with it.
         message: String,
     },
 }

@@ -101,9 +101,13 @@ impl Keys {
 /// What a phase run needs from the run around it.
 #[derive(Clone)]
 pub struct PhaseCtx {
+    /// The phase's index in the scenario.
     pub index: u16,
+    /// Where the load goes.
     pub target: Arc<Target>,
+    /// The run's keys and random sources.
     pub keys: Keys,
+    /// When the run started: attempts' times count from here.
     pub run_start: Instant,
     /// Cancelled on Ctrl-C or SIGTERM (and, with `hard_stop`, at the phase's end): workers start
     /// nothing more, and operations in flight are cut short and counted as cancelled.
@@ -131,8 +135,11 @@ pub struct PhaseCtx {
 /// What a phase produced.
 #[derive(Debug)]
 pub struct PhaseOutcome {
+    /// What the phase's clients measured.
     pub recorder: Recorder,
+    /// When the phase started.
     pub started: Instant,
+    /// How long it ran.
     pub duration: Duration,
     /// The shared key of each burst round, in order.
     pub round_keys: Vec<String>,

@@ -26,15 +26,25 @@ pub const DEFAULT_CONNECTIONS: u32 = 64;
 /// The flags as given.
 #[derive(Debug, Clone)]
 pub struct LoadFlags {
+    /// The target URL.
     pub url: String,
+    /// `--rate`: requests per second (open model).
     pub rate: Option<f64>,
+    /// `--concurrency`: clients (closed model).
     pub concurrency: Option<u32>,
+    /// `--duration`.
     pub duration: Option<Duration>,
+    /// `--requests`.
     pub requests: Option<u64>,
+    /// `--method`.
     pub method: String,
+    /// `--header`, each `Name: value`.
     pub headers: Vec<String>,
+    /// `--json`: the body.
     pub json: Option<String>,
+    /// `--timeout`, per request.
     pub timeout: Duration,
+    /// `--connections` of an open model.
     pub connections: Option<u32>,
     /// TLS settings and the protocol.
     pub connect: crate::http::Connect,
@@ -43,7 +53,9 @@ pub struct LoadFlags {
 /// Validated load settings.
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
+    /// Where the load goes.
     pub target: Arc<Target>,
+    /// The load as one phase.
     pub phase: PhasePlan,
 }
 

@@ -58,10 +58,15 @@ pub struct Recorder {
     pub intended: Histogram<u64>,
     /// Responses per status code: a handful of codes, so a short list beats a map.
     by_status: Vec<(u16, u64)>,
+    /// Attempts without a usable response, by [`ErrorKind::index`].
     pub errors: [u64; ErrorKind::ALL.len()],
+    /// Attempts sent.
     pub sent: u64,
+    /// Attempts beyond the first of their operation.
     pub retries: u64,
+    /// Operations started.
     pub operations: u64,
+    /// Operations of an open model that started more than [`crate::driver::LATE_THRESHOLD`] late.
     pub late_starts: u64,
     /// Operations answered by a breaker's fallback without a call.
     pub fallbacks: u64,
@@ -79,6 +84,7 @@ pub struct Recorder {
     /// Requests of an open-model phase that were due but found no free connection before the
     /// phase ended: never sent.
     pub not_started: u64,
+    /// One record per attempt, when kept.
     pub attempts: Option<Vec<ClientAttempt>>,
     /// A worker's recorder: samples wait in the buffers below, then go to the sink.
     sink: Option<Arc<Sink>>,

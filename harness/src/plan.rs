@@ -41,17 +41,25 @@ impl SyncMode {
 /// A scenario resolved: what the driver runs.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// Name in reports.
     pub name: String,
+    /// What the scenario demonstrates.
     pub description: Option<String>,
+    /// The scenario file.
     pub source: PathBuf,
+    /// The seed of every random choice.
     pub seed: u64,
+    /// What every duration was multiplied by.
     pub time_scale: f64,
     /// The embedded fault server's config, durations already scaled.
     pub server: Option<fault_server::Config>,
+    /// Where the load goes instead of the embedded server.
     pub target: Option<String>,
     /// Relay tiers between the load and the embedded server, top first.
     pub relay: Vec<TierSpec>,
+    /// The load phases, in order.
     pub phases: Vec<PhasePlan>,
+    /// The checks and their thresholds, scaled.
     pub checks: ChecksConfig,
     /// Timeline window (real time).
     pub window: Option<Duration>,
@@ -66,10 +74,15 @@ pub struct Plan {
 /// One resolved phase.
 #[derive(Debug, Clone)]
 pub struct PhasePlan {
+    /// Its name in reports.
     pub name: String,
+    /// Its executor.
     pub kind: PhaseKind,
+    /// The request each operation sends.
     pub template: RequestTemplate,
+    /// The retry policy each operation runs under.
     pub policy: Policy,
+    /// Send `x-client-id: p<phase>-c<client>`.
     pub client_id_header: bool,
     /// (variable, JSON field path) captured from the last successful response.
     pub capture: Vec<(String, String)>,
@@ -78,29 +91,44 @@ pub struct PhasePlan {
 /// What drives a phase.
 #[derive(Debug, Clone, PartialEq)]
 pub enum PhaseKind {
+    /// N operations released together, R rounds, one key per round.
     Burst {
+        /// Operations per round.
         size: u32,
+        /// Rounds.
         rounds: u32,
+        /// Pause after each round.
         pause: Duration,
         /// Rounds on the clock: round `k` at the phase's scheduled start + (k − 1) × every
         /// (instead of `pause` after the last round ended): what keeps the shards of a run
         /// firing each round together.
         every: Option<Duration>,
+        /// How a round's requests are made to arrive together.
         sync: SyncMode,
     },
     /// Stages of (start rps, end rps, duration); constant rate is one flat stage.
     Rate {
+        /// Stages of (start rps, end rps, duration).
         stages: Vec<(f64, f64, Duration)>,
+        /// Connections (workers) available.
         connections: u32,
     },
+    /// Closed model: each client sends its next request when the last ended.
     Clients {
+        /// Clients.
         concurrency: u32,
+        /// How long, when bounded by time.
         duration: Option<Duration>,
+        /// Operations in all, when bounded by count.
         requests: Option<u64>,
+        /// Pause between a client's operations.
         think: Duration,
     },
+    /// Clients that start together, each running operations under the retry policy.
     Fleet {
+        /// Clients.
         clients: u32,
+        /// Operations per client.
         operations: u64,
     },
 }

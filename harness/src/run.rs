@@ -23,15 +23,30 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     #[error("cannot start the embedded fault server: {0}")]
+    /// The embedded fault server could not start.
     Server(#[from] fault_server::StartError),
     #[error("{0}")]
+    /// The target URL is unusable.
     Target(#[from] crate::http::TargetError),
     #[error("cannot start the relay tiers: {0}")]
+    /// The relay tiers could not start.
     Relay(#[from] crate::relay::RelayError),
     #[error("target {url} is unreachable: {source}")]
-    Unreachable { url: String, source: std::io::Error },
+    /// The target does not accept connections.
+    Unreachable {
+        /// The URL.
+        url: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
     #[error("target {url}: {reason}")]
-    Tls { url: String, reason: String },
+    /// The TLS handshake with the target failed.
+    Tls {
+        /// The URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// Checks that a connection to the target can be made: TCP, and for `https://` the TLS
@@ -70,6 +85,7 @@ pub async fn ensure_reachable(target: &Target) -> Result<(), RunError> {
 
 /// Everything a run produced, before rendering.
 pub struct RunOutcome {
+    /// The report.
     pub report: Report,
     /// The embedded server's journal (empty when there was none).
     pub journal: Vec<Entry>,

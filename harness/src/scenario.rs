@@ -28,6 +28,7 @@ pub struct ScenarioFile {
     #[serde(default)]
     pub description: Option<String>,
     #[serde(default)]
+    /// Seed of every random choice; `--seed` overrides.
     pub seed: Option<u64>,
     /// Multiplies every duration; `--time-scale` overrides.
     #[serde(default)]
@@ -81,6 +82,7 @@ pub struct HttpFile {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RelayFile {
+    /// The tiers, top first.
     pub tiers: Vec<TierFile>,
 }
 
@@ -88,6 +90,7 @@ pub struct RelayFile {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TierFile {
+    /// The tier's name.
     pub name: String,
     /// How this tier calls the one below (same fields as `client`, defaults as `client`'s).
     #[serde(default)]
@@ -117,8 +120,10 @@ pub struct PolicyFile {
     #[serde(default)]
     pub total_timeout: Option<Dur>,
     #[serde(default)]
+    /// The wait before each retry, before jitter.
     pub backoff: Option<BackoffFile>,
     #[serde(default)]
+    /// How the wait is randomized: `none`, `full`, `equal`, `decorrelated`.
     pub jitter: Option<Jitter>,
     /// Which failures are retried.
     #[serde(default)]
@@ -134,8 +139,10 @@ pub struct PolicyFile {
     #[serde(default)]
     pub key: Option<KeyMode>,
     #[serde(default)]
+    /// A retry budget shared by the clients of a phase.
     pub budget: Option<BudgetFile>,
     #[serde(default)]
+    /// A circuit breaker shared by the clients of a phase.
     pub breaker: Option<BreakerFile>,
     /// Send `X-Deadline` (absolute unix ms) derived from `total_timeout`.
     #[serde(default)]
@@ -150,11 +157,15 @@ pub struct PolicyFile {
 #[serde(deny_unknown_fields)]
 pub struct BackoffFile {
     #[serde(default)]
+    /// `fixed`, `linear` or `exponential`.
     pub kind: BackoffKind,
+    /// The first wait.
     pub base: Dur,
     #[serde(default)]
+    /// The longest wait (default 1 h).
     pub cap: Option<Dur>,
     #[serde(default)]
+    /// Growth per retry of an exponential backoff (default 2).
     pub factor: Option<f64>,
 }
 
@@ -163,8 +174,10 @@ pub struct BackoffFile {
 #[serde(deny_unknown_fields)]
 pub struct RetryOnFile {
     #[serde(default)]
+    /// Statuses worth a retry.
     pub statuses: Option<Vec<u16>>,
     #[serde(default)]
+    /// Failures without a response worth a retry.
     pub errors: Option<Vec<ErrorKind>>,
 }
 
@@ -173,12 +186,16 @@ pub struct RetryOnFile {
 #[serde(deny_unknown_fields)]
 pub struct BudgetFile {
     #[serde(default)]
+    /// Retries allowed per first attempt.
     pub ratio: Option<f64>,
     #[serde(default)]
+    /// Retries allowed besides the ratio.
     pub reserve: Option<f64>,
     #[serde(default)]
+    /// Tokens of a bucket.
     pub capacity: Option<f64>,
     #[serde(default)]
+    /// Tokens added per second.
     pub refill_per_s: Option<f64>,
 }
 
@@ -187,12 +204,17 @@ pub struct BudgetFile {
 #[serde(deny_unknown_fields)]
 pub struct BreakerFile {
     #[serde(default = "half")]
+    /// Failure ratio over the window that opens the breaker.
     pub failure_ratio: f64,
     #[serde(default = "ten")]
+    /// Requests in the window before it may open.
     pub min_requests: u32,
+    /// The window failures are counted over.
     pub window: Dur,
+    /// How long it stays open.
     pub open_for: Dur,
     #[serde(default = "one")]
+    /// Calls let through when half open.
     pub half_open_probes: u32,
     /// Status reported for operations the fallback answered (default 503).
     #[serde(default)]
@@ -213,15 +235,21 @@ fn one() -> u32 {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PhaseFile {
+    /// Name in reports.
     pub name: String,
     #[serde(default)]
+    /// N requests released together.
     pub burst: Option<BurstFile>,
     #[serde(default)]
+    /// An open model.
     pub rate: Option<RateFile>,
     #[serde(default)]
+    /// A closed model.
     pub clients: Option<ClientsFile>,
     #[serde(default)]
+    /// Clients that start together.
     pub fleet: Option<FleetFile>,
+    /// The request each operation sends.
     pub request: RequestFile,
     /// Overrides fields of the scenario's `client` policy for this phase.
     #[serde(default)]
@@ -237,8 +265,10 @@ pub struct PhaseFile {
 #[serde(deny_unknown_fields)]
 pub struct BurstFile {
     #[serde(default = "ten")]
+    /// Requests per round (default 10).
     pub size: u32,
     #[serde(default = "one")]
+    /// Rounds (default 1).
     pub rounds: u32,
     /// Pause between rounds.
     #[serde(default)]
@@ -258,10 +288,13 @@ pub struct BurstFile {
 #[serde(deny_unknown_fields)]
 pub struct RateFile {
     #[serde(default)]
+    /// Requests per second, constant.
     pub rps: Option<f64>,
     #[serde(default)]
+    /// How long.
     pub duration: Option<Dur>,
     #[serde(default)]
+    /// Or stages, each a linear ramp.
     pub stages: Option<Vec<StageFile>>,
     /// Connections (workers) available; a request that finds none free starts late.
     #[serde(default)]
@@ -272,7 +305,9 @@ pub struct RateFile {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StageFile {
+    /// The rate reached at the stage's end.
     pub rps: f64,
+    /// How long the ramp takes.
     pub duration: Dur,
 }
 
@@ -280,12 +315,16 @@ pub struct StageFile {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClientsFile {
+    /// Clients.
     pub concurrency: u32,
     #[serde(default)]
+    /// How long.
     pub duration: Option<Dur>,
     #[serde(default)]
+    /// Operations in all.
     pub requests: Option<u64>,
     #[serde(default)]
+    /// Pause between a client's operations.
     pub think: Option<Dur>,
 }
 
@@ -293,6 +332,7 @@ pub struct ClientsFile {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FleetFile {
+    /// Clients.
     pub clients: u32,
     /// Operations per client, one after another.
     #[serde(default = "one_u64")]
@@ -308,9 +348,12 @@ fn one_u64() -> u64 {
 #[serde(deny_unknown_fields)]
 pub struct RequestFile {
     #[serde(default)]
+    /// The method (default GET).
     pub method: Option<String>,
+    /// The path, from `/`; may hold placeholders.
     pub path: String,
     #[serde(default)]
+    /// Headers; values may hold placeholders.
     pub headers: BTreeMap<String, String>,
     /// A JSON body (strings may hold placeholders).
     #[serde(default)]
@@ -323,8 +366,11 @@ pub struct RequestFile {
 /// Overrides from the command line.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
+    /// `--seed`.
     pub seed: Option<u64>,
+    /// `--time-scale`.
     pub time_scale: Option<f64>,
+    /// `--target`.
     pub target: Option<String>,
     /// `--cacert`, `--insecure`, `--cert`, `--key`: each replaces the scenario's when given.
     pub tls: TlsOptions,

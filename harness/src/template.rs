@@ -121,10 +121,15 @@ impl Text {
 /// The values placeholders take for one attempt.
 #[derive(Debug, Clone, Copy)]
 pub struct Vars<'a> {
+    /// `{{seq}}`: the operation's number in its phase.
     pub seq: u64,
+    /// `{{client}}`: the worker's index.
     pub client: u32,
+    /// `{{uuid}}`: one per operation.
     pub uuid: &'a str,
+    /// `{{key}}`: the operation's Idempotency-Key.
     pub key: &'a str,
+    /// `{{round}}`: the burst round.
     pub round: u64,
     /// Values captured by earlier phases.
     pub captured: Option<&'a std::collections::HashMap<String, String>>,
@@ -133,8 +138,11 @@ pub struct Vars<'a> {
 /// A compiled request template.
 #[derive(Debug, Clone)]
 pub struct RequestTemplate {
+    /// The method.
     pub method: Method,
+    /// The path, with placeholders.
     pub path: Text,
+    /// Headers, values with placeholders.
     pub headers: Vec<(HeaderName, Text)>,
     /// Body text (JSON already serialized) and whether it is JSON.
     pub body: Option<(Text, bool)>,

@@ -18,12 +18,17 @@ use crate::http::{Conn, Connect, Outgoing, Target};
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyError {
     #[error("duplicates.verify: give `url` (with {{key}}) or `sqlite` with `query`")]
+    /// Neither a URL nor an SQLite query was given.
     Config,
     #[error("duplicates.verify: {0}")]
+    /// The URL is unusable.
     Target(#[from] crate::http::TargetError),
     #[error("duplicates.verify: cannot open {path}: {source}")]
+    /// The SQLite file could not be opened.
     Sqlite {
+        /// The file.
         path: String,
+        /// Why.
         source: rusqlite::Error,
     },
 }

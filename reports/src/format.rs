@@ -113,6 +113,29 @@ pub(crate) fn evidence_line(e: &Evidence, seq_limit: usize) -> String {
     out
 }
 
+/// Evidence items shown per check where space is short (the terminal, a result's `Display`); the
+/// rest are counted.
+pub(crate) const EVIDENCE_SHOWN: usize = 3;
+/// Journal seqs shown per evidence item there.
+pub(crate) const SEQS_SHOWN: usize = 8;
+
+/// A check's first [`EVIDENCE_SHOWN`] pieces of evidence as bulleted lines, and how many more
+/// there are, and where (`rest`).
+pub(crate) fn evidence_lines(evidence: &[Evidence], rest: &str) -> Vec<String> {
+    let mut lines: Vec<String> = evidence
+        .iter()
+        .take(EVIDENCE_SHOWN)
+        .map(|e| format!("• {}", evidence_line(e, SEQS_SHOWN)))
+        .collect();
+    if evidence.len() > EVIDENCE_SHOWN {
+        lines.push(format!(
+            "… and {} more {rest}",
+            evidence.len() - EVIDENCE_SHOWN
+        ));
+    }
+    lines
+}
+
 /// A metric value without the quotes JSON would put around a string.
 pub(crate) fn metric_value(v: &serde_json::Value) -> String {
     match v {

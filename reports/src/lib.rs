@@ -1,7 +1,7 @@
 //! The report of a run and its renderers.
 //!
 //! One model ([`model::Report`]), several sibling renderers that read it and never each other:
-//! [`terminal`], [`json`], [`junit`], [`markdown`], [`html`]. [`compare`] sets two reports side by
+//! [`terminal`], [`json`], [`junit`], [`markdown`], [`html`]. [`compare()`] sets two reports side by
 //! side. The harness builds a report once, and `--report-dir` or `harness report` only choose which
 //! renderers run, so every view of a run shows the same figures.
 

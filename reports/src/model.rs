@@ -6,8 +6,11 @@
 //! [`SCHEMA_VERSION`].
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use serde::{Deserialize, Serialize};
+
+use crate::format;
 
 /// Version of the `report.json` layout. Bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -370,6 +373,63 @@ impl CheckResult {
         self.evidence.push(e);
         self
     }
+
+    /// Panics unless the check passed (any verdict but `fail`), with the result as the message:
+    /// its summary and evidence, as the terminal report shows them. Returns the result, for
+    /// further assertions on its metrics.
+    #[track_caller]
+    pub fn assert_passes(&self) -> &Self {
+        if !self.passed() {
+            panic!("check `{}` was expected to pass:\n{self}", self.name);
+        }
+        self
+    }
+
+    /// Panics unless the verdict is exactly `pass` (not `weak` nor `inconclusive`), with the
+    /// result as the message.
+    #[track_caller]
+    pub fn assert_pass_verdict(&self) -> &Self {
+        if self.verdict != Verdict::Pass {
+            panic!(
+                "check `{}` was expected to reach `pass`:\n{self}",
+                self.name
+            );
+        }
+        self
+    }
+
+    /// Panics unless the check failed, with the result as the message.
+    #[track_caller]
+    pub fn assert_fails(&self) -> &Self {
+        if self.verdict != Verdict::Fail {
+            panic!("check `{}` was expected to fail:\n{self}", self.name);
+        }
+        self
+    }
+}
+
+impl fmt::Display for CheckResult {
+    /// The check as the terminal report shows it, one line, then its first pieces of evidence:
+    ///
+    /// ```text
+    /// duplicates: FAIL: 3 of 3 keys created more than one order
+    ///   • key k-1 created 4 orders [key k-1; seq 1, 2, 3, 4]
+    /// ```
+    ///
+    /// Text that came from requests (keys, paths) is escaped as the terminal report escapes it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {}: {}",
+            format::printable(&self.name),
+            format::verdict_word(self.verdict).to_ascii_uppercase(),
+            format::printable(&self.summary)
+        )?;
+        for line in format::evidence_lines(&self.evidence, "in `evidence`") {
+            write!(f, "\n  {}", format::printable(&line))?;
+        }
+        Ok(())
+    }
 }
 
 /// A piece of evidence: what was seen, and where in the journal.
@@ -419,4 +479,57 @@ pub struct Exec {
     pub command: Vec<String>,
     /// Its exit code; `None` when it was killed by a signal.
     pub exit_code: Option<i32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed() -> CheckResult {
+        let mut r = CheckResult::new(
+            "duplicates",
+            Verdict::Fail,
+            "1 of 1 keys created more than one resource",
+        );
+        for i in 0..5 {
+            r = r.evidence(Evidence {
+                detail: format!("key k-{i} created 2 resources"),
+                key: Some(format!("k-{i}\u{1b}[2J")),
+                seqs: vec![1, 2],
+            });
+        }
+        r
+    }
+
+    #[test]
+    fn a_result_displays_as_the_terminal_shows_it() {
+        assert_eq!(
+            failed().to_string(),
+            "duplicates: FAIL: 1 of 1 keys created more than one resource\n  \
+             • key k-0 created 2 resources [key k-0\\u{1b}[2J; seq 1, 2]\n  \
+             • key k-1 created 2 resources [key k-1\\u{1b}[2J; seq 1, 2]\n  \
+             • key k-2 created 2 resources [key k-2\\u{1b}[2J; seq 1, 2]\n  \
+             … and 2 more in `evidence`"
+        );
+        let passed = CheckResult::new("jitter", Verdict::Weak, "jitter too small to matter");
+        assert_eq!(
+            passed.to_string(),
+            "jitter: WEAK: jitter too small to matter"
+        );
+        passed.assert_passes();
+        failed().assert_fails();
+    }
+
+    #[test]
+    #[should_panic(expected = "check `duplicates` was expected to pass:\nduplicates: FAIL: 1 of 1")]
+    fn a_failed_assertion_says_why() {
+        failed().assert_passes();
+    }
+
+    #[test]
+    #[should_panic(expected = "expected to reach `pass`:\njitter: WEAK")]
+    fn a_weak_verdict_is_not_a_pass_verdict() {
+        CheckResult::new("jitter", Verdict::Weak, "jitter too small to matter")
+            .assert_pass_verdict();
+    }
 }

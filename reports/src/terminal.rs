@@ -14,10 +14,6 @@ use crate::model::{Outcome, Report, Verdict};
 
 /// Width the tables wrap to: the caller decides colour, not layout, and 120 columns fit CI logs.
 const WIDTH: u16 = 120;
-/// Evidence items shown per check; the rest are counted, and `report.json` has them all.
-const EVIDENCE_SHOWN: usize = 3;
-/// Journal seqs shown per evidence item.
-const SEQS_SHOWN: usize = 8;
 
 /// The whole report as text for a terminal, with ANSI colour only when `color` is true.
 pub fn render_terminal(r: &Report, color: bool) -> String {
@@ -184,18 +180,7 @@ fn checks_table(r: &Report, paint: Paint) -> Table {
     let mut t = table(paint);
     t.set_header(vec!["check", "verdict", "summary", "evidence"]);
     for c in &r.checks {
-        let mut lines: Vec<String> = c
-            .evidence
-            .iter()
-            .take(EVIDENCE_SHOWN)
-            .map(|e| format!("• {}", format::evidence_line(e, SEQS_SHOWN)))
-            .collect();
-        if c.evidence.len() > EVIDENCE_SHOWN {
-            lines.push(format!(
-                "… and {} more in report.json",
-                c.evidence.len() - EVIDENCE_SHOWN
-            ));
-        }
+        let lines = format::evidence_lines(&c.evidence, "in report.json");
         t.add_row(vec![
             Cell::new(&c.name),
             verdict_cell(c.verdict, paint),

@@ -1,4 +1,4 @@
-//! The built-in orders resource: the store on a real database ([`store`]: SQLite by default,
+//! The built-in orders resource: the store on a real database (`store`: SQLite by default,
 //! PostgreSQL when replicas share it) and its routes ([`routes`]).
 
 mod postgres;

@@ -25,9 +25,13 @@ use crate::config::{Database, IdempotencyImpl, OrdersConfig, PayImpl};
 /// A response from the resource, with what the journal needs to know about it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResourceReply {
+    /// The status code.
     pub status: u16,
+    /// The body's `Content-Type`.
     pub content_type: &'static str,
+    /// Headers besides it (`Location`, `Retry-After`, `Idempotent-Replayed`).
     pub headers: Vec<(&'static str, String)>,
+    /// The body.
     pub body: Bytes,
     /// Id of an order this request created.
     pub created: Option<String>,
@@ -73,35 +77,57 @@ impl ResourceReply {
 /// The store could not be opened or failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// The temporary SQLite file could not be made.
     #[error("cannot create a temporary database: {0}")]
     Temp(std::io::Error),
+    /// The SQLite file could not be opened.
     #[error("cannot open database {path}: {source}")]
-    Open { path: String, source: r2d2::Error },
+    Open {
+        /// The file.
+        path: String,
+        /// Why.
+        source: r2d2::Error,
+    },
+    /// An SQLite statement failed.
     #[error("database error: {0}")]
     Sql(#[from] rusqlite::Error),
+    /// No SQLite connection could be had from the pool.
     #[error("database pool: {0}")]
     Pool(#[from] r2d2::Error),
+    /// The blocking task that ran a statement failed.
     #[error("database task failed: {0}")]
     Task(String),
+    /// The PostgreSQL URL could not be read.
     #[error("invalid PostgreSQL URL {url}: {source}")]
     PostgresUrl {
+        /// The URL, without its password.
         url: String,
+        /// Why.
         source: tokio_postgres::Error,
     },
+    /// The PostgreSQL server could not be reached.
     #[error("cannot connect to the orders database {url}: {source}")]
     Connect {
+        /// The URL, without its password.
         url: String,
+        /// Why.
         source: deadpool_postgres::PoolError,
     },
+    /// The orders' tables could not be created.
     #[error("cannot create the orders schema in {url}: {source}")]
     Schema {
+        /// The URL, without its password.
         url: String,
+        /// Why.
         source: tokio_postgres::Error,
     },
+    /// A PostgreSQL statement failed.
     #[error("database error: {0}")]
     Postgres(#[from] tokio_postgres::Error),
+    /// No PostgreSQL connection could be had from the pool.
     #[error("database pool: {0}")]
     PostgresPool(#[from] deadpool_postgres::PoolError),
+    /// The PostgreSQL pool could not be built.
     #[error("database pool: {0}")]
     PoolBuild(String),
 }

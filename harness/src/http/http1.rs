@@ -52,7 +52,7 @@ pub struct H1Conn {
     /// deadline is an atomic store, where a fresh `tokio::time::timeout` per request inserts into
     /// and removes from the runtime's shared timer wheel under its lock.
     timer: Option<Pin<Box<Sleep>>>,
-    /// When the last released request (see [`Conn::send_released`]) finished its write.
+    /// When the last released request (see [`H1Conn::send_released`]) finished its write.
     released_at: Option<std::time::Instant>,
 }
 
@@ -109,7 +109,7 @@ impl H1Conn {
         self.buf.clear();
     }
 
-    /// When the last request sent through [`Conn::send_released`] with a release point was
+    /// When the last request sent through [`H1Conn::send_released`] with a release point was
     /// written: how close together a burst really left.
     pub fn released_at(&self) -> Option<std::time::Instant> {
         self.released_at
@@ -120,7 +120,7 @@ impl H1Conn {
         self.send_released(req, timeout, None, false).await
     }
 
-    /// Like [`Conn::send`], but once the connection is open and the request serialized, waits at
+    /// Like [`H1Conn::send`], but once the connection is open and the request serialized, waits at
     /// `release` so that every member of a burst sends at the same instant: after the release
     /// there is only the write.
     pub async fn send_released(

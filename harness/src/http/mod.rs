@@ -279,8 +279,11 @@ impl fmt::Display for AttemptError {
 /// A complete response.
 #[derive(Debug, Clone)]
 pub struct Reply {
+    /// The status.
     pub status: StatusCode,
+    /// The headers.
     pub headers: HeaderMap,
+    /// The whole body.
     pub body: Bytes,
 }
 
@@ -307,10 +310,13 @@ impl Reply {
 /// A request ready to send.
 #[derive(Debug, Clone)]
 pub struct Outgoing {
+    /// The method.
     pub method: Method,
     /// Path and query, already joined to the target's base path.
     pub uri: String,
+    /// The headers.
     pub headers: HeaderMap,
+    /// The body.
     pub body: Bytes,
 }
 
