@@ -12,7 +12,7 @@
 #   --soak S     length of the RSS soaks (default 60; the documented runs use 3600): the driver
 #                at 5k req/s, and the fault server at 20k req/s with its journal kept
 #   --only LIST  comma-separated parts: throughput,rate,burst,analyze,merge,orders-store,conns,soak,server-soak,
-#                tls,h2,sync (default: all)
+#                tls,h2,sync,proxy (default: all)
 #   --summary F  where the summary goes (default bench/results/latest.json)
 #
 # Raw samples go to bench/results/raw-<time>.tsv; the summary to --summary.
@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 ROUNDS=3
 SECS=5
 SOAK=60
-ONLY="throughput,rate,burst,analyze,merge,orders-store,conns,soak,server-soak,tls,h2,sync"
+ONLY="throughput,rate,burst,analyze,merge,orders-store,conns,soak,server-soak,tls,h2,sync,proxy"
 SUMMARY=bench/results/latest.json
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -349,6 +349,76 @@ if wants orders-store; then
     record orders-store creations-pg-2 "$r" p99_ms "$(json "$TMP/os2.json" "d['latency_ms']['p99']")"
     kill "$pid_a" "$pid_b" 2>/dev/null || true
   done
+fi
+
+# --- proxy mode against nginx's proxy_pass -------------------------------------------------------
+# One upstream (nginx answering `200 ok` itself), and in front of it, on equal terms, the fault
+# server with `--upstream` (no rules, journal on) and nginx with `proxy_pass` over kept-alive
+# HTTP/1.1 connections (an `upstream` block with `keepalive`, the recommended setup). Throughput:
+# wrk -c 64, closed loop. Latency the proxy adds: oha at a fixed 2,000 req/s (16 connections,
+# latency corrected), through each proxy and straight to the upstream, p50 and p99.
+PROXY_RATE=2000
+nginx_conf() { # dir port body
+  mkdir -p "$1"
+  cat > "$1/nginx.conf" <<CONF
+worker_processes auto;
+daemon off;
+pid $1/nginx.pid;
+error_log $1/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $1/body; proxy_temp_path $1/proxy; fastcgi_temp_path $1/fcgi;
+  uwsgi_temp_path $1/uwsgi; scgi_temp_path $1/scgi;
+  $3
+  server { listen 127.0.0.1:$2; location / { $4 } }
+}
+CONF
+}
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 100); do curl -fsS "http://127.0.0.1:$1/" > /dev/null 2>&1 && return 0; sleep 0.1; done; echo "port $1 did not answer" >&2; exit 3; }
+run_proxy_wrk() { # name url round
+  wrk -t1 -c$CONNS -d${SECS}s --latency "$2/" > "$TMP/pw.out"
+  record proxy "$1" "$3" rps "$(awk '/^Requests\/sec/{print $2}' "$TMP/pw.out")"
+  record proxy "$1" "$3" non2xx "$(awk '/Non-2xx/{print $NF}' "$TMP/pw.out" | tail -1)"
+}
+run_proxy_lat() { # name url round
+  oha -c 16 -q $PROXY_RATE --latency-correction -z ${SECS}s --no-tui --output-format json "$2/" > "$TMP/pl.json"
+  record proxy "$1" "$3" p50_ms "$(json "$TMP/pl.json" "d['latencyPercentiles']['p50']*1000")"
+  record proxy "$1" "$3" p99_ms "$(json "$TMP/pl.json" "d['latencyPercentiles']['p99']*1000")"
+  record proxy "$1" "$3" ok "$(json "$TMP/pl.json" "d['statusCodeDistribution'].get('200', 0)")"
+}
+if wants proxy; then
+  echo "== proxy: fault server --upstream vs nginx proxy_pass, same upstream"
+  up_port=$(free_port); px_port=$(free_port)
+  nginx_conf "$TMP/nginx-up" "$up_port" "" "return 200 ok;"
+  nginx_conf "$TMP/nginx-px" "$px_port" "upstream up { server 127.0.0.1:$up_port; keepalive 256; }" \
+    "proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection \"\";"
+  nginx -p "$TMP/nginx-up" -c "$TMP/nginx-up/nginx.conf" 2> "$TMP/nginx-up.err" &
+  PIDS+=("$!")
+  nginx -p "$TMP/nginx-px" -c "$TMP/nginx-px/nginx.conf" 2> "$TMP/nginx-px.err" &
+  PIDS+=("$!")
+  wait_port "$up_port"; wait_port "$px_port"
+  UP_URL="http://127.0.0.1:$up_port"; NGINX_PX_URL="http://127.0.0.1:$px_port"
+  start_server proxy "$BIN/fault-server" --bind 127.0.0.1:0 --upstream "$UP_URL" \
+    --journal "$TMP/journal-proxy.jsonl"
+  FAULT_PX_URL=$URL
+  echo "upstream (nginx): $UP_URL   fault-server proxy: $FAULT_PX_URL   nginx proxy: $NGINX_PX_URL"
+  PSTEPS=("run_proxy_wrk wrk-proxy-fault $FAULT_PX_URL" "run_proxy_wrk wrk-proxy-nginx $NGINX_PX_URL"
+          "run_proxy_wrk wrk-upstream $UP_URL" "run_proxy_lat lat-proxy-fault $FAULT_PX_URL"
+          "run_proxy_lat lat-proxy-nginx $NGINX_PX_URL" "run_proxy_lat lat-upstream $UP_URL")
+  n=${#PSTEPS[@]}
+  for ((r = 1; r <= ROUNDS; r++)); do
+    echo "== proxy round $r/$ROUNDS"
+    for ((k = 0; k < n; k++)); do
+      step=${PSTEPS[$(((k + r - 1) % n))]}
+      curl -fsS -X POST "$FAULT_PX_URL/__harness/reset" > /dev/null
+      # shellcheck disable=SC2086
+      $step "$r"
+      echo "   $step"
+    done
+  done
+  record proxy fault-proxy 0 journaled "$(curl -fsS "$FAULT_PX_URL/__harness/health" | python3 -c "import json,sys; print(json.load(sys.stdin)['journaled'])")"
 fi
 
 # --- RSS at 10k connections ----------------------------------------------------------------------

@@ -144,6 +144,17 @@ def main():
         target("harness load --http2 -c 4 --streams 100 vs h2load -c 4 -m 100", v, ">= 1.0", v is not None and v >= 1.0, "h2load-h2")
         ratios_tp["harness-h2/h2load-h2"] = h
         ratios_tp["client CPU/req harness-h2/h2load-h2"] = ratio("harness-h2", "h2load-h2", "client_cpu_us")
+    if ("wrk-proxy-fault", "rps") in s:
+        px = ratio("wrk-proxy-fault", "wrk-proxy-nginx", "rps")
+        v = px["median_of_round_ratios"]
+        target("fault-server --upstream vs nginx proxy_pass, wrk -c 64", v, ">= 0.8",
+               v is not None and v >= 0.8, "wrk-proxy-nginx")
+        ratios_tp["wrk-proxy-fault/wrk-proxy-nginx"] = px
+        for who in ("fault", "nginx"):
+            for q in ("p50_ms", "p99_ms"):
+                a, b = med(f"lat-proxy-{who}", q), med("lat-upstream", q)
+                if a is not None and b is not None:
+                    medians.setdefault(f"lat-proxy-{who}", {})[f"added_{q}"] = a - b
     for mode in ("burst-last-byte", "burst-single-packet", "burst"):
         if (f"sync-{mode}", "skew_max_us") in s:
             v = med(f"sync-{mode}", "skew_max_us")

@@ -540,7 +540,7 @@ impl CheckSpec for JitterConfig {
     const NAME: &'static str = "jitter";
     const ABOUT: About = About {
         catches: "the thundering herd",
-        how: "operations whose first failures cluster in time; per attempt index the retry delays' dispersion (MAD / median, IQR / median) and the arrivals' clustering (densest-window fraction, peak-to-mean). No jitter fails; full, equal, decorrelated pass; a spread above the noise floor but under `min_dispersion` (e.g. 0–400 ms on 1 s), or a dispersed one that still brings `max_wave_fraction` of the retries back in one window, is weak, and a narrow one that does is no jitter; a median delay under `immediate_ms`, or short delays that do not grow from attempt to attempt (a fleet on an event loop handling its failures one after another), fail as no backoff at all",
+        how: "operations whose first failures cluster in time; per attempt index the retry delays' dispersion (MAD / median, IQR / median) and the arrivals' clustering (densest-window fraction, peak-to-mean). No jitter fails; full, equal, decorrelated pass; a spread above the noise floor but under `min_dispersion` (e.g. 0–400 ms on 1 s), or a dispersed one that still brings `max_wave_fraction` of the retries back in one window, is weak, and a narrow one that does is no jitter; a spread under `immediate_ms` of MAD (the client's pace of handling responses) is no jitter whatever its dispersion; a median delay under `immediate_ms`, or short delays that do not grow from attempt to attempt (a fleet on an event loop handling its failures one after another), fail as no backoff at all",
         limits: "needs `min_samples` retries per group, else inconclusive; under a strong time scale lower `noise_floor_ms`",
     };
 

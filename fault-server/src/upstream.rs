@@ -194,10 +194,22 @@ impl Upstream {
             .uri(target)
             .body(Full::new(body))
             .map_err(|e| UpstreamFailure::Broken(e.to_string()))?;
+        // Headers the client's `Connection` names are hop-by-hop too (RFC 9110 §7.6.1).
+        let named: Vec<String> = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(|t| t.trim().to_ascii_lowercase())
+            .filter(|t| !t.is_empty())
+            .collect();
         let h = req.headers_mut();
         for (name, value) in headers {
-            if !HOP_BY_HOP.contains(name) && name != header::HOST && name != header::CONTENT_LENGTH
-            {
+            let skip = HOP_BY_HOP.contains(name)
+                || name == header::HOST
+                || name == header::CONTENT_LENGTH
+                || named.iter().any(|n| n == name.as_str());
+            if !skip {
                 h.append(name.clone(), value.clone());
             }
         }
