@@ -58,6 +58,10 @@ if ! command -v h2load >/dev/null 2>&1; then
   echo "== installing h2load (nghttp2-client)"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nghttp2-client >/dev/null
 fi
+if wants proxy && ! command -v nginx >/dev/null 2>&1; then
+  echo "== installing nginx (the proxy part's upstream and its proxy_pass anchor)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null
+fi
 if ! command -v oha >/dev/null 2>&1; then
   echo "== installing oha (a few minutes of compiling, once)"
   cargo install oha --locked
@@ -381,6 +385,11 @@ run_proxy_wrk() { # name url round
   wrk -t1 -c$CONNS -d${SECS}s --latency "$2/" > "$TMP/pw.out"
   record proxy "$1" "$3" rps "$(awk '/^Requests\/sec/{print $2}' "$TMP/pw.out")"
   record proxy "$1" "$3" non2xx "$(awk '/Non-2xx/{print $NF}' "$TMP/pw.out" | tail -1)"
+  if [ "$2" = "${FAULT_PX_URL:-}" ]; then
+    # Every request the proxy saw is in its journal (the journal was reset before the step).
+    record proxy "$1" "$3" sent "$(awk '/ requests in /{print $1}' "$TMP/pw.out")"
+    record proxy "$1" "$3" journaled "$(curl -fsS "$FAULT_PX_URL/__harness/health" | python3 -c "import json,sys; print(json.load(sys.stdin)['journaled'])")"
+  fi
 }
 run_proxy_lat() { # name url round
   oha -c 16 -q $PROXY_RATE --latency-correction -z ${SECS}s --no-tui --output-format json "$2/" > "$TMP/pl.json"
@@ -418,7 +427,6 @@ if wants proxy; then
       echo "   $step"
     done
   done
-  record proxy fault-proxy 0 journaled "$(curl -fsS "$FAULT_PX_URL/__harness/health" | python3 -c "import json,sys; print(json.load(sys.stdin)['journaled'])")"
 fi
 
 # --- RSS at 10k connections ----------------------------------------------------------------------
