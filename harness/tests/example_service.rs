@@ -289,33 +289,37 @@ async fn resilient_mode_keeps_one_key_per_order_and_never_retries_a_400() {
 /// the service, and gates on what the service did. The naive service fails the gate, the resilient
 /// one passes.
 fn ci_gate(mode: &str) -> (Option<i32>, serde_json::Value) {
+    exec_gate("ci-gate-example.yaml", &[], &[], mode)
+}
+
+/// `harness exec SCENARIO` with `harness_args`, running the example service (on a free port,
+/// its payments at the scenario's fault server, `service_args` and `--mode MODE`): the exit code
+/// and the JSON report.
+fn exec_gate(
+    scenario: &str,
+    harness_args: &[&str],
+    service_args: &[&str],
+    mode: &str,
+) -> (Option<i32>, serde_json::Value) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
     let addr = format!("127.0.0.1:{port}");
-    let scenario =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/ci-gate-example.yaml");
+    let scenario = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenarios")
+        .join(scenario);
     let out = Command::new(env!("CARGO_BIN_EXE_harness"))
         .arg("exec")
         .arg(&scenario)
-        .args([
-            "--target",
-            &format!("http://{addr}"),
-            "--format",
-            "json",
-            "--",
-        ])
+        .args(["--target", &format!("http://{addr}")])
+        .args(harness_args)
+        .args(["--format", "json", "--"])
         .arg(example_exe())
-        .args([
-            "--bind",
-            &addr,
-            "--payments-url",
-            "$HARNESS_FAULT_URL",
-            "--mode",
-            mode,
-        ])
+        .args(["--bind", &addr, "--payments-url", "$HARNESS_FAULT_URL"])
+        .args(service_args)
+        .args(["--mode", mode])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -378,33 +382,12 @@ fn proxy_gate(mode: &str) -> (Option<i32>, serde_json::Value) {
     let mut cmd = Command::new(payments_exe());
     cmd.args(["--bind", "127.0.0.1:0"]);
     let payments = Service::spawn(cmd);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
-    let scenario =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/proxy-example.yaml");
-    let out = Command::new(env!("CARGO_BIN_EXE_harness"))
-        .arg("exec")
-        .arg(&scenario)
-        .args(["--target", &format!("http://{addr}")])
-        .args(["--upstream", &payments.url])
-        .args(["--format", "json", "--"])
-        .arg(example_exe())
-        .args(["--bind", &addr, "--payments-url", "$HARNESS_FAULT_URL"])
-        .args(["--payments-path", "/payments", "--mode", mode])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
-        panic!(
-            "{mode}: {e}\n{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (out.status.code(), report)
+    exec_gate(
+        "proxy-example.yaml",
+        &["--upstream", &payments.url],
+        &["--payments-path", "/payments"],
+        mode,
+    )
 }
 
 #[test]
