@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use fault_server::draw::splitmix64;
 use retry_policy::Limits;
 
-use crate::http::http2::{SinglePacketRound, Slot};
+use crate::http::http2::{H2Conn, SinglePacketRound, Slot};
 use crate::http::{AttemptError, Conn, Reply, Target};
 use crate::metrics::{AttemptIds, Recorder, Sink};
 use crate::operation::{execute, AttemptSpec, Transport};
@@ -313,9 +313,14 @@ impl PhaseClient {
         }
     }
 
-    /// Client `client` on a new connection, with the phase's usual random source.
-    fn fresh(plan: &PhasePlan, ctx: &PhaseCtx, sink: &Arc<Sink>, client: u32) -> PhaseClient {
-        let conn = Conn::new(ctx.target.clone());
+    /// Client `client` on `conn`, with the phase's usual random source.
+    fn on(
+        plan: &PhasePlan,
+        ctx: &PhaseCtx,
+        sink: &Arc<Sink>,
+        client: u32,
+        conn: Conn,
+    ) -> PhaseClient {
         PhaseClient::new(
             plan,
             ctx,
@@ -715,9 +720,8 @@ async fn rate(
             pace(&stages, shard, start, &permits, &stop, connections)
         })
     };
-    let mut tasks = Vec::new();
-    for local in 0..connections {
-        let client = shard.global(u64::from(local)) as u32;
+    let clients = (0..connections).map(|l| shard.global(u64::from(l)) as u32);
+    let tasks = spawn_clients(ctx, clients, |client, conn| {
         let (plan, ctx, shared, stages, next, sink, permits) = (
             plan.clone(),
             ctx.clone(),
@@ -727,8 +731,8 @@ async fn rate(
             sink.clone(),
             permits.clone(),
         );
-        tasks.push(tokio::spawn(async move {
-            let mut w = PhaseClient::fresh(&plan, &ctx, &sink, client);
+        async move {
+            let mut w = PhaseClient::on(&plan, &ctx, &sink, client, conn);
             loop {
                 if ctx.stop.is_cancelled() {
                     break;
@@ -763,8 +767,8 @@ async fn rate(
                 w.rec.intended(intended.elapsed());
             }
             w.rec
-        }));
-    }
+        }
+    });
     let mut rec = collect(tasks, ctx.keep_attempts).await;
     if pacer.await.is_err() {
         tracing::error!("the rate pacer stopped unexpectedly");
@@ -833,9 +837,8 @@ async fn closed(
     let next = Arc::new(AtomicU64::new(0));
     let shard = ctx.shard;
     let requests = requests.map(|r| shard.share(r));
-    let mut tasks = Vec::new();
-    for local in 0..shard.share(u64::from(concurrency)) {
-        let client = shard.global(local) as u32;
+    let clients = (0..shard.share(u64::from(concurrency))).map(|l| shard.global(l) as u32);
+    let tasks = spawn_clients(ctx, clients, |client, conn| {
         let (plan, ctx, shared, next, sink) = (
             plan.clone(),
             ctx.clone(),
@@ -843,8 +846,8 @@ async fn closed(
             next.clone(),
             sink.clone(),
         );
-        tasks.push(tokio::spawn(async move {
-            let mut w = PhaseClient::fresh(&plan, &ctx, &sink, client);
+        async move {
+            let mut w = PhaseClient::on(&plan, &ctx, &sink, client, conn);
             loop {
                 if ctx.stop.is_cancelled() || end.is_some_and(|e| Instant::now() >= e) {
                     break;
@@ -863,8 +866,8 @@ async fn closed(
                 }
             }
             w.rec
-        }));
-    }
+        }
+    });
     collect(tasks, ctx.keep_attempts).await
 }
 
@@ -879,9 +882,8 @@ async fn fleet(
     let shard = ctx.shard;
     let mine = shard.share(u64::from(clients));
     let barrier = Arc::new(Barrier::new(mine as usize));
-    let mut tasks = Vec::new();
-    for local in 0..mine {
-        let client = shard.global(local) as u32;
+    let clients = (0..mine).map(|l| shard.global(l) as u32);
+    let tasks = spawn_clients(ctx, clients, |client, conn| {
         let (plan, ctx, shared, barrier, sink) = (
             plan.clone(),
             ctx.clone(),
@@ -889,8 +891,8 @@ async fn fleet(
             barrier.clone(),
             sink.clone(),
         );
-        tasks.push(tokio::spawn(async move {
-            let mut w = PhaseClient::fresh(&plan, &ctx, &sink, client);
+        async move {
+            let mut w = PhaseClient::on(&plan, &ctx, &sink, client, conn);
             if let Err(e) = w.conn.open().await {
                 tracing::warn!("fleet client {client} could not connect: {e}");
             }
@@ -906,16 +908,50 @@ async fn fleet(
                 w.run(&plan, &ctx, &shared, op, None).await;
             }
             w.rec
-        }));
-    }
+        }
+    });
     collect(tasks, ctx.keep_attempts).await
 }
 
-async fn collect(tasks: Vec<tokio::task::JoinHandle<Recorder>>, keep: bool) -> Recorder {
+/// Starts one worker per client, each `run(client, conn)` on a connection of its own: over
+/// HTTP/1.1 a task each; over HTTP/2, the workers that share a connection (`--streams` of them)
+/// in one task that also drives that connection (see [`crate::http::http2::drive`]).
+fn spawn_clients<F, Fut>(
+    ctx: &PhaseCtx,
+    clients: impl Iterator<Item = u32>,
+    run: F,
+) -> Vec<tokio::task::JoinHandle<Vec<Recorder>>>
+where
+    F: Fn(u32, Conn) -> Fut,
+    Fut: std::future::Future<Output = Recorder> + Send + 'static,
+{
+    let Some(pool) = ctx.target.http2.as_ref() else {
+        return clients
+            .map(|c| {
+                let worker = run(c, Conn::new(ctx.target.clone()));
+                tokio::spawn(async move { vec![worker.await] })
+            })
+            .collect();
+    };
+    let clients: Vec<u32> = clients.collect();
+    clients
+        .chunks(pool.streams())
+        .map(|group| {
+            let slot = Arc::new(Slot::new(ctx.target.clone()));
+            let workers: Vec<Fut> = group
+                .iter()
+                .map(|&c| run(c, Conn::H2(H2Conn::on(slot.clone()))))
+                .collect();
+            tokio::spawn(crate::http::http2::drive(workers))
+        })
+        .collect()
+}
+
+async fn collect(tasks: Vec<tokio::task::JoinHandle<Vec<Recorder>>>, keep: bool) -> Recorder {
     let mut total = Recorder::new(keep);
     for t in tasks {
         match t.await {
-            Ok(r) => total.merge(&r),
+            Ok(rs) => rs.iter().for_each(|r| total.merge(r)),
             Err(e) => tracing::error!("worker failed: {e}"),
         }
     }

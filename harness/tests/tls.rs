@@ -255,3 +255,89 @@ checks:
     }
     let _ = &dir;
 }
+
+/// nginx, serving h2c (HTTP/2 with prior knowledge) on a free loopback port from a
+/// configuration of its own; stopped when dropped. `None` when nginx is not installed (a
+/// failure instead under `HARNESS_REQUIRE_TOOLS=1`).
+struct Nginx {
+    url: String,
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn nginx_h2c() -> Option<Nginx> {
+    let bin = ["/usr/sbin/nginx", "/usr/bin/nginx"]
+        .into_iter()
+        .find(|p| Path::new(p).exists());
+    let Some(bin) = bin else {
+        assert!(
+            std::env::var("HARNESS_REQUIRE_TOOLS").as_deref() != Ok("1"),
+            "nginx is not installed, and HARNESS_REQUIRE_TOOLS=1 requires the test against it"
+        );
+        eprintln!("skipping: nginx is not installed");
+        return None;
+    };
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let conf = dir.path().join("nginx.conf");
+    let d = path(dir.path());
+    std::fs::write(
+        &conf,
+        format!(
+            "daemon off;\nworker_processes 1;\nerror_log {d}/error.log;\npid {d}/nginx.pid;\n\
+             events {{ worker_connections 256; }}\n\
+             http {{\n  access_log off;\n  client_body_temp_path {d};\n\
+             server {{\n    listen 127.0.0.1:{port} http2;\n\
+             location / {{\n      if ($host = \"\") {{ return 421; }}\n      return 200 \"ok\\n\";\n    }}\n  }}\n}}\n"
+        ),
+    )
+    .expect("write nginx.conf");
+    let mut nginx = Nginx {
+        url: String::new(),
+        child: Command::new(bin)
+            .args([
+                "-c",
+                &path(&conf),
+                "-p",
+                &d,
+                "-e",
+                &format!("{d}/error.log"),
+            ])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("nginx starts"),
+        _dir: dir,
+    };
+    let addr = format!("127.0.0.1:{port}");
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(&addr).is_ok() {
+            nginx.url = format!("http://{addr}");
+            return Some(nginx);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("nginx did not listen on {addr}");
+}
+
+/// A server this project did not write accepts the harness's HTTP/2 requests: nginx refuses one
+/// without `:scheme` (400), and this one answers 421 when `:authority` is missing, so every
+/// request must carry both.
+#[test]
+fn http2_requests_carry_scheme_and_authority_that_nginx_accepts() {
+    let Some(nginx) = nginx_h2c() else { return };
+    let (out, report, stderr) = run(harness()
+        .args(["load", &format!("{}/", nginx.url), "--http2", "-c", "2"])
+        .args(["--streams", "4", "-n", "40", "--format", "json"]));
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(report["requests"]["by_status"]["200"], 40, "{report}");
+}

@@ -8,6 +8,18 @@
 //! Why `h2` and not hyper's client wrapper: a burst in *single-packet* mode sends every request
 //! of the round except its last DATA frame, then all the last frames together, so the server
 //! receives the whole round in one read — that needs control of the frames, which `h2` gives.
+//!
+//! Why the workers of one connection run in one task ([`drive`]): `h2` drives a connection from a
+//! future that reads frames, wakes the streams they answer and writes what the streams queued.
+//! Spawned on its own, it wakes a task per response (on either core, contending for the
+//! connection's lock), and each worker's next request wakes it again, so it writes a frame or two
+//! per system call. Polled in the same task as its workers, one pass reads a batch of responses,
+//! runs the workers they free — which queue their next requests — and writes all of those in one
+//! `writev`, as h2load's event loop does.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -31,6 +43,11 @@ pub struct Pool {
 }
 
 impl Pool {
+    /// Workers (concurrent streams) per connection.
+    pub fn streams(&self) -> usize {
+        self.streams
+    }
+
     /// A pool that puts `streams` workers on each connection.
     pub fn new(streams: u32) -> Pool {
         Pool {
@@ -56,13 +73,54 @@ impl Pool {
 #[derive(Debug)]
 pub struct Slot {
     target: Arc<Target>,
+    origin: Origin,
     send: tokio::sync::Mutex<Option<SendRequest<Bytes>>>,
+}
+
+/// A request's `:scheme` and `:authority`, parsed once per connection.
+#[derive(Debug, Clone)]
+struct Origin {
+    scheme: http::uri::Scheme,
+    authority: Option<http::uri::Authority>,
+}
+
+impl Origin {
+    fn of(target: &Target) -> Origin {
+        Origin {
+            scheme: if target.tls.is_some() {
+                http::uri::Scheme::HTTPS
+            } else {
+                http::uri::Scheme::HTTP
+            },
+            authority: target.authority.parse().ok(),
+        }
+    }
+
+    /// The request's URI: this origin and the request's path and query, so that HTTP/2's
+    /// `:scheme`, `:authority` and `:path` all go out (the `Host` header does not exist in
+    /// HTTP/2; `:authority` is where a server's virtual hosting looks).
+    fn uri(&self, path_and_query: String) -> Result<http::Uri, AttemptError> {
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = Some(self.scheme.clone());
+        parts.authority.clone_from(&self.authority);
+        parts.path_and_query = Some(path_and_query.try_into().map_err(
+            |e: http::uri::InvalidUri| AttemptError {
+                kind: ErrorKind::Other,
+                message: format!("invalid request target: {e}"),
+            },
+        )?);
+        http::Uri::from_parts(parts).map_err(|e| AttemptError {
+            kind: ErrorKind::Other,
+            message: format!("invalid request target: {e}"),
+        })
+    }
 }
 
 impl Slot {
     /// A slot for a connection of its own (a burst's).
     pub fn new(target: Arc<Target>) -> Slot {
         Slot {
+            origin: Origin::of(&target),
             target,
             send: tokio::sync::Mutex::new(None),
         }
@@ -90,11 +148,19 @@ impl Slot {
             .handshake::<_, Bytes>(stream)
             .await
             .map_err(h2_failure)?;
-        tokio::spawn(async move {
+        let driver: Driver = Box::pin(async move {
             if let Err(e) = connection.await {
                 tracing::debug!("HTTP/2 connection ended: {e}");
             }
         });
+        // In a task that drives its own connections (see `drive`), it polls this one too.
+        if DRIVERS.try_with(|_| ()).is_ok() {
+            if let Err(e) = DRIVERS.with(|d| d.send(driver)) {
+                tokio::spawn(e.0);
+            }
+        } else {
+            tokio::spawn(driver);
+        }
         *guard = Some(send.clone());
         Ok(send)
     }
@@ -130,7 +196,7 @@ impl Slot {
 
     async fn exchange(&self, req: Outgoing) -> Result<Reply, AttemptError> {
         let send = self.handle().await?;
-        let (response, _) = start(send, req, true).await?;
+        let (response, _) = start(send, &self.origin, req, true).await?;
         read_reply(response).await
     }
 
@@ -159,7 +225,7 @@ impl Slot {
             } else {
                 req.body.slice(req.body.len() - 1..)
             };
-            match start(send, req, false).await {
+            match start(send, &self.origin, req, false).await {
                 Ok((response, body)) => pending.push((out.len() - 1, response, body, last)),
                 Err(e) => *out.last_mut().expect("pushed") = Some(Err(e)),
             }
@@ -216,35 +282,33 @@ impl Slot {
 /// back the body's last byte (or, with no body, the end of the stream) for the caller to send.
 async fn start(
     send: SendRequest<Bytes>,
+    origin: &Origin,
     req: Outgoing,
     finish: bool,
 ) -> Result<(h2::client::ResponseFuture, Option<h2::SendStream<Bytes>>), AttemptError> {
     let mut send = send.ready().await.map_err(h2_failure)?;
-    let mut builder = Request::builder().method(req.method).uri(req.uri);
-    if let Some(h) = builder.headers_mut() {
-        *h = req.headers;
-        // HTTP/2 has no connection-specific headers; the authority goes in :authority.
-        for name in [
-            http::header::CONNECTION,
-            http::header::TRANSFER_ENCODING,
-            http::header::HOST,
-            http::header::UPGRADE,
-        ] {
-            h.remove(name);
-        }
-        h.remove("keep-alive");
-        h.remove("proxy-connection");
-        if !req.body.is_empty() {
-            h.insert(
-                http::header::CONTENT_LENGTH,
-                HeaderValue::from(req.body.len()),
-            );
-        }
+    let mut request = Request::new(());
+    *request.method_mut() = req.method;
+    *request.uri_mut() = origin.uri(req.uri)?;
+    let h = request.headers_mut();
+    *h = req.headers;
+    // HTTP/2 has no connection-specific headers; the authority goes in :authority.
+    for name in [
+        http::header::CONNECTION,
+        http::header::TRANSFER_ENCODING,
+        http::header::HOST,
+        http::header::UPGRADE,
+    ] {
+        h.remove(name);
     }
-    let request = builder.body(()).map_err(|e| AttemptError {
-        kind: ErrorKind::Other,
-        message: format!("cannot build the request: {e}"),
-    })?;
+    h.remove("keep-alive");
+    h.remove("proxy-connection");
+    if !req.body.is_empty() {
+        h.insert(
+            http::header::CONTENT_LENGTH,
+            HeaderValue::from(req.body.len()),
+        );
+    }
     let no_body = req.body.is_empty();
     let (response, mut stream) = send
         .send_request(request, finish && no_body)
@@ -307,20 +371,78 @@ fn h2_failure(e: h2::Error) -> AttemptError {
     }
 }
 
+/// A connection's driver: the `h2` future that reads and writes its frames.
+type Driver = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+tokio::task_local! {
+    /// Where a connection opened by a task running [`drive`] sends its driver.
+    static DRIVERS: tokio::sync::mpsc::UnboundedSender<Driver>;
+}
+
+/// Runs `workers` to completion in this task, together with the drivers of every HTTP/2
+/// connection they open; returns their outputs in the order they finished.
+///
+/// Each pass polls the connections (reading what arrived and waking the streams it answers),
+/// then the workers that woke (which queue their next requests), then the connections again, so
+/// that what the workers queued leaves in one write. Connections outlive a worker that ends
+/// early and close when the last worker has ended.
+pub async fn drive<F>(workers: Vec<F>) -> Vec<F::Output>
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    use futures_util::stream::{FuturesUnordered, StreamExt};
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Driver>();
+    DRIVERS
+        .scope(tx, async move {
+            let mut workers: FuturesUnordered<F> = workers.into_iter().collect();
+            let mut conns: FuturesUnordered<Driver> = FuturesUnordered::new();
+            let mut out = Vec::with_capacity(workers.len());
+            std::future::poll_fn(|cx| {
+                while let Poll::Ready(Some(d)) = rx.poll_recv(cx) {
+                    conns.push(d);
+                }
+                while let Poll::Ready(Some(())) = conns.poll_next_unpin(cx) {}
+                while let Poll::Ready(Some(r)) = workers.poll_next_unpin(cx) {
+                    out.push(r);
+                }
+                if workers.is_empty() {
+                    return Poll::Ready(());
+                }
+                // A worker may have opened a connection, and has queued its next request.
+                while let Poll::Ready(Some(d)) = rx.poll_recv(cx) {
+                    conns.push(d);
+                }
+                while let Poll::Ready(Some(())) = conns.poll_next_unpin(cx) {}
+                Poll::Pending
+            })
+            .await;
+            out
+        })
+        .await
+}
+
 /// A worker's HTTP/2 connection: its slot of the target's pool, and its own handle on the
 /// slot's connection (so a request takes no lock; the slot is asked again only after an error).
-#[derive(Debug, Clone)]
 pub struct H2Conn {
     slot: Arc<Slot>,
     handle: Option<SendRequest<Bytes>>,
+    /// One timer moved forward for each request (see [`super::http1::H1Conn`]'s).
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl H2Conn {
     /// The next worker's handle on `target`'s pool.
     pub fn new(target: &Arc<Target>, pool: &Pool) -> H2Conn {
+        H2Conn::on(pool.assign(target))
+    }
+
+    /// A worker's handle on `slot`'s connection.
+    pub fn on(slot: Arc<Slot>) -> H2Conn {
         H2Conn {
-            slot: pool.assign(target),
+            slot,
             handle: None,
+            timer: None,
         }
     }
 
@@ -342,13 +464,28 @@ impl H2Conn {
                 h
             }
         };
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut timer = match self.timer.take() {
+            Some(mut t) => {
+                t.as_mut().reset(deadline);
+                t
+            }
+            None => Box::pin(tokio::time::sleep_until(deadline)),
+        };
+        let origin = &self.slot.origin;
         let exchange = async {
-            let (response, _) = start(send, req, true).await?;
+            let (response, _) = start(send, origin, req, true).await?;
             read_reply(response).await
         };
-        match tokio::time::timeout(timeout, exchange).await {
-            Ok(Ok(r)) => Ok(r),
-            Ok(Err(e)) => {
+        let result = tokio::select! {
+            biased;
+            r = exchange => Some(r),
+            () = timer.as_mut() => None,
+        };
+        self.timer = Some(timer);
+        match result {
+            Some(Ok(r)) => Ok(r),
+            Some(Err(e)) => {
                 if e.kind != ErrorKind::Reset {
                     // A stream reset leaves the connection usable; anything else may not.
                     self.handle = None;
@@ -356,7 +493,7 @@ impl H2Conn {
                 }
                 Err(e)
             }
-            Err(_) => Err(AttemptError {
+            None => Err(AttemptError {
                 kind: ErrorKind::Timeout,
                 message: format!("no response within {timeout:?}"),
             }),
