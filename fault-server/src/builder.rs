@@ -701,6 +701,18 @@ impl LimitsConfig {
         self
     }
 
+    /// How long a request's body may take to arrive after its head.
+    pub fn body_timeout(mut self, d: Duration) -> Self {
+        self.body_timeout = Dur(d);
+        self
+    }
+
+    /// Most bytes of request bodies held at once, all connections together.
+    pub fn body_memory(mut self, bytes: u64) -> Self {
+        self.body_memory = Size(bytes);
+        self
+    }
+
     /// Most connections served at once.
     pub fn max_connections(mut self, n: u32) -> Self {
         self.max_connections = Some(n);

@@ -65,6 +65,13 @@ pub struct LimitsConfig {
     /// So it is also the idle timeout of a kept-alive connection. A head late by this is
     /// answered `408` and the connection closed.
     pub header_timeout: Dur,
+    /// How long a request's body may take to arrive, counted from its head; a body late by this
+    /// is answered `408` and the connection closed. (Entries are numbered when a head arrives
+    /// and journaled in that order, so a body that never ends must not wait for ever.)
+    pub body_timeout: Dur,
+    /// Most bytes of request bodies held at once, all connections together; a body that would go
+    /// over is answered `503` with `Retry-After: 1` before more of it is read.
+    pub body_memory: Size,
     /// Largest request head (request line and headers); a larger one is answered `431`.
     pub max_head: Size,
     /// Most connections served at once; beyond them a request is answered `503` (the control API
@@ -79,6 +86,8 @@ impl Default for LimitsConfig {
         LimitsConfig {
             max_body: Size(16 << 20),
             header_timeout: Dur(Duration::from_secs(10)),
+            body_timeout: Dur(Duration::from_secs(30)),
+            body_memory: Size(256 << 20),
             max_head: Size(64 << 10),
             max_connections: None,
             tracked_keys: 200_000,
@@ -1470,6 +1479,22 @@ pub fn validate_limits(l: &LimitsConfig, origin: &str) -> Result<(), ConfigError
         return bad(
             "header_timeout",
             format!("{:?}; give 10ms to 1h", l.header_timeout.0),
+        );
+    }
+    if l.body_timeout.0 < Duration::from_millis(10) || l.body_timeout.0 > Duration::from_secs(3600)
+    {
+        return bad(
+            "body_timeout",
+            format!("{:?}; give 10ms to 1h", l.body_timeout.0),
+        );
+    }
+    if l.body_memory.0 < l.max_body.0 || l.body_memory.0 > (64 << 30) {
+        return bad(
+            "body_memory",
+            format!(
+                "{} bytes; give max_body ({} bytes) to 64 GiB",
+                l.body_memory.0, l.max_body.0
+            ),
         );
     }
     if l.max_head.0 < 8192 || l.max_head.0 > (16 << 20) {

@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use crate::dispatch;
 use crate::journal::Pending;
 use crate::socket::{
-    peer_closed, ConnCtl, ConnIo, ServedConn, SharedStream, SharedTls, SocketAction,
+    peer_closed, ConnCtl, ConnIo, ServedConn, SharedStream, SharedTls, SocketAction, Streams,
 };
 use crate::state::{Routes, State, CONTROL_RESERVE};
 
@@ -139,13 +139,13 @@ const OVER_LIMIT_WAIT: Duration = Duration::from_millis(250);
 /// A request refused while its head was read: hyper has answered a malformed or too large head
 /// (`400`, `431`); a head that did not arrive in time gets `408` here. Journaled as `rejected`
 /// with what is known — when, on which connection, why. An idle kept-alive connection that
-/// simply timed out is not a request and is closed quietly.
-async fn reject_head(conn: &ServedConn, e: &hyper::Error) {
+/// simply timed out is not a request and is closed quietly. True when a request was refused.
+async fn reject_head(conn: &ServedConn, e: &hyper::Error) -> bool {
     let started_another =
         conn.bytes_read.load(Ordering::Relaxed) > conn.quiet_mark.load(Ordering::Relaxed);
     let (status, reason) = if e.is_timeout() {
         if !started_another {
-            return;
+            return false;
         }
         let _ = conn
             .io
@@ -159,7 +159,7 @@ async fn reject_head(conn: &ServedConn, e: &hyper::Error) {
     } else if e.is_parse() {
         (400, "bad-request")
     } else {
-        return;
+        return false;
     };
     let state = &conn.state;
     let (epoch, seq) = state.seq.next();
@@ -172,6 +172,61 @@ async fn reject_head(conn: &ServedConn, e: &hyper::Error) {
     entry.status = Some(status);
     entry.rejected = Some(reason.to_string());
     Pending::with_emitter(conn.emitter.clone(), epoch, entry).finish(Outcome::Rejected);
+    true
+}
+
+/// Closes a connection whose client may still be sending (the rest of a head too large, a
+/// request after a refused one) so that it reads the answer: the sending side is shut first, and
+/// what still arrives is read and discarded for a moment — closing with unread bytes would make
+/// the kernel reset the connection, and the client could lose the answer before reading it.
+async fn linger_close(stream: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    const LINGER: Duration = Duration::from_secs(1);
+    const MOST: usize = 1 << 20;
+    // SAFETY: `shutdown` on a socket this task owns a handle to; it touches no memory.
+    unsafe { libc::shutdown(stream.as_raw_fd(), libc::SHUT_WR) };
+    let mut buf = [0u8; 16 * 1024];
+    let mut seen = 0;
+    let _ = tokio::time::timeout(LINGER, async {
+        while seen < MOST {
+            if stream.readable().await.is_err() {
+                return;
+            }
+            match stream.try_read(&mut buf) {
+                Ok(0) => return,
+                Ok(n) => seen += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => return,
+            }
+        }
+    })
+    .await;
+}
+
+/// How an HTTP/2 connection's serving ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum H2End {
+    /// The connection closed (or the server is shutting down).
+    Closed,
+    /// A request's fault took the socket.
+    HandedOver,
+    /// No stream for `header_timeout`.
+    Idle,
+}
+
+/// Resolves once an HTTP/2 connection has had no stream in progress for `idle`: hyper's HTTP/2
+/// server has no header or idle timeout of its own, so without this a client could hold a
+/// connection (and a place under `max_connections`) for ever by opening none, or by never
+/// finishing a HEADERS frame.
+async fn idle_h2(conn: &ServedConn, idle: Duration) {
+    loop {
+        let quiet = conn.streams.quiet_for(&conn.state.clock);
+        match quiet {
+            Some(q) if q >= idle => return,
+            Some(q) => tokio::time::sleep(idle - q).await,
+            None => tokio::time::sleep(idle).await,
+        }
+    }
 }
 
 /// The HTTP/2 connection preface a client with prior knowledge (h2c) starts with.
@@ -207,6 +262,7 @@ async fn serve_connection(
     }
     let shared = SharedStream::new(stream.clone());
     let bytes_read = shared.read.clone();
+    let wire = shared.wire.clone();
     let handshake = state.limits.header_timeout.min(HANDSHAKE_TIMEOUT);
     let (io, http2) = match &state.tls {
         None => {
@@ -246,8 +302,10 @@ async fn serve_connection(
         id: conn_id,
         routes,
         bytes_read,
+        wire,
         quiet_mark: AtomicU64::new(0),
         over_limit,
+        streams: Streams::new(&state.clock),
     });
     let svc = {
         let conn = conn.clone();
@@ -261,12 +319,20 @@ async fn serve_connection(
             .max_concurrent_streams(MAX_STREAMS)
             .serve_connection(io.clone(), svc);
         tokio::pin!(http);
-        let handed = tokio::select! {
+        let ended = tokio::select! {
             biased;
-            _ = http.as_mut() => false,
-            _ = ctl.notify.notified() => true,
-            _ = shutdown.changed() => false,
+            _ = http.as_mut() => H2End::Closed,
+            _ = ctl.notify.notified() => H2End::HandedOver,
+            () = idle_h2(&conn, limits.header_timeout) => H2End::Idle,
+            _ = shutdown.changed() => H2End::Closed,
         };
+        if ended == H2End::Idle {
+            // No stream for a whole header timeout: GOAWAY, as HTTP/1.1's idle connections end.
+            http.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(Duration::from_millis(100), http.as_mut()).await;
+            return;
+        }
+        let handed = ended == H2End::HandedOver;
         let goaway = handed
             && matches!(
                 ctl.action
@@ -299,7 +365,9 @@ async fn serve_connection(
         match ended {
             Some(Ok(())) => return,
             Some(Err(e)) => {
-                reject_head(&conn, &e).await;
+                if reject_head(&conn, &e).await {
+                    linger_close(&stream).await;
+                }
                 return;
             }
             None => true,

@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Either};
+use http_body_util::Either;
 use hyper::body::Incoming;
 use sha2::{Digest, Sha256};
 
+use crate::body::{self, BodyRefused, ReadBody};
 use crate::config::{DelaySpec, DelayWhen, FaultConfig, MalformedKind};
 use crate::control;
 use crate::draw;
@@ -46,6 +47,7 @@ pub(crate) async fn handle(
     conn: Arc<ServedConn>,
     req: Request<Incoming>,
 ) -> Result<Response<ResBody>, StreamReset> {
+    let _stream = conn.http2.then(|| conn.streams.enter(&conn.state.clock));
     if req.uri().path().starts_with(control::PREFIX) {
         if let Some(refused) = control::refuse(&conn.state, conn.io.is_tls(), &req) {
             return Ok(refused.map(Either::Right));
@@ -95,56 +97,36 @@ pub(crate) async fn handle(
             pending,
         ));
     }
-    let max_body = state.limits.max_body;
     let announced = parts
         .headers
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    if announced.is_some_and(|n| n > max_body) {
-        // Refused before a byte of it is read.
-        return Ok(reject(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body-too-large",
-            "request body over the server's limit\n",
-            pending,
-        ));
-    }
-    let body =
-        match http_body_util::Limited::new(body, usize::try_from(max_body).unwrap_or(usize::MAX))
-            .collect()
-            .await
-        {
-            Ok(c) => c,
-            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-                return Ok(reject(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "body-too-large",
-                    "request body over the server's limit\n",
-                    pending,
-                ))
-            }
-            Err(e) => {
-                let client_gone = e
-                    .downcast_ref::<hyper::Error>()
-                    .is_some_and(|h| h.is_incomplete_message() || h.is_canceled() || h.is_closed());
-                if client_gone {
-                    // The client went away mid-body: `pending` records client_closed.
-                    return Ok(plain(StatusCode::BAD_REQUEST, "incomplete request body\n"));
-                }
-                return Ok(reject(
-                    StatusCode::BAD_REQUEST,
-                    "bad-body",
-                    "the request body's framing is invalid\n",
-                    pending,
-                ));
-            }
-        };
+    let limits = &state.limits;
+    let read = body::read(
+        body,
+        announced,
+        limits.max_body,
+        limits.body_timeout,
+        &state.body_budget,
+        conn.http2,
+    )
+    .await;
+    let ReadBody {
+        bytes: body,
+        _reserved: reserved,
+    } = match read {
+        Ok(b) => b,
+        Err(refused) => return Ok(refuse_body(refused, pending)),
+    };
     // Stamped first thing: a burst's release skew is measured on it.
     let body_done_us = state.clock.now_us();
+    let wire_us = conn
+        .wire
+        .unix_ns()
+        .map(|ns| state.clock.us_at_unix_ns(ns).min(body_done_us));
     conn.quiet_mark
         .store(conn.bytes_read.load(Ordering::Relaxed), Ordering::Relaxed);
-    let body = body.to_bytes();
     let body_sha256 = if body.is_empty() {
         state.empty_body_sha256.clone()
     } else {
@@ -157,6 +139,7 @@ pub(crate) async fn handle(
         if !body.is_empty() {
             e.t_body_us = Some(body_done_us);
         }
+        e.t_wire_us = wire_us;
     }
 
     // With `state: shared`, the request's number and its key's attempt among every replica's.
@@ -214,6 +197,7 @@ pub(crate) async fn handle(
         key: key.clone(),
         body,
         body_sha256,
+        _reserved: reserved,
     };
     let Some((rule, fault, draw)) = decision else {
         let (pending, done) = process(&conn, work, pending, Route::Default)
@@ -325,6 +309,40 @@ struct Work {
     key: Option<String>,
     body: Bytes,
     body_sha256: String,
+    /// The body's share of `limits.body_memory`, given back when the request is done with it.
+    _reserved: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+/// The answer to a body that was not read whole; a client that left gets none (its entry
+/// records `client_closed`).
+fn refuse_body(refused: BodyRefused, pending: Pending) -> Response<ResBody> {
+    let (status, reason, text) = match refused {
+        BodyRefused::TooLarge => (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body-too-large",
+            "request body over the server's limit\n",
+        ),
+        BodyRefused::Timeout => (
+            StatusCode::REQUEST_TIMEOUT,
+            "body-timeout",
+            "the request body did not arrive in time\n",
+        ),
+        BodyRefused::Memory => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "body-memory",
+            "the server holds as many request bodies as it may; try again\n",
+        ),
+        BodyRefused::Bad => (
+            StatusCode::BAD_REQUEST,
+            "bad-body",
+            "the request body's framing is invalid\n",
+        ),
+        BodyRefused::ClientGone => {
+            drop(pending);
+            return plain(StatusCode::BAD_REQUEST, "incomplete request body\n");
+        }
+    };
+    reject(status, reason, text, pending)
 }
 
 /// Who processes a request.

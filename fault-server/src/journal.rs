@@ -2,7 +2,14 @@
 //!
 //! The journal is the single timeline every check reads (Jepsen's history). Entries are completed
 //! out of order — a hung request finishes long after the ones that arrived behind it — so the writer
-//! holds a small reorder buffer and emits strictly by `seq`.
+//! holds a reorder buffer and emits strictly by `seq`.
+//!
+//! The buffer keeps at most [`MEM_PENDING`] entries ([`MEM_PENDING_BYTES`]) in memory. Behind a
+//! request that takes long (a
+//! `hang`, a slow upload, a slow upstream), later entries keep finishing at the full request rate;
+//! past that many they are serialized to a temporary spill file with 8 bytes of index each, and
+//! read back in order once the slow one ends. So memory stays bounded by what is in flight, not
+//! by how long one request takes.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -38,6 +45,16 @@ impl Clock {
     /// Microseconds from start to `t`.
     pub fn us_at(&self, t: Instant) -> u64 {
         t.saturating_duration_since(self.start).as_micros() as u64
+    }
+    /// Microseconds since start of a wall-clock moment (nanoseconds since the Unix epoch, as the
+    /// kernel stamps packets), through the offset between the two clocks now; never later than
+    /// now.
+    pub fn us_at_unix_ns(&self, unix_ns: u64) -> u64 {
+        let now_us = self.now_us();
+        let now_unix_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        now_us.saturating_sub(now_unix_ns.saturating_sub(unix_ns) / 1000)
     }
 }
 
@@ -78,6 +95,11 @@ impl Sequencer {
         next
     }
 }
+
+/// Entries that may wait in the channel for the writer. When the writer falls behind (a slow
+/// disk), a request that finishes waits for room rather than the backlog growing without bound:
+/// the server slows to the pace its journal can keep, and loses nothing.
+const CHANNEL_BOUND: usize = 2048;
 
 /// How often the writer looks for new entries when it found none.
 const POLL_INTERVAL: Duration = Duration::from_millis(1);
@@ -240,7 +262,7 @@ struct Written {
 /// stays flat however long the server runs. Reads (`GET /__harness/journal?since=`, the harness
 /// reading the journal of its embedded server) stream from the file.
 pub struct Journal {
-    tx: mpsc::Sender<Msg>,
+    tx: mpsc::SyncSender<Msg>,
     shared: Arc<Written>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     path: std::path::PathBuf,
@@ -289,7 +311,7 @@ impl Journal {
             file_len: AtomicU64::new(0),
             sparse: Mutex::new(Vec::new()),
         });
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::sync_channel(CHANNEL_BOUND);
         let writer = Writer {
             rx,
             shared: shared.clone(),
@@ -298,6 +320,8 @@ impl Journal {
             epoch: 0,
             next: 1,
             pending: std::collections::BTreeMap::new(),
+            pending_bytes: 0,
+            spill: Spill::default(),
             line: Vec::with_capacity(1024),
             last_recv_us: 0,
         };
@@ -416,7 +440,7 @@ impl Journal {
         let _ = done.recv_timeout(Duration::from_secs(5));
     }
 
-    fn sender(&self) -> mpsc::Sender<Msg> {
+    fn sender(&self) -> mpsc::SyncSender<Msg> {
         self.tx.clone()
     }
 }
@@ -425,7 +449,7 @@ impl Drop for Journal {
     fn drop(&mut self) {
         self.flush();
         // Closing the channel ends the writer; replace our sender with a dead one to drop it.
-        let (dead, _) = mpsc::channel();
+        let (dead, _) = mpsc::sync_channel(0);
         drop(std::mem::replace(&mut self.tx, dead));
         if let Some(t) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = t.join();
@@ -442,9 +466,142 @@ struct Writer {
     epoch: u16,
     next: u64,
     pending: std::collections::BTreeMap<(u16, u64), Box<Entry>>,
+    /// About how much memory the entries in `pending` hold.
+    pending_bytes: usize,
+    /// Entries of the current epoch waiting beyond [`MEM_PENDING`].
+    spill: Spill,
     line: Vec<u8>,
     /// `t_recv_us` of the last entry written: arrival times never go back in `seq` order.
     last_recv_us: u64,
+}
+
+/// Finished entries kept in memory while an earlier one is still in progress; more go to the
+/// spill file.
+pub(crate) const MEM_PENDING: usize = 8192;
+
+/// About how many bytes those entries may hold (an entry carries its captured headers, so a few
+/// large heads weigh as much as thousands of small ones).
+pub(crate) const MEM_PENDING_BYTES: usize = 8 << 20;
+
+/// About how much memory an entry holds: its struct and the text it owns.
+fn weight(e: &Entry) -> usize {
+    let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+    std::mem::size_of::<Entry>()
+        + e.method.len()
+        + e.path.len()
+        + text(&e.query)
+        + text(&e.idempotency_key)
+        + text(&e.client_id)
+        + text(&e.body_sha256)
+        + e.headers
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 48)
+            .sum::<usize>()
+        + e.response_headers
+            .as_ref()
+            .map_or(0, |h| h.iter().map(|(k, v)| k.len() + v.len() + 48).sum())
+}
+
+/// Most entries written in one go: a slow request's end can release a million spilled ones.
+const EMIT_BATCH: usize = 4096;
+
+/// Finished entries waiting behind an unfinished one, in a temporary file: each a 4-byte length
+/// and its JSON, found through a dense index of file offsets by `seq`.
+#[derive(Default)]
+struct Spill {
+    file: Option<File>,
+    /// Bytes of the file in use.
+    len: u64,
+    /// The `seq` of `index[0]`.
+    base: u64,
+    /// Offset + 1 of each `seq`'s record from `base` on; 0 for a `seq` not spilled.
+    index: std::collections::VecDeque<u64>,
+    /// Records in the index.
+    count: usize,
+}
+
+impl Spill {
+    fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Writes `e` (whose `seq` is at least `next`, the first not yet written) to the file.
+    fn put(&mut self, next: u64, e: &Entry, line: &mut Vec<u8>) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        if self.file.is_none() {
+            self.file = Some(tempfile::tempfile()?);
+        }
+        let Some(file) = self.file.as_ref() else {
+            return Ok(());
+        };
+        if self.index.is_empty() {
+            self.base = next;
+        }
+        line.clear();
+        line.extend_from_slice(&[0; 4]);
+        serde_json::to_writer(&mut *line, e).map_err(std::io::Error::other)?;
+        let n = u32::try_from(line.len() - 4).map_err(std::io::Error::other)?;
+        line[..4].copy_from_slice(&n.to_le_bytes());
+        file.write_all_at(line, self.len)?;
+        let i = usize::try_from(e.seq - self.base).map_err(std::io::Error::other)?;
+        if self.index.len() <= i {
+            self.index.resize(i + 1, 0);
+        }
+        self.index[i] = self.len + 1;
+        self.len += line.len() as u64;
+        self.count += 1;
+        Ok(())
+    }
+
+    /// The entry `seq` (the first not yet written), when it was spilled.
+    fn take(&mut self, seq: u64) -> Option<Box<Entry>> {
+        use std::os::unix::fs::FileExt;
+        if self.count == 0 || seq < self.base {
+            return None;
+        }
+        // Entries before `seq` were written from memory: their slots are empty.
+        while self.base < seq && self.index.pop_front().is_some() {
+            self.base += 1;
+        }
+        let at = *self.index.front()?;
+        if at == 0 {
+            return None;
+        }
+        self.index.pop_front();
+        self.base += 1;
+        self.count -= 1;
+        let file = self.file.as_ref()?;
+        let read = (|| {
+            let mut n = [0u8; 4];
+            file.read_exact_at(&mut n, at - 1)?;
+            let mut json = vec![0u8; u32::from_le_bytes(n) as usize];
+            file.read_exact_at(&mut json, at + 3)?;
+            serde_json::from_slice::<Entry>(&json).map_err(std::io::Error::other)
+        })();
+        if self.count == 0 {
+            self.clear();
+        }
+        match read {
+            Ok(e) => Some(Box::new(e)),
+            Err(err) => {
+                tracing::error!("journal spill file read failed: {err}");
+                // A hole must not shift the numbering: the entry is written as what is known.
+                Some(Box::new(Entry::blank(seq)))
+            }
+        }
+    }
+
+    /// Forgets every record and gives the file's space back.
+    fn clear(&mut self) {
+        self.index.clear();
+        self.count = 0;
+        self.len = 0;
+        if let Some(f) = &self.file {
+            if let Err(e) = f.set_len(0) {
+                tracing::error!("journal spill file truncation failed: {e}");
+            }
+        }
+    }
 }
 
 impl Writer {
@@ -486,8 +643,13 @@ impl Writer {
                             ready.push(e);
                             self.next += 1;
                             self.take_contiguous(&mut ready);
+                        } else if epoch == self.epoch
+                            && (self.pending.len() >= MEM_PENDING
+                                || self.pending_bytes >= MEM_PENDING_BYTES)
+                        {
+                            self.spill_one(e);
                         } else if epoch == self.epoch || is_newer(epoch, self.epoch) {
-                            self.pending.insert((epoch, e.seq), e);
+                            self.hold(e, epoch);
                         }
                     }
                     Msg::Reset(epoch, ack) => {
@@ -526,6 +688,8 @@ impl Writer {
         self.next = 1;
         self.pending
             .retain(|(e, _), _| *e == epoch || is_newer(*e, epoch));
+        self.pending_bytes = self.pending.values().map(|e| weight(e)).sum();
+        self.spill.clear();
         *self.shared.stats.lock().unwrap_or_else(|p| p.into_inner()) = Counts::default();
         self.shared
             .sparse
@@ -550,12 +714,42 @@ impl Writer {
     // The entries stay in the boxes they came through the channel in: unboxing would copy each.
     #[allow(clippy::vec_box)]
     fn take_contiguous(&mut self, ready: &mut Vec<Box<Entry>>) {
-        if self.pending.is_empty() {
+        if self.pending.is_empty() && self.spill.is_empty() {
             return;
         }
-        while let Some(e) = self.pending.remove(&(self.epoch, self.next)) {
+        loop {
+            let e = match self.pending.remove(&(self.epoch, self.next)) {
+                Some(e) => {
+                    self.pending_bytes = self.pending_bytes.saturating_sub(weight(&e));
+                    e
+                }
+                None => match self.spill.take(self.next) {
+                    Some(e) => e,
+                    None => return,
+                },
+            };
             ready.push(e);
             self.next += 1;
+            if ready.len() >= EMIT_BATCH {
+                self.emit(std::mem::take(ready));
+                self.publish();
+            }
+        }
+    }
+
+    /// Keeps `e` in memory until the entries before it are written.
+    fn hold(&mut self, e: Box<Entry>, epoch: u16) {
+        self.pending_bytes += weight(&e);
+        self.pending.insert((epoch, e.seq), e);
+    }
+
+    /// Sends `e` to the spill file; if that fails, it stays in memory.
+    #[allow(clippy::boxed_local)]
+    fn spill_one(&mut self, e: Box<Entry>) {
+        if let Err(err) = self.spill.put(self.next, &e, &mut self.line) {
+            tracing::error!("journal spill file write failed: {err}");
+            let epoch = self.epoch;
+            self.hold(e, epoch);
         }
     }
 
@@ -577,6 +771,7 @@ impl Writer {
                 e.t_recv_us = t;
                 e.t_done_us = e.t_done_us.max(t);
                 e.t_body_us = e.t_body_us.map(|b| b.max(t));
+                e.t_wire_us = e.t_wire_us.map(|w| w.max(t));
             }
             self.last_recv_us = e.t_recv_us;
             self.line.clear();
@@ -621,7 +816,7 @@ pub struct Pending {
 /// counters that every connection shares, and on two cores those cache lines bounce between them
 /// on each request. A server makes one emitter per connection; its requests share that.
 pub struct Emitter {
-    tx: mpsc::Sender<Msg>,
+    tx: mpsc::SyncSender<Msg>,
     clock: Arc<Clock>,
 }
 
@@ -728,6 +923,54 @@ mod tests {
             2
         );
         assert_eq!(j.stats().by_outcome.get("client_closed"), Some(&1));
+    }
+
+    #[test]
+    fn entries_behind_a_slow_one_spill_and_come_back_in_order() {
+        let j = Journal::start(None).unwrap();
+        let clock = Arc::new(Clock::new());
+        let slow = Pending::new(&j, clock.clone(), 0, entry(1));
+        let n = 3 * MEM_PENDING as u64;
+        for s in 2..=n + 1 {
+            let mut e = entry(s);
+            e.idempotency_key = Some(format!("k{s}"));
+            Pending::new(&j, clock.clone(), 0, e).finish(Outcome::Responded);
+        }
+        j.flush();
+        assert_eq!(j.written(), 0, "seq 1 holds every later entry back");
+        slow.finish(Outcome::Hung);
+        j.flush();
+        let entries = j.entries();
+        assert_eq!(entries.len() as u64, n + 1);
+        for (i, e) in entries.iter().enumerate() {
+            assert_eq!(e.seq, i as u64 + 1);
+        }
+        assert_eq!(entries[0].outcome, Outcome::Hung);
+        let last = entries.last().unwrap();
+        assert_eq!(
+            last.idempotency_key.as_deref(),
+            Some(format!("k{}", n + 1).as_str())
+        );
+        assert_eq!(j.stats().requests, n + 1);
+    }
+
+    #[test]
+    fn the_spill_returns_what_it_holds_by_seq_and_skips_what_memory_wrote() {
+        let mut spill = Spill::default();
+        let mut line = Vec::new();
+        for s in [5, 3, 9] {
+            spill.put(2, &entry(s), &mut line).unwrap();
+        }
+        assert!(spill.take(2).is_none(), "2 was never spilled");
+        assert_eq!(spill.take(3).unwrap().seq, 3);
+        assert!(spill.take(4).is_none());
+        assert_eq!(spill.take(5).unwrap().seq, 5);
+        assert!(spill.take(6).is_none());
+        assert_eq!(spill.take(9).unwrap().seq, 9);
+        assert!(spill.is_empty());
+        assert_eq!(spill.len, 0, "the file is given back once empty");
+        spill.put(10, &entry(12), &mut line).unwrap();
+        assert_eq!(spill.take(12).unwrap().seq, 12);
     }
 
     #[test]

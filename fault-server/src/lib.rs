@@ -42,6 +42,7 @@
 
 #![warn(missing_docs)]
 
+mod body;
 pub mod builder;
 pub mod config;
 mod conn;

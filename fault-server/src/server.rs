@@ -167,12 +167,18 @@ impl FaultServer {
             limits: Limits {
                 max_body: config.limits.max_body.0,
                 header_timeout: config.limits.header_timeout.0,
+                body_timeout: config.limits.body_timeout.0,
                 max_head: usize::try_from(config.limits.max_head.0).unwrap_or(usize::MAX),
                 max_connections: config
                     .limits
                     .max_connections
                     .map_or_else(default_max_connections, |n| n as usize),
             },
+            body_budget: Arc::new(tokio::sync::Semaphore::new(
+                usize::try_from(config.limits.body_memory.0)
+                    .unwrap_or(usize::MAX)
+                    .min(tokio::sync::Semaphore::MAX_PERMITS),
+            )),
             active: AtomicUsize::new(0),
             control_token: opts.control_token.clone().filter(|t| !t.is_empty()),
             replica: opts.replica_id.clone().filter(|r| !r.is_empty()),

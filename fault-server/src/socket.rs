@@ -9,7 +9,7 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
@@ -19,7 +19,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio_rustls::server::TlsStream;
 
-use crate::journal::{self, Pending};
+use crate::journal::{self, Clock, Pending};
 use crate::schedule::Schedule;
 use crate::state::{Routes, State};
 
@@ -67,11 +67,69 @@ pub(crate) struct ServedConn {
     pub(crate) routes: Arc<Routes>,
     /// Bytes read from the socket (shared with the socket's reader).
     pub(crate) bytes_read: Arc<AtomicU64>,
+    /// The kernel's receive time of the last bytes read (shared with the socket's reader).
+    pub(crate) wire: Arc<WireTime>,
     /// `bytes_read` when the last request's body had been read: more since then is the start of
     /// another request.
     pub(crate) quiet_mark: AtomicU64,
     /// Accepted beyond the connection limit: only the control API is served.
     pub(crate) over_limit: bool,
+    /// HTTP/2: the streams in progress, for the idle timeout.
+    pub(crate) streams: Streams,
+}
+
+/// How many of an HTTP/2 connection's streams are in progress, and when one last started or
+/// ended (or the connection opened).
+pub(crate) struct Streams {
+    in_flight: AtomicUsize,
+    /// Clock microseconds of the last start or end of a stream.
+    last_us: AtomicU64,
+}
+
+impl Streams {
+    /// None in progress yet, the connection opening now.
+    pub(crate) fn new(clock: &Clock) -> Streams {
+        Streams {
+            in_flight: AtomicUsize::new(0),
+            last_us: AtomicU64::new(clock.now_us()),
+        }
+    }
+
+    /// Counts a stream in progress until the guard drops.
+    pub(crate) fn enter<'a>(&'a self, clock: &'a Clock) -> StreamGuard<'a> {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.last_us.store(clock.now_us(), Ordering::Release);
+        StreamGuard {
+            streams: self,
+            clock,
+        }
+    }
+
+    /// How long no stream has been in progress; `None` while one is.
+    pub(crate) fn quiet_for(&self, clock: &Clock) -> Option<Duration> {
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let since = clock
+            .now_us()
+            .saturating_sub(self.last_us.load(Ordering::Acquire));
+        Some(Duration::from_micros(since))
+    }
+}
+
+/// A stream in progress; see [`Streams::enter`].
+pub(crate) struct StreamGuard<'a> {
+    streams: &'a Streams,
+    clock: &'a Clock,
+}
+
+impl Drop for StreamGuard<'_> {
+    fn drop(&mut self) {
+        self.streams
+            .last_us
+            .store(self.clock.now_us(), Ordering::Release);
+        self.streams.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl ServedConn {
@@ -124,14 +182,127 @@ pub(crate) struct SharedStream {
     pub(crate) sock: Arc<TcpStream>,
     /// Bytes read from the socket so far, for telling a slow request from an idle connection.
     pub(crate) read: Arc<AtomicU64>,
+    /// When the kernel received the bytes of the last read.
+    pub(crate) wire: Arc<WireTime>,
 }
 
 impl SharedStream {
     pub(crate) fn new(sock: Arc<TcpStream>) -> SharedStream {
+        let wire = Arc::new(WireTime::default());
+        wire.enable(&sock);
         SharedStream {
             sock,
             read: Arc::new(AtomicU64::new(0)),
+            wire,
         }
+    }
+
+    /// One read into `dst`, noting the kernel's receive time of what it read.
+    fn read_into(&self, dst: &mut [u8]) -> io::Result<usize> {
+        let n = self.wire.read(&self.sock, dst)?;
+        self.read.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// The kernel's receive timestamp of the last bytes read from a socket (`SO_TIMESTAMPNS`, Linux):
+/// when they reached this host's network stack, before this process was scheduled to read them.
+///
+/// Why: a burst's release skew is the spread of the moments its requests *arrived*. Stamped in
+/// the handler, it would also hold how long this server took to wake ten connection tasks on a
+/// busy machine — the server's scheduling, not the client's synchronization. The kernel stamps
+/// each packet as it is received, so the journal can say both (`t_wire_us` beside `t_body_us`).
+#[derive(Default)]
+pub(crate) struct WireTime {
+    /// Nanoseconds since the Unix epoch (CLOCK_REALTIME, the kernel's clock for these stamps);
+    /// 0 when the kernel gave none.
+    unix_ns: AtomicU64,
+}
+
+impl WireTime {
+    /// The receive time of the last bytes read, in nanoseconds since the Unix epoch.
+    pub(crate) fn unix_ns(&self) -> Option<u64> {
+        match self.unix_ns.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(ns),
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    fn enable(&self, sock: &TcpStream) {
+        use std::os::fd::AsRawFd;
+        let on: libc::c_int = 1;
+        // SAFETY: setsockopt reads `on` (a c_int, its size given) and nothing else.
+        let r = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_TIMESTAMPNS,
+                (&on as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            tracing::debug!(
+                "no kernel receive timestamps: {}",
+                io::Error::last_os_error()
+            );
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn enable(&self, _sock: &TcpStream) {}
+
+    /// `recvmsg` into `dst`, keeping the timestamp the kernel attaches.
+    #[cfg(target_os = "linux")]
+    fn read(&self, sock: &TcpStream, dst: &mut [u8]) -> io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        sock.try_io(tokio::io::Interest::READABLE, || {
+            let mut iov = libc::iovec {
+                iov_base: dst.as_mut_ptr().cast(),
+                iov_len: dst.len(),
+            };
+            // Room for one SCM_TIMESTAMPNS (a cmsghdr and a timespec), aligned for cmsghdr.
+            let mut control = [0u64; 8];
+            // SAFETY: msghdr is plain data; all-zero is its empty value.
+            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = control.as_mut_ptr().cast();
+            msg.msg_controllen = std::mem::size_of_val(&control);
+            // SAFETY: the iovec points at `dst` (its length given) and the control buffer at
+            // `control`; both outlive the call, and recvmsg writes only within them.
+            let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, 0) };
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if n > 0 {
+                // SAFETY: the CMSG_* macros walk the control buffer recvmsg filled, within
+                // `msg_controllen`; the timespec is read unaligned from its cmsg's data.
+                unsafe {
+                    let mut c = libc::CMSG_FIRSTHDR(&msg);
+                    while !c.is_null() {
+                        if (*c).cmsg_level == libc::SOL_SOCKET
+                            && (*c).cmsg_type == libc::SCM_TIMESTAMPNS
+                        {
+                            let t: libc::timespec =
+                                std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                            let ns = (t.tv_sec as u64)
+                                .saturating_mul(1_000_000_000)
+                                .saturating_add(t.tv_nsec as u64);
+                            self.unix_ns.store(ns, Ordering::Relaxed);
+                        }
+                        c = libc::CMSG_NXTHDR(&msg, c);
+                    }
+                }
+            }
+            Ok(n as usize)
+        })
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn read(&self, sock: &TcpStream, dst: &mut [u8]) -> io::Result<usize> {
+        sock.try_read(dst)
     }
 }
 
@@ -143,18 +314,17 @@ impl hyper::rt::Read for SharedStream {
     ) -> Poll<io::Result<()>> {
         loop {
             ready!(self.sock.poll_read_ready(cx))?;
-            // SAFETY: `try_read` only writes into the slice and reports how many bytes it wrote;
+            // SAFETY: the read only writes into the slice and reports how many bytes it wrote;
             // those (and only those) are marked filled by `advance`. This is the cast tokio's own
             // `TcpStream::poll_read` makes; it spares zeroing hyper's read buffer on every read.
             let n = unsafe {
                 let dst = buf.as_mut();
                 let dst = &mut *(dst as *mut [std::mem::MaybeUninit<u8>] as *mut [u8]);
-                self.sock.try_read(dst)
+                self.read_into(dst)
             };
             match n {
                 Ok(n) => {
-                    self.read.fetch_add(n as u64, Ordering::Relaxed);
-                    // SAFETY: `n` bytes were just written by `try_read`.
+                    // SAFETY: `n` bytes were just written by the read.
                     unsafe { buf.advance(n) };
                     return Poll::Ready(Ok(()));
                 }
@@ -218,9 +388,17 @@ impl AsyncRead for SharedStream {
     ) -> Poll<io::Result<()>> {
         loop {
             ready!(self.sock.poll_read_ready(cx))?;
-            match self.sock.try_read_buf(buf) {
+            // SAFETY: as in hyper's `poll_read` above: only the bytes read are marked filled.
+            let n = unsafe {
+                let dst = buf.unfilled_mut();
+                let dst = &mut *(dst as *mut [std::mem::MaybeUninit<u8>] as *mut [u8]);
+                self.read_into(dst)
+            };
+            match n {
                 Ok(n) => {
-                    self.read.fetch_add(n as u64, Ordering::Relaxed);
+                    // SAFETY: `n` bytes of the unfilled part were just written by the read.
+                    unsafe { buf.assume_init(n) };
+                    buf.advance(n);
                     return Poll::Ready(Ok(()));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,

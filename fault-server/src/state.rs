@@ -35,6 +35,7 @@ pub const DEFAULT_HANG_CAP: Duration = Duration::from_secs(30);
 pub(crate) struct Limits {
     pub(crate) max_body: u64,
     pub(crate) header_timeout: Duration,
+    pub(crate) body_timeout: Duration,
     pub(crate) max_head: usize,
     pub(crate) max_connections: usize,
 }
@@ -101,6 +102,8 @@ pub(crate) struct State {
     pub(crate) attempts: Mutex<KeyAttempts>,
     /// Bounds on what a client may cost.
     pub(crate) limits: Limits,
+    /// Bytes of request bodies that may be held at once (`limits.body_memory`), as permits.
+    pub(crate) body_budget: Arc<tokio::sync::Semaphore>,
     /// Connections being served.
     pub(crate) active: AtomicUsize,
     /// The control API's token, when the server listens beyond loopback.

@@ -384,3 +384,258 @@ fn a_public_address_needs_a_control_token() {
     assert!(err.contains("control token"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+#[test]
+fn a_slow_body_is_cut_at_the_body_timeout() {
+    let s = start("limits: { body_timeout: 300ms }");
+    let mut c = TcpStream::connect(s.addr).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(20))).ok();
+    c.write_all(b"POST /upload HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\na")
+        .expect("a head and a byte of the body");
+    let mut out = Vec::new();
+    let _ = c.read_to_end(&mut out);
+    let out = String::from_utf8_lossy(&out);
+    assert!(out.starts_with("HTTP/1.1 408"), "{out}");
+    assert!(eventually(Duration::from_secs(20), || {
+        s.stats()["by_outcome"]["rejected"] == 1
+    }));
+    let j = s.journal();
+    let slow = rejected(&j, "body-timeout");
+    assert_eq!(slow.len(), 1, "{j:#?}");
+    assert_eq!(slow[0]["status"], 408);
+    assert_eq!(slow[0]["path"], "/upload");
+}
+
+#[test]
+fn bodies_held_at_once_are_bounded_by_the_body_memory() {
+    // Room for four bodies of 1 MiB; ten arrive together and wait for the rest of their bytes.
+    let s = start("limits: { max_body: 1MiB, body_memory: 4MiB, body_timeout: 60s }");
+    let before = s.rss_kb();
+    let half = vec![b'a'; 1 << 19];
+    let mut conns: Vec<TcpStream> = (0..10)
+        .map(|i| {
+            let mut c = TcpStream::connect(s.addr).expect("connect");
+            c.set_read_timeout(Some(Duration::from_millis(200))).ok();
+            c.write_all(
+                format!("POST /upload/{i} HTTP/1.1\r\nhost: x\r\ncontent-length: 1048576\r\n\r\n")
+                    .as_bytes(),
+            )
+            .expect("a head");
+            c.write_all(&half).expect("half the body");
+            c
+        })
+        .collect();
+    // Six are refused at once (503), before the rest of their bodies is read.
+    let mut refused = 0;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut waiting: Vec<bool> = vec![true; conns.len()];
+    while refused < 6 && Instant::now() < deadline {
+        for (c, w) in conns.iter_mut().zip(waiting.iter_mut()) {
+            let mut buf = [0u8; 64];
+            if *w && matches!(c.read(&mut buf), Ok(n) if n > 0) {
+                assert!(
+                    buf.starts_with(b"HTTP/1.1 503"),
+                    "{:?}",
+                    String::from_utf8_lossy(&buf)
+                );
+                *w = false;
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!(refused, 6, "four bodies fit in the budget, six do not");
+    let growth = s.rss_kb().saturating_sub(before);
+    assert!(growth < RSS_GROWTH_BOUND_KB, "RSS grew by {growth} kB");
+    // The four that fit complete.
+    for (c, _) in conns.iter_mut().zip(&waiting).filter(|(_, w)| **w) {
+        c.set_read_timeout(Some(Duration::from_secs(20))).ok();
+        c.write_all(&half).expect("the rest of the body");
+        let mut buf = [0u8; 64];
+        let n = c.read(&mut buf).expect("an answer");
+        assert!(
+            buf[..n].starts_with(b"HTTP/1.1 200"),
+            "{:?}",
+            String::from_utf8_lossy(&buf)
+        );
+    }
+    assert!(eventually(Duration::from_secs(20), || {
+        s.stats()["requests"] == 10
+    }));
+    let j = s.journal();
+    assert_eq!(rejected(&j, "body-memory").len(), 6, "{j:#?}");
+    assert!(rejected(&j, "body-memory")
+        .iter()
+        .all(|e| e["status"] == 503));
+}
+
+#[test]
+fn a_client_that_leaves_mid_body_is_client_closed_not_refused() {
+    let s = start("{}");
+    let mut c = TcpStream::connect(s.addr).expect("connect");
+    c.write_all(b"POST /upload HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n0123456789")
+        .expect("a head and part of the body");
+    drop(c);
+    assert!(eventually(Duration::from_secs(20), || {
+        s.stats()["requests"] == 1
+    }));
+    let j = s.journal();
+    assert_eq!(j[0]["outcome"], "client_closed", "{j:#?}");
+    assert_eq!(j[0]["status"], serde_json::Value::Null);
+    assert_eq!(j[0]["rejected"], serde_json::Value::Null);
+}
+
+#[test]
+fn entries_behind_a_hung_request_do_not_pile_up_in_memory() {
+    let s = start("rules:\n  - match: { path: /hang }\n    fault: { hang: { cap: 60s } }\n");
+    let mut hung = TcpStream::connect(s.addr).expect("connect");
+    hung.write_all(b"GET /hang HTTP/1.1\r\nhost: x\r\n\r\n")
+        .expect("the hung request");
+    assert!(eventually(Duration::from_secs(20), || {
+        s.get("/__harness/metrics")
+            .contains("fault_server_received_requests 1")
+    }));
+    let before = s.rss_kb();
+    // Every later entry waits behind the hung one; each carries 4 KB of captured header.
+    let ua = "u".repeat(4096);
+    let n = 20_000;
+    let per = n / 4;
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                let mut c = TcpStream::connect(s.addr).expect("connect");
+                let mut r = BufReader::new(c.try_clone().expect("clone"));
+                let req = format!("GET /x HTTP/1.1\r\nhost: x\r\nuser-agent: {ua}\r\n\r\n");
+                for _ in 0..per {
+                    c.write_all(req.as_bytes()).expect("send");
+                    read_response(&mut r);
+                }
+            });
+        }
+    });
+    let growth = s.rss_kb().saturating_sub(before);
+    assert!(
+        growth < RSS_GROWTH_BOUND_KB,
+        "RSS grew by {growth} kB for {n} entries held back"
+    );
+    assert_eq!(s.stats()["requests"], 0, "nothing is written before seq 1");
+    drop(hung);
+    // The counters may run a moment ahead of what the file shows: wait for the file.
+    assert!(eventually(Duration::from_secs(60), || {
+        s.stats()["requests"] == n + 1
+    }));
+    let mut j = s.journal();
+    assert!(eventually(Duration::from_secs(20), || {
+        j = s.journal();
+        j.len() as u64 == n + 1
+    }));
+    assert_eq!(j.len() as u64, n + 1);
+    assert!(j.iter().enumerate().all(|(i, e)| e["seq"] == i as u64 + 1));
+    assert_eq!(j[0]["outcome"], "client_closed");
+}
+
+/// Reads one HTTP/1.1 response with a Content-Length body.
+fn read_response(r: &mut BufReader<TcpStream>) {
+    let mut len = 0usize;
+    loop {
+        let mut line = String::new();
+        r.read_line(&mut line).expect("a head line");
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse().expect("a length");
+        }
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).expect("the body");
+}
+
+/// A frame: length, type, flags, stream id, payload.
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let n = payload.len();
+    let mut f = vec![(n >> 16) as u8, (n >> 8) as u8, n as u8, kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// Reads frames in the background: answers SETTINGS, counts responses (HEADERS), notes GOAWAY
+/// and the end of the connection.
+fn h2_reader(mut c: TcpStream) -> std::sync::mpsc::Receiver<&'static str> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut w = c.try_clone().expect("clone");
+        loop {
+            let mut head = [0u8; 9];
+            if c.read_exact(&mut head).is_err() {
+                let _ = tx.send("closed");
+                return;
+            }
+            let n =
+                (usize::from(head[0]) << 16) | (usize::from(head[1]) << 8) | usize::from(head[2]);
+            let mut payload = vec![0u8; n];
+            if c.read_exact(&mut payload).is_err() {
+                let _ = tx.send("closed");
+                return;
+            }
+            match (head[3], head[4] & 1) {
+                (4, 0) => {
+                    let _ = w.write_all(&h2_frame(4, 1, 0, &[]));
+                }
+                (1, _) => {
+                    let _ = tx.send("response");
+                }
+                (7, _) => {
+                    let _ = tx.send("goaway");
+                }
+                _ => {}
+            }
+        }
+    });
+    rx
+}
+
+#[test]
+fn http2_connections_without_streams_end_at_the_header_timeout() {
+    let s = start("limits: { header_timeout: 400ms }");
+    let open = || {
+        let mut c = TcpStream::connect(s.addr).expect("connect");
+        c.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            .expect("preface");
+        c.write_all(&h2_frame(4, 0, 0, &[])).expect("SETTINGS");
+        c
+    };
+    // A GET: :method GET, :scheme http, :path /, :authority x (HPACK, literal without Huffman).
+    let get = |stream: u32| h2_frame(1, 0x5, stream, &[0x82, 0x86, 0x84, 0x41, 1, b'x']);
+
+    // Busy: a request every 150 ms for 1.2 s outlasts the 400 ms timeout three times over.
+    let mut busy = open();
+    let events = h2_reader(busy.try_clone().expect("clone"));
+    for i in 0..8u32 {
+        busy.write_all(&get(2 * i + 1)).expect("a request");
+        assert_eq!(
+            events.recv_timeout(Duration::from_secs(20)),
+            Ok("response"),
+            "request {i} on a connection in use"
+        );
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    // Then idle: GOAWAY and the close follow.
+    let end: Vec<&str> = std::iter::from_fn(|| events.recv_timeout(Duration::from_secs(20)).ok())
+        .take_while(|e| *e != "closed")
+        .collect();
+    assert!(end.contains(&"goaway"), "{end:?}");
+
+    // A connection that never opens a stream, and one that never finishes its HEADERS.
+    let silent = open();
+    let mut half = open();
+    half.write_all(&get(1)[..11])
+        .expect("part of a HEADERS frame");
+    for c in [silent, half] {
+        let rx = h2_reader(c);
+        let ended = std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(20)).ok())
+            .any(|e| e == "closed");
+        assert!(ended, "an idle HTTP/2 connection stays open");
+    }
+    assert!(s.healthy());
+}

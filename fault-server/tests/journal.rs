@@ -267,3 +267,49 @@ rules:
             .to_string();
     assert!(err.contains("capture_response_headers[0]"), "{err}");
 }
+
+/// `t_wire_us` is when the request's last bytes reached the host (the kernel's receive stamp):
+/// no earlier than the client sent its last byte, held back after the rest, and no later than the
+/// server had read the body. (Bounds that causality gives, whatever the scheduling.)
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn the_kernel_stamps_when_the_last_byte_arrived() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let unix_us = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros() as i64
+    };
+    let s = common::start("{}").await;
+    let addr = s.url().trim_start_matches("http://").to_string();
+    let mut c = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    c.set_nodelay(true).unwrap();
+    c.write_all(
+        b"POST /thing HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhell",
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let last_sent = unix_us();
+    c.write_all(b"o").await.unwrap();
+    let mut out = Vec::new();
+    c.read_to_end(&mut out).await.unwrap();
+    assert!(
+        out.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
+    assert!(s.settle(Duration::from_secs(5)).await);
+    let e = &s.journal().entries()[0];
+    let wire = e.t_wire_us.expect("a kernel receive timestamp");
+    let body = e.t_body_us.expect("a body");
+    assert!(wire <= body, "{wire} > {body}");
+    // On the wall clock, through the entry's own pair of stamps (its arrival on both clocks).
+    let wire_unix = e.unix_us as i64 - e.t_recv_us as i64 + wire as i64;
+    assert!(
+        wire_unix >= last_sent - 1_000,
+        "stamped {} µs before the last byte left",
+        last_sent - wire_unix
+    );
+}

@@ -473,6 +473,7 @@ pub fn merge_journals(
         e.t_recv_us = shift(e.t_recv_us, off);
         e.t_done_us = shift(e.t_done_us, off);
         e.t_body_us = e.t_body_us.map(|t| shift(t, off));
+        e.t_wire_us = e.t_wire_us.map(|t| shift(t, off));
         e.conn_id = e.conn_id.saturating_mul(n).saturating_add(i as u64);
         if let Some(r) = &e.replica {
             if !replicas.contains(r) {

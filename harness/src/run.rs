@@ -563,15 +563,16 @@ pub fn requests_from_journal(journal: &[Entry]) -> reports::model::Requests {
     r
 }
 
-/// Spread of the moments each burst round's first `size` requests were complete at the server
-/// (the end of the body, else of the head): what the release achieved.
+/// Spread of the moments each burst round's first `size` requests had arrived at the server
+/// (the kernel's receive time of their last bytes where the journal has it, else when the server
+/// had read them): what the release achieved, without the server's own wake-ups.
 pub fn release_skews(journal: &[Entry], round_keys: &[String], size: usize) -> Vec<u64> {
     let mut by_key: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
     for e in journal {
         if let Some(k) = e.idempotency_key.as_deref() {
             let v = by_key.entry(k).or_default();
             if v.len() < size {
-                v.push(e.t_complete_us());
+                v.push(e.t_arrived_us());
             }
         }
     }

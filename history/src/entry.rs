@@ -73,6 +73,13 @@ pub struct Entry {
     /// this: with last-byte or single-packet sync the heads arrive early, the ends together.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub t_body_us: Option<u64>,
+    /// Microseconds since server start when the request's last bytes reached the server's host:
+    /// the kernel's receive timestamp of the read that completed it (Linux), before the server
+    /// was scheduled to read them; absent where the kernel gives none. `t_body_us` (or
+    /// `t_recv_us`) minus this is the server's own delay in getting to the request. Over HTTP/2,
+    /// where streams share reads, it is the connection's last read before the stream was whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub t_wire_us: Option<u64>,
     /// Wall-clock arrival, milliseconds since the Unix epoch.
     pub unix_ms: u64,
     /// Wall-clock arrival, microseconds since the Unix epoch: what orders the entries of several
@@ -183,6 +190,12 @@ impl Entry {
     /// When the whole request had arrived: the end of its body, else its head.
     pub fn t_complete_us(&self) -> u64 {
         self.t_body_us.unwrap_or(self.t_recv_us)
+    }
+
+    /// When the whole request had reached the server's host: the kernel's receive time where
+    /// there is one, else when the server had read it ([`Entry::t_complete_us`]).
+    pub fn t_arrived_us(&self) -> u64 {
+        self.t_wire_us.unwrap_or_else(|| self.t_complete_us())
     }
 
     /// A blank entry for `seq`, to be filled in.

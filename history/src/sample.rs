@@ -30,6 +30,7 @@ pub fn entry(seq: u64, t_recv_ms: impl Into<f64>) -> EntryBuilder {
         t_recv_us,
         t_done_us: t_recv_us + 1000,
         t_body_us: None,
+        t_wire_us: None,
         unix_ms: EPOCH_MS + t_recv_us / 1000,
         unix_us: EPOCH_MS * 1000 + t_recv_us,
         replica: None,
