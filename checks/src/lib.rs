@@ -46,7 +46,7 @@
 //! itself in one place, its module's [`CheckSpec`].
 //!
 //! This crate depends on the history and report models only: no runtime, socket, server or
-//! database (a test in `tests/` holds it to that).
+//! database (`harness/tests/architecture.rs` holds it to that).
 
 #![warn(missing_docs)]
 

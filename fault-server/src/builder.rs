@@ -44,7 +44,7 @@ use history::Entry;
 use yaml_config::{ConfigError, Dur, Size};
 
 use crate::config::{
-    validate_rules, Config, CountSpec, Counts, Database, DelayFault, DelaySpec, DelayWhen,
+    bounds, validate_rules, Config, CountSpec, Counts, Database, DelayFault, DelaySpec, DelayWhen,
     FaultConfig, HangFault, IdempotencyImpl, LimitsConfig, MalformedFault, MalformedKind,
     OneOrMany, OrdersConfig, PathPattern, PayImpl, Probability, ResetFault, RuleConfig, StateMode,
     StatusCode, StatusFault, TlsConfig, UpstreamConfig, UpstreamUrl,
@@ -736,19 +736,13 @@ fn validate_rule(r: &RuleConfig, at: &str) -> Result<(), ConfigError> {
     };
     let m = &r.matcher;
     if let Some(PathPattern(p)) = &m.path {
-        if !p.starts_with('/') {
-            return bad(
-                "match.path",
-                format!("path {p:?} must start with '/' (e.g. \"/orders\" or \"/orders/*\")"),
-            );
+        if let Err(e) = bounds::path(p) {
+            return bad("match.path", e);
         }
     }
     if let Some(Probability(p)) = m.probability {
-        if !(0.0..=1.0).contains(&p) {
-            return bad(
-                "match.probability",
-                format!("probability {p} is out of range (expected a number from 0 to 1)"),
-            );
+        if let Err(e) = bounds::probability(p) {
+            return bad("match.probability", e);
         }
     }
     for (field, counts) in [
@@ -759,49 +753,33 @@ fn validate_rule(r: &RuleConfig, at: &str) -> Result<(), ConfigError> {
         let Some(Counts(specs)) = counts else {
             continue;
         };
-        if specs.is_empty() {
+        if let Err(e) = bounds::counts(specs) {
+            return bad(&format!("match.{field}"), e.into());
+        }
+        if let Some(s) = specs.iter().find(|s| !bounds::count_spec(**s)) {
             return bad(
                 &format!("match.{field}"),
-                "an empty list of counts never matches".into(),
+                format!("invalid count {s:?} (counts start at 1, and a range's end is not before its start)"),
             );
         }
-        for s in specs {
-            let ok = match *s {
-                CountSpec::Range { lo, hi } => lo >= 1 && hi.is_none_or(|h| h >= lo),
-                CountSpec::Every(k) => k >= 1,
-            };
-            if !ok {
-                return bad(
-                    &format!("match.{field}"),
-                    format!("invalid count {s:?} (counts start at 1, and a range's end is not before its start)"),
-                );
-            }
-        }
     }
-    match &r.fault {
-        FaultConfig::Status(s) if !(100..=599).contains(&s.code.0) => bad(
-            "fault.status.code",
-            format!(
-                "status code {} is out of range (expected 100 to 599)",
-                s.code.0
-            ),
-        ),
+    let checked = match &r.fault {
+        FaultConfig::Status(s) => bounds::status_code(i128::from(s.code.0))
+            .map(|_| ())
+            .map_err(|e| ("fault.status.code", e)),
         FaultConfig::Delay(DelayFault {
             spec: DelaySpec::Uniform(a, b),
             ..
-        }) if a > b => bad(
-            "fault.delay.uniform",
-            "uniform delay: the first bound must not exceed the second".into(),
-        ),
+        }) => bounds::uniform_delay(*a, *b).map_err(|e| ("fault.delay.uniform", e.into())),
         FaultConfig::Delay(DelayFault {
             spec: DelaySpec::Lognormal { sigma, .. },
             ..
-        }) if !(sigma.is_finite() && *sigma >= 0.0) => bad(
-            "fault.delay.lognormal.sigma",
-            "lognormal delay: sigma must be a number ≥ 0".into(),
-        ),
+        }) => {
+            bounds::lognormal_sigma(*sigma).map_err(|e| ("fault.delay.lognormal.sigma", e.into()))
+        }
         _ => Ok(()),
-    }
+    };
+    checked.or_else(|(field, message)| bad(field, message))
 }
 
 #[cfg(test)]
@@ -810,6 +788,54 @@ mod tests {
 
     fn yaml(text: &str) -> Config {
         Config::from_yaml(text, "t.yaml").unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The message of a ConfigError, without its origin, field and position.
+    fn message(e: &ConfigError) -> &str {
+        match e {
+            ConfigError::Invalid { message, .. } => message,
+            ConfigError::Read { .. } => "",
+        }
+    }
+
+    #[test]
+    fn a_built_rule_out_of_bounds_gets_the_message_a_file_gets() {
+        let ms = Duration::from_millis;
+        for (built, text) in [
+            (
+                RuleConfig::new(FaultConfig::Drop).path("orders"),
+                "match: { path: orders }\n  fault: drop",
+            ),
+            (
+                RuleConfig::new(FaultConfig::Drop).probability(1.5),
+                "match: { probability: 1.5 }\n  fault: drop",
+            ),
+            (
+                RuleConfig::new(FaultConfig::status(600)),
+                "fault: { status: 600 }",
+            ),
+            (
+                RuleConfig::new(FaultConfig::delay_uniform(ms(20), ms(10))),
+                "fault: { delay: { uniform: [20ms, 10ms] } }",
+            ),
+            (
+                RuleConfig::new(FaultConfig::delay_lognormal(ms(20), -1.0)),
+                "fault: { delay: { lognormal: { median: 20ms, sigma: -1 } } }",
+            ),
+            (
+                RuleConfig::new(FaultConfig::Drop).requests(Counts(Vec::new())),
+                "match: { requests: [] }\n  fault: drop",
+            ),
+        ] {
+            let built = validate_rule(&built, "rules[0]").expect_err(text);
+            let read = Config::from_yaml(&format!("rules:\n- {text}\n"), "t.yaml")
+                .expect_err(text)
+                .to_string();
+            assert!(
+                read.contains(message(&built)),
+                "{text}: built {built}; read {read}"
+            );
+        }
     }
 
     #[test]

@@ -754,11 +754,7 @@ impl<'de> Deserialize<'de> for DelayFault {
                 let spec = match (f.fixed, f.uniform, f.lognormal) {
                     (Some(d), None, None) => DelaySpec::Fixed(d.0),
                     (None, Some([a, b]), None) => {
-                        if a > b {
-                            return Err(de::Error::custom(
-                                "uniform delay: the first bound must not exceed the second",
-                            ));
-                        }
+                        bounds::uniform_delay(a.0, b.0).map_err(de::Error::custom)?;
                         DelaySpec::Uniform(a.0, b.0)
                     }
                     (None, None, Some(l)) => l.spec().map_err(de::Error::custom)?,
@@ -785,9 +781,7 @@ struct Lognormal {
 
 impl Lognormal {
     fn spec(&self) -> Result<DelaySpec, &'static str> {
-        if !(self.sigma.is_finite() && self.sigma >= 0.0) {
-            return Err("lognormal delay: sigma must be a number ≥ 0");
-        }
+        bounds::lognormal_sigma(self.sigma)?;
         Ok(DelaySpec::Lognormal {
             median: self.median.0,
             sigma: self.sigma,
@@ -871,13 +865,9 @@ pub struct StatusCode(pub u16);
 impl<'de> Deserialize<'de> for StatusCode {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let v = u64::deserialize(d)?;
-        if (100..=599).contains(&v) {
-            Ok(StatusCode(v as u16))
-        } else {
-            Err(de::Error::custom(format!(
-                "status code {v} is out of range (expected 100 to 599)"
-            )))
-        }
+        bounds::status_code(i128::from(v))
+            .map(StatusCode)
+            .map_err(de::Error::custom)
     }
 }
 
@@ -888,13 +878,9 @@ pub struct Probability(pub f64);
 impl<'de> Deserialize<'de> for Probability {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let v = f64::deserialize(d)?;
-        if (0.0..=1.0).contains(&v) {
-            Ok(Probability(v))
-        } else {
-            Err(de::Error::custom(format!(
-                "probability {v} is out of range (expected a number from 0 to 1)"
-            )))
-        }
+        bounds::probability(v)
+            .map(|()| Probability(v))
+            .map_err(de::Error::custom)
     }
 }
 
@@ -932,11 +918,7 @@ pub struct PathPattern(pub String);
 impl<'de> Deserialize<'de> for PathPattern {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        if !s.starts_with('/') {
-            return Err(de::Error::custom(format!(
-                "path {s:?} must start with '/' (e.g. \"/orders\" or \"/orders/*\")"
-            )));
-        }
+        bounds::path(&s).map_err(de::Error::custom)?;
         Ok(PathPattern(s))
     }
 }
@@ -975,30 +957,24 @@ pub fn parse_count_spec(s: &str) -> Result<CountSpec, String> {
     let bad = || {
         format!("invalid count {s:?} (expected e.g. 3, \"1-5\", \"10-\" or \"every 4\"; counts start at 1)")
     };
-    if let Some(k) = t.strip_prefix("every") {
-        let k: u64 = k.trim().parse().map_err(|_| bad())?;
-        if k == 0 {
-            return Err(bad());
-        }
-        return Ok(CountSpec::Every(k));
-    }
-    if let Some((a, b)) = t.split_once('-') {
+    let spec = if let Some(k) = t.strip_prefix("every") {
+        CountSpec::Every(k.trim().parse().map_err(|_| bad())?)
+    } else if let Some((a, b)) = t.split_once('-') {
         let lo: u64 = a.trim().parse().map_err(|_| bad())?;
         let hi = if b.trim().is_empty() {
             None
         } else {
             Some(b.trim().parse::<u64>().map_err(|_| bad())?)
         };
-        if lo == 0 || hi.is_some_and(|h| h < lo) {
-            return Err(bad());
-        }
-        return Ok(CountSpec::Range { lo, hi });
-    }
-    let n: u64 = t.parse().map_err(|_| bad())?;
-    if n == 0 {
+        CountSpec::Range { lo, hi }
+    } else {
+        let n: u64 = t.parse().map_err(|_| bad())?;
+        CountSpec::Range { lo: n, hi: Some(n) }
+    };
+    if !bounds::count_spec(spec) {
         return Err(bad());
     }
-    Ok(CountSpec::Range { lo: n, hi: Some(n) })
+    Ok(spec)
 }
 
 impl<'de> Deserialize<'de> for Counts {
@@ -1025,9 +1001,7 @@ impl<'de> Deserialize<'de> for Counts {
                 while let Some(one) = seq.next_element::<Counts>()? {
                     out.extend(one.0);
                 }
-                if out.is_empty() {
-                    return Err(de::Error::custom("an empty list of counts never matches"));
-                }
+                bounds::counts(&out).map_err(de::Error::custom)?;
                 Ok(Counts(out))
             }
         }
@@ -1118,6 +1092,17 @@ impl<'de> Deserialize<'de> for FaultConfig {
 /// `status: 503` or `status: { code: 503, ... }`.
 struct StatusShorthand(StatusFault);
 
+/// `status: 503`: the code, and nothing else.
+fn code_only<E: de::Error>(v: i128) -> Result<StatusShorthand, E> {
+    Ok(StatusShorthand(StatusFault {
+        code: StatusCode(bounds::status_code(v).map_err(E::custom)?),
+        headers: BTreeMap::new(),
+        body: None,
+        retry_after: None,
+        retry_after_date: None,
+    }))
+}
+
 impl<'de> Deserialize<'de> for StatusShorthand {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
@@ -1127,22 +1112,10 @@ impl<'de> Deserialize<'de> for StatusShorthand {
                 f.write_str("a status code, or a map with `code` and optional `headers`, `body`, `retry_after`, `retry_after_date`")
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-                let code = StatusCode::deserialize(de::value::U64Deserializer::<E>::new(v))?;
-                Ok(StatusShorthand(StatusFault {
-                    code,
-                    headers: BTreeMap::new(),
-                    body: None,
-                    retry_after: None,
-                    retry_after_date: None,
-                }))
+                code_only(i128::from(v))
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-                match u64::try_from(v) {
-                    Ok(u) => self.visit_u64(u),
-                    Err(_) => Err(E::custom(format!(
-                        "status code {v} is out of range (expected 100 to 599)"
-                    ))),
-                }
+                code_only(i128::from(v))
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
                 StatusFault::deserialize(de::value::MapAccessDeserializer::new(map))
@@ -1182,11 +1155,7 @@ impl<'de> Deserialize<'de> for DelaySpec {
                 match Full::deserialize(de::value::MapAccessDeserializer::new(map))? {
                     Full::Fixed(d) => Ok(DelaySpec::Fixed(d.0)),
                     Full::Uniform([a, b]) => {
-                        if a > b {
-                            return Err(de::Error::custom(
-                                "uniform delay: the first bound must not exceed the second",
-                            ));
-                        }
+                        bounds::uniform_delay(a.0, b.0).map_err(de::Error::custom)?;
                         Ok(DelaySpec::Uniform(a.0, b.0))
                     }
                     Full::Lognormal(l) => l.spec().map_err(de::Error::custom),
@@ -1520,6 +1489,79 @@ pub fn validate_limits(l: &LimitsConfig, origin: &str) -> Result<(), ConfigError
 /// The id of rule `i` (0-based): its own, or `rule-{i+1}`.
 pub fn rule_id(r: &RuleConfig, i: usize) -> String {
     r.id.clone().unwrap_or_else(|| format!("rule-{}", i + 1))
+}
+
+/// The bounds of a rule's values, each checked in one place: by the `Deserialize` impls while a
+/// file is read, and by the builder on values built in Rust.
+pub(crate) mod bounds {
+    use std::time::Duration;
+
+    use super::CountSpec;
+
+    /// A status code in 100..=599 (`v` as written: a negative one is out of range too).
+    pub(crate) fn status_code(v: i128) -> Result<u16, String> {
+        u16::try_from(v)
+            .ok()
+            .filter(|c| (100..=599).contains(c))
+            .ok_or_else(|| format!("status code {v} is out of range (expected 100 to 599)"))
+    }
+
+    /// A probability in [0, 1].
+    pub(crate) fn probability(p: f64) -> Result<(), String> {
+        if (0.0..=1.0).contains(&p) {
+            Ok(())
+        } else {
+            Err(format!(
+                "probability {p} is out of range (expected a number from 0 to 1)"
+            ))
+        }
+    }
+
+    /// A path pattern starts with `/`.
+    pub(crate) fn path(p: &str) -> Result<(), String> {
+        if p.starts_with('/') {
+            Ok(())
+        } else {
+            Err(format!(
+                "path {p:?} must start with '/' (e.g. \"/orders\" or \"/orders/*\")"
+            ))
+        }
+    }
+
+    /// A uniform delay's bounds are in order.
+    pub(crate) fn uniform_delay(lo: Duration, hi: Duration) -> Result<(), &'static str> {
+        if lo > hi {
+            Err("uniform delay: the first bound must not exceed the second")
+        } else {
+            Ok(())
+        }
+    }
+
+    /// A lognormal delay's sigma is a number ≥ 0.
+    pub(crate) fn lognormal_sigma(sigma: f64) -> Result<(), &'static str> {
+        if sigma.is_finite() && sigma >= 0.0 {
+            Ok(())
+        } else {
+            Err("lognormal delay: sigma must be a number ≥ 0")
+        }
+    }
+
+    /// A list of counts is not empty.
+    pub(crate) fn counts(specs: &[CountSpec]) -> Result<(), &'static str> {
+        if specs.is_empty() {
+            Err("an empty list of counts never matches")
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Counts start at 1, and a range's end is not before its start.
+    pub(crate) fn count_spec(s: CountSpec) -> bool {
+        match s {
+            CountSpec::Range { lo, hi } => lo >= 1 && hi.is_none_or(|h| h >= lo),
+            CountSpec::Every(k) => k >= 1,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -47,12 +47,23 @@ impl Fnv {
     }
 }
 
+/// SplitMix64's increment: the golden ratio's fraction, odd, so the state visits every word.
+const GOLDEN_GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
+
 /// SplitMix64's finalizer: spreads a word's bits (FNV's weak low bits here; seeds elsewhere).
 pub fn splitmix64(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = z.wrapping_add(GOLDEN_GAMMA);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
+}
+
+/// SplitMix64 as a generator: the next word of the sequence whose state is `state`, which it
+/// advances (a small deterministic stream, e.g. for synthetic data).
+pub fn splitmix64_next(state: &mut u64) -> u64 {
+    let z = splitmix64(*state);
+    *state = state.wrapping_add(GOLDEN_GAMMA);
+    z
 }
 
 #[cfg(test)]
@@ -64,6 +75,15 @@ mod tests {
         assert_eq!(uniform(1, "r", "k", 1, 0), uniform(1, "r", "k", 1, 0));
         assert_ne!(uniform(1, "r", "k", 1, 0), uniform(2, "r", "k", 1, 0));
         assert_ne!(uniform(1, "r", "k", 1, 0), uniform(1, "r", "k", 2, 0));
+    }
+
+    #[test]
+    fn the_generator_is_splitmix64() {
+        // The reference sequence of SplitMix64 from state 0 (Vigna's splitmix64.c).
+        let mut state = 0;
+        assert_eq!(splitmix64_next(&mut state), 0xe220_a839_7b1d_cdaf);
+        assert_eq!(splitmix64_next(&mut state), 0x6e78_9e6a_a1b9_65f4);
+        assert_eq!(state, GOLDEN_GAMMA.wrapping_mul(2));
     }
 
     #[test]

@@ -15,6 +15,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::io::{BufWriter, Write};
 
+use fault_server::draw::splitmix64_next;
 use history::Outcome;
 
 const CLIENTS: u64 = 64;
@@ -25,11 +26,7 @@ struct Rng(u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        splitmix64_next(&mut self.0)
     }
     /// Uniform in [0, 1).
     fn unit(&mut self) -> f64 {

@@ -9,17 +9,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use fault_server::draw::splitmix64_next;
 use harness::metrics::{encode_hdr, Recorder};
 use harness::report::ReportBuilder;
 use reports::model::{Mergeable, PhaseHistograms, ShardInfo};
-
-fn splitmix(x: &mut u64) -> u64 {
-    *x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *x;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -37,7 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for i in 0..shards {
         let mut rec = Recorder::new(false);
         for _ in 0..samples {
-            let u = (splitmix(&mut seed) >> 11) as f64 / (1u64 << 53) as f64;
+            let u = (splitmix64_next(&mut seed) >> 11) as f64 / (1u64 << 53) as f64;
             // 300 µs to ~3 s: u^12 puts most samples near the bottom and a long tail above.
             let us = 300.0 + 3_000_000.0 * u.powi(12);
             rec.latency(Duration::from_micros(us as u64));

@@ -726,7 +726,7 @@ async fn idempotency(a: IdempotencyArgs) -> Result<u8, CliError> {
 }
 
 fn simulate_herd(a: &HerdArgs) -> Result<u8, CliError> {
-    use crate::simulate::{herd, HerdConfig, Jitter};
+    use crate::simulate::{herd, parse_jitter, HerdConfig, Jitter, KINDS};
     let cfg = HerdConfig {
         clients: a.clients,
         attempts: a.attempts,
@@ -736,12 +736,9 @@ fn simulate_herd(a: &HerdArgs) -> Result<u8, CliError> {
         seed: a.seed,
     };
     let kinds: Vec<Jitter> = if a.jitter == "all" {
-        Jitter::ALL.to_vec()
+        KINDS.to_vec()
     } else {
-        vec![a
-            .jitter
-            .parse::<Jitter>()
-            .map_err(|e| CliError::Input(format!("--jitter: {e}")))?]
+        vec![parse_jitter(&a.jitter).map_err(|e| CliError::Input(format!("--jitter: {e}")))?]
     };
     let mut rows = Vec::new();
     for j in kinds {

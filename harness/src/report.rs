@@ -27,7 +27,6 @@ impl ReportBuilder {
             report: Report {
                 schema_version: SCHEMA_VERSION,
                 scenario: scenario.into(),
-                passed: false,
                 outcome: None,
                 interrupted: false,
                 started_unix_ms: now_unix_ms(),
@@ -197,7 +196,6 @@ impl ReportBuilder {
             Outcome::Passed
         };
         self.report.outcome = Some(outcome);
-        self.report.passed = outcome == Outcome::Passed;
         self.report
     }
 }
@@ -253,7 +251,7 @@ mod tests {
                     exit_code,
                 }))
                 .build()
-                .passed
+                .passed()
         };
         assert!(built(vec![pass.clone(), weak.clone()], None));
         assert!(!built(vec![pass.clone(), fail], None));
@@ -274,7 +272,6 @@ mod tests {
                 .verdict_required(required)
                 .interrupted(interrupted)
                 .build();
-            assert_eq!(r.passed, r.outcome() == Outcome::Passed);
             r.outcome()
         };
         assert_eq!(outcome(vec![], true, false), Outcome::NoVerdict);

@@ -633,9 +633,10 @@ pub fn timeline_from_journal(journal: &[Entry], window: Duration, origin_us: u64
     )
 }
 
-/// Requests per window by status or error kind, from the client's view.
+/// Requests per window by status or error kind, from the client's view; windows count from the
+/// run's start, as the attempts' times do ([`ClientAttempt::t_start_us`]) and as the journal's
+/// timeline does.
 pub fn timeline_from_attempts(attempts: &[ClientAttempt], window: Duration) -> Timeline {
-    let t0 = attempts.iter().map(|a| a.t_start_us).min().unwrap_or(0);
     let w = (window.as_micros() as u64).max(1);
     build_timeline(
         attempts.iter().map(|a| {
@@ -644,7 +645,7 @@ pub fn timeline_from_attempts(attempts: &[ClientAttempt], window: Duration) -> T
                 (None, Some(e)) => format!("error:{e}"),
                 (None, None) => "unknown".to_string(),
             };
-            ((a.t_start_us - t0) / w, label)
+            (a.t_start_us / w, label)
         }),
         window,
     )
@@ -803,5 +804,36 @@ mod tests {
             Duration::from_millis(100)
         );
         assert_eq!(auto_window(Duration::ZERO), Duration::from_millis(1));
+    }
+
+    #[test]
+    fn the_client_timeline_counts_from_the_runs_start_too() {
+        let a = |t_start_us, status, error| ClientAttempt {
+            phase: 0,
+            op: 1,
+            attempt: 1,
+            client: 0,
+            t_start_us,
+            t_end_us: t_start_us + 1_000,
+            status,
+            error,
+        };
+        // Nothing was sent in the run's first 200 ms; windows of 100 ms.
+        let attempts = vec![
+            a(210_000, Some(503), None),
+            a(250_000, None, Some(history::ErrorKind::Timeout)),
+            a(420_000, Some(201), None),
+        ];
+        let t = timeline_from_attempts(&attempts, Duration::from_millis(100));
+        let count = |label: &str| {
+            t.series
+                .iter()
+                .find(|s| s.label == label)
+                .map(|s| s.counts.clone())
+                .unwrap_or_default()
+        };
+        assert_eq!(count("503"), vec![0, 0, 1, 0, 0]);
+        assert_eq!(count("error:timeout"), vec![0, 0, 1, 0, 0]);
+        assert_eq!(count("201"), vec![0, 0, 0, 0, 1]);
     }
 }

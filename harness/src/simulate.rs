@@ -6,7 +6,8 @@
 //! retry wave is as tall as the first failure (500 retries in one 250 ms window at t = 1, 3, 7, 15
 //! and 31 s); with full jitter the tallest window holds about 193.
 //!
-//! Jitter kinds, for the k-th retry with backoff d = min(cap, base·2^(k−1)):
+//! Jitter kinds (the client's [`Jitter`], computed by its own formula, [`Jitter::spread_secs`]),
+//! for the k-th retry with backoff d = min(cap, base·2^(k−1)):
 //! - `none`: d;
 //! - `equal`: d/2 + U(0, d/2);
 //! - `full`: U(0, d);
@@ -19,62 +20,26 @@
 
 #![warn(missing_docs)]
 
-use std::fmt;
-use std::str::FromStr;
-
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
+pub use retry_policy::Jitter;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-/// How a client spreads its retry delays.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Jitter {
-    /// The plain backoff.
-    None,
-    /// U(0, d).
-    Full,
-    /// d/2 + U(0, d/2).
-    Equal,
-    /// min(cap, U(base, 3 × previous)).
-    Decorrelated,
-}
+/// Every jitter kind, in the order of the seed's table.
+pub const KINDS: [Jitter; 4] = [
+    Jitter::None,
+    Jitter::Equal,
+    Jitter::Full,
+    Jitter::Decorrelated,
+];
 
-impl Jitter {
-    /// Every kind, in the order of the seed's table.
-    pub const ALL: [Jitter; 4] = [
-        Jitter::None,
-        Jitter::Equal,
-        Jitter::Full,
-        Jitter::Decorrelated,
-    ];
-
-    /// The name used on the command line and in rows.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Jitter::None => "none",
-            Jitter::Full => "full",
-            Jitter::Equal => "equal",
-            Jitter::Decorrelated => "decorrelated",
-        }
-    }
-}
-
-impl fmt::Display for Jitter {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Jitter {
-    type Err = SimulateError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Jitter::ALL
-            .into_iter()
-            .find(|j| j.as_str() == s)
-            .ok_or_else(|| SimulateError::UnknownJitter(s.to_string()))
-    }
+/// The jitter kind named `name` (`none`, `full`, `equal`, `decorrelated`).
+pub fn parse_jitter(name: &str) -> Result<Jitter, SimulateError> {
+    KINDS
+        .into_iter()
+        .find(|j| j.as_str() == name)
+        .ok_or_else(|| SimulateError::UnknownJitter(name.to_string()))
 }
 
 /// The parameters of a herd simulation (seconds throughout).
@@ -208,15 +173,8 @@ pub fn retry_times(cfg: &HerdConfig, jitter: Jitter) -> Result<Vec<f64>, Simulat
         let mut previous = cfg.base_s;
         for k in 0..cfg.attempts {
             let d = (cfg.base_s * 2f64.powi(k as i32)).min(cap);
-            let delay = match jitter {
-                Jitter::None => d,
-                Jitter::Full => rng.random::<f64>() * d,
-                Jitter::Equal => d / 2.0 + rng.random::<f64>() * d / 2.0,
-                Jitter::Decorrelated => {
-                    let hi = previous * 3.0;
-                    (cfg.base_s + rng.random::<f64>() * (hi - cfg.base_s)).min(cap)
-                }
-            };
+            let u = rng.random::<f64>();
+            let delay = jitter.spread_secs(d, cfg.base_s, cap, previous, u);
             previous = delay;
             t += delay;
             times.push(t);
@@ -257,7 +215,7 @@ pub fn herd(cfg: &HerdConfig, jitter: Jitter) -> Result<HerdRow, SimulateError> 
 
 /// Simulates every jitter kind: the seed's table.
 pub fn herd_table(cfg: &HerdConfig) -> Result<Vec<HerdRow>, SimulateError> {
-    Jitter::ALL.into_iter().map(|j| herd(cfg, j)).collect()
+    KINDS.into_iter().map(|j| herd(cfg, j)).collect()
 }
 
 #[cfg(test)]
@@ -317,7 +275,7 @@ mod tests {
                     .find(|r| r.jitter == j)
                     .map_or(0, |r| r.peak_per_window)
             };
-            let lowest = Jitter::ALL.into_iter().map(peak).min();
+            let lowest = KINDS.into_iter().map(peak).min();
             assert_eq!(Some(peak(Jitter::Decorrelated)), lowest, "{table:?}");
             assert!(peak(Jitter::Full) < peak(Jitter::Equal));
             assert!(peak(Jitter::Equal) < peak(Jitter::None));
@@ -356,7 +314,7 @@ mod tests {
             ..d()
         })
         .contains("attempts"));
-        assert_eq!("full".parse::<Jitter>(), Ok(Jitter::Full));
-        assert!("fast".parse::<Jitter>().is_err());
+        assert_eq!(parse_jitter("full"), Ok(Jitter::Full));
+        assert!(parse_jitter("fast").is_err());
     }
 }

@@ -314,6 +314,12 @@ pub struct WorkloadRun {
 impl WorkloadRun {
     /// The facts the checks read beside the journal: these figures (the `thresholds` check
     /// judges throughput and error rates on them).
+    ///
+    /// Evidence times count from the server's start (`time_origin_us` 0), not from the
+    /// workload's: a workload is aimed at a URL and cannot read the clock of the server behind
+    /// it, on which the journal's times are written. For a fault server started for the test,
+    /// as in every example, the two starts are a connection apart; a test that runs several
+    /// workloads against one server gets every one's evidence on that server's one time line.
     pub fn facts(&self) -> Facts {
         Facts {
             client: Some(self.figures.clone()),
@@ -429,4 +435,34 @@ fn validate_policy(p: &Policy) -> Result<(), ConfigError> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fault_server::FaultServer;
+
+    #[tokio::test]
+    async fn evidence_times_are_the_servers_journal_times() {
+        let before_server = Instant::now();
+        let server = FaultServer::builder()
+            .start()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let run = Workload::clients(1, 2)
+            .run(&server.url())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let journal = server.wait_for(2).await.unwrap_or_else(|e| panic!("{e}"));
+        let facts = run.facts();
+        assert_eq!(facts.time_origin_us, 0);
+        let at_most_ms = before_server.elapsed().as_secs_f64() * 1000.0;
+        for e in &journal {
+            let at = facts.run_ms(e.t_recv_us);
+            assert_eq!(at, e.t_recv_us as f64 / 1000.0);
+            // Sent after the 50 ms pause: on the server's time line, not the workload's.
+            assert!((50.0..=at_most_ms).contains(&at), "{at} ms");
+        }
+    }
 }

@@ -1,8 +1,10 @@
 //! The architecture's invariants, as ARCHITECTURE.md states them, checked against the crate graph
-//! in `Cargo.lock`: a crate that must not know about sockets, servers or databases does not
-//! depend, even indirectly, on the crates that provide them.
+//! in `Cargo.lock` — a crate that must not know about sockets, servers or databases does not
+//! depend, even indirectly, on the crates that provide them — and against the sources, for what
+//! the graph cannot see: which module uses what inside a crate.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 
 /// Crates that bring an async runtime, a socket, an HTTP stack or a database.
 const RUNTIME_AND_IO: &[&str] = &[
@@ -111,4 +113,337 @@ fn the_fault_server_does_not_know_the_harness() {
 fn the_retry_policy_decides_and_sends_nothing() {
     assert_free_of("retry-policy", RUNTIME_AND_IO);
     assert_free_of("retry-policy", &["http", "harness", "fault-server"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the crate graph cannot see: which module uses what, read from the sources.
+
+/// The workspace root.
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Every `.rs` file under `dir` (relative to the workspace root), sorted.
+fn rust_files(dir: &str) -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|x| x == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&root().join(dir), &mut out);
+    out.sort();
+    out
+}
+
+/// The source files of every workspace member that the build compiles outside `cargo test`:
+/// `src/` and `examples/`.
+fn workspace_sources() -> Vec<PathBuf> {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).expect("Cargo.toml");
+    let members = manifest
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("members = "))
+        .expect("the workspace's `members = [...]` line");
+    let mut out = Vec::new();
+    for krate in members.split('"').skip(1).step_by(2) {
+        for dir in ["src", "examples"] {
+            if root().join(krate).join(dir).is_dir() {
+                out.extend(rust_files(&format!("{krate}/{dir}")));
+            }
+        }
+    }
+    assert!(
+        out.len() > 50,
+        "the workspace's sources were not found: {out:?}"
+    );
+    out
+}
+
+/// A file's code as it is built outside `cargo test`, one string per line: cut at its test module
+/// (the line `#[cfg(test)]` followed by `mod tests {`), and with comment lines blanked, so that a
+/// module doc saying "sleeps never" is not code. In this code base a test module is the last item
+/// of its file; that is checked here, so the cut can never hide code that follows it.
+fn code_lines(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let lines: Vec<&str> = text.lines().collect();
+    let cut = lines
+        .windows(2)
+        .position(|w| w[0] == "#[cfg(test)]" && w[1] == "mod tests {")
+        .unwrap_or(lines.len());
+    if cut < lines.len() {
+        let close = lines[cut..]
+            .iter()
+            .position(|l| *l == "}")
+            .map(|i| cut + i)
+            .unwrap_or_else(|| panic!("{}: the test module does not close", relative(path)));
+        assert!(
+            lines[close + 1..].iter().all(|l| l.trim().is_empty()),
+            "{}:{}: code after the test module; the architecture tests cut a file at its \
+             `#[cfg(test)] mod tests`, so keep that module last",
+            relative(path),
+            close + 2
+        );
+    }
+    lines[..cut]
+        .iter()
+        .map(|l| {
+            if l.trim_start().starts_with("//") {
+                String::new()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect()
+}
+
+/// `path` relative to the workspace root, for messages and comparisons.
+fn relative(path: &Path) -> String {
+    let root = root().canonicalize().unwrap_or_else(|_| root());
+    let path = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    path.strip_prefix(&root)
+        .unwrap_or(&path)
+        .to_string_lossy()
+        .replace('\\', "/")
+}
+
+/// Whether `word` occurs in `line` as a whole identifier.
+fn has_word(line: &str, word: &str) -> bool {
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    line.match_indices(word).any(|(i, _)| {
+        !line[..i].chars().next_back().is_some_and(ident)
+            && !line[i + word.len()..].chars().next().is_some_and(ident)
+    })
+}
+
+/// Protects the retry policy's purity (ARCHITECTURE.md: "decides only — reads no clock, sends
+/// nothing, sleeps never"): its non-test code names no clock, no sleep, no socket and no
+/// runtime. The crate graph already keeps tokio out; this also catches `std`'s clock and sockets,
+/// which the graph cannot see.
+#[test]
+fn the_retry_policy_reads_no_clock_and_sleeps_never() {
+    const FORBIDDEN: &[&str] = &["Instant::now", "SystemTime", "sleep", "std::net", "tokio"];
+    let mut found = Vec::new();
+    for path in rust_files("retry-policy/src") {
+        for (i, line) in code_lines(&path).iter().enumerate() {
+            for f in FORBIDDEN.iter().filter(|f| line.contains(**f)) {
+                found.push(format!(
+                    "{}:{}: `{f}`: {}",
+                    relative(&path),
+                    i + 1,
+                    line.trim()
+                ));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "the retry policy is given `now` and only decides; the executor \
+         (harness/src/operation.rs) reads the clock, sleeps and sends:\n{}",
+        found.join("\n")
+    );
+}
+
+/// Whether the `Report {` at byte `at` of `line` builds a value of the reports model: not a
+/// definition (`struct`, `enum`, `impl … for`, a function's `-> Report {`), not another type's
+/// variant (`Command::Report {`) and not the declaration of a variant named `Report` (a line of
+/// its own after a doc comment, an attribute or the previous variant).
+fn builds_report(line: &str, at: usize, previous: &str) -> bool {
+    let before = line[..at].trim_end();
+    // The path in front of the name, if any: `reports::model::` of `reports::model::Report`.
+    let unqualified = match before.ends_with("::") {
+        true => before.trim_end_matches(|c: char| c.is_alphanumeric() || c == '_' || c == ':'),
+        false => before,
+    };
+    let path = &before[unqualified.len()..];
+    if !(path.is_empty() || path.ends_with("reports::") || path.ends_with("model::")) {
+        return false;
+    }
+    let before = unqualified.trim_end();
+    let last = before
+        .rsplit(|c: char| c.is_whitespace() || c == '(')
+        .next()
+        .unwrap_or("");
+    if ["struct", "enum", "impl", "for", "->", "trait", "union"].contains(&last) {
+        return false;
+    }
+    if before.is_empty() && path.is_empty() {
+        let p = previous.trim();
+        return !(p.is_empty() || p.ends_with(',') || p.ends_with('{') || p.starts_with("#["));
+    }
+    true
+}
+
+/// Protects "every report is built by `ReportBuilder`" (ARCHITECTURE.md): outside tests, the
+/// only struct literal of `reports::Report` is `ReportBuilder::new`'s in harness/src/report.rs,
+/// so every command's report gets its outcome decided in one place, from the verdicts.
+#[test]
+fn every_report_is_built_by_the_report_builder() {
+    let mut literals = Vec::new();
+    for path in workspace_sources() {
+        let lines = code_lines(&path);
+        let mut previous = "";
+        for (i, line) in lines.iter().enumerate() {
+            for (at, _) in line.match_indices("Report {") {
+                let whole = !line[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_');
+                if whole && builds_report(line, at, previous) {
+                    literals.push(format!("{}:{}: {}", relative(&path), i + 1, line.trim()));
+                }
+            }
+            if !line.trim().is_empty() {
+                previous = line;
+            }
+        }
+    }
+    assert_eq!(
+        literals
+            .iter()
+            .map(|l| l.split(':').next().unwrap_or(""))
+            .collect::<Vec<_>>(),
+        ["harness/src/report.rs"],
+        "a `Report {{ … }}` literal outside ReportBuilder (harness/src/report.rs) is a report \
+         whose outcome nobody decided; build it with ReportBuilder:\n{}",
+        literals.join("\n")
+    );
+}
+
+/// Protects "the policy is used only through `operation::execute`" (ARCHITECTURE.md): outside
+/// the retry-policy crate, the policy's state machine (`Attempts`) appears in code only in
+/// harness/src/operation.rs, so the driver, the relay and the example service all retry through
+/// the one executor.
+#[test]
+fn the_retry_state_machine_runs_only_in_the_executor() {
+    let mut found = Vec::new();
+    for path in workspace_sources() {
+        let rel = relative(&path);
+        if rel.starts_with("retry-policy/") || rel == "harness/src/operation.rs" {
+            continue;
+        }
+        for (i, line) in code_lines(&path).iter().enumerate() {
+            if has_word(line, "Attempts") {
+                found.push(format!("{rel}:{}: {}", i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "retry_policy::Attempts is driven by harness/src/operation.rs alone; call \
+         operation::execute with a Transport and an Observer instead:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The fault-server module a source file belongs to: `src/x.rs` and `src/x/**` are `x`; the crate
+/// root (`lib.rs`) and the binary (`main.rs`, whose `crate` is another crate) are none.
+fn fault_server_module(path: &Path) -> Option<String> {
+    let rel = relative(path);
+    let inside = rel.strip_prefix("fault-server/src/")?;
+    let first = inside.split('/').next()?;
+    let module = first.strip_suffix(".rs").unwrap_or(first);
+    (!["lib", "main"].contains(&module)).then(|| module.to_string())
+}
+
+/// The modules `code` names through `crate::`: `use crate::x::…`, `crate::x::y` in an
+/// expression, and each first segment of `use crate::{x, y::z}`.
+fn crate_paths(code: &str) -> BTreeSet<String> {
+    let ident = |s: &str| {
+        s.trim_start()
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect::<String>()
+    };
+    let mut out = BTreeSet::new();
+    for (i, _) in code.match_indices("crate::") {
+        if code[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == ':') {
+            continue;
+        }
+        let rest = &code[i + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut depth = 0usize;
+            let mut part = String::new();
+            for c in group.chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        out.insert(ident(&part));
+                        part.clear();
+                        continue;
+                    }
+                    _ => {}
+                }
+                part.push(c);
+            }
+            out.insert(ident(&part));
+        } else {
+            out.insert(ident(rest));
+        }
+    }
+    out.remove("");
+    out
+}
+
+/// A cycle in `graph`, as the modules along it (the first repeated at the end), if there is one.
+fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        done: &mut BTreeSet<String>,
+        path: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = path.iter().position(|n| n == node) {
+            let mut cycle = path[i..].to_vec();
+            cycle.push(node.to_string());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_string());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(c) = visit(next, graph, done, path) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|n| visit(n, graph, &mut done, &mut Vec::new()))
+}
+
+/// Protects "no module cycle" in the fault server (ARCHITECTURE.md): the graph of which module
+/// names which through `crate::` has no cycle, so every room can be read, and tested, with only
+/// the rooms below it in mind (`state` under the ones that serve a request).
+#[test]
+fn the_fault_server_modules_have_no_cycle() {
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for path in rust_files("fault-server/src") {
+        let Some(module) = fault_server_module(&path) else {
+            continue;
+        };
+        let uses = crate_paths(&code_lines(&path).join("\n"));
+        let edges = graph.entry(module.clone()).or_default();
+        edges.extend(uses.into_iter().filter(|m| *m != module));
+    }
+    assert!(
+        graph.contains_key("state") && graph["dispatch"].contains("state"),
+        "the module graph was not read: {graph:?}"
+    );
+    if let Some(cycle) = find_cycle(&graph) {
+        panic!(
+            "fault-server modules import each other in a cycle: {}; move what both need into \
+             the lower one (shared state lives in state.rs)",
+            cycle.join(" → ")
+        );
+    }
 }

@@ -55,7 +55,7 @@ pub enum ChangeUnit {
 /// What a change amounts to, given the tolerances.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Outcome {
+pub enum MetricChangeKind {
     /// Worse by more than the tolerance.
     Regression,
     /// Better by more than the tolerance.
@@ -80,7 +80,7 @@ pub struct MetricChange {
     /// Unit of `change`.
     pub unit: ChangeUnit,
     /// What the change amounts to.
-    pub outcome: Outcome,
+    pub outcome: MetricChangeKind,
 }
 
 /// How one check's verdict moved between the runs.
@@ -177,13 +177,13 @@ pub fn compare(base: &Report, new: &Report, tol: &Tolerances) -> Comparison {
         change: Some(delta),
         unit: ChangeUnit::PercentagePoints,
         outcome: if !gated {
-            Outcome::NotGated
+            MetricChangeKind::NotGated
         } else if delta > tol.error_rate_increase_pp {
-            Outcome::Regression
+            MetricChangeKind::Regression
         } else if -delta > tol.error_rate_increase_pp {
-            Outcome::Improvement
+            MetricChangeKind::Improvement
         } else {
-            Outcome::WithinTolerance
+            MetricChangeKind::WithinTolerance
         },
     });
 
@@ -196,10 +196,10 @@ pub fn compare(base: &Report, new: &Report, tol: &Tolerances) -> Comparison {
         change: rel,
         unit: ChangeUnit::Percent,
         outcome: match rel {
-            None => Outcome::NotGated,
-            Some(r) if -r > tol.throughput_decrease_pct => Outcome::Regression,
-            Some(r) if r > tol.throughput_decrease_pct => Outcome::Improvement,
-            Some(_) => Outcome::WithinTolerance,
+            None => MetricChangeKind::NotGated,
+            Some(r) if -r > tol.throughput_decrease_pct => MetricChangeKind::Regression,
+            Some(r) if r > tol.throughput_decrease_pct => MetricChangeKind::Improvement,
+            Some(_) => MetricChangeKind::WithinTolerance,
         },
     });
 
@@ -226,15 +226,15 @@ fn latency_changes(base: &Latency, new: &Latency, tol: &Tolerances) -> Vec<Metri
             let change = relative_pct(b, n);
             let delta = n - b;
             let outcome = match change {
-                _ if !gated || name == "max" => Outcome::NotGated,
-                None => Outcome::NotGated,
+                _ if !gated || name == "max" => MetricChangeKind::NotGated,
+                None => MetricChangeKind::NotGated,
                 Some(r) if r > tol.latency_increase_pct && delta > tol.latency_floor_ms => {
-                    Outcome::Regression
+                    MetricChangeKind::Regression
                 }
                 Some(r) if -r > tol.latency_increase_pct && -delta > tol.latency_floor_ms => {
-                    Outcome::Improvement
+                    MetricChangeKind::Improvement
                 }
-                Some(_) => Outcome::WithinTolerance,
+                Some(_) => MetricChangeKind::WithinTolerance,
             };
             MetricChange {
                 metric: format!("latency_ms.{}", name.replace('.', "")),
@@ -305,12 +305,12 @@ fn verdict_text(v: Option<Verdict>) -> &'static str {
     v.map_or("absent", format::verdict_word)
 }
 
-fn outcome_text(o: Outcome) -> &'static str {
+fn outcome_text(o: MetricChangeKind) -> &'static str {
     match o {
-        Outcome::Regression => "REGRESSION",
-        Outcome::Improvement => "improvement",
-        Outcome::WithinTolerance => "ok",
-        Outcome::NotGated => "not gated",
+        MetricChangeKind::Regression => "REGRESSION",
+        MetricChangeKind::Improvement => "improvement",
+        MetricChangeKind::WithinTolerance => "ok",
+        MetricChangeKind::NotGated => "not gated",
     }
 }
 
@@ -340,7 +340,7 @@ impl Comparison {
         let metrics = self
             .metrics
             .iter()
-            .filter(|m| m.outcome == Outcome::Regression)
+            .filter(|m| m.outcome == MetricChangeKind::Regression)
             .map(Regression::Metric);
         let checks = self
             .checks
@@ -409,9 +409,9 @@ impl Comparison {
         t.set_header(vec!["metric", "baseline", "new", "change", "outcome"]);
         for m in &self.metrics {
             let c = match m.outcome {
-                Outcome::Regression => Some(Color::Red),
-                Outcome::Improvement => Some(Color::Green),
-                Outcome::WithinTolerance | Outcome::NotGated => None,
+                MetricChangeKind::Regression => Some(Color::Red),
+                MetricChangeKind::Improvement => Some(Color::Green),
+                MetricChangeKind::WithinTolerance | MetricChangeKind::NotGated => None,
             };
             let right = |s: String| Cell::new(s).set_alignment(CellAlignment::Right);
             t.add_row(vec![

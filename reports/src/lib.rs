@@ -5,6 +5,8 @@
 //! side. The harness builds a report once, and `--report-dir` or `harness report` only choose which
 //! renderers run, so every view of a run shows the same figures.
 
+#![warn(missing_docs)]
+
 pub mod compare;
 pub mod error;
 mod format;

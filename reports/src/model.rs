@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::format;
 
@@ -16,16 +16,19 @@ use crate::format;
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// One run of a scenario (or of `load`, `idempotency`, `analyze`, `exec`).
+///
+/// Whether it passed is derived from its outcome ([`Report::passed`]), so the two cannot
+/// disagree; `report.json` still carries `passed` beside `outcome` for its readers.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(remote = "Self")]
 pub struct Report {
     /// Layout version of this document; see [`SCHEMA_VERSION`].
     pub schema_version: u32,
     /// Scenario name (or the command, e.g. `load http://127.0.0.1:8080/`).
     pub scenario: String,
-    /// True when the run passed: see [`Outcome::Passed`].
-    pub passed: bool,
-    /// How the run came out: `passed`, `failed`, `no_verdict` or `interrupted` (absent in
-    /// reports written before it existed; [`Report::outcome`] then derives it from `passed`).
+    /// How the run came out: `passed`, `failed`, `no_verdict` or `interrupted`; decided by the
+    /// harness's `ReportBuilder`. A report written before this field existed is read with it
+    /// derived from its `passed`. `None` (not decided) reads as failed, or interrupted.
     #[serde(default)]
     pub outcome: Option<Outcome>,
     /// True when Ctrl-C or SIGTERM stopped the run: the report covers only what was done.
@@ -136,9 +139,58 @@ impl Report {
         match self.outcome {
             Some(o) => o,
             None if self.interrupted => Outcome::Interrupted,
-            None if self.passed => Outcome::Passed,
             None => Outcome::Failed,
         }
+    }
+
+    /// True when the run passed: its outcome is [`Outcome::Passed`].
+    pub fn passed(&self) -> bool {
+        self.outcome() == Outcome::Passed
+    }
+}
+
+/// `report.json` writes the derived `passed` beside the report's fields.
+impl Serialize for Report {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Json<'a> {
+            passed: bool,
+            #[serde(flatten, serialize_with = "fields")]
+            report: &'a Report,
+        }
+        fn fields<S: Serializer>(r: &&Report, s: S) -> Result<S::Ok, S::Error> {
+            Report::serialize(r, s)
+        }
+        Json {
+            passed: self.passed(),
+            report: self,
+        }
+        .serialize(s)
+    }
+}
+
+/// Reading, `passed` only matters to a report without an `outcome` (written before it existed):
+/// its outcome is derived from it (interrupted when it was, else passed or failed).
+impl<'de> Deserialize<'de> for Report {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Report, D::Error> {
+        #[derive(Deserialize)]
+        struct Json {
+            #[serde(default)]
+            passed: bool,
+            #[serde(flatten, deserialize_with = "Report::deserialize")]
+            report: Report,
+        }
+        let Json { passed, mut report } = Json::deserialize(d)?;
+        if report.outcome.is_none() {
+            report.outcome = Some(if report.interrupted {
+                Outcome::Interrupted
+            } else if passed {
+                Outcome::Passed
+            } else {
+                Outcome::Failed
+            });
+        }
+        Ok(report)
     }
 }
 

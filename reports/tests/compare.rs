@@ -2,10 +2,10 @@
 
 mod common;
 
-use reports::compare::{CheckChangeKind, Outcome, Regression};
+use reports::compare::{CheckChangeKind, MetricChangeKind, Regression};
 use reports::{compare, CheckResult, Report, Tolerances, Verdict};
 
-fn outcome(c: &reports::Comparison, metric: &str) -> Outcome {
+fn outcome(c: &reports::Comparison, metric: &str) -> MetricChangeKind {
     c.metrics
         .iter()
         .find(|m| m.metric == metric)
@@ -34,12 +34,15 @@ fn latency_within_tolerance_passes_and_beyond_fails() {
     let mut new = base();
     new.latency_ms.p99 *= 1.05;
     let c = compare(&base(), &new, &tol);
-    assert_eq!(outcome(&c, "latency_ms.p99"), Outcome::WithinTolerance);
+    assert_eq!(
+        outcome(&c, "latency_ms.p99"),
+        MetricChangeKind::WithinTolerance
+    );
     assert!(!c.is_regression());
 
     new.latency_ms.p99 = base().latency_ms.p99 * 1.25;
     let c = compare(&base(), &new, &tol);
-    assert_eq!(outcome(&c, "latency_ms.p99"), Outcome::Regression);
+    assert_eq!(outcome(&c, "latency_ms.p99"), MetricChangeKind::Regression);
     assert!(c.is_regression());
     let regressions = c.regressions();
     assert_eq!(regressions.len(), 1);
@@ -52,7 +55,7 @@ fn latency_within_tolerance_passes_and_beyond_fails() {
 
     new.latency_ms.p99 = base().latency_ms.p99 * 0.5;
     let c = compare(&base(), &new, &tol);
-    assert_eq!(outcome(&c, "latency_ms.p99"), Outcome::Improvement);
+    assert_eq!(outcome(&c, "latency_ms.p99"), MetricChangeKind::Improvement);
     assert!(!c.is_regression());
 }
 
@@ -62,7 +65,10 @@ fn small_absolute_latency_changes_are_noise() {
     let mut new = base();
     new.latency_ms.p50 = 2.9;
     let c = compare(&base(), &new, &Tolerances::default());
-    assert_eq!(outcome(&c, "latency_ms.p50"), Outcome::WithinTolerance);
+    assert_eq!(
+        outcome(&c, "latency_ms.p50"),
+        MetricChangeKind::WithinTolerance
+    );
     assert!(!c.is_regression());
 
     let strict = Tolerances {
@@ -77,7 +83,7 @@ fn max_is_shown_but_never_gated() {
     let mut new = base();
     new.latency_ms.max *= 10.0;
     let c = compare(&base(), &new, &Tolerances::default());
-    assert_eq!(outcome(&c, "latency_ms.max"), Outcome::NotGated);
+    assert_eq!(outcome(&c, "latency_ms.max"), MetricChangeKind::NotGated);
     assert!(!c.is_regression());
 }
 
@@ -89,12 +95,15 @@ fn error_rate_is_judged_in_percentage_points() {
     let mut new = base();
     new.requests.errors += 12; // +0.48 pp
     let c = compare(&b, &new, &tol);
-    assert_eq!(outcome(&c, "error_rate_pct"), Outcome::WithinTolerance);
+    assert_eq!(
+        outcome(&c, "error_rate_pct"),
+        MetricChangeKind::WithinTolerance
+    );
     assert!(!c.is_regression());
 
     new.requests.errors = b.requests.errors + 50; // +2 pp
     let c = compare(&b, &new, &tol);
-    assert_eq!(outcome(&c, "error_rate_pct"), Outcome::Regression);
+    assert_eq!(outcome(&c, "error_rate_pct"), MetricChangeKind::Regression);
     let m = c
         .metrics
         .iter()
@@ -110,17 +119,20 @@ fn throughput_may_drop_only_so_far() {
     let mut new = base();
     new.throughput_rps = base().throughput_rps * 0.95;
     let c = compare(&base(), &new, &tol);
-    assert_eq!(outcome(&c, "throughput_rps"), Outcome::WithinTolerance);
+    assert_eq!(
+        outcome(&c, "throughput_rps"),
+        MetricChangeKind::WithinTolerance
+    );
     assert!(!c.is_regression());
 
     new.throughput_rps = base().throughput_rps * 0.8;
     let c = compare(&base(), &new, &tol);
-    assert_eq!(outcome(&c, "throughput_rps"), Outcome::Regression);
+    assert_eq!(outcome(&c, "throughput_rps"), MetricChangeKind::Regression);
     assert!(c.is_regression());
 
     new.throughput_rps = base().throughput_rps * 1.5;
     let c = compare(&base(), &new, &tol);
-    assert_eq!(outcome(&c, "throughput_rps"), Outcome::Improvement);
+    assert_eq!(outcome(&c, "throughput_rps"), MetricChangeKind::Improvement);
 }
 
 #[test]
@@ -213,7 +225,9 @@ fn renders_as_table_and_json() {
 fn empty_runs_are_not_gated() {
     let c = compare(&common::empty(), &base(), &Tolerances::default());
     assert!(
-        c.metrics.iter().all(|m| m.outcome == Outcome::NotGated),
+        c.metrics
+            .iter()
+            .all(|m| m.outcome == MetricChangeKind::NotGated),
         "{:?}",
         c.metrics
     );

@@ -7,7 +7,6 @@ use reports::{render, Format, Outcome, Report};
 
 fn with(outcome: Outcome) -> Report {
     let mut r = common::passing_sample();
-    r.passed = false;
     r.outcome = Some(outcome);
     r.interrupted = outcome == Outcome::Interrupted;
     r
@@ -67,4 +66,24 @@ fn reports_written_before_the_outcome_field_derive_it() {
     v["passed"] = serde_json::json!(false);
     let r: Report = serde_json::from_value(v).unwrap();
     assert_eq!(r.outcome(), Outcome::Failed);
+}
+
+#[test]
+fn passed_is_derived_from_the_outcome_and_still_written() {
+    for outcome in [
+        Outcome::Passed,
+        Outcome::Failed,
+        Outcome::NoVerdict,
+        Outcome::Interrupted,
+    ] {
+        let r = with(outcome);
+        assert_eq!(r.passed(), outcome == Outcome::Passed);
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["passed"], outcome == Outcome::Passed, "{outcome:?}");
+    }
+    // A document that contradicts itself is read by its outcome.
+    let mut v = serde_json::to_value(with(Outcome::Failed)).unwrap();
+    v["passed"] = serde_json::json!(true);
+    let r: Report = serde_json::from_value(v).unwrap();
+    assert!(!r.passed());
 }

@@ -8,10 +8,10 @@
 use std::time::Duration;
 
 use rand::{rngs::StdRng, RngExt};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// How a backoff delay is randomized.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Jitter {
     /// No randomness: the signature of a thundering herd.
@@ -26,6 +26,16 @@ pub enum Jitter {
 }
 
 impl Jitter {
+    /// The name a scenario file (and `harness simulate herd --jitter`) gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Jitter::None => "none",
+            Jitter::Full => "full",
+            Jitter::Equal => "equal",
+            Jitter::Decorrelated => "decorrelated",
+        }
+    }
+
     /// The jittered wait given the backoff's delay `d`, its base and cap, and the previous wait.
     pub fn apply(
         self,
@@ -36,16 +46,30 @@ impl Jitter {
         rng: &mut StdRng,
     ) -> Duration {
         let u: f64 = rng.random();
+        if self == Jitter::None {
+            return d;
+        }
+        let secs = self.spread_secs(
+            d.as_secs_f64(),
+            base.as_secs_f64(),
+            cap.as_secs_f64(),
+            prev.as_secs_f64(),
+            u,
+        );
+        Duration::try_from_secs_f64(secs).unwrap_or(cap).min(cap)
+    }
+
+    /// The formula itself, in seconds: the wait for the backoff's delay `d`, its `base` and
+    /// `cap`, the previous wait `prev`, and a uniform draw `u` in [0, 1). [`Jitter::apply`] and
+    /// the harness's herd simulation (which draws its own `u`) both compute waits with it.
+    pub fn spread_secs(self, d: f64, base: f64, cap: f64, prev: f64, u: f64) -> f64 {
         match self {
             Jitter::None => d,
-            Jitter::Full => d.mul_f64(u),
-            Jitter::Equal => d / 2 + (d / 2).mul_f64(u),
+            Jitter::Full => u * d,
+            Jitter::Equal => d / 2.0 + u * d / 2.0,
             Jitter::Decorrelated => {
-                let lo = base.as_secs_f64();
-                let hi = (prev.max(base).as_secs_f64() * 3.0).max(lo);
-                Duration::try_from_secs_f64(lo + (hi - lo) * u)
-                    .unwrap_or(cap)
-                    .min(cap)
+                let hi = (prev.max(base) * 3.0).max(base);
+                (base + (hi - base) * u).min(cap)
             }
         }
     }

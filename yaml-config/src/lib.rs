@@ -15,6 +15,8 @@
 //! - [`Dur`] and [`parse_duration`] read `"250ms"`, `"1.5s"`, `"2m"`, `"24h"` or a number of
 //!   seconds.
 
+#![warn(missing_docs)]
+
 use std::fmt;
 use std::time::Duration;
 

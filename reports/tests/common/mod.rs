@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use reports::model::{AttemptDelays, Exec, Latency, Phase, Requests, Series, Timeline};
-use reports::{CheckResult, Evidence, Report, Verdict, SCHEMA_VERSION};
+use reports::{CheckResult, Evidence, Outcome, Report, Verdict, SCHEMA_VERSION};
 
 /// Window width of the sample timelines, as in Exercise 1.
 pub const WINDOW_MS: f64 = 250.0;
@@ -168,8 +168,7 @@ pub fn sample() -> Report {
     Report {
         schema_version: SCHEMA_VERSION,
         scenario: "thundering-herd-no-jitter".into(),
-        passed: false,
-        outcome: None,
+        outcome: Some(Outcome::Failed),
         interrupted: false,
         started_unix_ms: 1_764_493_140_000,
         duration_ms: 31_480,
@@ -252,7 +251,7 @@ pub fn sample() -> Report {
 pub fn passing_sample() -> Report {
     let mut r = sample();
     r.scenario = "thundering-herd-full-jitter".into();
-    r.passed = true;
+    r.outcome = Some(Outcome::Passed);
     r.checks.retain(|c| c.verdict != Verdict::Fail);
     r.retry_delays = delays_with_full_jitter();
     r
@@ -263,8 +262,7 @@ pub fn empty() -> Report {
     Report {
         schema_version: SCHEMA_VERSION,
         scenario: "empty".into(),
-        passed: true,
-        outcome: None,
+        outcome: Some(Outcome::Passed),
         interrupted: false,
         started_unix_ms: 0,
         duration_ms: 0,
