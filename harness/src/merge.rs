@@ -758,6 +758,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("carries no histogram"), "{e}");
+        // A summary whose extremes are swapped (edited by hand) merges without a panic.
+        let many: Vec<(u32, u64)> = (0..500).map(|i| (2, i * 1000)).collect();
+        let mut r = with_delays(shard_report(0, 1, &[1000]), &many);
+        r.retry_delays[0].min_ms = Some(400.0);
+        r.retry_delays[0].max_ms = Some(100.0);
+        let merged = merge_reports(&[("edited".to_string(), r)]).unwrap();
+        assert_eq!(merged.report.retry_delays[0].count, Some(500));
     }
 
     fn samples(seed: u64, n: usize) -> Vec<u64> {
