@@ -164,3 +164,84 @@ fn an_unreachable_database_exits_3_naming_it_without_the_password() {
     );
     assert!(!err.contains("s3cret"), "{err}");
 }
+
+/// Starts the real binary on 127.0.0.1 with `args` and `replica_env` as
+/// `FAULT_SERVER_REPLICA_ID` (removed when `None`), sends one request, and returns the `replica`
+/// its journal entry names.
+fn replica_of_a_request(args: &[&str], replica_env: Option<&str>) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut cmd = bin();
+    cmd.args(["--bind", "127.0.0.1:0"]).args(args);
+    match replica_env {
+        Some(v) => cmd.env("FAULT_SERVER_REPLICA_ID", v),
+        None => cmd.env_remove("FAULT_SERVER_REPLICA_ID"),
+    };
+    let mut child = cmd
+        .env_remove("FAULT_SERVER_CONTROL_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .trim_start_matches("listening on http://")
+        .to_string();
+    let get = |path: &str| {
+        let mut c = std::net::TcpStream::connect(&addr).unwrap();
+        write!(
+            c,
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut text = String::new();
+        c.read_to_string(&mut text).unwrap();
+        text
+    };
+    assert!(get("/anything").starts_with("HTTP/1.1 200"));
+    // The journal is written by a thread of its own: asked until the entry is there.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let entry = loop {
+        let reply = get("/__harness/journal");
+        let body = reply.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        if let Some(l) = body.lines().find(|l| l.trim_start().starts_with('{')) {
+            break serde_json::from_str::<serde_json::Value>(l).unwrap();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no journal entry: {reply}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    child.kill().unwrap();
+    let _ = child.wait();
+    entry["replica"].as_str().map(str::to_string)
+}
+
+#[test]
+fn the_replica_is_named_by_the_flag_the_environment_or_the_host_name() {
+    // The host name as the system gives it (`uname -n`), independently of how the server reads it.
+    let host = Command::new("uname")
+        .arg("-n")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|h| !h.is_empty());
+    let Some(host) = host else {
+        eprintln!("skipping the host-name case: `uname -n` gives no host name");
+        return;
+    };
+    assert_eq!(replica_of_a_request(&[], None), Some(host));
+    assert_eq!(
+        replica_of_a_request(&[], Some("from-env")).as_deref(),
+        Some("from-env")
+    );
+    assert_eq!(
+        replica_of_a_request(&["--replica-id", "from-flag"], Some("from-env")).as_deref(),
+        Some("from-flag")
+    );
+}

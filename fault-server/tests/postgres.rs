@@ -232,6 +232,75 @@ async fn check_then_insert_races_into_duplicates_across_replicas() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn none_ignores_the_key_and_creates_an_order_per_request_across_replicas() {
+    let Some(db) =
+        TestDb::new("none_ignores_the_key_and_creates_an_order_per_request_across_replicas").await
+    else {
+        return;
+    };
+    // No idempotency at all: every request creates, same key or not, on either replica.
+    let servers = replicas(&format!(
+        "orders: {{ idempotency: none, database: \"{}\" }}",
+        db.url
+    ))
+    .await;
+    let addrs = addrs(&servers);
+    const ROUNDS: usize = 3;
+    let mut ids = HashSet::new();
+    for round in 0..ROUNDS {
+        let key = format!("round-{round}");
+        let replies = burst_across(&addrs, 10, |_| {
+            request_bytes("POST", "/orders", Some(&key), r#"{"sku":"A","qty":1}"#)
+        })
+        .await;
+        let statuses: Vec<u16> = replies.iter().map(|r| r.status).collect();
+        assert!(statuses.iter().all(|s| *s == 201), "{key}: {statuses:?}");
+        for r in &replies {
+            assert_eq!(r.header("idempotent-replayed"), None, "{key}: no replay");
+            let id = r.json()["id"].as_str().unwrap().to_string();
+            assert!(ids.insert(id), "{key}: every request its own order");
+        }
+        // The key is not stored, so the store finds no order by it.
+        assert_eq!(servers[0].orders().count_for_key(&key).await.unwrap(), 0);
+    }
+    assert_eq!(ids.len(), ROUNDS * 10);
+    assert_eq!(db.count("orders").await, (ROUNDS * 10) as i64);
+    assert_eq!(
+        db.count("orders WHERE idempotency_key IS NULL").await,
+        (ROUNDS * 10) as i64
+    );
+    assert_eq!(db.count("idempotency_keys").await, 0);
+    // Both replicas serve every order, whichever of them created it.
+    for id in &ids {
+        for a in &addrs {
+            let got = send(
+                *a,
+                &request_bytes("GET", &format!("/orders/{id}"), None, ""),
+            )
+            .await;
+            assert_eq!(got.status, 200, "{id} from {a}");
+        }
+    }
+    // The journals hold the key as sent and one created order per request, none replayed.
+    let j = journals(&servers).await;
+    let posts: Vec<&history::Entry> = j.iter().filter(|e| e.method == "POST").collect();
+    assert_eq!(posts.len(), ROUNDS * 10);
+    assert!(posts
+        .iter()
+        .all(|e| e.idempotency_key.is_some() && e.created.is_some() && !e.replayed));
+    let created: HashSet<&str> = posts.iter().filter_map(|e| e.created.as_deref()).collect();
+    assert_eq!(
+        created.len(),
+        ROUNDS * 10,
+        "the journals agree with the database"
+    );
+    for s in servers {
+        s.shutdown().await;
+    }
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idempotency_semantics_across_replicas() {
     let Some(db) = TestDb::new("idempotency_semantics_across_replicas").await else {
         return;

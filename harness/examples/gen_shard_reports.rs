@@ -67,6 +67,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 operations: samples,
                 failed_operations: 0,
                 checks: checks.clone(),
+                retry_delays: Vec::new(),
             }))
             .build();
         std::fs::write(

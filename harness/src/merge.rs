@@ -1,9 +1,10 @@
 //! `harness merge`: the reports of a run's shards, and the journals of the fault-server replicas
 //! they loaded, made into one report with one verdict.
 //!
-//! Exact, not estimated: every shard report carries its latency histograms (see
-//! [`reports::model::Mergeable`]), so the merged percentiles are those of every sample of every
-//! shard together, and merging costs the size of a histogram per shard, not of its samples.
+//! Exact, not estimated: every shard report carries its latency histograms and its retry delays'
+//! (see [`reports::model::Mergeable`]), so the merged percentiles are those of every sample of
+//! every shard together, and merging costs the size of a histogram per shard, not of its samples
+//! or its retries.
 //! Counts are summed. The thresholds are judged on the merged figures, and every other check on
 //! the union of the replicas' journals, with the checks' configuration the shards ran with.
 //!
@@ -93,7 +94,7 @@ pub fn merge_reports(reports: &[(String, Report)]) -> Result<Merged, MergeError>
     let mut requests = Requests::default();
     let mut errors_by_kind: BTreeMap<String, u64> = BTreeMap::new();
     let (mut operations, mut failed_operations) = (0u64, 0u64);
-    let mut retry_delays: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+    let mut retry_delays = crate::metrics::RetryDelays::new();
     let mut interrupted = false;
     let started = reports
         .iter()
@@ -113,12 +114,9 @@ pub fn merge_reports(reports: &[(String, Report)]) -> Result<Merged, MergeError>
         }
         operations += m.operations;
         failed_operations += m.failed_operations;
-        for d in &r.retry_delays {
-            retry_delays
-                .entry(d.attempt)
-                .or_default()
-                .extend(&d.delays_ms);
-        }
+        retry_delays
+            .add_report(&r.retry_delays, &m.retry_delays, name)
+            .map_err(input)?;
         interrupted |= r.interrupted;
     }
     let duration = Duration::from_millis(ended.saturating_sub(started));
@@ -193,12 +191,7 @@ pub fn merge_reports(reports: &[(String, Report)]) -> Result<Merged, MergeError>
         .errors_by_kind(errors_by_kind)
         .phases(phases)
         .timeline(sum_timelines(reports))
-        .retry_delays(
-            retry_delays
-                .into_iter()
-                .map(|(attempt, delays_ms)| reports::model::AttemptDelays { attempt, delays_ms })
-                .collect(),
-        )
+        .retry_delays(retry_delays.shown())
         .interrupted(interrupted)
         .shard(Some(shard_info))
         .mergeable(Some(Mergeable {
@@ -207,6 +200,7 @@ pub fn merge_reports(reports: &[(String, Report)]) -> Result<Merged, MergeError>
             operations,
             failed_operations,
             checks: mergeables[0].checks.clone(),
+            retry_delays: retry_delays.histograms(),
         }))
         .build();
     Ok(Merged {
@@ -641,8 +635,137 @@ mod tests {
                 operations: rec.operations,
                 failed_operations: 0,
                 checks: serde_json::to_value(checks::ChecksConfig::none()).unwrap(),
+                retry_delays: Vec::new(),
             }))
             .build()
+    }
+
+    /// `r` with these retry delays (attempt, µs), as a shard reports them.
+    fn with_delays(mut r: Report, delays: &[(u32, u64)]) -> Report {
+        let mut d = crate::metrics::RetryDelays::new();
+        for &(attempt, us) in delays {
+            d.record(attempt, us);
+        }
+        r.retry_delays = d.shown();
+        r.mergeable.as_mut().unwrap().retry_delays = d.histograms();
+        r
+    }
+
+    #[test]
+    fn retry_delays_merge_exactly_in_a_size_that_does_not_grow_with_the_retries() {
+        // Full jitter before attempt 2 (up to 1 s) and attempt 3 (up to 2 s), thousands of
+        // retries per shard; a handful before attempt 4.
+        let delays: Vec<Vec<(u32, u64)>> = (0..3u64)
+            .map(|shard| {
+                let mut x = shard + 100;
+                let mut d = Vec::new();
+                for i in 0..(5_000 + shard * 311) {
+                    x = fault_server::draw::splitmix64(x);
+                    d.push((2, x % 1_000_000));
+                    if i % 2 == 0 {
+                        d.push((3, x % 2_000_000));
+                    }
+                }
+                d.push((4, 4_000_000 + shard * 1_500));
+                d
+            })
+            .collect();
+        let reports: Vec<(String, Report)> = delays
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let r = shard_report(i as u32, 3, &[1000, 2000]);
+                (format!("s{i}"), with_delays(r, d))
+            })
+            .collect();
+        let merged = merge_reports(&reports).unwrap();
+        // The same figures as one report of every shard's retries.
+        let union = with_delays(shard_report(0, 1, &[1000]), &delays.concat());
+        assert_eq!(merged.report.retry_delays, union.retry_delays);
+        assert_eq!(
+            merged.report.mergeable.as_ref().unwrap().retry_delays,
+            union.mergeable.as_ref().unwrap().retry_delays
+        );
+        let by = |a: u32| {
+            merged
+                .report
+                .retry_delays
+                .iter()
+                .find(|d| d.attempt == a)
+                .unwrap()
+        };
+        let total: u64 = delays.iter().map(|d| d.len() as u64).sum();
+        assert_eq!(
+            by(2).count.unwrap() + by(3).count.unwrap() + by(4).count.unwrap(),
+            total
+        );
+        // Beyond 101 retries: one delay per percentile, the extremes exact.
+        let all2: Vec<u64> = delays
+            .concat()
+            .into_iter()
+            .filter(|(a, _)| *a == 2)
+            .map(|(_, us)| us)
+            .collect();
+        let (lo, hi) = (*all2.iter().min().unwrap(), *all2.iter().max().unwrap());
+        assert_eq!(by(2).delays_ms.len(), reports::model::DELAY_POINTS);
+        assert!(!by(2).lists_every_delay());
+        assert_eq!(by(2).min_ms, Some(lo as f64 / 1000.0));
+        assert_eq!(by(2).delays_ms[0], lo as f64 / 1000.0);
+        assert_eq!(by(2).max_ms, Some(hi as f64 / 1000.0));
+        assert_eq!(by(2).delays_ms[100], hi as f64 / 1000.0);
+        // The median within the histogram's precision (three significant digits).
+        let mut sorted = all2.clone();
+        sorted.sort_unstable();
+        let median = sorted[(sorted.len() - 1) / 2] as f64 / 1000.0;
+        let shown = by(2).delays_ms[50];
+        assert!(
+            (shown - median).abs() <= median * 1e-3,
+            "{shown} vs {median}"
+        );
+        // Few retries: every delay, exactly.
+        assert_eq!(by(4).delays_ms, vec![4_000.0, 4_001.5, 4_003.0]);
+        assert!(by(4).lists_every_delay());
+        // A merged report merges again to the same figures.
+        let again = merge_reports(&[("m".to_string(), merged.report.clone())]).unwrap();
+        assert_eq!(again.report.retry_delays, merged.report.retry_delays);
+        // The report's size does not depend on the number of retries.
+        let size = |r: &Report| serde_json::to_string(&r.retry_delays).unwrap().len();
+        assert!(size(&merged.report) < 8_000, "{}", size(&merged.report));
+    }
+
+    #[test]
+    fn retry_delays_of_reports_without_their_histograms_are_merged_from_the_list() {
+        // A report written before reports carried the delays' histograms lists every delay.
+        let old = |i: u32, d: &[f64]| {
+            let mut r = shard_report(i, 2, &[1000]);
+            r.retry_delays = vec![reports::model::AttemptDelays {
+                attempt: 2,
+                delays_ms: d.to_vec(),
+                ..Default::default()
+            }];
+            (format!("old{i}"), r)
+        };
+        let merged = merge_reports(&[old(0, &[5.0, 1.5]), old(1, &[3.25])]).unwrap();
+        let d = &merged.report.retry_delays[0];
+        assert_eq!(d.delays_ms, vec![1.5, 3.25, 5.0]);
+        assert_eq!(
+            (d.count, d.min_ms, d.max_ms),
+            (Some(3), Some(1.5), Some(5.0))
+        );
+        // A summary without its histogram cannot be merged exactly: refused.
+        let (name, mut r) = old(1, &[3.0]);
+        r.retry_delays[0].count = Some(500);
+        let e = merge_reports(&[old(0, &[1.0]), (name, r)])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("carries no histogram"), "{e}");
+        // A summary whose extremes are swapped (edited by hand) merges without a panic.
+        let many: Vec<(u32, u64)> = (0..500).map(|i| (2, i * 1000)).collect();
+        let mut r = with_delays(shard_report(0, 1, &[1000]), &many);
+        r.retry_delays[0].min_ms = Some(400.0);
+        r.retry_delays[0].max_ms = Some(100.0);
+        let merged = merge_reports(&[("edited".to_string(), r)]).unwrap();
+        assert_eq!(merged.report.retry_delays[0].count, Some(500));
     }
 
     fn samples(seed: u64, n: usize) -> Vec<u64> {

@@ -404,3 +404,196 @@ pub fn decode_hdr(text: &str) -> Result<Histogram<u64>, String> {
         .map_err(|e| format!("a histogram beyond 1 hour of microseconds: {e:?}"))?;
     Ok(out)
 }
+
+/// Retry delays by attempt index, in a size that does not grow with the retries: per attempt a
+/// histogram (µs), the exact count, shortest and longest, and the delays themselves while there
+/// are at most [`reports::model::DELAY_POINTS`]. What a report carries instead of one number per
+/// retry ([`RetryDelays::shown`], [`RetryDelays::histograms`]), and what `harness merge` adds up
+/// exactly ([`RetryDelays::add_report`]).
+///
+/// Nothing judges these: the `jitter` check reads the delays from the servers' journals. They
+/// are the report's jitter chart, which draws a dot per delay, or one per percentile beyond
+/// [`reports::model::DELAY_POINTS`] retries.
+#[derive(Debug, Clone, Default)]
+pub struct RetryDelays {
+    by_attempt: BTreeMap<u32, AttemptStats>,
+}
+
+#[derive(Debug, Clone)]
+struct AttemptStats {
+    hist: Histogram<u64>,
+    count: u64,
+    min_us: u64,
+    max_us: u64,
+    /// Every delay while there are at most `DELAY_POINTS`, µs.
+    few: Option<Vec<u64>>,
+}
+
+impl AttemptStats {
+    fn new() -> AttemptStats {
+        AttemptStats {
+            hist: histogram(),
+            count: 0,
+            min_us: u64::MAX,
+            max_us: 0,
+            few: Some(Vec::new()),
+        }
+    }
+
+    /// Counts `n` delays from `min_us` to `max_us`, and lists `few` while every delay is known.
+    fn tally(&mut self, n: u64, min_us: u64, max_us: u64, few: Option<&[u64]>) {
+        self.count += n;
+        self.min_us = self.min_us.min(min_us);
+        self.max_us = self.max_us.max(max_us);
+        self.few = match (self.few.take(), few) {
+            (Some(mut mine), Some(more))
+                if mine.len() + more.len() <= reports::model::DELAY_POINTS =>
+            {
+                mine.extend_from_slice(more);
+                Some(mine)
+            }
+            _ => None,
+        };
+    }
+
+    /// The delays to list: every one while there are few, else the delay at each percentile,
+    /// from the histogram, with the exact shortest and longest at the ends.
+    fn listed_ms(&self) -> Vec<f64> {
+        let ms = |us: u64| us as f64 / 1000.0;
+        if let Some(few) = &self.few {
+            let mut few = few.clone();
+            few.sort_unstable();
+            return few.into_iter().map(ms).collect();
+        }
+        let last = reports::model::DELAY_POINTS - 1;
+        let n = self.hist.len();
+        if n == 0 {
+            return Vec::new();
+        }
+        // Rank of percentile i among the n delays (from 0), as `quantile` in the HTML chart.
+        let rank = |i: usize| ((n - 1) as f64 * i as f64 / last as f64).round() as u64;
+        let mut out = Vec::with_capacity(last + 1);
+        let mut seen = 0u64;
+        let mut i = 0;
+        for v in self.hist.iter_recorded() {
+            seen += v.count_at_value();
+            while i <= last && rank(i) < seen {
+                let us = self
+                    .hist
+                    .median_equivalent(v.value_iterated_to())
+                    // Not `clamp`: a hand-edited report may give a shortest above the longest.
+                    .max(self.min_us)
+                    .min(self.max_us);
+                out.push(ms(us));
+                i += 1;
+            }
+        }
+        if let Some(first) = out.first_mut() {
+            *first = ms(self.min_us);
+        }
+        if let Some(last) = out.last_mut() {
+            *last = ms(self.max_us);
+        }
+        out
+    }
+}
+
+impl RetryDelays {
+    /// No delays.
+    pub fn new() -> RetryDelays {
+        RetryDelays::default()
+    }
+
+    /// One retry's wait before attempt `attempt`.
+    pub fn record(&mut self, attempt: u32, delay_us: u64) {
+        let s = self
+            .by_attempt
+            .entry(attempt)
+            .or_insert_with(AttemptStats::new);
+        s.hist.saturating_record(delay_us);
+        s.tally(1, delay_us, delay_us, Some(&[delay_us]));
+    }
+
+    /// Adds a report's retry delays: its histograms, or, for a report written before it carried
+    /// them, the delays it lists (then every one). `name` is for messages.
+    pub fn add_report(
+        &mut self,
+        shown: &[reports::model::AttemptDelays],
+        histograms: &[reports::model::DelayHistogram],
+        name: &str,
+    ) -> Result<(), String> {
+        let us = |ms: f64| (ms * 1000.0).round().max(0.0) as u64;
+        for a in shown {
+            let listed: Vec<u64> = a
+                .delays_ms
+                .iter()
+                .filter(|v| v.is_finite() && **v >= 0.0)
+                .map(|&v| us(v))
+                .collect();
+            let Some((lo, hi)) = a.range_ms() else {
+                continue;
+            };
+            let s = self
+                .by_attempt
+                .entry(a.attempt)
+                .or_insert_with(AttemptStats::new);
+            match histograms.iter().find(|h| h.attempt == a.attempt) {
+                Some(h) => {
+                    let h = decode_hdr(&h.delays_hdr).map_err(|e| {
+                        format!("{name}: the retry delays before attempt {}: {e}", a.attempt)
+                    })?;
+                    s.hist
+                        .add(&h)
+                        .map_err(|e| format!("{name}: the retry delays: {e:?}"))?;
+                }
+                None if a.lists_every_delay() => {
+                    for &d in &listed {
+                        s.hist.saturating_record(d);
+                    }
+                }
+                None => {
+                    return Err(format!(
+                        "{name}: lists {} of {} retry delays before attempt {} but carries no histogram of them",
+                        a.delays_ms.len(),
+                        a.count(),
+                        a.attempt
+                    ))
+                }
+            }
+            let (n, every) = if a.lists_every_delay() {
+                (listed.len() as u64, Some(listed.as_slice()))
+            } else {
+                (a.count(), None)
+            };
+            s.tally(n, us(lo), us(hi), every);
+        }
+        Ok(())
+    }
+
+    /// What the report shows, per attempt index in order.
+    pub fn shown(&self) -> Vec<reports::model::AttemptDelays> {
+        self.by_attempt
+            .iter()
+            .filter(|(_, s)| s.count > 0)
+            .map(|(&attempt, s)| reports::model::AttemptDelays {
+                attempt,
+                delays_ms: s.listed_ms(),
+                count: Some(s.count),
+                min_ms: Some(s.min_us as f64 / 1000.0),
+                max_ms: Some(s.max_us as f64 / 1000.0),
+            })
+            .collect()
+    }
+
+    /// The histograms a mergeable report carries, per attempt index in order.
+    pub fn histograms(&self) -> Vec<reports::model::DelayHistogram> {
+        self.by_attempt
+            .iter()
+            .filter(|(_, s)| s.count > 0)
+            .map(|(&attempt, s)| reports::model::DelayHistogram {
+                attempt,
+                delays_hdr: encode_hdr(&s.hist),
+            })
+            .collect()
+    }
+}

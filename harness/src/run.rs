@@ -8,11 +8,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fault_server::{FaultServer, ServerOptions};
 use history::{ClientFigures, Entry, Facts};
-use reports::model::{AttemptDelays, Phase, Report, Series, Timeline};
+use reports::model::{Phase, Report, Series, Timeline};
 
 use crate::driver::{self, Keys, PhaseCtx};
 use crate::http::Target;
-use crate::metrics::{latency_ms, Recorder};
+use crate::metrics::{latency_ms, Recorder, RetryDelays};
 use crate::plan::{PhaseKind, Plan};
 use crate::progress::Progress;
 use crate::report::ReportBuilder;
@@ -453,6 +453,7 @@ impl Session {
             timeline_from_journal(&journal, window, self.time_origin_us)
         };
         let had_phases = !self.phases.is_empty();
+        let delays = retry_delays(&attempts);
         let mut report = ReportBuilder::new(&plan.name)
             .started_unix_ms(self.started_unix_ms)
             .duration(duration)
@@ -467,7 +468,7 @@ impl Session {
             .phases(self.phases)
             .checks(checks)
             .timeline(Some(timeline))
-            .retry_delays(retry_delays(&attempts))
+            .retry_delays(delays.shown())
             .exec(exec)
             .interrupted(self.interrupted)
             .shard(
@@ -487,6 +488,7 @@ impl Session {
                 operations: self.total.operations.saturating_sub(self.total.cancelled),
                 failed_operations: self.total.failed_operations,
                 checks: serde_json::to_value(&plan.checks).unwrap_or_default(),
+                retry_delays: delays.histograms(),
             }))
             .build();
         RunOutcome { report, journal }
@@ -677,22 +679,18 @@ fn build_timeline(points: impl Iterator<Item = (u64, String)>, window: Duration)
 }
 
 /// Observed waits before each retry, grouped by attempt index, from the driver's records.
-pub fn retry_delays(attempts: &[ClientAttempt]) -> Vec<AttemptDelays> {
+pub fn retry_delays(attempts: &[ClientAttempt]) -> RetryDelays {
     let mut sorted: Vec<&ClientAttempt> = attempts.iter().collect();
     sorted.sort_by_key(|a| (a.phase, a.op, a.client, a.attempt));
-    let mut by_attempt: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+    let mut delays = RetryDelays::new();
     for pair in sorted.windows(2) {
         let (a, b) = (pair[0], pair[1]);
         if a.phase == b.phase && a.op == b.op && a.client == b.client && b.attempt == a.attempt + 1
         {
-            let d = b.t_start_us.saturating_sub(a.t_end_us) as f64 / 1000.0;
-            by_attempt.entry(b.attempt).or_default().push(d);
+            delays.record(b.attempt, b.t_start_us.saturating_sub(a.t_end_us));
         }
     }
-    by_attempt
-        .into_iter()
-        .map(|(attempt, delays_ms)| AttemptDelays { attempt, delays_ms })
-        .collect()
+    delays
 }
 
 /// The report of `harness idempotency`.
@@ -772,12 +770,14 @@ mod tests {
             a(2, 2, 52_000, 53_000),
             a(1, 3, 302_000, 303_000),
         ];
-        let d = retry_delays(&attempts);
+        let d = retry_delays(&attempts).shown();
         assert_eq!(d.len(), 2);
         assert_eq!(d[0].attempt, 2);
-        let mut second = d[0].delays_ms.clone();
-        second.sort_by(f64::total_cmp);
-        assert_eq!(second, vec![50.0, 100.0]);
+        assert_eq!(d[0].delays_ms, vec![50.0, 100.0]);
+        assert_eq!(
+            (d[0].count, d[0].min_ms, d[0].max_ms),
+            (Some(2), Some(50.0), Some(100.0))
+        );
         assert_eq!(d[1].delays_ms, vec![200.0]);
     }
 

@@ -599,3 +599,314 @@ fn the_docker_context_leaves_build_output_out() {
         assert!(entries.contains(&entry), ".dockerignore lacks {entry}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// deploy/merge.sh
+
+fn merge_script() -> PathBuf {
+    root().join("deploy/merge.sh")
+}
+
+/// A stand-in for kubectl that answers the calls deploy/merge.sh makes from the files of
+/// `$FAKE_KUBECTL_DIR` — `job` (completions, succeeded, conditions), `shard-I.log` (the log of
+/// shard I's pod), `servers` (fault-server pods and their restarts), `journal-POD.jsonl` — writes
+/// each call to `calls`, and refuses any call it does not know, as kubectl would a wrong one.
+const FAKE_KUBECTL: &str = r#"#!/usr/bin/env bash
+set -eu
+d=$FAKE_KUBECTL_DIR
+printf '%s\n' "$*" >> "$d/calls"
+if [ "$1" != -n ] || [ "$2" != harness ]; then
+  echo "fake kubectl: the namespace first (-n harness): $*" >&2; exit 1
+fi
+shift 2
+case "$1 $2" in
+  "get job")
+    if [ "$3" != harness ]; then
+      echo "Error from server (NotFound): jobs.batch \"$3\" not found" >&2; exit 1
+    fi
+    cat "$d/job" ;;
+  "get pods")
+    index='' servers=''
+    for a in "$@"; do
+      case "$a" in
+        batch.kubernetes.io/job-name=harness,batch.kubernetes.io/job-completion-index=*)
+          index=${a##*=} ;;
+        app.kubernetes.io/name=fault-server) servers=1 ;;
+      esac
+    done
+    if [ -n "$index" ]; then
+      case " $* " in *" --field-selector=status.phase=Succeeded -o name "*) ;; *)
+        echo "fake kubectl: unexpected: $*" >&2; exit 1 ;;
+      esac
+      if [ -f "$d/shard-$index.log" ]; then echo "pod/harness-$index-x7k2p"; fi
+    elif [ -n "$servers" ]; then
+      cat "$d/servers"
+    else
+      echo "fake kubectl: unexpected: $*" >&2; exit 1
+    fi ;;
+  "logs pod/harness-"*)
+    [ "$3 $4" = "-c harness" ] || { echo "fake kubectl: unexpected: $*" >&2; exit 1; }
+    i=${2#pod/harness-}
+    cat "$d/shard-${i%%-*}.log" ;;
+  "exec fault-server-"*)
+    [ "$3 $4 $5 $6 $7" = "-c fault-server -- cat /var/lib/fault-server/journal.jsonl" ] \
+      || { echo "fake kubectl: unexpected: $*" >&2; exit 1; }
+    if [ ! -f "$d/journal-$2.jsonl" ]; then
+      echo "error: unable to upgrade connection: container not found" >&2; exit 1
+    fi
+    cat "$d/journal-$2.jsonl" ;;
+  *) echo "fake kubectl: unexpected: $*" >&2; exit 1 ;;
+esac
+"#;
+
+/// A cluster as deploy/merge.sh sees it through the fake kubectl: a finished Job of two shards
+/// whose pods' logs hold real shard reports, and two fault-server replicas.
+struct FakeCluster {
+    dir: tempfile::TempDir,
+}
+
+impl FakeCluster {
+    fn new() -> FakeCluster {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let kubectl = bin.join("kubectl");
+        std::fs::write(&kubectl, FAKE_KUBECTL).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&kubectl, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let c = FakeCluster { dir };
+        c.write("job", "2 2 Complete\n");
+        c.write("servers", "fault-server-a 0\nfault-server-b 0\n");
+        // Two shards of one run, as the Job's pods print them (a warning on each side).
+        let scenario = c.path("scenario.yaml");
+        std::fs::write(
+            &scenario,
+            "server: {}\nphases:\n  - name: p\n    clients: { concurrency: 2, requests: 4 }\n    \
+             request: { path: / }\nchecks: { duplicates: {}, thresholds: { rules: [\"p99 < 20s\"] } }\n",
+        )
+        .unwrap();
+        let start_at = harness::shard::now_unix_ms().to_string();
+        for i in 0..2 {
+            let out = Command::new(env!("CARGO_BIN_EXE_harness"))
+                .arg("run")
+                .arg(&scenario)
+                .args(["--shard", &format!("{i}/2"), "--start-at", &start_at])
+                .args(["--format", "json"])
+                .output()
+                .unwrap();
+            assert!(
+                matches!(out.status.code(), Some(0 | 1)),
+                "shard {i}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let log = format!(
+                "2026-01-01T00:00:00Z WARN shard {i} started 3 ms late\n{}\nWARN done\n",
+                String::from_utf8_lossy(&out.stdout).trim_end()
+            );
+            c.write(&format!("shard-{i}.log"), &log);
+        }
+        c.journals(false);
+        c
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn write(&self, name: &str, text: &str) {
+        std::fs::write(self.path(name), text).unwrap();
+    }
+
+    /// The replicas' journals: an order each, or (`duplicate`) one key that made an order on
+    /// each replica.
+    fn journals(&self, duplicate: bool) {
+        let line = |replica: &str, seq, key: &str, order: &str| {
+            let mut e = history::sample::entry(seq, 10.0 * seq as f64)
+                .key(key)
+                .created(order)
+                .status(201)
+                .build();
+            e.replica = Some(replica.into());
+            serde_json::to_string(&e).unwrap() + "\n"
+        };
+        self.write(
+            "journal-fault-server-a.jsonl",
+            &line("fault-server-a", 1, "k-1", "o-1"),
+        );
+        let key_b = if duplicate { "k-1" } else { "k-2" };
+        self.write(
+            "journal-fault-server-b.jsonl",
+            &line("fault-server-b", 1, key_b, "o-2"),
+        );
+    }
+
+    /// Runs deploy/merge.sh with `args`; (exit code, stdout and stderr).
+    fn merge(&self, args: &[&str]) -> (Option<i32>, String) {
+        let path = format!(
+            "{}:{}",
+            self.path("bin").display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let out = Command::new("bash")
+            .arg(merge_script())
+            .args(["--out"])
+            .arg(self.path("out"))
+            .args(args)
+            .env("PATH", path)
+            .env("FAKE_KUBECTL_DIR", self.dir.path())
+            .env("HARNESS", env!("CARGO_BIN_EXE_harness"))
+            .env_remove("FAULT_SERVER_CONTROL_TOKEN")
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    }
+}
+
+#[test]
+fn the_merge_script_is_valid_shell() {
+    let out = Command::new("bash")
+        .arg("-n")
+        .arg(merge_script())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "bash -n deploy/merge.sh: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    match Command::new("shellcheck").arg(merge_script()).output() {
+        Ok(out) => assert!(
+            out.status.success(),
+            "shellcheck deploy/merge.sh:\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        ),
+        Err(_) => println!("skipping shellcheck: not installed"),
+    }
+    // It reads the journal where the fault-server Deployment writes it.
+    let deploy = resource("Deployment", "fault-server");
+    let cmd = command_text(container(
+        &deploy["spec"]["template"]["spec"],
+        "fault-server",
+    ));
+    let script = std::fs::read_to_string(merge_script()).unwrap();
+    let journal = cmd
+        .split("--journal ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the server's --journal");
+    assert!(
+        script.contains(&format!("JOURNAL={journal}\n")),
+        "deploy/merge.sh reads {journal}"
+    );
+}
+
+#[test]
+fn the_merge_script_collects_every_shard_and_replica_and_exits_as_merge_does() {
+    let c = FakeCluster::new();
+    let (code, text) = c.merge(&["--", "--format", "json"]);
+    assert_eq!(code, Some(0), "{text}");
+    let merged: reports::Report =
+        reports::from_json(&std::fs::read_to_string(c.path("out/merged/report.json")).unwrap())
+            .unwrap();
+    assert_eq!(merged.shard.as_ref().unwrap().merged, vec![0, 1]);
+    assert_eq!(merged.requests.sent, 4, "both shards' requests");
+    assert!(
+        merged
+            .notes
+            .iter()
+            .any(|n| n.contains("2 journals (2 replicas: fault-server-a, fault-server-b)")),
+        "{:?}",
+        merged.notes
+    );
+    for f in [
+        "shard-0.json",
+        "shard-1.json",
+        "journal-fault-server-a.jsonl",
+        "journal-fault-server-b.jsonl",
+        "merged/journal.jsonl",
+        "merged/junit.xml",
+    ] {
+        assert!(c.path("out").join(f).is_file(), "{f}: {text}");
+    }
+    // The warnings the log interleaves stay out of the reports.
+    let shard0 = std::fs::read_to_string(c.path("out/shard-0.json")).unwrap();
+    assert!(shard0.starts_with('{') && !shard0.contains("WARN"));
+    let calls = std::fs::read_to_string(c.path("calls")).unwrap();
+    assert_eq!(calls.lines().filter(|l| l.contains(" logs ")).count(), 2);
+    assert_eq!(calls.lines().filter(|l| l.contains(" exec ")).count(), 2);
+
+    // A duplicate only the union of the replicas' journals shows: merge fails, and so does the
+    // script, naming the key.
+    c.journals(true);
+    let (code, text) = c.merge(&[]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("k-1"), "{text}");
+}
+
+#[test]
+fn the_merge_script_says_why_it_cannot_merge() {
+    let c = FakeCluster::new();
+    let refused = |args: &[&str], says: &str| {
+        let (code, text) = c.merge(args);
+        assert_eq!(code, Some(3), "{args:?}: {text}");
+        assert!(text.contains(says), "{args:?}: {text}");
+        assert!(
+            !c.path("out/merged/report.json").exists(),
+            "{args:?}: merged anyway"
+        );
+    };
+    c.write("job", "2 1\n");
+    refused(
+        &[],
+        "not complete yet (1 of 2 shards done): wait with kubectl",
+    );
+    c.write("job", "2 1 Failed\n");
+    refused(&[], "Job harness failed (1 of 2 shards succeeded)");
+    c.write("job", "2 2 Complete\n");
+    refused(
+        &["--job", "other"],
+        "cannot read Job other in namespace harness",
+    );
+
+    let log = std::fs::read_to_string(c.path("shard-1.log")).unwrap();
+    c.write("shard-1.log", "WARN target unreachable\n");
+    refused(
+        &[],
+        "shard 1: the log of pod/harness-1-x7k2p holds no report",
+    );
+    std::fs::remove_file(c.path("shard-1.log")).unwrap();
+    refused(&[], "shard 1: no succeeded pod of Job harness");
+    c.write("shard-1.log", &log);
+
+    c.write("servers", "fault-server-a 0\nfault-server-b 1\n");
+    refused(&[], "fault-server pod fault-server-b restarted (1 times)");
+    let (code, text) = c.merge(&["--allow-restarts"]);
+    assert_eq!(code, Some(0), "{text}");
+    std::fs::remove_dir_all(c.path("out")).unwrap();
+    c.write("servers", "fault-server-a 0\nfault-server-c 0\n");
+    refused(&[], "cannot read the journal of fault-server-c");
+    c.write("servers", "");
+    refused(&[], "no fault-server pods");
+
+    // Without kubectl at all.
+    let bash = std::env::split_paths(&std::env::var_os("PATH").unwrap())
+        .map(|d| d.join("bash"))
+        .find(|p| p.is_file())
+        .expect("bash on PATH");
+    let out = Command::new(bash)
+        .arg(merge_script())
+        .env("PATH", c.path("nothing"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("kubectl not found on PATH"));
+    // And a wrong argument.
+    let (code, text) = c.merge(&["--bogus"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("unknown argument --bogus"), "{text}");
+}

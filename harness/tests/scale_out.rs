@@ -81,17 +81,32 @@ checks:
 
 const SHARDS: u32 = 3;
 
+/// The scenario's seed, steady phase and burst timing, as the shards schedule them.
+const SEED: u64 = 11;
+const STEADY_MS: u64 = 1000;
+const ROUNDS: u64 = 3;
+const EVERY_MS: u64 = 1500;
+
+/// What a sharded run left: the shards' reports, the merged report and journal, merge's exit
+/// code, and the common start (ms since the Unix epoch).
+struct Sharded {
+    shards: Vec<Report>,
+    merged: Report,
+    journal: Vec<Entry>,
+    code: i32,
+    start_at_ms: u64,
+}
+
 /// Runs the scenario as `SHARDS` processes started the way an Indexed Job starts its pods, then
-/// merges their reports with the replicas' journals; returns (shard reports, merged report,
-/// merged journal, merge's exit code).
-fn run_sharded(dir: &Path, urls: &[String]) -> (Vec<Report>, Report, Vec<Entry>, i32) {
+/// merges their reports with the replicas' journals.
+fn run_sharded(dir: &Path, urls: &[String]) -> Sharded {
     let scenario = dir.join("scenario.yaml");
     std::fs::write(&scenario, SCENARIO).unwrap();
     // Far enough ahead for every process to be up, even on a busy machine.
     let start_at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
-        .as_millis()
+        .as_millis() as u64
         + 4000;
     let children: Vec<_> = (0..SHARDS)
         .map(|i| {
@@ -147,7 +162,13 @@ fn run_sharded(dir: &Path, urls: &[String]) -> (Vec<Report>, Report, Vec<Entry>,
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    (shards, merged, journal, code)
+    Sharded {
+        shards,
+        merged,
+        journal,
+        code,
+        start_at_ms: start_at,
+    }
 }
 
 fn read_report(p: &Path) -> Report {
@@ -203,7 +224,7 @@ fn burst_keys(journal: &[Entry]) -> std::collections::BTreeMap<String, Vec<&Entr
             by_key.entry(k.clone()).or_default().push(e);
         }
     }
-    assert_eq!(by_key.len(), 3, "one key per round");
+    assert_eq!(by_key.len(), ROUNDS as usize, "one key per round");
     for (k, es) in &by_key {
         assert_eq!(es.len(), 10, "{k}: the round's 10 requests");
         let clients: std::collections::BTreeSet<_> = es.iter().map(|e| &e.client_id).collect();
@@ -212,6 +233,62 @@ fn burst_keys(journal: &[Entry]) -> std::collections::BTreeMap<String, Vec<&Entr
         assert_eq!(replicas.len(), 2, "{k}: both replicas saw the key");
     }
     by_key
+}
+
+/// Every round fires at one instant from the common start on every shard: round k (from 1) at
+/// the start plus the steady phase plus (k − 1) × `every`, with the key derived from the seed, the
+/// start and the round. Asserted on the replicas' wall clocks (`unix_us`, the clock the merge
+/// orders by), without a bound a busy machine could break: each of round k's requests arrives
+/// at or after round k's instant and before round k + 1's (rounds are neither early nor
+/// overlapping). How closely a round's requests arrive is the machine's: printed, not asserted.
+fn assert_rounds_keep_their_instants(
+    case: &str,
+    by_key: &std::collections::BTreeMap<String, Vec<&Entry>>,
+    start_at_ms: u64,
+) {
+    // The shards put the wall-clock start on their monotonic clocks once, before the wait; NTP
+    // may slew the wall clock against it by up to 0.05 %: 5 ms over the few seconds of a run.
+    const CLOCKS_US: u64 = 5_000;
+    for fragment in [
+        format!("seed: {SEED}\n"),
+        format!("duration: {}s,", STEADY_MS / 1000),
+        format!("rounds: {ROUNDS}, every: {EVERY_MS}ms"),
+    ] {
+        assert!(
+            SCENARIO.contains(&fragment),
+            "the scenario has {fragment:?}"
+        );
+    }
+    let keys = harness::driver::Keys::shared(SEED, start_at_ms);
+    for round in 1..=ROUNDS {
+        let key = keys.key(1, round);
+        let es = by_key.get(&key).unwrap_or_else(|| {
+            panic!("{case}: round {round}'s key {key} (from the seed and the start) is not in the journal: {:?}", by_key.keys())
+        });
+        let at_us = (start_at_ms + STEADY_MS + (round - 1) * EVERY_MS) * 1000;
+        let next_us = at_us + EVERY_MS * 1000;
+        let first = es.iter().map(|e| e.unix_us).min().unwrap();
+        let last = es.iter().map(|e| e.unix_us).max().unwrap();
+        assert!(
+            first + CLOCKS_US >= at_us,
+            "{case}: round {round} arrived {} µs before its instant",
+            at_us - first
+        );
+        assert!(
+            last < next_us,
+            "{case}: round {round} ran into round {}: its last request arrived {} µs after its instant",
+            round + 1,
+            last - at_us
+        );
+        let clients: std::collections::BTreeSet<_> = es.iter().map(|e| &e.client_id).collect();
+        println!(
+            "{case}: round {round}: {} requests from {} clients arrived {:.3} ms after the round's instant, spread over {:.3} ms",
+            es.len(),
+            clients.len(),
+            first.saturating_sub(at_us) as f64 / 1000.0,
+            (last - first) as f64 / 1000.0
+        );
+    }
 }
 
 fn database_cases() -> Vec<(&'static str, String)> {
@@ -250,10 +327,17 @@ fn three_shards_against_two_replicas_merge_into_one_exact_verdict() {
                 yaml = yaml.replace("state: shared\n", "");
             }
             let r = replicas(&yaml, &["127.0.0.2", "127.0.0.3"]);
-            let (shards, merged, journal, code) = run_sharded(dir.path(), &r.urls);
+            let Sharded {
+                shards,
+                merged,
+                journal,
+                code,
+                start_at_ms,
+            } = run_sharded(dir.path(), &r.urls);
             let case = format!("{kind}/{mode}");
             assert_exact_merge(&shards, &merged);
             let by_key = burst_keys(&journal);
+            assert_rounds_keep_their_instants(&case, &by_key, start_at_ms);
             let duplicates = merged
                 .checks
                 .iter()

@@ -801,9 +801,19 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
 
 fn write_retry_delays(delays: &[AttemptDelays], out: &mut String) -> std::fmt::Result {
     const ID: &str = "chart-retry-delays";
-    let mut rows: Vec<(u32, Vec<f64>)> = delays
+    // Per attempt: the delays listed (every one, or one per percentile), how many retries there
+    // were, and the exact shortest and longest.
+    struct Row {
+        attempt: u32,
+        d: Vec<f64>,
+        count: u64,
+        per_percentile: bool,
+        lo: f64,
+        hi: f64,
+    }
+    let mut rows: Vec<Row> = delays
         .iter()
-        .map(|a| {
+        .filter_map(|a| {
             let mut d: Vec<f64> = a
                 .delays_ms
                 .iter()
@@ -811,11 +821,20 @@ fn write_retry_delays(delays: &[AttemptDelays], out: &mut String) -> std::fmt::R
                 .filter(|v| v.is_finite() && *v >= 0.0)
                 .collect();
             d.sort_by(f64::total_cmp);
-            (a.attempt, d)
+            let (lo, hi) = a
+                .range_ms()
+                .filter(|(lo, hi)| lo.is_finite() && hi.is_finite())?;
+            (!d.is_empty()).then(|| Row {
+                attempt: a.attempt,
+                count: a.count().max(d.len() as u64),
+                per_percentile: !a.lists_every_delay(),
+                d,
+                lo,
+                hi,
+            })
         })
-        .filter(|(_, d)| !d.is_empty())
         .collect();
-    rows.sort_by_key(|(attempt, _)| *attempt);
+    rows.sort_by_key(|r| r.attempt);
     if rows.is_empty() {
         return no_data(
             out,
@@ -824,10 +843,7 @@ fn write_retry_delays(delays: &[AttemptDelays], out: &mut String) -> std::fmt::R
         );
     }
 
-    let max = rows
-        .iter()
-        .filter_map(|(_, d)| d.last().copied())
-        .fold(0.0, f64::max);
+    let max = rows.iter().map(|r| r.hi).fold(0.0, f64::max);
     let (left, right, top, bottom, row_h) = (86.0, 230.0, 10.0, 44.0, 46.0);
     let plot_w = CHART_W - left - right;
     let height = top + rows.len() as f64 * row_h + bottom;
@@ -854,7 +870,8 @@ fn write_retry_delays(delays: &[AttemptDelays], out: &mut String) -> std::fmt::R
             tick_label(v)
         )?;
     }
-    for (row, (attempt, d)) in rows.iter().enumerate() {
+    for (row, r) in rows.iter().enumerate() {
+        let (attempt, d, lo, hi) = (r.attempt, &r.d, r.lo, r.hi);
         let mid = top + (row as f64 + 0.5) * row_h;
         let color = ATTEMPT_COLORS[row % ATTEMPT_COLORS.len()];
         writeln!(
@@ -863,7 +880,6 @@ fn write_retry_delays(delays: &[AttemptDelays], out: &mut String) -> std::fmt::R
             n(left - 8.0),
             n(mid + 4.0)
         )?;
-        let (lo, hi) = (d[0], d[d.len() - 1]);
         writeln!(
             out,
             "<line x1=\"{}\" x2=\"{}\" y1=\"{m}\" y2=\"{m}\" stroke=\"{color}\" stroke-opacity=\"0.35\" stroke-width=\"2\"/>",
@@ -896,12 +912,14 @@ fn write_retry_delays(delays: &[AttemptDelays], out: &mut String) -> std::fmt::R
         } else {
             0.0
         };
-        let note = if d.len() > 1 && hi == lo {
+        let note = if r.count > 1 && hi == lo {
             "all equal: no jitter".to_string()
         } else {
             format!("spread {spread_pct:.0}% of max")
         };
-        let shown = if stride > 1 {
+        let shown = if r.per_percentile {
+            format!(" ({} drawn, one per percentile)", d.len().div_ceil(stride))
+        } else if stride > 1 {
             format!(" (1 in {stride} drawn)")
         } else {
             String::new()
@@ -910,7 +928,7 @@ fn write_retry_delays(delays: &[AttemptDelays], out: &mut String) -> std::fmt::R
             out,
             "<text x=\"{x}\" y=\"{}\">n={}{shown} · {}–{} ms</text><text x=\"{x}\" y=\"{}\">{note}</text>",
             n(mid - 3.0),
-            d.len(),
+            r.count,
             format::ms(lo),
             format::ms(hi),
             n(mid + 11.0),
@@ -933,7 +951,7 @@ fn write_retry_delays(delays: &[AttemptDelays], out: &mut String) -> std::fmt::R
     writeln!(out, "</svg>")?;
     writeln!(
         out,
-        "<p class=\"note\">One dot per retry; the dark tick is the median. Without jitter every dot of a row sits on one spot; with full jitter they spread from zero to the backoff.</p>"
+        "<p class=\"note\">One dot per retry (beyond 101 retries, one per percentile); the dark tick is the median. Without jitter every dot of a row sits on one spot; with full jitter they spread from zero to the backoff.</p>"
     )
 }
 

@@ -66,7 +66,8 @@ pub struct Report {
     /// Requests per time window, for the "requests over time" chart.
     #[serde(default)]
     pub timeline: Option<Timeline>,
-    /// Retry delays grouped by attempt index, for the jitter chart.
+    /// Retry delays grouped by attempt index, for the jitter chart: per attempt a fixed-size
+    /// summary, however many retries there were (see [`AttemptDelays`]).
     #[serde(default)]
     pub retry_delays: Vec<AttemptDelays>,
     /// What `harness exec` ran, when it did.
@@ -121,6 +122,19 @@ pub struct Mergeable {
     /// the same way.
     #[serde(default)]
     pub checks: serde_json::Value,
+    /// The retry delays' histograms, one per attempt index of [`Report::retry_delays`] (absent
+    /// in reports written before them, whose `delays_ms` hold every delay).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retry_delays: Vec<DelayHistogram>,
+}
+
+/// The retry delays before one attempt index, as a histogram; see [`Mergeable`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct DelayHistogram {
+    /// Attempt index: 2 is the first retry.
+    pub attempt: u32,
+    /// Every delay before this attempt, µs.
+    pub delays_hdr: String,
 }
 
 /// A phase's histograms; see [`Mergeable`].
@@ -515,13 +529,57 @@ pub struct Series {
     pub counts: Vec<u64>,
 }
 
-/// Observed retry delays (milliseconds) before attempt `attempt` (2 = first retry).
+/// Most delays an [`AttemptDelays`] lists: beyond this many retries it lists the delay at each
+/// percentile, 0 to 100.
+pub const DELAY_POINTS: usize = 101;
+
+/// Observed retry delays (milliseconds) before attempt `attempt` (2 = first retry), in a size that
+/// does not grow with the retries: their count, the exact shortest and longest, and at most
+/// [`DELAY_POINTS`] delays for the chart. A mergeable report carries their histogram too
+/// ([`Mergeable::retry_delays`]), from which a merge computes the merged run's.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct AttemptDelays {
     /// Attempt index: 2 is the first retry.
     pub attempt: u32,
-    /// Every observed delay before this attempt, in milliseconds.
+    /// Delays at evenly spaced ranks, shortest first, in milliseconds: every delay when there
+    /// are at most [`DELAY_POINTS`]; else the delay at each percentile from 0 (the shortest) to
+    /// 100 (the longest), read from the histogram (three significant digits). In reports written
+    /// before `count` existed, every delay.
     pub delays_ms: Vec<f64>,
+    /// Retries that waited before this attempt (absent in older reports: `delays_ms.len()`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
+    /// The shortest delay, exact (absent in older reports: the least of `delays_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_ms: Option<f64>,
+    /// The longest delay, exact (absent in older reports: the greatest of `delays_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_ms: Option<f64>,
+}
+
+impl AttemptDelays {
+    /// Retries that waited before this attempt.
+    pub fn count(&self) -> u64 {
+        self.count.unwrap_or(self.delays_ms.len() as u64)
+    }
+
+    /// True when `delays_ms` is every delay, not a delay per percentile.
+    pub fn lists_every_delay(&self) -> bool {
+        self.count() == self.delays_ms.len() as u64
+    }
+
+    /// The shortest and the longest delay (ms), when there was one; non-finite or negative
+    /// figures are ignored.
+    pub fn range_ms(&self) -> Option<(f64, f64)> {
+        let listed = self
+            .delays_ms
+            .iter()
+            .copied()
+            .filter(|v| v.is_finite() && *v >= 0.0);
+        let lo = self.min_ms.or_else(|| listed.clone().reduce(f64::min))?;
+        let hi = self.max_ms.or_else(|| listed.reduce(f64::max))?;
+        Some((lo, hi))
+    }
 }
 
 /// The command `harness exec` ran.

@@ -195,6 +195,32 @@ fn retry_delay_chart_tells_jitter_from_none() {
 }
 
 #[test]
+fn retry_delay_chart_of_many_retries_draws_one_dot_per_percentile() {
+    // 5,000 retries before attempt 2, as a report carries them: the count, the exact extremes,
+    // and the delay at each percentile.
+    let mut r = common::sample();
+    r.retry_delays = vec![reports::model::AttemptDelays {
+        attempt: 2,
+        delays_ms: (0..=100).map(|p| 10.0 * f64::from(p)).collect(),
+        count: Some(5_000),
+        min_ms: Some(0.25),
+        max_ms: Some(1_000.0),
+    }];
+    let html = to_html(&r);
+    let chart = svg(&html, "chart-retry-delays");
+    assert_eq!(
+        chart.matches("<circle").count(),
+        reports::model::DELAY_POINTS
+    );
+    assert!(
+        chart.contains("n=5000 (101 drawn, one per percentile)"),
+        "{chart}"
+    );
+    assert!(chart.contains("0.25"), "the exact shortest delay: {chart}");
+    assert!(chart.contains("median 500"), "{chart}");
+}
+
+#[test]
 fn empty_data_gives_a_note_not_a_broken_chart() {
     let html = to_html(&common::empty());
     assert!(!html.contains("<svg"), "no chart should be drawn");

@@ -58,6 +58,7 @@ pub fn delays_without_jitter() -> Vec<AttemptDelays> {
         .map(|i| AttemptDelays {
             attempt: i + 2,
             delays_ms: vec![1000.0 * f64::from(1u32 << i); 500],
+            ..AttemptDelays::default()
         })
         .collect()
 }
@@ -72,6 +73,7 @@ pub fn delays_with_full_jitter() -> Vec<AttemptDelays> {
                 delays_ms: (0..500)
                     .map(|k| d * f64::from((k * 37) % 500) / 500.0)
                     .collect(),
+                ..AttemptDelays::default()
             }
         })
         .collect()
