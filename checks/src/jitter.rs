@@ -72,9 +72,10 @@ pub struct JitterConfig {
     pub together_ms: u64,
     /// Window (ms) for the arrival-clustering figures.
     pub window_ms: u64,
-    /// A group whose densest `window_ms` window holds at least this fraction of its retries
-    /// arrived as one wave: after a wait of at least a window, its delays' spread did not spread
-    /// the arrivals, so it is at best jitter too small to matter.
+    /// A group that brings at least this fraction of its retries back within one `window_ms`
+    /// of their failures (its delays within one window) came back as one wave: after a wait of
+    /// at least a window, its delays' spread did not spread the retries, so it is at best jitter
+    /// too small to matter.
     pub max_wave_fraction: f64,
 }
 
@@ -164,6 +165,9 @@ struct Analysis {
     dispersion: f64,
     iqr_over_median: f64,
     densest_fraction: f64,
+    /// Largest fraction of the delays within one `window_ms`: the retries that came back
+    /// together, counted from their own failures.
+    wave_fraction: f64,
     densest_seqs: Vec<u64>,
     peak_to_mean: Option<f64>,
     kind: Kind,
@@ -338,8 +342,14 @@ impl JitterCheck {
             .values()
             .flat_map(|g| g.arrivals.iter().map(|(t, _)| *t))
             .collect();
-        let wave = dense as f64 / n as f64 >= self.cfg.max_wave_fraction
-            && med >= self.cfg.window_ms as f64;
+        // One wave relative to the failures that synchronized them: the delays, not the
+        // arrivals, since failures spread by the client's own pace (a fleet's first requests
+        // reach the server over up to 180 ms on a busy machine) spread retries that all waited
+        // the same.
+        let mut delays = g.delays_us.clone();
+        delays.sort_unstable();
+        let wave_fraction = densest_window(&delays, window_us).0 as f64 / n as f64;
+        let wave = wave_fraction >= self.cfg.max_wave_fraction && med >= self.cfg.window_ms as f64;
         let p90 = quantile(&ms, 0.9)?;
         let spread_ms = p90 - quantile(&ms, 0.1)?;
         // Jitter spreads retries in absolute time. A fleet on one event loop handles its failures
@@ -381,6 +391,7 @@ impl JitterCheck {
             dispersion,
             iqr_over_median,
             densest_fraction: dense as f64 / n as f64,
+            wave_fraction,
             densest_seqs,
             peak_to_mean: peak_to_mean(&all, c.start_us, window_us),
             kind,
@@ -413,8 +424,15 @@ impl JitterCheck {
             ),
             (Kind::NoJitter, Some(Why::Wave)) => format!(
                 "no jitter: {who} all waited {:.1} ms (MAD {:.2} ms, dispersion {:.4} < {}) \
-                 before attempt {} and came back as one wave: {wave}",
-                a.median_ms, a.mad_ms, a.dispersion, cfg.min_dispersion, a.attempt
+                 before attempt {} and came back as one wave: {:.0}% of them within one {} ms \
+                 window of their failures; {wave}",
+                a.median_ms,
+                a.mad_ms,
+                a.dispersion,
+                cfg.min_dispersion,
+                a.attempt,
+                a.wave_fraction * 100.0,
+                cfg.window_ms
             ),
             (Kind::NoJitter, _) => format!(
                 "no jitter: {who} all waited {:.1} ms (MAD {:.2} ms < noise_floor_ms {}, \
@@ -429,12 +447,12 @@ impl JitterCheck {
             (Kind::Small, Some(Why::Wave)) => format!(
                 "jitter too small to desynchronize: ±{:.1} ms (MAD) on a {:.1} ms delay before \
                  attempt {} (dispersion {:.3}), but {:.0}% of the retries of {who} came back \
-                 within one {} ms window",
+                 within one {} ms window of their failures",
                 a.mad_ms,
                 a.median_ms,
                 a.attempt,
                 a.dispersion,
-                a.densest_fraction * 100.0,
+                a.wave_fraction * 100.0,
                 cfg.window_ms
             ),
             (Kind::Small, _) => format!(
@@ -558,6 +576,7 @@ impl Check for JitterCheck {
                     "dispersion": a.dispersion,
                     "iqr_over_median": a.iqr_over_median,
                     "densest_window_fraction": a.densest_fraction,
+                    "delays_in_one_window": a.wave_fraction,
                     "cluster_peak_to_mean": a.peak_to_mean,
                     "finding": match a.kind {
                         Kind::Jittered => "jittered",
@@ -808,19 +827,17 @@ mod tests {
         assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
         assert!(r.summary.contains("min_spread_ms"), "{}", r.summary);
         assert!(!r.summary.contains(" < 0.1"), "{}", r.summary);
-        // Wide enough but undispersed, not one wave (the failures were spread): dispersion and
-        // the noise floor decide.
-        let mut j = herd(50, 1, 17, |rng, _, _| 1000.0 + rng.random::<f64>() * 80.0);
-        for e in &mut j {
-            let odd = e
-                .idempotency_key
-                .as_deref()
-                .is_some_and(|k| k.ends_with(['1', '3', '5', '7', '9']));
-            let shift = if odd { 200_000 } else { 0 };
-            e.t_recv_us += shift;
-            e.t_done_us += shift;
-        }
-        let r = run_one("jitter", "{ together_ms: 400 }", &in_arrival_order(j));
+        // Wide enough but undispersed, not one wave (a fifth of the fleet waited 400 ms more):
+        // dispersion and the noise floor decide.
+        let j = herd(50, 1, 17, |rng, _, _| {
+            let late = if rng.random::<f64>() < 0.2 {
+                400.0
+            } else {
+                0.0
+            };
+            1000.0 + late + rng.random::<f64>() * 10.0
+        });
+        let r = run_one("jitter", "{}", &j);
         assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
         assert!(r.summary.contains("< noise_floor_ms 25"), "{}", r.summary);
         assert!(r.summary.contains("dispersion 0.0"), "{}", r.summary);
@@ -857,6 +874,28 @@ mod tests {
             assert_eq!(r.verdict, Verdict::Fail, "{spread}: {}", r.summary);
             assert!(r.summary.starts_with("no jitter"), "{}", r.summary);
         }
+    }
+
+    /// A fleet whose first requests reached the server over 400 ms (its own pace of sending)
+    /// and that retries after a fixed 1 s, with the loop's noise (0–120 ms, MAD 30 ms, above the
+    /// noise floor): the arrivals are spread over more than a window, but every retry came back
+    /// within one window of its own failure — no jitter, not jitter too small.
+    #[test]
+    fn a_wave_is_counted_from_the_failures_not_from_the_first_request() {
+        let mut j = herd(50, 1, 19, |rng, _, _| 1000.0 + rng.random::<f64>() * 120.0);
+        for e in &mut j {
+            let c: u64 = e.idempotency_key.as_deref().unwrap_or("k0")[1..]
+                .parse()
+                .unwrap_or(0);
+            e.t_recv_us += c * 8000;
+            e.t_done_us += c * 8000;
+        }
+        let r = run_one("jitter", "{ together_ms: 400 }", &in_arrival_order(j));
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
+        assert!(r.summary.contains("came back as one wave"), "{}", r.summary);
+        let g = &r.metrics["groups"][0];
+        assert!(g["densest_window_fraction"].as_f64() < Some(0.9), "{g}");
+        assert_eq!(g["delays_in_one_window"], 1.0);
     }
 
     /// Jitter whose spread is narrower than a window brings a wave back whatever its
