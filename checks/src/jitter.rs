@@ -19,15 +19,23 @@
 //!    IQR / median reaches twice the threshold: capped decorrelated jitter puts most delays exactly
 //!    at the cap (MAD 0) while a good quarter stay spread below it.
 //! 3. Per group: a median delay under `immediate_ms` is its own finding (immediate retries with no
-//!    backoff: fail); dispersion ≥ `min_dispersion` passes; a spread under the threshold but above
-//!    the noise floor (`noise_floor_ms` of MAD, e.g. 0–100 ms added to a 1 s backoff) is weak; less
-//!    is no jitter (fail). A spread under `immediate_ms` (MAD) is no jitter whatever its
-//!    dispersion: it is the pace at which a client handles responses. The worst group decides.
+//!    backoff: fail). What jitter is for is spreading, in absolute time, retries that a failure
+//!    synchronized; so retries that came back within a window of their failures (median under
+//!    `window_ms`) over a spread (10th to 90th percentile of the delays) narrower than
+//!    `min_spread_ms` are no jitter whatever their dispersion: that is the pace at which a client
+//!    handles responses — a fleet on one event loop handles 50 failures one after another over
+//!    tens of milliseconds, which makes a large dispersion of a small median. A longer wait
+//!    that still brings `max_wave_fraction` of them back within one window of their failures is
+//!    one wave: weak if dispersed, no jitter if not. Beyond that,
+//!    dispersion ≥ `min_dispersion` passes; a spread under the threshold but above the noise floor
+//!    (`noise_floor_ms` of MAD, e.g. 0–100 ms added to a 1 s backoff) is weak; less is no jitter
+//!    (fail). The worst group decides, and every finding names the criterion that decided it.
 //! 4. The effect is reported too: the fraction of a wave's retries in its densest `window_ms`
 //!    window, and the peak-to-mean ratio of the cluster's retries binned by `window_ms`.
 //!
 //! A group needs `min_samples` retries, else the answer is Inconclusive ("not enough data"), never
-//! a guess. Under a strong `--time-scale`, lower `noise_floor_ms` and `immediate_ms` with it.
+//! a guess. Under a strong `--time-scale`, lower `noise_floor_ms`, `min_spread_ms` and `immediate_ms`
+//! with it: they are real time, the client's handling, not the scenario's.
 //!
 //! Memory: the retries of a cluster are kept until no member operation has been active for the
 //! horizon; then the cluster is judged and only its verdicts remain.
@@ -56,18 +64,22 @@ pub struct JitterConfig {
     pub min_dispersion: f64,
     /// MAD (ms) below which a spread is scheduling noise, not jitter.
     pub noise_floor_ms: f64,
-    /// A median retry delay below this (ms) is an immediate retry: no backoff at all; a spread
-    /// of delays (MAD) below it is the client's handling pace, not jitter.
+    /// A median retry delay below this (ms) is an immediate retry: no backoff at all.
     pub immediate_ms: f64,
+    /// Narrowest spread of a group's delays (ms, 10th to 90th percentile) that can be jitter when
+    /// the retries came back within `window_ms` of their failures (median): a narrower one is
+    /// the pace at which the client handles responses, whatever its dispersion.
+    pub min_spread_ms: f64,
     /// Retries one attempt group needs before it is judged.
     pub min_samples: usize,
     /// First failures within this time (ms) of a cluster's first one count as failing together.
     pub together_ms: u64,
     /// Window (ms) for the arrival-clustering figures.
     pub window_ms: u64,
-    /// A group whose densest `window_ms` window holds at least this fraction of its retries
-    /// arrived as one wave: after a wait of at least a window, its delays' spread did not spread
-    /// the arrivals, so it is at best jitter too small to matter.
+    /// A group that brings at least this fraction of its retries back within one `window_ms`
+    /// of their failures (its delays within one window) came back as one wave: after a wait of
+    /// at least a window, its delays' spread did not spread the retries, so it is at best jitter
+    /// too small to matter.
     pub max_wave_fraction: f64,
 }
 
@@ -80,6 +92,14 @@ impl Default for JitterConfig {
             // exponential-backoff without jitter, measured (calibration/RESULTS.md).
             noise_floor_ms: 25.0,
             immediate_ms: 10.0,
+            // Between the widest spread of retries that did not wait at all (a fleet of 50 on one
+            // event loop: 10–55 ms after their failures, 36 ms from the 10th to the 90th
+            // percentile; p-retry with `minTimeout: 0`, 29 ms) and the narrowest jitter that must
+            // pass (full jitter on a 100 ms base: 80 ms; 63–75 ms measured), a factor of 1.25
+            // from the one and 1.4 from the other: a group of 20 full-jittered retries falls
+            // under it 1 time in 300 (calibration/RESULTS.md). A well-behaved client failed is a
+            // gate switched off, so the doubt goes to the wider side.
+            min_spread_ms: 45.0,
             min_samples: 20,
             together_ms: 250,
             window_ms: 250,
@@ -120,6 +140,19 @@ enum Kind {
     Immediate,
 }
 
+/// The criterion that decided a group short of jittered (no jitter, or too little).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Why {
+    /// Back within a window of their failures, over less than `min_spread_ms` (10th to 90th
+    /// percentile).
+    Narrow,
+    /// `max_wave_fraction` of the retries came back in one window, after a median wait of at
+    /// least a window.
+    Wave,
+    /// The dispersion is under `min_dispersion` (MAD / median, and IQR / median under twice it).
+    Undispersed,
+}
+
 /// Attempt groups whose slow retries (90th percentile of the delays) wait less than this factor
 /// longer at the last attempt than at the first do not back off (an exponential backoff doubles;
 /// handling delays stay put or shrink).
@@ -133,13 +166,20 @@ struct Analysis {
     median_ms: f64,
     /// 90th percentile of the delays: how long the group's slow retries waited.
     p90_ms: f64,
+    /// 10th to 90th percentile of the delays.
+    spread_ms: f64,
     mad_ms: f64,
     dispersion: f64,
     iqr_over_median: f64,
     densest_fraction: f64,
+    /// Largest fraction of the delays within one `window_ms`: the retries that came back
+    /// together, counted from their own failures.
+    wave_fraction: f64,
     densest_seqs: Vec<u64>,
     peak_to_mean: Option<f64>,
     kind: Kind,
+    /// What decided `kind` when it is `Small` or `NoJitter`.
+    why: Option<Why>,
 }
 
 /// The `jitter` check.
@@ -309,99 +349,147 @@ impl JitterCheck {
             .values()
             .flat_map(|g| g.arrivals.iter().map(|(t, _)| *t))
             .collect();
-        let wave = dense as f64 / n as f64 >= self.cfg.max_wave_fraction
-            && med >= self.cfg.window_ms as f64;
-        // A spread counts only beyond the pace at which a client handles responses: a fleet on
-        // one event loop handles its failures one after another, which spreads retries that
-        // have no delay at all evenly over a few milliseconds — a large dispersion of a small
-        // median, not jitter. Under `immediate_ms` of MAD (and twice that of interquartile
-        // range) it is that pace; full jitter on a 100 ms base has a MAD of 25 ms.
+        // One wave relative to the failures that synchronized them: the delays, not the
+        // arrivals, since failures spread by the client's own pace (a fleet's first requests
+        // reach the server over up to 180 ms on a busy machine) spread retries that all waited
+        // the same.
+        let mut delays = g.delays_us.clone();
+        delays.sort_unstable();
+        let wave_fraction = densest_window(&delays, window_us).0 as f64 / n as f64;
+        let wave = wave_fraction >= self.cfg.max_wave_fraction && med >= self.cfg.window_ms as f64;
+        let p90 = quantile(&ms, 0.9)?;
+        let spread_ms = p90 - quantile(&ms, 0.1)?;
+        // Jitter spreads retries in absolute time. A fleet on one event loop handles its failures
+        // one after another and retries each at once: tens of milliseconds from the first to the
+        // last, a large dispersion of a small median. Retries that came back within a window of
+        // their failures (the median under `window_ms`) over a spread narrower than that pace
+        // are not jittered, whatever the spread is relative to the median. A longer wait that
+        // brings them back together is the wave rule's. Beyond that, a spread of a few
+        // milliseconds of MAD (or twice that of IQR) is noise whatever its dispersion.
+        let narrow = med < self.cfg.window_ms as f64 && spread_ms < self.cfg.min_spread_ms;
         let above_noise = mad_ms >= self.cfg.immediate_ms || iqr >= 2.0 * self.cfg.immediate_ms;
-        let dispersed = above_noise
+        let dispersed = !narrow
+            && above_noise
             && (dispersion >= self.cfg.min_dispersion
                 || iqr_over_median >= 2.0 * self.cfg.min_dispersion);
         // A wave is judged by what it did: a real spread that still came back in one window is
         // too small to matter (weak); a narrow one is no jitter, whatever noise widened it.
-        let kind = if med < self.cfg.immediate_ms {
-            Kind::Immediate
+        let (kind, why) = if med < self.cfg.immediate_ms {
+            (Kind::Immediate, None)
+        } else if narrow {
+            (Kind::NoJitter, Some(Why::Narrow))
         } else if wave {
-            if dispersed {
+            let kind = if dispersed {
                 Kind::Small
             } else {
                 Kind::NoJitter
-            }
+            };
+            (kind, Some(Why::Wave))
         } else if dispersed {
-            Kind::Jittered
+            (Kind::Jittered, None)
         } else if mad_ms >= self.cfg.noise_floor_ms {
-            Kind::Small
+            (Kind::Small, Some(Why::Undispersed))
         } else {
-            Kind::NoJitter
+            (Kind::NoJitter, Some(Why::Undispersed))
         };
         Some(Analysis {
             cluster_start_us: c.start_us,
             attempt,
             n,
             median_ms: med,
-            p90_ms: quantile(&ms, 0.9)?,
+            p90_ms: p90,
+            spread_ms,
             mad_ms,
             dispersion,
             iqr_over_median,
             densest_fraction: dense as f64 / n as f64,
+            wave_fraction,
             densest_seqs,
             peak_to_mean: peak_to_mean(&all, c.start_us, window_us),
             kind,
+            why,
         })
     }
 
-    /// One line on an attempt group; times are seconds since the run started (`facts`).
+    /// One line on an attempt group, naming the criterion that decided it; times are seconds
+    /// since the run started (`facts`).
     fn describe(&self, a: &Analysis, facts: &Facts) -> String {
         let at = facts.run_ms(a.cluster_start_us) / 1000.0;
-        match a.kind {
-            Kind::Immediate => format!(
-                "immediate retries with no backoff: median delay {:.1} ms before attempt {} \
-                 ({} operations that failed together at {at:.3} s)",
-                a.median_ms, a.attempt, a.n
+        let cfg = &self.cfg;
+        let wave = format!(
+            "{:.0}% of those retries arrived within one {} ms window",
+            a.densest_fraction * 100.0,
+            cfg.window_ms
+        );
+        let who = format!("{} operations that failed together at {at:.3} s", a.n);
+        match (a.kind, a.why) {
+            (Kind::Immediate, _) => format!(
+                "immediate retries with no backoff: median delay {:.1} ms < immediate_ms {} \
+                 before attempt {} ({who})",
+                a.median_ms, cfg.immediate_ms, a.attempt
             ),
-            Kind::NoJitter => format!(
-                "no jitter: {} operations that failed together at {at:.3} s all waited \
-                 {:.1} ms (MAD {:.2} ms, dispersion {:.4} < {}) before attempt {}; {:.0}% of \
-                 those retries arrived within one {} ms window",
-                a.n,
+            (Kind::NoJitter, Some(Why::Narrow)) => format!(
+                "no jitter: {who} came back {:.1} ms (median) after their failures before \
+                 attempt {}, spread over {:.1} ms (10th to 90th percentile) < min_spread_ms {}: \
+                 the pace of handling responses, whatever the dispersion ({:.2}); {wave}",
+                a.median_ms, a.attempt, a.spread_ms, cfg.min_spread_ms, a.dispersion
+            ),
+            (Kind::NoJitter, Some(Why::Wave)) => format!(
+                "no jitter: {who} all waited {:.1} ms (MAD {:.2} ms, dispersion {:.4} < {}) \
+                 before attempt {} and came back as one wave: {:.0}% of them within one {} ms \
+                 window of their failures; {wave}",
                 a.median_ms,
                 a.mad_ms,
                 a.dispersion,
-                self.cfg.min_dispersion,
+                cfg.min_dispersion,
                 a.attempt,
-                a.densest_fraction * 100.0,
-                self.cfg.window_ms
+                a.wave_fraction * 100.0,
+                cfg.window_ms
             ),
-            Kind::Small => format!(
+            (Kind::NoJitter, _) => format!(
+                "no jitter: {who} all waited {:.1} ms (MAD {:.2} ms < noise_floor_ms {}, \
+                 dispersion {:.4} < {}) before attempt {}; {wave}",
+                a.median_ms,
+                a.mad_ms,
+                cfg.noise_floor_ms,
+                a.dispersion,
+                cfg.min_dispersion,
+                a.attempt
+            ),
+            (Kind::Small, Some(Why::Wave)) => format!(
                 "jitter too small to desynchronize: ±{:.1} ms (MAD) on a {:.1} ms delay before \
-                 attempt {} (dispersion {:.3}; {:.0}% of the retries of {} operations that \
-                 failed together at {at:.3} s arrived within one {} ms window)",
+                 attempt {} (dispersion {:.3}), but {:.0}% of the retries of {who} came back \
+                 within one {} ms window of their failures",
                 a.mad_ms,
                 a.median_ms,
                 a.attempt,
                 a.dispersion,
-                a.densest_fraction * 100.0,
-                a.n,
-                self.cfg.window_ms
+                a.wave_fraction * 100.0,
+                cfg.window_ms
             ),
-            Kind::NoBackoff => format!(
-                "no backoff: {} operations that failed together at {at:.3} s came back {:.1} ms \
-                 (median) after each failure before attempt {}, no later than before earlier \
-                 attempts: the pace of handling responses, not a backoff; {:.0}% of those \
-                 retries arrived within one {} ms window",
-                a.n,
+            (Kind::Small, _) => format!(
+                "jitter too small to desynchronize: ±{:.1} ms (MAD, above noise_floor_ms {}) on \
+                 a {:.1} ms delay before attempt {} (dispersion {:.3} < {}; {:.0}% of the \
+                 retries of {who} arrived within one {} ms window)",
+                a.mad_ms,
+                cfg.noise_floor_ms,
                 a.median_ms,
                 a.attempt,
+                a.dispersion,
+                cfg.min_dispersion,
                 a.densest_fraction * 100.0,
-                self.cfg.window_ms
+                cfg.window_ms
             ),
-            Kind::Jittered => format!(
-                "jittered: dispersion {:.2} on a {:.1} ms median delay before attempt {} \
-                 ({} operations)",
-                a.dispersion, a.median_ms, a.attempt, a.n
+            (Kind::NoBackoff, _) => format!(
+                "no backoff: {who} came back {:.1} ms (median) after each failure before \
+                 attempt {}, no later than before earlier attempts: the pace of handling \
+                 responses, not a backoff; {wave}",
+                a.median_ms, a.attempt
+            ),
+            (Kind::Jittered, _) => format!(
+                "jittered: dispersion {:.2}, spread {:.1} ms, on a {:.1} ms median delay before \
+                 attempt {} ({} operations)",
+                a.dispersion, a.spread_ms, a.median_ms, a.attempt, a.n
             ),
         }
     }
@@ -496,9 +584,11 @@ impl Check for JitterCheck {
                     "retries": a.n,
                     "median_delay_ms": a.median_ms,
                     "mad_ms": a.mad_ms,
+                    "spread_ms": a.spread_ms,
                     "dispersion": a.dispersion,
                     "iqr_over_median": a.iqr_over_median,
                     "densest_window_fraction": a.densest_fraction,
+                    "delays_in_one_window": a.wave_fraction,
                     "cluster_peak_to_mean": a.peak_to_mean,
                     "finding": match a.kind {
                         Kind::Jittered => "jittered",
@@ -540,8 +630,8 @@ impl CheckSpec for JitterConfig {
     const NAME: &'static str = "jitter";
     const ABOUT: About = About {
         catches: "the thundering herd",
-        how: "operations whose first failures cluster in time; per attempt index the retry delays' dispersion (MAD / median, IQR / median) and the arrivals' clustering (densest-window fraction, peak-to-mean). No jitter fails; full, equal, decorrelated pass; a spread above the noise floor but under `min_dispersion` (e.g. 0–400 ms on 1 s), or a dispersed one that still brings `max_wave_fraction` of the retries back in one window, is weak, and a narrow one that does is no jitter; a spread under `immediate_ms` of MAD (the client's pace of handling responses) is no jitter whatever its dispersion; a median delay under `immediate_ms`, or short delays that do not grow from attempt to attempt (a fleet on an event loop handling its failures one after another), fail as no backoff at all",
-        limits: "needs `min_samples` retries per group, else inconclusive; under a strong time scale lower `noise_floor_ms`",
+        how: "operations whose first failures cluster in time; per attempt index the retry delays' dispersion (MAD / median, IQR / median) and the arrivals' clustering (densest-window fraction, peak-to-mean). No jitter fails; full, equal, decorrelated pass; a spread above the noise floor but under `min_dispersion` (e.g. 0–400 ms on 1 s), or a dispersed one that still brings `max_wave_fraction` of the retries back in one window, is weak, and a narrow one that does is no jitter; retries back within a window of their failures over a spread under `min_spread_ms` (10th to 90th percentile: the pace at which a client handles responses, e.g. a fleet of 50 on one event loop retrying at once) are no jitter whatever their dispersion; a median delay under `immediate_ms`, or short delays that do not grow from attempt to attempt (a fleet on an event loop handling its failures one after another), fail as no backoff at all",
+        limits: "needs `min_samples` retries per group, else inconclusive; under a strong time scale lower `noise_floor_ms` and `min_spread_ms`; a fleet whose handling is itself spread over more than `min_spread_ms` (a connection pool queueing its retries, or an event loop starved of CPU) spreads them at the server as jitter would",
     };
 
     fn scale(&mut self, f: f64) {
@@ -553,6 +643,7 @@ impl CheckSpec for JitterConfig {
         non_negative("min_dispersion", self.min_dispersion)?;
         non_negative("noise_floor_ms", self.noise_floor_ms)?;
         non_negative("immediate_ms", self.immediate_ms)?;
+        non_negative("min_spread_ms", self.min_spread_ms)?;
         if !(self.max_wave_fraction > 0.0 && self.max_wave_fraction <= 1.0) {
             return Err(Invalid::new(
                 "max_wave_fraction",
@@ -706,6 +797,67 @@ mod tests {
         assert_eq!(r.verdict, Verdict::Pass, "{}", r.summary);
     }
 
+    /// The same fleet with a single retry: no later attempt to compare with, and a spread of
+    /// 10–55 ms whose dispersion (0.2–0.4) looks like full jitter — but every retry came back
+    /// within one window of the failure, over a spread narrower than a fleet's handling pace.
+    #[test]
+    fn a_single_retry_at_the_pace_of_handling_is_no_jitter_whatever_its_dispersion() {
+        for seed in 0..20 {
+            let j = herd(50, 1, 100 + seed, |rng, _, _| {
+                10.0 + rng.random::<f64>() * 45.0
+            });
+            let r = run_one("jitter", "{}", &j);
+            assert_eq!(r.verdict, Verdict::Fail, "seed {seed}: {}", r.summary);
+            assert!(r.summary.starts_with("no jitter"), "{}", r.summary);
+            assert!(r.summary.contains("< min_spread_ms 45"), "{}", r.summary);
+            assert!(dispersion(&r) > 0.2, "looks jittered: {}", dispersion(&r));
+            assert_eq!(r.metrics["highest_densest_window_fraction"], 1.0);
+        }
+    }
+
+    /// Full jitter on a small base spreads the retries over 0–100 ms: all within one window, but
+    /// over a spread well above the pace of handling (80 ms from the 10th to the 90th
+    /// percentile, against 45), also with 2–12 ms of handling added to every delay.
+    #[test]
+    fn full_jitter_on_a_small_base_passes() {
+        for seed in 0..20 {
+            let j = herd(50, 1, 200 + seed, |rng, _, _| {
+                rng.random::<f64>() * 100.0 + 2.0 + rng.random::<f64>() * 10.0
+            });
+            let r = run_one("jitter", "{}", &j);
+            assert_eq!(r.verdict, Verdict::Pass, "seed {seed}: {}", r.summary);
+            assert_eq!(r.metrics["highest_densest_window_fraction"], 1.0);
+        }
+    }
+
+    /// Each finding names the criterion that decided it, not a figure that did not.
+    #[test]
+    fn findings_name_the_criterion_that_decided() {
+        // Dispersed (0.2 of a 60 ms median) but narrow: the spread decides.
+        let j = herd(50, 1, 16, |rng, _, _| 50.0 + rng.random::<f64>() * 24.0);
+        let r = run_one("jitter", "{}", &j);
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
+        assert!(r.summary.contains("min_spread_ms"), "{}", r.summary);
+        assert!(!r.summary.contains(" < 0.1"), "{}", r.summary);
+        // Wide enough but undispersed, not one wave (a fifth of the fleet waited 400 ms more):
+        // dispersion and the noise floor decide.
+        let j = herd(50, 1, 17, |rng, _, _| {
+            let late = if rng.random::<f64>() < 0.2 {
+                400.0
+            } else {
+                0.0
+            };
+            1000.0 + late + rng.random::<f64>() * 10.0
+        });
+        let r = run_one("jitter", "{}", &j);
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
+        assert!(r.summary.contains("< noise_floor_ms 25"), "{}", r.summary);
+        assert!(r.summary.contains("dispersion 0.0"), "{}", r.summary);
+        // An immediate retry names immediate_ms.
+        let r = run_one("jitter", "{}", &herd(50, 1, 18, |_, _, _| 0.0));
+        assert!(r.summary.contains("< immediate_ms 10"), "{}", r.summary);
+    }
+
     /// Zero-delay retries on a busy event loop whose handling slowed at the next attempt: the
     /// delays grow (the no-backoff rule cannot see them) and their spread is a large fraction
     /// of a small median, but in absolute terms it is the pace of handling: no jitter.
@@ -734,6 +886,28 @@ mod tests {
             assert_eq!(r.verdict, Verdict::Fail, "{spread}: {}", r.summary);
             assert!(r.summary.starts_with("no jitter"), "{}", r.summary);
         }
+    }
+
+    /// A fleet whose first requests reached the server over 400 ms (its own pace of sending)
+    /// and that retries after a fixed 1 s, with the loop's noise (0–120 ms, MAD 30 ms, above the
+    /// noise floor): the arrivals are spread over more than a window, but every retry came back
+    /// within one window of its own failure — no jitter, not jitter too small.
+    #[test]
+    fn a_wave_is_counted_from_the_failures_not_from_the_first_request() {
+        let mut j = herd(50, 1, 19, |rng, _, _| 1000.0 + rng.random::<f64>() * 120.0);
+        for e in &mut j {
+            let c: u64 = e.idempotency_key.as_deref().unwrap_or("k0")[1..]
+                .parse()
+                .unwrap_or(0);
+            e.t_recv_us += c * 8000;
+            e.t_done_us += c * 8000;
+        }
+        let r = run_one("jitter", "{ together_ms: 400 }", &in_arrival_order(j));
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
+        assert!(r.summary.contains("came back as one wave"), "{}", r.summary);
+        let g = &r.metrics["groups"][0];
+        assert!(g["densest_window_fraction"].as_f64() < Some(0.9), "{g}");
+        assert_eq!(g["delays_in_one_window"], 1.0);
     }
 
     /// Jitter whose spread is narrower than a window brings a wave back whatever its

@@ -4,18 +4,25 @@
 //! A client that comes back sooner is refused again at best and, multiplied by every client, keeps
 //! an overloaded service down. Honouring Retry-After is the cheapest back-pressure there is.
 //!
-//! Where the Retry-After comes from: today's journal records request headers only, not the
-//! response's. So the value the server sent is taken, in order, from the journal field
-//! `retry_after_s` when a journal carries it (read through
-//! [`JournalRecord`](super::journal::JournalRecord)), from `by_rule` (the id of the schedule rule
-//! that fired), from `by_status`, and from `default_s` for responses whose status is in `statuses`.
-//! The configuration must therefore match the fault schedule that produced the journal (and be
-//! scaled with it under `--time-scale`); an HTTP-date Retry-After cannot be expressed here.
+//! Where the Retry-After comes from: the value the response carried, as the journal recorded it
+//! (the fault server records every response's Retry-After, seconds or an HTTP-date; a journal
+//! may also carry a field `retry_after_s`, read through
+//! [`JournalRecord`](super::journal::JournalRecord)). For a journal without it, the value is
+//! taken from `by_rule` (the id of the schedule rule that fired), from `by_status`, and from
+//! `default_s` for responses whose status is in `statuses` — a configuration that must match the
+//! fault schedule that produced the journal (and be scaled with it under `--time-scale`).
 //!
 //! The delay is measured at the server (next arrival minus the previous response's end), so it
-//! slightly over-states the client's wait; `tolerance_ms` absorbs rounding.
+//! over-states the client's wait by the time the client took to handle the response;
+//! `tolerance_ms` absorbs rounding. That handling is also why a short Retry-After tells nothing
+//! when it is met: a client that ignores it and retries at once comes back after handling the
+//! response — tens of milliseconds on an event loop — and so meets a Retry-After of up to
+//! `immediate_ms` + `tolerance_ms` as well as a client that waited. Such retries still fail when
+//! they came back early (that is early whatever the handling), but are no evidence of honouring:
+//! with no other, the verdict is inconclusive and says why.
 //!
-//! Metrics: `retries_checked`, `too_early`, `smallest_margin_ms` (delay minus Retry-After).
+//! Metrics: `retries_checked`, `too_early`, `smallest_margin_ms` (delay minus Retry-After),
+//! `on_time_after_short_retry_after` (retries that met a Retry-After too short to tell).
 
 use history::Facts;
 use std::collections::BTreeMap;
@@ -42,6 +49,10 @@ pub struct RetryAfterConfig {
     pub by_rule: BTreeMap<String, f64>,
     /// How much earlier than Retry-After a retry may arrive (ms).
     pub tolerance_ms: u64,
+    /// How long (ms) a client that retries at once may take to come back, handling the
+    /// response: a Retry-After of at most this plus `tolerance_ms` is met by such a client too,
+    /// so a retry that met it is no evidence of honouring it. Real time, not scaled.
+    pub immediate_ms: f64,
     /// Factor applied to the Retry-After recorded in the journal: a scenario's time scale (its
     /// clients wait the server's Retry-After scaled, as every other duration); 1 otherwise.
     pub recorded_scale: f64,
@@ -55,6 +66,9 @@ impl Default for RetryAfterConfig {
             by_status: BTreeMap::new(),
             by_rule: BTreeMap::new(),
             tolerance_ms: 50,
+            // A fleet of 50 on one event loop that retries at once is back 10–55 ms after its
+            // failures (calibration/RESULTS.md); jitter's `min_spread_ms` is the same pace.
+            immediate_ms: 50.0,
             recorded_scale: 1.0,
         }
     }
@@ -82,7 +96,12 @@ impl RetryAfterConfig {
 pub(crate) struct RetryAfterCheck {
     cfg: RetryAfterConfig,
     findings: Findings,
+    /// Retries judged: early ones, and on-time ones after a Retry-After long enough to tell.
     checked: u64,
+    /// Retries that met a Retry-After too short to tell honouring from ignoring.
+    short_met: u64,
+    /// The longest such Retry-After (s).
+    short_max_s: f64,
     smallest_margin_ms: Option<f64>,
 }
 
@@ -93,6 +112,8 @@ impl RetryAfterCheck {
             cfg: cfg.clone(),
             findings: Findings::new(ctx.max_evidence),
             checked: 0,
+            short_met: 0,
+            short_max_s: 0.0,
             smallest_margin_ms: None,
         }
     }
@@ -119,11 +140,20 @@ impl Check for RetryAfterCheck {
         if a.entry.t_recv_us < prev.t_done_us || other_client {
             return;
         }
-        self.checked += 1;
         let delay_ms = delay_us as f64 / 1000.0;
         let margin = delay_ms - ra_s * 1000.0;
+        let early = margin < -(self.cfg.tolerance_ms as f64);
+        // Early is early whatever the client's handling; on time after a Retry-After no longer
+        // than a client that retries at once takes to come back is no evidence of waiting.
+        let telling = ra_s * 1000.0 > self.cfg.immediate_ms + self.cfg.tolerance_ms as f64;
+        if !early && !telling {
+            self.short_met += 1;
+            self.short_max_s = self.short_max_s.max(ra_s);
+            return;
+        }
+        self.checked += 1;
         self.smallest_margin_ms = Some(self.smallest_margin_ms.map_or(margin, |m| m.min(margin)));
-        if margin < -(self.cfg.tolerance_ms as f64) {
+        if early {
             self.findings.push(
                 format!(
                     "{} retried {delay_ms:.0} ms after a {} that said Retry-After {ra_s} s",
@@ -150,6 +180,20 @@ impl Check for RetryAfterCheck {
                     self.checked
                 ),
             )
+        } else if self.checked == 0 && self.short_met > 0 {
+            (
+                Verdict::Inconclusive,
+                format!(
+                    "cannot tell: the {} retries followed a Retry-After of at most {:.0} ms, \
+                     which a client that retries at once also meets (it comes back within \
+                     immediate_ms {} + tolerance_ms {} of handling the response): honouring it \
+                     and ignoring it look the same",
+                    self.short_met,
+                    self.short_max_s * 1000.0,
+                    self.cfg.immediate_ms,
+                    self.cfg.tolerance_ms
+                ),
+            )
         } else if self.checked == 0 && !configured {
             (
                 Verdict::Inconclusive,
@@ -165,14 +209,27 @@ impl Check for RetryAfterCheck {
                     .to_string(),
             )
         } else {
+            let short = if self.short_met > 0 {
+                format!(
+                    " ({} more met a Retry-After too short to tell, at most {:.0} ms)",
+                    self.short_met,
+                    self.short_max_s * 1000.0
+                )
+            } else {
+                String::new()
+            };
             (
                 Verdict::Pass,
-                format!("all {} retries waited for their Retry-After", self.checked),
+                format!(
+                    "all {} retries waited for their Retry-After{short}",
+                    self.checked
+                ),
             )
         };
         let mut result = CheckResult::new("retry_after", verdict, summary)
             .metric("retries_checked", self.checked)
-            .metric("too_early", self.findings.total());
+            .metric("too_early", self.findings.total())
+            .metric("on_time_after_short_retry_after", self.short_met);
         if let Some(m) = self.smallest_margin_ms {
             result = result.metric("smallest_margin_ms", m);
         }
@@ -184,7 +241,7 @@ impl CheckSpec for RetryAfterConfig {
     const NAME: &'static str = "retry_after";
     const ABOUT: About = About {
         catches: "clients that come back before they were told to",
-        how: "next arrival minus the response's end, against the Retry-After of that response",
+        how: "next arrival minus the response's end, against the Retry-After of that response; a retry that meets a Retry-After of at most `immediate_ms` + `tolerance_ms` (100 ms) is no evidence, since a client that retries at once comes back as late after handling the response (only such retries: inconclusive, with the reason)",
         limits: "reads the Retry-After the journal recorded with the response (the fault server records it; seconds or an HTTP-date); for a journal without it, from the config (`by_rule`, `by_status`, `default_s`, matching the schedule) or a journal field `retry_after_s`",
     };
 
@@ -207,6 +264,7 @@ impl CheckSpec for RetryAfterConfig {
         for (rule, s) in &self.by_rule {
             non_negative(&format!("by_rule.{rule}"), *s)?;
         }
+        non_negative("immediate_ms", self.immediate_ms)?;
         non_negative("recorded_scale", self.recorded_scale)
     }
 
@@ -314,6 +372,58 @@ mod tests {
         // default_s applies only to the listed statuses.
         let cfg = "{ default_s: 1, statuses: [503] }";
         assert_eq!(run_one(NAME, cfg, &j).verdict, Verdict::Inconclusive);
+    }
+
+    /// A Retry-After of 80 ms (1 s in a scenario run at time scale 0.08): a client that ignores
+    /// it and retries after 40 ms of handling is within the tolerance, as one that waited it is:
+    /// neither passes, both are inconclusive with the reason; one that came back after 5 ms was
+    /// early whatever its handling.
+    #[test]
+    fn a_retry_after_within_the_handling_time_cannot_tell() {
+        let short = "{ default_s: 0.08 }";
+        for (name, at) in [("ignored", 40), ("honoured", 120)] {
+            let r = run_one(NAME, short, &throttled_then(1 + at));
+            assert_eq!(r.verdict, Verdict::Inconclusive, "{name}: {}", r.summary);
+            assert!(r.summary.starts_with("cannot tell"), "{}", r.summary);
+            assert!(r.summary.contains("at most 80 ms"), "{}", r.summary);
+        }
+        let r = run_one(NAME, short, &throttled_then(6));
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
+        // Recorded in the journal, `Retry-After: 0` cannot tell either.
+        let j = vec![
+            entry(1, 0)
+                .key("k")
+                .status(503)
+                .response_header("retry-after", "0")
+                .took(1)
+                .build(),
+            entry(2, 30).key("k").created("o1").build(),
+        ];
+        assert_eq!(run_one(NAME, "{}", &j).verdict, Verdict::Inconclusive);
+        // A Retry-After long enough to tell is judged; retries after a short one beside it are
+        // counted apart.
+        let long = "{ by_status: { 429: 1, 503: 0.05 } }";
+        assert_eq!(
+            run_one(NAME, long, &throttled_then(41)).verdict,
+            Verdict::Fail
+        );
+        let mut j = throttled_then(1041);
+        j.push(entry(3, 5000).key("k2").status(503).took(1).build());
+        j.push(entry(4, 5046).key("k2").created("o2").build());
+        let r = run_one(NAME, long, &j);
+        assert_eq!(r.verdict, Verdict::Pass, "{}", r.summary);
+        assert!(
+            r.summary.contains("1 more met a Retry-After too short"),
+            "{}",
+            r.summary
+        );
+        // With no handling allowed for, 80 ms is judged.
+        let r = run_one(
+            NAME,
+            "{ default_s: 0.08, immediate_ms: 0, tolerance_ms: 10 }",
+            &throttled_then(41),
+        );
+        assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
     }
 
     #[test]

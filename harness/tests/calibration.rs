@@ -6,9 +6,13 @@
 //! The libraries are installed, pinned, by `calibration/install.sh` (`.ci/run` calls it) into
 //! `.cache/calibration/`. Without them this test says that it skips, unless
 //! `HARNESS_REQUIRE_TOOLS=1` (CI), where a missing install is a failure.
+//!
+//! It prints every verdict and how long the suite took (`-- --nocapture` shows it): the cases whose
+//! verdicts do not rest on timing run several at a time, the others one at a time (run.sh).
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Instant;
 
 #[test]
 fn every_library_gets_the_verdict_its_source_implies() {
@@ -23,6 +27,7 @@ fn every_library_gets_the_verdict_its_source_implies() {
         return;
     }
     let harness = assert_cmd::cargo::cargo_bin("harness");
+    let started = Instant::now();
     let out = Command::new("bash")
         .arg(root.join("calibration/run.sh"))
         .env("HARNESS", &harness)
@@ -31,6 +36,11 @@ fn every_library_gets_the_verdict_its_source_implies() {
         .expect("bash runs calibration/run.sh");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    println!(
+        "real-client calibration: {:.1} s in all",
+        started.elapsed().as_secs_f64()
+    );
     assert!(
         out.status.success(),
         "calibration/run.sh exited {:?}\n{stdout}\n{stderr}",
