@@ -481,7 +481,16 @@ pub fn load(path: &Path, o: &Overrides) -> Result<Plan, ConfigError> {
 pub fn load_str(text: &str, path: &Path, o: &Overrides) -> Result<Plan, ConfigError> {
     let origin = path.display().to_string();
     let file: ScenarioFile = from_yaml_str(text, &origin)?;
-    resolve(file, path, o).map_err(|e| e.located(text))
+    resolve(file, path, o).map_err(|e| locate_in_scenario(e, text, &origin))
+}
+
+/// Places an error found after parsing in the scenario's text; one found in another file (a
+/// `server_config`) was placed in that file already.
+fn locate_in_scenario(e: ConfigError, text: &str, origin: &str) -> ConfigError {
+    match &e {
+        ConfigError::Invalid { origin: o, .. } if o != origin => e,
+        _ => e.located(text),
+    }
 }
 
 /// Resolves a parsed scenario.
@@ -516,7 +525,7 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
             if let Some(url) = &o.upstream {
                 s.set_upstream(url.clone());
             }
-            s.validate(&origin)?;
+            s.validate(&origin).map_err(|e| e.within("server"))?;
             Some(s)
         }
         (None, Some(p)) => {
@@ -1161,7 +1170,7 @@ mod tests {
 
     fn resolve_text(text: &str, o: &Overrides) -> Result<Plan, ConfigError> {
         let file: ScenarioFile = from_yaml_str(text, "s.yaml")?;
-        resolve(file, Path::new("s.yaml"), o).map_err(|e| e.located(text))
+        resolve(file, Path::new("s.yaml"), o).map_err(|e| locate_in_scenario(e, text, "s.yaml"))
     }
 
     const BASE: &str = "server: {}\nphases:\n  - name: p\n    clients: { concurrency: 2, requests: 4 }\n    request: { path: / }\n";
@@ -1272,6 +1281,16 @@ mod tests {
                 "server: {}\nphases:\n  - name: p\n    clients: { concurrency: 1, requests: 1 }\n    request: { path: /, headers: { x-a: \"1\\r\\nx-b: 2\" } }\n",
                 "s.yaml:5:",
                 "phases[0].request.headers",
+            ),
+            (
+                "server:\n  rules:\n    - id: a\n      fault: drop\n    - id: a\n      fault: drop\nphases: []\n",
+                "s.yaml:5:11: at `server.rules[1].id`",
+                "duplicate rule id",
+            ),
+            (
+                "server: { capture_headers: [\"x a\"] }\nphases: []\n",
+                "s.yaml:1:29: at `server.capture_headers[0]`",
+                "not a header name",
             ),
         ];
         for (text, at, field) in cases {

@@ -166,9 +166,9 @@ fn bad_scenarios_exit_2_with_position_and_field() {
         ("syntax.yaml", "phases: [\n  - {name: x\n", ":2:", ""),
         ("unknown.yaml", "server: {}\nphases:\n  - name: a\n    clients: { concurrency: 1, requests: 1 }\n    request: { path: / }\n    reqest: {}\n", ":6:", "unknown field `reqest`"),
         ("type.yaml", "server: {}\nphases:\n  - name: a\n    clients: { concurrency: many, requests: 1 }\n    request: { path: / }\n", ":4:", "phases[0].clients.concurrency"),
-        ("endless.yaml", "server: {}\nphases:\n  - name: a\n    clients: { concurrency: 1 }\n    request: { path: / }\n", "", "never ends"),
-        ("endless-rate.yaml", "server: {}\nphases:\n  - name: a\n    rate: { rps: 10 }\n    request: { path: / }\n", "", "never ends"),
-        ("placeholder.yaml", "server: {}\nphases:\n  - name: a\n    burst: {}\n    request: { path: \"/{{nope}}\" }\n", "", "unknown placeholder"),
+        ("endless.yaml", "server: {}\nphases:\n  - name: a\n    clients: { concurrency: 1 }\n    request: { path: / }\n", ":4:14:", "never ends"),
+        ("endless-rate.yaml", "server: {}\nphases:\n  - name: a\n    rate: { rps: 10 }\n    request: { path: / }\n", ":4:11:", "never ends"),
+        ("placeholder.yaml", "server: {}\nphases:\n  - name: a\n    burst: {}\n    request: { path: \"/{{nope}}\" }\n", ":5:22: at `phases[0].request.path`", "unknown placeholder"),
         ("nothing.yaml", "phases:\n  - name: a\n    burst: {}\n    request: { path: / }\n", "", "no target"),
     ];
     for (name, body, at, what) in cases {
@@ -194,6 +194,47 @@ fn bad_scenarios_exit_2_with_position_and_field() {
     assert_eq!(out.status.code(), Some(2));
     let out = harness().args(["frobnicate"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn errors_in_the_embedded_servers_config_name_their_file_place_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules =
+        "rules:\n  - id: a\n    fault: { status: 503 }\n  - id: a\n    fault: { status: 500 }\n";
+    let phase = "phases:\n  - name: p\n    clients: { concurrency: 1, requests: 1 }\n    request: { path: /x }\n";
+    let inline = write(
+        &dir,
+        "inline.yaml",
+        &format!("server:\n  rules:\n    - id: a\n      fault: {{ status: 503 }}\n    - id: a\n      fault: {{ status: 500 }}\n{phase}"),
+    );
+    let faults = write(&dir, "faults.yaml", rules);
+    let file = write(
+        &dir,
+        "file.yaml",
+        &format!("server_config: faults.yaml\n{phase}"),
+    );
+    for (scenario, expected) in [
+        (
+            &inline,
+            format!(
+                "error: {}:5:11: at `server.rules[1].id`: duplicate rule id \"a\"",
+                inline.display()
+            ),
+        ),
+        (
+            &file,
+            format!(
+                "error: {}:4:9: at `rules[1].id`: duplicate rule id \"a\"",
+                faults.display()
+            ),
+        ),
+    ] {
+        let out = harness().arg("run").arg(scenario).output().unwrap();
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.starts_with(&expected), "{expected}\n{stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    }
 }
 
 #[test]
