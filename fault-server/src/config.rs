@@ -920,6 +920,17 @@ impl<'de> Deserialize<'de> for OneOrMany<String> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PathPattern(pub String);
 
+/// A request's path never holds whitespace or control characters (the request line would not
+/// parse), so a matcher holding one could never match.
+fn check_request_path(s: &str) -> Result<(), String> {
+    match s.chars().find(|c| c.is_whitespace() || c.is_control()) {
+        Some(c) => Err(format!(
+            "path {s:?} holds {c:?}, which no request's path can hold, so it would never match; write it percent-encoded as requests carry it (%20 for a space)"
+        )),
+        None => Ok(()),
+    }
+}
+
 impl<'de> Deserialize<'de> for PathPattern {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
@@ -1380,12 +1391,25 @@ pub fn validate_rules(rules: &[RuleConfig], origin: &str) -> Result<(), ConfigEr
                 }
             }
         }
-        for (name, _) in r.matcher.headers.iter() {
+        if let Some(PathPattern(p)) = &r.matcher.path {
+            check_request_path(p).map_err(|m| invalid(i, "match.path", m))?;
+        }
+        if let Some(p) = &r.matcher.path_prefix {
+            check_request_path(p).map_err(|m| invalid(i, "match.path_prefix", m))?;
+        }
+        for (name, value) in r.matcher.headers.iter() {
             if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
                 return Err(invalid(
                     i,
                     "match.headers",
                     format!("{name:?} is not a header name"),
+                ));
+            }
+            if http::HeaderValue::from_str(value).is_err() {
+                return Err(invalid(
+                    i,
+                    &format!("match.headers.{name}"),
+                    format!("{value:?} holds a control character, which no request's header can hold, so it would never match"),
                 ));
             }
         }
@@ -1684,6 +1708,21 @@ rules:
                 "orders: { idempotency: maybe }\n",
                 "cfg:1:",
                 "unknown variant `maybe`",
+            ),
+            (
+                "rules:\n  - match: { path: \"/a b\" }\n    fault: drop\n",
+                "cfg:2:20: at `rules[0].match.path`",
+                "would never match",
+            ),
+            (
+                "rules:\n  - match: { path_prefix: \"/a\\tb\" }\n    fault: drop\n",
+                "cfg:2:27: at `rules[0].match.path_prefix`",
+                "would never match",
+            ),
+            (
+                "rules:\n  - match: { headers: { x-a: \"1\\r\\n\" } }\n    fault: drop\n",
+                "cfg:2:30: at `rules[0].match.headers.x-a`",
+                "would never match",
             ),
         ];
         for (text, at, what) in cases {
