@@ -1302,32 +1302,46 @@ impl Config {
     /// scenario can run its experiment faster. `Retry-After` seconds are integers on the wire and
     /// stay as they are; clients scale their wait instead.
     pub fn scale_durations(&mut self, f: f64) {
-        let scale = |d: Duration| d.mul_f64(f);
-        if let Some(c) = &mut self.hang_cap {
-            c.0 = scale(c.0);
+        for (_, d) in self.durations() {
+            *d = d.mul_f64(f);
         }
-        for r in &mut self.rules {
+    }
+
+    /// Every time-like setting of the schedule that [`Config::scale_durations`] scales, with its
+    /// field path (`rules[2].fault.hang.cap`), so a scaled value can be held to a bound.
+    pub fn durations(&mut self) -> Vec<(String, &mut Duration)> {
+        let mut out = Vec::new();
+        if let Some(c) = &mut self.hang_cap {
+            out.push(("hang_cap".to_string(), &mut c.0));
+        }
+        for (i, r) in self.rules.iter_mut().enumerate() {
+            let at = |field: &str| format!("rules[{i}].{field}");
             let m = &mut r.matcher;
-            for w in [&mut m.from, &mut m.until].into_iter().flatten() {
-                w.0 = scale(w.0);
+            if let Some(w) = &mut m.from {
+                out.push((at("match.from"), &mut w.0));
+            }
+            if let Some(w) = &mut m.until {
+                out.push((at("match.until"), &mut w.0));
             }
             match &mut r.fault {
                 FaultConfig::Delay(d) => match &mut d.spec {
-                    DelaySpec::Fixed(d) => *d = scale(*d),
+                    DelaySpec::Fixed(d) => out.push((at("fault.delay"), d)),
                     DelaySpec::Uniform(a, b) => {
-                        *a = scale(*a);
-                        *b = scale(*b);
+                        out.push((at("fault.delay"), a));
+                        out.push((at("fault.delay"), b));
                     }
-                    DelaySpec::Lognormal { median, .. } => *median = scale(*median),
+                    DelaySpec::Lognormal { median, .. } => {
+                        out.push((at("fault.delay.median"), median));
+                    }
                 },
                 FaultConfig::Hang(h) => {
                     if let Some(c) = &mut h.cap {
-                        c.0 = scale(c.0);
+                        out.push((at("fault.hang.cap"), &mut c.0));
                     }
                 }
                 FaultConfig::Status(s) => {
                     if let Some(d) = &mut s.retry_after_date {
-                        d.0 = scale(d.0);
+                        out.push((at("fault.status.retry_after_date"), &mut d.0));
                     }
                 }
                 FaultConfig::Drop
@@ -1337,6 +1351,7 @@ impl Config {
                 | FaultConfig::Malformed(_) => {}
             }
         }
+        out
     }
 }
 

@@ -405,12 +405,19 @@ pub mod bounds {
     pub const OPERATIONS: u64 = 100_000_000;
     /// Attempts per operation.
     pub const ATTEMPTS: u32 = 100;
-    /// Longest a phase may run.
+    /// Longest a phase may run, and longest a pause in one (`think`, `burst.pause`,
+    /// `burst.every`), as they run: after the time scale.
     pub const PHASE: Duration = Duration::from_secs(24 * 3600);
+    /// Longest any other duration may be once scaled (timeouts, backoffs, the embedded server's
+    /// windows and delays): what the file may say before scaling.
+    pub const DURATION: Duration = yaml_config::MAX_DURATION;
     /// Shortest window of the requests-over-time chart.
     pub const MIN_WINDOW: Duration = Duration::from_millis(1);
     /// Most windows a chart may have.
     pub const MAX_WINDOWS: u64 = 100_000;
+    /// How the bounds on durations are named in messages.
+    pub(crate) const PHASE_NAME: &str = "24h";
+    pub(crate) const DURATION_NAME: &str = "366 days";
 }
 
 /// Default concurrent streams per HTTP/2 connection (`h2load -m` defaults to 1; browsers and
@@ -425,6 +432,68 @@ fn invalid(origin: &str, field: impl Into<String>, message: impl Into<String>) -
         field: Some(field.into()),
         message: message.into(),
     }
+}
+
+/// A scenario's durations multiplied by its time scale, each held to its bound as it will run:
+/// a bound checked before scaling would let `--time-scale 1000` turn 24 h into 1,000 days.
+#[derive(Clone, Copy)]
+struct Scale<'a> {
+    factor: f64,
+    origin: &'a str,
+}
+
+impl Scale<'_> {
+    fn of(self, d: Duration) -> Duration {
+        d.mul_f64(self.factor)
+    }
+
+    /// `d` scaled, refused above `max` (named `max_name` in the message).
+    fn within(
+        self,
+        d: Duration,
+        field: impl Into<String>,
+        max: Duration,
+        max_name: &str,
+    ) -> Result<Duration, ConfigError> {
+        let scaled = self.of(d);
+        if scaled > max {
+            return Err(invalid(
+                self.origin,
+                field,
+                format!("{}; give at most {max_name}", self.describe(d)),
+            ));
+        }
+        Ok(scaled)
+    }
+
+    /// `d` as written, and as it runs when the time scale changes it.
+    fn describe(self, d: Duration) -> String {
+        if self.factor == 1.0 {
+            human(d)
+        } else {
+            format!(
+                "{} ({} × time scale {})",
+                human(self.of(d)),
+                human(d),
+                self.factor
+            )
+        }
+    }
+}
+
+/// A duration in its largest whole unit: `1.5s`, `25h`, `1000 days`.
+fn human(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    let (v, unit) = match s {
+        s if s >= 2.0 * 86_400.0 => (s / 86_400.0, " days"),
+        s if s >= 2.0 * 3600.0 => (s / 3600.0, "h"),
+        s if s >= 600.0 => (s / 60.0, "m"),
+        s if s >= 1.0 => (s, "s"),
+        s => (s * 1000.0, "ms"),
+    };
+    let text = format!("{v:.3}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    format!("{text}{unit}")
 }
 
 /// A run split into `shard.count` shards needs every phase to give each shard a worker, and each
@@ -510,7 +579,13 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
             format!("{time_scale:e} is out of bounds; give {lo} to {hi}"),
         ));
     }
-    let scale = |d: Duration| d.mul_f64(time_scale);
+    let scaling = Scale {
+        factor: time_scale,
+        origin: &origin,
+    };
+    let scale = |d: Duration| scaling.of(d);
+    let phase_pause =
+        |d: Duration, field: String| scaling.within(d, field, bounds::PHASE, bounds::PHASE_NAME);
     let connect = resolve_connect(&f, o, &origin)?;
 
     let mut server = match (f.server, &f.server_config) {
@@ -549,6 +624,27 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
     };
     if let Some(s) = &mut server {
         s.scale_durations(time_scale);
+        let too_long = s
+            .durations()
+            .into_iter()
+            .find(|(_, d)| **d > bounds::DURATION)
+            .map(|(field, d)| (field, d.div_f64(time_scale)));
+        if let Some((field, written)) = too_long {
+            let message = format!(
+                "{}; give at most {}",
+                scaling.describe(written),
+                bounds::DURATION_NAME
+            );
+            return Err(match &f.server_config {
+                None => invalid(&origin, format!("server.{field}"), message),
+                // Placed in the file that says it.
+                Some(p) => {
+                    let p = path.parent().unwrap_or(Path::new(".")).join(p);
+                    let text = std::fs::read_to_string(&p).unwrap_or_default();
+                    invalid(&p.display().to_string(), field, message).located(&text)
+                }
+            });
+        }
     }
     let target = o.target.clone().or(f.target);
     let mut relay = Vec::new();
@@ -657,7 +753,11 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
                     "give `pause` (after each round) or `every` (rounds on the clock), not both",
                 ));
             }
-            let every = match b.every.map(|d| scale(d.0)) {
+            let every = match b
+                .every
+                .map(|d| phase_pause(d.0, at("burst.every")))
+                .transpose()?
+            {
                 Some(e) if e.is_zero() => {
                     return Err(invalid(&origin, at("burst.every"), "0; give at least 1ms"))
                 }
@@ -678,7 +778,7 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
             PhaseKind::Burst {
                 size: b.size,
                 rounds: b.rounds,
-                pause: scale(b.pause.map_or(Duration::ZERO, |d| d.0)),
+                pause: phase_pause(b.pause.map_or(Duration::ZERO, |d| d.0), at("burst.pause"))?,
                 every,
                 sync,
             }
@@ -733,7 +833,11 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
                     return Err(invalid(
                         &origin,
                         at(&format!("{field}duration")),
-                        format!("{d:?} (after time_scale); give more than 0, at most 24h"),
+                        format!(
+                            "{}; give more than 0, at most {}",
+                            scaling.describe(d.div_f64(time_scale)),
+                            bounds::PHASE_NAME
+                        ),
                     ));
                 }
             }
@@ -792,20 +896,21 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
                     format!("give 1 to {}", bounds::OPERATIONS),
                 ));
             }
-            if c.duration
-                .is_some_and(|d| d.0.is_zero() || d.0 > bounds::PHASE)
-            {
+            if c.duration.is_some_and(|d| d.0.is_zero()) {
                 return Err(invalid(
                     &origin,
                     at("clients.duration"),
-                    "give more than 0, at most 24h",
+                    format!("0; give more than 0, at most {}", bounds::PHASE_NAME),
                 ));
             }
             PhaseKind::Clients {
                 concurrency: c.concurrency,
-                duration: c.duration.map(|d| scale(d.0)),
+                duration: c
+                    .duration
+                    .map(|d| phase_pause(d.0, at("clients.duration")))
+                    .transpose()?,
                 requests: c.requests,
-                think: scale(c.think.map_or(Duration::ZERO, |d| d.0)),
+                think: phase_pause(c.think.map_or(Duration::ZERO, |d| d.0), at("clients.think"))?,
             }
         } else if let Some(fl) = &p.fleet {
             if fl.clients == 0 || fl.clients > bounds::WORKERS {
@@ -1043,7 +1148,19 @@ pub fn resolve_policy(
     origin: &str,
     at: &str,
 ) -> Result<Policy, ConfigError> {
-    let scale = |d: Duration| d.mul_f64(time_scale);
+    let scaling = Scale {
+        factor: time_scale,
+        origin,
+    };
+    let scale = |d: Duration| scaling.of(d);
+    let bounded = |d: Duration, field: &str| {
+        scaling.within(
+            d,
+            format!("{at}.{field}"),
+            bounds::DURATION,
+            bounds::DURATION_NAME,
+        )
+    };
     let mut out = Policy {
         retry_after_scale: time_scale,
         ..Policy::default()
@@ -1066,7 +1183,7 @@ pub fn resolve_policy(
                 "an attempt needs more than 0 to get an answer",
             ));
         }
-        out.timeout = scale(t.0);
+        out.timeout = bounded(t.0, "timeout")?;
     }
     if p.total_timeout.is_some_and(|t| t.0.is_zero()) {
         return Err(invalid(
@@ -1075,7 +1192,10 @@ pub fn resolve_policy(
             "an operation needs more than 0 to get an answer",
         ));
     }
-    out.total_timeout = p.total_timeout.map(|d| scale(d.0));
+    out.total_timeout = p
+        .total_timeout
+        .map(|d| bounded(d.0, "total_timeout"))
+        .transpose()?;
     if let Some(b) = &p.backoff {
         let factor = b.factor.unwrap_or(2.0);
         if !(factor.is_finite() && factor >= 1.0) {
@@ -1087,8 +1207,11 @@ pub fn resolve_policy(
         }
         out.backoff = Backoff {
             kind: b.kind,
-            base: scale(b.base.0),
-            cap: scale(b.cap.map_or(Duration::from_secs(3600), |c| c.0)),
+            base: bounded(b.base.0, "backoff.base")?,
+            cap: bounded(
+                b.cap.map_or(Duration::from_secs(3600), |c| c.0),
+                "backoff.cap",
+            )?,
             factor,
         };
     } else {
@@ -1147,8 +1270,8 @@ pub fn resolve_policy(
         out.breaker = Some(BreakerSpec {
             failure_ratio: b.failure_ratio,
             min_requests: b.min_requests,
-            window: scale(b.window.0),
-            open_for: scale(b.open_for.0),
+            window: bounded(b.window.0, "breaker.window")?,
+            open_for: bounded(b.open_for.0, "breaker.open_for")?,
             half_open_probes: b.half_open_probes,
         });
         out.fallback_status = b.fallback_status.unwrap_or(503);
@@ -1299,6 +1422,73 @@ mod tests {
                 .to_string();
             assert!(err.starts_with(at), "{text}\n→ {err}");
             assert!(err.contains(field), "{text}\n→ {err}");
+        }
+    }
+
+    #[test]
+    fn durations_are_held_to_their_bounds_as_they_run_after_the_time_scale() {
+        let slow = Overrides {
+            time_scale: Some(1000.0),
+            ..Overrides::default()
+        };
+        let phase = |body: &str| {
+            format!("server: {{}}\nphases:\n  - name: p\n    {body}\n    request: {{ path: / }}\n")
+        };
+        for (text, field, says) in [
+            (
+                phase("clients: { concurrency: 1, duration: 2h }"),
+                "phases[0].clients.duration",
+                "83.333 days (2h × time scale 1000); give at most 24h",
+            ),
+            (
+                phase("clients: { concurrency: 1, requests: 5, think: 100s }"),
+                "phases[0].clients.think",
+                "give at most 24h",
+            ),
+            (
+                phase("burst: { size: 2, rounds: 2, pause: 100s }"),
+                "phases[0].burst.pause",
+                "give at most 24h",
+            ),
+            (
+                phase("burst: { size: 2, rounds: 2, every: 100s }"),
+                "phases[0].burst.every",
+                "give at most 24h",
+            ),
+            (
+                phase("rate: { rps: 1, duration: 100s }"),
+                "phases[0].rate.duration",
+                "at most 24h",
+            ),
+            (
+                "server: {}\nclient: { timeout: 1d }\nphases: []\n".to_string(),
+                "client.timeout",
+                "1000 days (24h × time scale 1000); give at most 366 days",
+            ),
+            (
+                "server: {}\nclient: { backoff: { base: 1s, cap: 1d } }\nphases: []\n".to_string(),
+                "client.backoff.cap",
+                "give at most 366 days",
+            ),
+            (
+                "server:\n  rules:\n    - { fault: { hang: { cap: 1d } } }\nphases: []\n"
+                    .to_string(),
+                "server.rules[0].fault.hang.cap",
+                "give at most 366 days",
+            ),
+        ] {
+            assert!(
+                resolve_text(&text, &Overrides::default()).is_ok(),
+                "within bounds unscaled: {text}"
+            );
+            let err = resolve_text(&text, &slow)
+                .expect_err("out of bounds once scaled")
+                .to_string();
+            assert!(
+                err.starts_with("s.yaml:") && err.contains(&format!("at `{field}`")),
+                "{text}\n→ {err}"
+            );
+            assert!(err.contains(says), "{text}\n→ {err}");
         }
     }
 
