@@ -727,6 +727,19 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
                     format!("{}; give 1 to {}", b.rounds, bounds::ROUNDS),
                 ));
             }
+            let requests = u64::from(b.size) * u64::from(b.rounds);
+            if requests > bounds::OPERATIONS {
+                return Err(invalid(
+                    &origin,
+                    at("burst.rounds"),
+                    format!(
+                        "{} rounds of {} make {requests} requests in one phase; at most {}",
+                        b.rounds,
+                        b.size,
+                        bounds::OPERATIONS
+                    ),
+                ));
+            }
             let sync = match (b.sync, connect.http2) {
                 (None, false) => SyncMode::Release,
                 (None, true) => SyncMode::SinglePacket,
@@ -1423,6 +1436,22 @@ mod tests {
             assert!(err.starts_with(at), "{text}\n→ {err}");
             assert!(err.contains(field), "{text}\n→ {err}");
         }
+    }
+
+    #[test]
+    fn a_burst_is_held_to_the_operations_of_a_phase() {
+        let text = "server: {}\nphases:\n  - name: p\n    burst: { size: 1000, rounds: 1000000 }\n    request: { path: / }\n";
+        let err = resolve_text(text, &Overrides::default())
+            .expect_err("a billion requests")
+            .to_string();
+        assert!(
+            err.starts_with("s.yaml:4:34: at `phases[0].burst.rounds`")
+                && err.contains("1000000000 requests")
+                && err.contains("at most 100000000"),
+            "{err}"
+        );
+        let fits = text.replace("1000000", "100000");
+        assert!(resolve_text(&fits, &Overrides::default()).is_ok());
     }
 
     #[test]
