@@ -413,7 +413,7 @@ pub mod bounds {
     pub const DURATION: Duration = yaml_config::MAX_DURATION;
     /// Shortest window of the requests-over-time chart.
     pub const MIN_WINDOW: Duration = Duration::from_millis(1);
-    /// Most windows a chart may have.
+    /// Most windows the requests-over-time chart may have over the phases' known length.
     pub const MAX_WINDOWS: u64 = 100_000;
     /// How the bounds on durations are named in messages.
     pub(crate) const PHASE_NAME: &str = "24h";
@@ -988,6 +988,7 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
     checks.validate(&origin, "checks")?;
     checks.scale(time_scale);
     check_shardable(&phases, o.shard, &origin)?;
+    let window = resolve_window(f.report.window, &phases, scaling)?;
     Ok(Plan {
         name,
         description: f.description,
@@ -999,20 +1000,57 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
         relay,
         phases,
         checks,
-        window: match f.report.window.map(|d| scale(d.0)) {
-            Some(w) if w < bounds::MIN_WINDOW => {
-                return Err(invalid(
-                    &origin,
-                    "report.window",
-                    format!("{w:?} once scaled; a window is at least 1ms"),
-                ))
-            }
-            w => w,
-        },
+        window,
         connect,
         shard: o.shard,
         start_at_unix_ms: o.start_at_unix_ms,
     })
+}
+
+/// The chart's window, scaled: at least [`bounds::MIN_WINDOW`], and wide enough that the phases'
+/// known length holds at most [`bounds::MAX_WINDOWS`] of them (a 1 ms window over a day would be
+/// 86 million counts per status in every report).
+fn resolve_window(
+    window: Option<Dur>,
+    phases: &[PhasePlan],
+    scaling: Scale<'_>,
+) -> Result<Option<Duration>, ConfigError> {
+    let Some(written) = window else {
+        return Ok(None);
+    };
+    let w = scaling.of(written.0);
+    if w < bounds::MIN_WINDOW {
+        return Err(invalid(
+            scaling.origin,
+            "report.window",
+            format!("{}; a window is at least 1ms", scaling.describe(written.0)),
+        ));
+    }
+    let known: Duration = phases
+        .iter()
+        .filter_map(|p| crate::driver::phase_length(&p.kind))
+        .sum();
+    let windows = known.as_nanos() / w.as_nanos();
+    if windows > u128::from(bounds::MAX_WINDOWS) {
+        return Err(invalid(
+            scaling.origin,
+            "report.window",
+            format!(
+                "{} over the phases' {} makes {windows} windows; at most {} (give a window of at least {}ms)",
+                scaling.describe(written.0),
+                human(known),
+                bounds::MAX_WINDOWS,
+                least_ms(known, scaling.factor),
+            ),
+        ));
+    }
+    Ok(Some(w))
+}
+
+/// The narrowest window, as written (in whole ms), that keeps `known` within the bound.
+fn least_ms(known: Duration, factor: f64) -> u64 {
+    let least = known.as_secs_f64() / bounds::MAX_WINDOWS as f64 / factor;
+    (least * 1000.0).ceil().max(1.0) as u64
 }
 
 /// TLS and protocol settings: the scenario's, each replaced by its flag when given.
@@ -1452,6 +1490,38 @@ mod tests {
         );
         let fits = text.replace("1000000", "100000");
         assert!(resolve_text(&fits, &Overrides::default()).is_ok());
+    }
+
+    #[test]
+    fn the_chart_window_is_held_to_the_most_windows_over_the_phases() {
+        let text = |window: &str| {
+            format!("server: {{}}\nreport: {{ window: {window} }}\nphases:\n  - name: a\n    rate: {{ rps: 1, duration: 150s }}\n    request: {{ path: / }}\n  - name: b\n    clients: {{ concurrency: 1, duration: 50s }}\n    request: {{ path: / }}\n")
+        };
+        let err = resolve_text(&text("1ms"), &Overrides::default())
+            .expect_err("200,000 windows")
+            .to_string();
+        assert!(
+            err.starts_with("s.yaml:2:19: at `report.window`")
+                && err.contains("200000 windows; at most 100000")
+                && err.contains("at least 2ms"),
+            "{err}"
+        );
+        assert!(resolve_text(&text("2ms"), &Overrides::default()).is_ok());
+        // The window and the phases scale alike: the count of windows stays, and the message
+        // says the time scale.
+        let slow = Overrides {
+            time_scale: Some(10.0),
+            ..Overrides::default()
+        };
+        let err = resolve_text(&text("1ms"), &slow)
+            .expect_err("200,000 windows still")
+            .to_string();
+        assert!(
+            err.contains(
+                "10ms (1ms × time scale 10) over the phases' 33.333m makes 200000 windows"
+            ),
+            "{err}"
+        );
     }
 
     #[test]
