@@ -456,6 +456,49 @@ fn analyze_a_journal_and_reject_a_broken_one() {
 }
 
 #[test]
+fn text_from_a_journal_reaches_no_output_raw() {
+    // Two orders under one key made of terminal escapes, a bell and a right-to-left override: the
+    // duplicates check fails and quotes the key in every format.
+    let key = r#""\u001b[2J\u001b[31mEVIL\u001b]0;pwned\u0007\u202eabc\r\n""#;
+    let line = |seq: u64, order: &str| {
+        format!(
+            r#"{{"seq": {seq}, "t_recv_us": {t}, "t_done_us": {d}, "unix_ms": 1796163888900, "method": "POST", "path": "/orders", "query": null, "headers": {{"idempotency-key": {key}}}, "idempotency_key": {key}, "client_id": null, "body_sha256": "df80", "body_len": 19, "conn_id": {seq}, "rule": null, "fault": null, "status": 201, "outcome": "responded", "created": "{order}"}}"#,
+            t = seq * 10_000,
+            d = seq * 10_000 + 500,
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let journal = write(
+        &dir,
+        "evil.jsonl",
+        &format!("{}\n{}\n", line(1, "ord_1"), line(2, "ord_2")),
+    );
+    let reports = dir.path().join("reports");
+    let raw = ['\u{1b}', '\u{7}', '\u{202e}'];
+    for format in ["table", "markdown", "json"] {
+        let out = harness()
+            .arg("analyze")
+            .arg(&journal)
+            .args(["--format", format, "--report-dir"])
+            .arg(&reports)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{format}: {stdout}\n{stderr}");
+        assert!(
+            stdout.contains("EVIL"),
+            "{format}: the key is quoted: {stdout}"
+        );
+        assert!(!stdout.contains(raw), "{format}: {stdout:?}");
+    }
+    for f in ["summary.md", "junit.xml", "report.html", "report.json"] {
+        let body = std::fs::read_to_string(reports.join(f)).unwrap();
+        assert!(body.contains("EVIL"), "{f}: the key is quoted");
+        assert!(!body.contains(raw), "{f}: {body:?}");
+    }
+}
+
+#[test]
 fn report_rerenders_and_compare_gates() {
     let dir = tempfile::tempdir().unwrap();
     let out = harness()
