@@ -456,6 +456,39 @@ fn analyze_a_journal_and_reject_a_broken_one() {
 }
 
 #[test]
+fn a_header_built_from_a_captured_line_break_fails_its_attempt_and_is_never_sent() {
+    let s = server("capture_headers: [x-sku]\n");
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = write(
+        &dir,
+        "capture.yaml",
+        &format!(
+            "target: {}\nphases:\n  - name: make\n    clients: {{ concurrency: 1, requests: 1 }}\n    request: {{ method: POST, path: /orders, headers: {{ Idempotency-Key: \"{{{{key}}}}\" }}, json: {{ sku: \"a\\r\\nx-injected: 1\", qty: 1 }} }}\n    capture: {{ sku: order.sku }}\n  - name: use\n    clients: {{ concurrency: 1, requests: 2 }}\n    request: {{ path: /orders, headers: {{ x-sku: \"{{{{var.sku}}}}\" }} }}\nchecks: {{ thresholds: {{ rules: [\"error_rate < 50%\"] }} }}\n",
+            s.url
+        ),
+    );
+    let out = harness()
+        .arg("run")
+        .arg(&scenario)
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(r["passed"], false, "{stdout}");
+    assert_eq!(r["phases"][1]["requests"]["errors"], 2, "{stdout}");
+    assert_eq!(r["errors_by_kind"]["other"], 2, "{stdout}");
+    // The server saw the order being made, and no request without its header.
+    wait_until("the order journaled", || {
+        control(&s.url, "health")["journaled"] == 1 && in_flight(&s.url) == 0
+    });
+    let journal = std::fs::read_to_string(&s.journal).unwrap();
+    assert_eq!(journal.lines().count(), 1, "{journal}");
+    assert!(journal.contains("\"POST\""), "{journal}");
+}
+
+#[test]
 fn text_from_a_journal_reaches_no_output_raw() {
     // Two orders under one key made of terminal escapes, a bell and a right-to-left override: the
     // duplicates check fails and quotes the key in every format.
