@@ -167,7 +167,7 @@ impl Session {
             run_start: Instant::now(),
             time_origin_us,
             target_url: None,
-            total: Recorder::new(true),
+            total: Recorder::new(false),
             phases: Vec::new(),
             keys_used: Vec::new(),
             interrupted: false,
@@ -303,7 +303,8 @@ impl Session {
                 stop: stop.clone(),
                 hard_stop: false,
                 done,
-                keep_attempts: true,
+                // What the report shows of single attempts is in the recorder's bounded summary.
+                keep_attempts: false,
                 captured: captured.clone(),
                 capture_sink: None,
                 shard: plan.shard,
@@ -460,9 +461,8 @@ impl Session {
         if let Some(s) = server {
             s.shutdown().await;
         }
-        let attempts = self.total.attempts.take().unwrap_or_default();
         let timeline = if summary.is_empty() {
-            timeline_from_attempts(&attempts, window)
+            self.total.summary.timeline(window)
         } else {
             summary.timeline()
         };
@@ -484,7 +484,7 @@ impl Session {
             .phases(self.phases)
             .checks(checks)
             .timeline(Some(timeline))
-            .retry_delays(retry_delays(&attempts))
+            .retry_delays(self.total.summary.retry_delays())
             .exec(exec)
             .interrupted(self.interrupted)
             .shard(
@@ -918,6 +918,42 @@ mod tests {
         ];
         let skews = release_skews(&j, &["r1".into(), "r2".into(), "r3".into()], 3);
         assert_eq!(skews, vec![300, 1000]);
+    }
+
+    #[test]
+    fn the_streamed_summary_counts_the_journal_as_the_whole_journal_does() {
+        let j: Vec<Entry> = (0..500u64)
+            .map(|i| {
+                let e = entry(i + 1, 40.0 + i as f64 * 3.0).key(&format!("k{}", i % 40));
+                match i % 5 {
+                    0 => e.status(503).build(),
+                    1 => e.no_response(history::Outcome::Dropped).build(),
+                    _ => e.created(&format!("o{i}")).build(),
+                }
+            })
+            .collect();
+        let window = Duration::from_millis(100);
+        let mut s = JournalSummary::new(window, 50_000);
+        j.iter().for_each(|e| s.observe(e));
+        assert_eq!(s.timeline(), timeline_from_journal(&j, window, 50_000));
+        assert_eq!(s.requests, requests_from_journal(&j));
+        assert_eq!(s.keys.len(), 40);
+    }
+
+    #[test]
+    fn a_window_too_narrow_for_the_run_is_widened_with_a_note() {
+        let ms = Duration::from_millis;
+        assert_eq!(
+            bounded_window(Some(ms(250)), Duration::from_secs(10)),
+            (ms(250), None)
+        );
+        assert_eq!(
+            bounded_window(None, Duration::from_secs(6)),
+            (ms(100), None)
+        );
+        let (w, note) = bounded_window(Some(ms(1)), Duration::from_secs(250));
+        assert_eq!(w, ms(3));
+        assert!(note.is_some_and(|n| n.contains("widened from 1ms to 3ms")));
     }
 
     #[test]
