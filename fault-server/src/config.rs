@@ -915,6 +915,17 @@ impl<'de> Deserialize<'de> for OneOrMany<String> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PathPattern(pub String);
 
+/// A request's path never holds whitespace or control characters (the request line would not
+/// parse), so a matcher holding one could never match.
+fn check_request_path(s: &str) -> Result<(), String> {
+    match s.chars().find(|c| c.is_whitespace() || c.is_control()) {
+        Some(c) => Err(format!(
+            "path {s:?} holds {c:?}, which no request's path can hold, so it would never match; write it percent-encoded as requests carry it (%20 for a space)"
+        )),
+        None => Ok(()),
+    }
+}
+
 impl<'de> Deserialize<'de> for PathPattern {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
@@ -1269,32 +1280,46 @@ impl Config {
     /// scenario can run its experiment faster. `Retry-After` seconds are integers on the wire and
     /// stay as they are; clients scale their wait instead.
     pub fn scale_durations(&mut self, f: f64) {
-        let scale = |d: Duration| d.mul_f64(f);
-        if let Some(c) = &mut self.hang_cap {
-            c.0 = scale(c.0);
+        for (_, d) in self.durations() {
+            *d = d.mul_f64(f);
         }
-        for r in &mut self.rules {
+    }
+
+    /// Every time-like setting of the schedule that [`Config::scale_durations`] scales, with its
+    /// field path (`rules[2].fault.hang.cap`), so a scaled value can be held to a bound.
+    pub fn durations(&mut self) -> Vec<(String, &mut Duration)> {
+        let mut out = Vec::new();
+        if let Some(c) = &mut self.hang_cap {
+            out.push(("hang_cap".to_string(), &mut c.0));
+        }
+        for (i, r) in self.rules.iter_mut().enumerate() {
+            let at = |field: &str| format!("rules[{i}].{field}");
             let m = &mut r.matcher;
-            for w in [&mut m.from, &mut m.until].into_iter().flatten() {
-                w.0 = scale(w.0);
+            if let Some(w) = &mut m.from {
+                out.push((at("match.from"), &mut w.0));
+            }
+            if let Some(w) = &mut m.until {
+                out.push((at("match.until"), &mut w.0));
             }
             match &mut r.fault {
                 FaultConfig::Delay(d) => match &mut d.spec {
-                    DelaySpec::Fixed(d) => *d = scale(*d),
+                    DelaySpec::Fixed(d) => out.push((at("fault.delay"), d)),
                     DelaySpec::Uniform(a, b) => {
-                        *a = scale(*a);
-                        *b = scale(*b);
+                        out.push((at("fault.delay"), a));
+                        out.push((at("fault.delay"), b));
                     }
-                    DelaySpec::Lognormal { median, .. } => *median = scale(*median),
+                    DelaySpec::Lognormal { median, .. } => {
+                        out.push((at("fault.delay.median"), median));
+                    }
                 },
                 FaultConfig::Hang(h) => {
                     if let Some(c) = &mut h.cap {
-                        c.0 = scale(c.0);
+                        out.push((at("fault.hang.cap"), &mut c.0));
                     }
                 }
                 FaultConfig::Status(s) => {
                     if let Some(d) = &mut s.retry_after_date {
-                        d.0 = scale(d.0);
+                        out.push((at("fault.status.retry_after_date"), &mut d.0));
                     }
                 }
                 FaultConfig::Drop
@@ -1304,6 +1329,7 @@ impl Config {
                 | FaultConfig::Malformed(_) => {}
             }
         }
+        out
     }
 }
 
@@ -1358,12 +1384,25 @@ pub fn validate_rules(rules: &[RuleConfig], origin: &str) -> Result<(), ConfigEr
                 }
             }
         }
-        for (name, _) in r.matcher.headers.iter() {
+        if let Some(PathPattern(p)) = &r.matcher.path {
+            check_request_path(p).map_err(|m| invalid(i, "match.path", m))?;
+        }
+        if let Some(p) = &r.matcher.path_prefix {
+            check_request_path(p).map_err(|m| invalid(i, "match.path_prefix", m))?;
+        }
+        for (name, value) in r.matcher.headers.iter() {
             if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
                 return Err(invalid(
                     i,
                     "match.headers",
                     format!("{name:?} is not a header name"),
+                ));
+            }
+            if http::HeaderValue::from_str(value).is_err() {
+                return Err(invalid(
+                    i,
+                    &format!("match.headers.{name}"),
+                    format!("{value:?} holds a control character, which no request's header can hold, so it would never match"),
                 ));
             }
         }
@@ -1751,6 +1790,21 @@ rules:
                 "orders: { idempotency: maybe }\n",
                 "cfg:1:",
                 "unknown variant `maybe`",
+            ),
+            (
+                "rules:\n  - match: { path: \"/a b\" }\n    fault: drop\n",
+                "cfg:2:20: at `rules[0].match.path`",
+                "would never match",
+            ),
+            (
+                "rules:\n  - match: { path_prefix: \"/a\\tb\" }\n    fault: drop\n",
+                "cfg:2:27: at `rules[0].match.path_prefix`",
+                "would never match",
+            ),
+            (
+                "rules:\n  - match: { headers: { x-a: \"1\\r\\n\" } }\n    fault: drop\n",
+                "cfg:2:30: at `rules[0].match.headers.x-a`",
+                "would never match",
             ),
         ];
         for (text, at, what) in cases {

@@ -61,6 +61,29 @@ fn bad_config_exits_2_with_file_line_column_and_field() {
 }
 
 #[test]
+fn a_matcher_no_request_can_meet_is_refused_at_check_with_its_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        &dir,
+        "space.yaml",
+        "rules:\n  - id: a\n    match: { path: \"/a b\" }\n    fault: drop\n",
+    );
+    let out = bin()
+        .args(["--check", "--config"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("{}:3:20: at `rules[0].match.path`", p.display())),
+        "{err}"
+    );
+    assert!(err.contains("would never match"), "{err}");
+    assert_eq!(err.lines().count(), 1, "one clear message: {err}");
+}
+
+#[test]
 fn prints_the_listening_line_and_port_in_use_exits_3() {
     let mut child = bin()
         .args([

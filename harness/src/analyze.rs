@@ -14,7 +14,7 @@ use crate::metrics::{latency_ms, Recorder};
 use crate::report::ReportBuilder;
 use crate::run::TimelineLabel;
 use checks::operations::Step;
-use checks::{Attempt, ChecksConfig, ChecksRunner, ClosedOperation, OperationTracker};
+use checks::{Attempt, CheckSet, ChecksConfig, ChecksRunner, ClosedOperation, OperationTracker};
 
 /// A journal that cannot be read.
 #[derive(Debug, thiserror::Error)]
@@ -51,11 +51,7 @@ pub const MAX_LINE: usize = 1 << 20;
 /// Batches in flight between the two threads.
 const BATCHES_IN_FLIGHT: usize = 8;
 
-/// Reads `path` and runs the checks of `cfg` on it.
-///
-/// Why two threads: parsing a line and placing it in its operation cost about as much as judging
-/// it. A reader thread parses batches of entries and groups them into operations while this one
-/// feeds them to the checks, so the two halves overlap.
+/// Reads `path` and runs the checks of `cfg` on it (see [`judge_stream`]).
 pub fn analyze_file(path: &Path, cfg: &ChecksConfig) -> Result<Report, AnalyzeError> {
     let shown = path.display().to_string();
     let file = std::fs::File::open(path).map_err(|source| AnalyzeError::Read {
@@ -82,48 +78,8 @@ pub fn analyze_with<R: std::io::Read + Send + 'static>(
     cfg: &ChecksConfig,
     driver: Option<(history::ClientFigures, u64)>,
 ) -> Result<Report, AnalyzeError> {
-    let shown = shown.to_string();
-    let (tx, rx) = std::sync::mpsc::sync_channel(BATCHES_IN_FLIGHT);
-    // Judged batches go back to the reader, which frees them: memory is cheapest to free on the
-    // thread that allocated it.
-    let (done_tx, done_rx) = std::sync::mpsc::channel();
-    let reader_shown = shown.clone();
-    let (mut tracker, mut checks) = ChecksRunner::split(cfg);
-    let reader = std::thread::Builder::new()
-        .name("journal-reader".into())
-        .spawn(move || {
-            read_batches(file, &reader_shown, &mut tracker, &tx, &done_rx)?;
-            Ok(tracker.finish())
-        })
-        .map_err(|source| AnalyzeError::Read {
-            path: shown.clone(),
-            source,
-        })?;
     let mut tally = Tally::default();
-    for batch in rx.iter() {
-        for t in &batch {
-            tally.observe(&t.entry);
-            checks.observe(&Attempt {
-                entry: &t.entry,
-                retry_after_s: checks::journal::recorded_retry_after_s(&t.entry),
-                step: &t.step,
-            });
-            checks.close(&t.closed);
-        }
-        // The reader may have finished already; then the batch is freed here.
-        let _ = done_tx.send(batch);
-    }
-    // The channel ended: the reader is done, with an error if the file was bad.
-    let still_open = match reader.join() {
-        Ok(Ok(still_open)) => still_open,
-        Ok(Err(e)) => return Err(e),
-        Err(_) => {
-            return Err(AnalyzeError::Read {
-                path: shown,
-                source: std::io::Error::other("the journal reader stopped unexpectedly"),
-            })
-        }
-    };
+    let judged = judge_stream(file, shown, cfg, |e| tally.observe(e))?;
     let Tally {
         rec,
         first_us,
@@ -143,7 +99,7 @@ pub fn analyze_with<R: std::io::Read + Send + 'static>(
             ..history::Facts::default()
         },
     };
-    let checks = checks.finish(still_open, &facts);
+    let checks = judged.finish(&facts);
     let span_us = last_us.saturating_sub(first_us.unwrap_or(0));
     let mut requests = rec.requests();
     requests.errors = requests.sent - requests.completed;
@@ -160,6 +116,72 @@ pub fn analyze_with<R: std::io::Read + Send + 'static>(
         .checks(checks)
         .timeline(Some(rebin(&bins, span_us)))
         .build())
+}
+
+/// A journal the checks have seen to its end, waiting for the facts gathered beside it.
+pub(crate) struct Judged {
+    checks: CheckSet,
+    still_open: Vec<ClosedOperation>,
+}
+
+impl Judged {
+    /// The verdicts, given the facts.
+    pub(crate) fn finish(self, facts: &history::Facts) -> Vec<reports::model::CheckResult> {
+        self.checks.finish(self.still_open, facts)
+    }
+}
+
+/// Streams the journal in `file` through the checks of `cfg`, handing each entry to `observe`
+/// too (on this thread, in `seq` order) before it is forgotten.
+///
+/// Why two threads: parsing a line and placing it in its operation cost about as much as judging
+/// it. A reader thread parses batches of entries and groups them into operations while this one
+/// feeds them to the checks, so the two halves overlap.
+pub(crate) fn judge_stream<R: std::io::Read + Send + 'static>(
+    file: R,
+    shown: &str,
+    cfg: &ChecksConfig,
+    mut observe: impl FnMut(&Entry),
+) -> Result<Judged, AnalyzeError> {
+    let shown = shown.to_string();
+    let (tx, rx) = std::sync::mpsc::sync_channel(BATCHES_IN_FLIGHT);
+    // Judged batches go back to the reader, which frees them: memory is cheapest to free on the
+    // thread that allocated it.
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let reader_shown = shown.clone();
+    let (mut tracker, mut checks) = ChecksRunner::split(cfg);
+    let reader = std::thread::Builder::new()
+        .name("journal-reader".into())
+        .spawn(move || {
+            read_batches(file, &reader_shown, &mut tracker, &tx, &done_rx)?;
+            Ok(tracker.finish())
+        })
+        .map_err(|source| AnalyzeError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+    for batch in rx.iter() {
+        for t in &batch {
+            observe(&t.entry);
+            checks.observe(&Attempt {
+                entry: &t.entry,
+                retry_after_s: checks::journal::recorded_retry_after_s(&t.entry),
+                step: &t.step,
+            });
+            checks.close(&t.closed);
+        }
+        // The reader may have finished already; then the batch is freed here.
+        let _ = done_tx.send(batch);
+    }
+    // The channel ended: the reader is done, with an error if the file was bad.
+    match reader.join() {
+        Ok(Ok(still_open)) => Ok(Judged { checks, still_open }),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(AnalyzeError::Read {
+            path: shown,
+            source: std::io::Error::other("the journal reader stopped unexpectedly"),
+        }),
+    }
 }
 
 /// A journal entry placed in its operation, with the operations that closed on the way.

@@ -6,6 +6,11 @@
 //! and the end-of-phase merge would walk every bucket of every one. A worker keeps at most
 //! [`BATCH`] raw samples and folds them into the phase's [`Sink`] (a mutex taken once per batch);
 //! merging a worker's recorder brings over its leftovers and whatever the sink has gathered.
+//!
+//! What a report shows of single attempts — the waits before retries, and attempts over time for a
+//! run whose server keeps no journal the harness reads — goes the same way into an
+//! [`AttemptSummary`] of bounded size, so a run of a hundred million requests does not keep one
+//! record per attempt (a test can still ask for those: `keep_attempts`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -34,10 +39,11 @@ pub struct AttemptIds {
 /// Samples a worker buffers before folding them into its phase's [`Sink`].
 pub const BATCH: usize = 256;
 
-/// The histograms the workers of a phase share; see the module doc.
+/// The histograms and attempt summary the workers of a phase share; see the module doc.
 #[derive(Debug)]
 pub struct Sink {
     hist: Mutex<(Histogram<u64>, Histogram<u64>)>,
+    attempts: Mutex<AttemptSummary>,
 }
 
 impl Sink {
@@ -45,7 +51,141 @@ impl Sink {
     pub fn new() -> Arc<Sink> {
         Arc::new(Sink {
             hist: Mutex::new((histogram(), histogram())),
+            attempts: Mutex::new(AttemptSummary::default()),
         })
+    }
+}
+
+/// Windows of the attempts-over-time counts before they are made twice as wide.
+const MAX_BINS: usize = 1 << 18;
+
+/// One attempt as the summary counts it.
+#[derive(Debug, Clone, Copy)]
+struct AttemptPoint {
+    /// Start, µs from the run's start.
+    t_start_us: u64,
+    label: AttemptLabel,
+    /// The attempt's index and the wait before it (µs), for a retry.
+    wait: Option<(u32, u64)>,
+}
+
+/// How an attempt ended, as the timeline labels it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum AttemptLabel {
+    Status(u16),
+    Error(ErrorKind),
+    Unknown,
+}
+
+impl AttemptLabel {
+    fn name(self) -> String {
+        match self {
+            AttemptLabel::Status(s) => s.to_string(),
+            AttemptLabel::Error(e) => format!("error:{e}"),
+            AttemptLabel::Unknown => "unknown".to_string(),
+        }
+    }
+}
+
+/// The clients' attempts in bounded memory: a sample of the waits before retries per attempt
+/// index, and attempts per window of time by how they ended.
+#[derive(Debug, Clone)]
+pub struct AttemptSummary {
+    waits: RetryDelays,
+    /// Width of a window of `bins`, µs: 1 ms, doubled whenever the run outgrows [`MAX_BINS`].
+    width_us: u64,
+    bins: BTreeMap<AttemptLabel, Vec<u64>>,
+}
+
+impl Default for AttemptSummary {
+    fn default() -> Self {
+        AttemptSummary {
+            waits: RetryDelays::new(),
+            width_us: 1000,
+            bins: BTreeMap::new(),
+        }
+    }
+}
+
+impl AttemptSummary {
+    fn add(&mut self, p: AttemptPoint) {
+        if let Some((attempt, us)) = p.wait {
+            self.waits.record(attempt, us);
+        }
+        self.count(p.label, p.t_start_us / self.width_us, 1);
+    }
+
+    /// Adds `n` attempts in window `bin` (of the current width), widening the windows first
+    /// when `bin` lies beyond [`MAX_BINS`].
+    fn count(&mut self, label: AttemptLabel, mut bin: u64, n: u64) {
+        while bin >= MAX_BINS as u64 {
+            self.widen();
+            bin /= 2;
+        }
+        let counts = self.bins.entry(label).or_default();
+        let bin = bin as usize;
+        if counts.len() <= bin {
+            counts.resize(bin + 1, 0);
+        }
+        counts[bin] += n;
+    }
+
+    fn widen(&mut self) {
+        self.width_us *= 2;
+        for counts in self.bins.values_mut() {
+            *counts = counts.chunks(2).map(|c| c.iter().sum()).collect();
+        }
+    }
+
+    fn merge(&mut self, o: &AttemptSummary) {
+        self.waits.merge(&o.waits);
+        while self.width_us < o.width_us {
+            self.widen();
+        }
+        let ratio = self.width_us / o.width_us;
+        for (label, counts) in &o.bins {
+            for (bin, n) in counts.iter().enumerate().filter(|(_, n)| **n > 0) {
+                self.count(*label, bin as u64 / ratio, *n);
+            }
+        }
+    }
+
+    /// The observed waits before each retry, grouped by attempt index, in a size that does not
+    /// grow with the retries.
+    pub fn retry_delays(&self) -> &RetryDelays {
+        &self.waits
+    }
+
+    /// Attempts per `window` from the run's start, by status or error kind; windows are at least
+    /// as wide as those counted (1 ms, wider for a run of more than four minutes).
+    pub fn timeline(&self, window: Duration) -> reports::model::Timeline {
+        let w = (window.as_micros() as u64).max(self.width_us);
+        let mut series: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        let len = self
+            .bins
+            .values()
+            .map(|c| (c.len() as u64 * self.width_us).div_ceil(w) as usize)
+            .max()
+            .unwrap_or(0);
+        for (label, counts) in &self.bins {
+            let mut out = vec![0; len];
+            for (bin, n) in counts.iter().enumerate() {
+                out[(bin as u64 * self.width_us / w) as usize] += n;
+            }
+            series.insert(label.name(), out);
+        }
+        reports::model::Timeline {
+            window_ms: w as f64 / 1000.0,
+            series: series
+                .into_iter()
+                .map(|(label, counts)| reports::model::Series { label, counts })
+                .collect(),
+        }
+    }
+
+    /// Whether no attempt was counted.
+    pub fn is_empty(&self) -> bool {
+        self.bins.is_empty()
     }
 }
 
@@ -86,10 +226,13 @@ pub struct Recorder {
     pub not_started: u64,
     /// One record per attempt, when kept.
     pub attempts: Option<Vec<ClientAttempt>>,
+    /// What the report shows of single attempts, in bounded memory.
+    pub summary: AttemptSummary,
     /// A worker's recorder: samples wait in the buffers below, then go to the sink.
     sink: Option<Arc<Sink>>,
     buf_latency: Vec<u64>,
     buf_intended: Vec<u64>,
+    buf_attempts: Vec<AttemptPoint>,
 }
 
 pub(crate) fn histogram() -> Histogram<u64> {
@@ -135,9 +278,11 @@ impl Recorder {
             cancelled: 0,
             not_started: 0,
             attempts: keep_attempts.then(Vec::new),
+            summary: AttemptSummary::default(),
             sink,
             buf_latency: Vec::new(),
             buf_intended: Vec::new(),
+            buf_attempts: Vec::new(),
         }
     }
 
@@ -157,11 +302,29 @@ impl Recorder {
         }
     }
 
+    /// Counts an attempt into the summary (through the sink, for a worker).
+    fn attempt_point(&mut self, p: AttemptPoint) {
+        if self.sink.is_none() {
+            self.summary.add(p);
+            return;
+        }
+        self.buf_attempts.push(p);
+        if self.buf_attempts.len() >= BATCH {
+            self.flush();
+        }
+    }
+
     /// Folds a worker's buffered samples into its sink.
     fn flush(&mut self) {
         let Some(sink) = &self.sink else {
             return;
         };
+        if !self.buf_attempts.is_empty() {
+            let mut a = sink.attempts.lock().unwrap_or_else(|p| p.into_inner());
+            for p in self.buf_attempts.drain(..) {
+                a.add(p);
+            }
+        }
         let mut h = sink.hist.lock().unwrap_or_else(|p| p.into_inner());
         for &us in &self.buf_latency {
             h.0.saturating_record(us);
@@ -208,7 +371,16 @@ impl Recorder {
         for &us in &o.buf_intended {
             self.intended.saturating_record(us);
         }
+        for p in &o.buf_attempts {
+            self.summary.add(*p);
+        }
+        self.summary.merge(&o.summary);
         if let Some(sink) = &o.sink {
+            let mut a = sink.attempts.lock().unwrap_or_else(|p| p.into_inner());
+            if !a.is_empty() || !a.waits.is_empty() {
+                self.summary.merge(&std::mem::take(&mut *a));
+            }
+            drop(a);
             let mut h = sink.hist.lock().unwrap_or_else(|p| p.into_inner());
             if !h.0.is_empty() {
                 let _ = self.latency.add(&h.0);
@@ -286,6 +458,7 @@ impl Recorder {
             rec: self,
             ids,
             run_start,
+            last_end: None,
         }
     }
 }
@@ -296,6 +469,8 @@ pub struct OperationLog<'a> {
     rec: &'a mut Recorder,
     ids: AttemptIds,
     run_start: Instant,
+    /// When the operation's previous attempt ended.
+    last_end: Option<Instant>,
 }
 
 impl Observer for OperationLog<'_> {
@@ -312,8 +487,22 @@ impl Observer for OperationLog<'_> {
         if call.attempt > 1 {
             rec.retries += 1;
         }
+        let us = |t: Instant| t.saturating_duration_since(self.run_start).as_micros() as u64;
+        let wait = self.last_end.filter(|_| call.attempt > 1).map(|end| {
+            let gap = sent.saturating_duration_since(end).as_micros() as u64;
+            (call.attempt, gap)
+        });
+        self.last_end = Some(ended);
+        rec.attempt_point(AttemptPoint {
+            t_start_us: us(sent),
+            label: match (o.status, o.error) {
+                (Some(s), _) => AttemptLabel::Status(s),
+                (None, Some(e)) => AttemptLabel::Error(e),
+                (None, None) => AttemptLabel::Unknown,
+            },
+            wait,
+        });
         if let Some(a) = &mut rec.attempts {
-            let us = |t: Instant| t.saturating_duration_since(self.run_start).as_micros() as u64;
             a.push(ClientAttempt {
                 phase: self.ids.phase,
                 op: self.ids.op,
@@ -504,6 +693,11 @@ impl RetryDelays {
         RetryDelays::default()
     }
 
+    /// No delay recorded.
+    pub fn is_empty(&self) -> bool {
+        self.by_attempt.values().all(|s| s.count == 0)
+    }
+
     /// One retry's wait before attempt `attempt`.
     pub fn record(&mut self, attempt: u32, delay_us: u64) {
         let s = self
@@ -595,5 +789,113 @@ impl RetryDelays {
                 delays_hdr: encode_hdr(&s.hist),
             })
             .collect()
+    }
+
+    /// Adds `o`'s delays: histograms added, counts and extremes combined.
+    pub fn merge(&mut self, o: &RetryDelays) {
+        for (&attempt, theirs) in &o.by_attempt {
+            let s = self
+                .by_attempt
+                .entry(attempt)
+                .or_insert_with(AttemptStats::new);
+            let _ = s.hist.add(&theirs.hist);
+            s.tally(
+                theirs.count,
+                theirs.min_us,
+                theirs.max_us,
+                theirs.few.as_deref(),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Operations of `attempts` attempts each, every attempt 1 ms long and `gap_ms × attempt`
+    /// after the previous, recorded through the operation log as the driver records them.
+    fn record(rec: &mut Recorder, start: Instant, ops: u64, attempts: u32, gap_ms: u64) {
+        for op in 0..ops {
+            let ids = AttemptIds {
+                phase: 0,
+                op: op + 1,
+                client: (op % 7) as u32,
+            };
+            let mut log = rec.operation(ids, start);
+            let mut t = start + Duration::from_millis(op * 3);
+            for attempt in 1..=attempts {
+                let call = Call {
+                    attempt,
+                    timeout: Duration::from_secs(1),
+                    fresh_key: None,
+                };
+                let outcome = AttemptOutcome {
+                    status: Some(if attempt == attempts { 201 } else { 503 }),
+                    error: None,
+                    retry_after: None,
+                };
+                let ended = t + Duration::from_millis(1);
+                log.attempt(&call, t, ended, &outcome);
+                t = ended + Duration::from_millis(gap_ms * u64::from(attempt));
+            }
+        }
+    }
+
+    #[test]
+    fn the_summary_shows_what_one_record_per_attempt_shows() {
+        let start = Instant::now();
+        let mut rec = Recorder::new(true);
+        record(&mut rec, start, 500, 3, 20);
+        let attempts = rec.attempts.take().unwrap();
+        let sorted = |d: Vec<reports::model::AttemptDelays>| {
+            d.into_iter()
+                .map(|mut a| {
+                    a.delays_ms.sort_by(f64::total_cmp);
+                    a
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            sorted(rec.summary.retry_delays().shown()),
+            sorted(crate::run::retry_delays(&attempts).shown())
+        );
+        let window = Duration::from_millis(100);
+        assert_eq!(
+            rec.summary.timeline(window),
+            crate::run::timeline_from_attempts(&attempts, window)
+        );
+    }
+
+    #[test]
+    fn a_workers_summary_goes_through_the_sink_and_stays_bounded() {
+        let start = Instant::now();
+        let sink = Sink::new();
+        let mut worker = Recorder::worker(false, &sink);
+        // Five minutes of retries: more waits than are kept, more milliseconds than windows.
+        record(&mut worker, start, 100_000, 2, 1);
+        let mut total = Recorder::new(false);
+        total.merge(&worker);
+        let s = &total.summary;
+        let delays = s.retry_delays().shown();
+        assert_eq!(delays.len(), 1);
+        assert!(
+            delays[0].delays_ms.len() <= reports::model::DELAY_POINTS,
+            "{}",
+            delays[0].delays_ms.len()
+        );
+        assert_eq!(delays[0].count, Some(100_000), "every wait counted");
+        // Each wait is about 1 ms (the histogram's resolution is 0.1 %).
+        assert!(
+            delays[0].delays_ms.iter().all(|d| (*d - 1.0).abs() < 0.01),
+            "{:?}",
+            delays[0]
+        );
+        assert!(s.width_us > 1000, "windows widened");
+        assert!(s.bins.values().all(|c| c.len() <= MAX_BINS));
+        let t = s.timeline(Duration::from_secs(5));
+        let counted: u64 = t.series.iter().flat_map(|s| s.counts.iter()).sum();
+        assert_eq!(counted, 200_000, "every attempt counted once");
+        assert_eq!(t.window_ms, 5000.0);
     }
 }

@@ -83,12 +83,11 @@ pub async fn ensure_reachable(target: &Target) -> Result<(), RunError> {
     }
 }
 
-/// Everything a run produced, before rendering.
+/// Everything a run produced, before rendering. The embedded server's journal is not in it: it
+/// was read as a stream from the server's journal file, and memory did not hold it.
 pub struct RunOutcome {
     /// The report.
     pub report: Report,
-    /// The embedded server's journal (empty when there was none).
-    pub journal: Vec<Entry>,
 }
 
 /// Runs a plan. `stop` is cancelled on Ctrl-C or SIGTERM: the load stops, what is in flight is
@@ -168,7 +167,7 @@ impl Session {
             run_start: Instant::now(),
             time_origin_us,
             target_url: None,
-            total: Recorder::new(true),
+            total: Recorder::new(false),
             phases: Vec::new(),
             keys_used: Vec::new(),
             interrupted: false,
@@ -304,12 +303,14 @@ impl Session {
                 stop: stop.clone(),
                 hard_stop: false,
                 done,
-                keep_attempts: true,
+                // What the report shows of single attempts is in the recorder's bounded summary.
+                keep_attempts: false,
                 captured: captured.clone(),
                 capture_sink: None,
                 shard: plan.shard,
                 scheduled,
             };
+            let journal_before = self.server.as_ref().map_or(0, |s| s.journal().written());
             let out = driver::run_phase(Arc::new(p.clone()), ctx).await;
             if p.template.uses(crate::template::Var::Key)
                 && p.policy.key == retry_policy::KeyMode::PerOperation
@@ -336,7 +337,7 @@ impl Session {
             if let (PhaseKind::Burst { size, .. }, Some(s)) = (&p.kind, &self.server) {
                 s.settle(Duration::from_secs(10)).await;
                 let mut skews =
-                    release_skews(&s.journal().entries(), &out.round_keys, *size as usize);
+                    phase_release_skews(s, journal_before, out.round_keys.clone(), *size).await;
                 if let Some(max) = skews.iter().max().copied() {
                     skews.sort_unstable();
                     metrics.insert("release_skew_us_max".into(), serde_json::json!(max));
@@ -395,14 +396,26 @@ impl Session {
         // The server stays up until the verify step has asked it; its requests come after the
         // journal was read, so they are not judged.
         let server = self.server.take();
-        let journal = match &server {
+        let (window, widened) = bounded_window(plan.window, duration);
+        let read = match &server {
             Some(s) => {
                 if !s.settle(Duration::from_secs(10)).await {
                     tracing::warn!("some requests were still in flight when the journal was read");
                 }
-                s.journal().entries()
+                Some(read_journal(s, &plan.checks, window, self.time_origin_us).await)
             }
-            None => Vec::new(),
+            None => None,
+        };
+        let mut notes: Vec<String> = widened.into_iter().collect();
+        let (judged, summary) = match read {
+            Some(Ok((judged, summary))) => (Some(judged), summary),
+            Some(Err(e)) => {
+                notes.push(format!(
+                    "the embedded server's journal could not be read ({e}): the checks judged no request"
+                ));
+                (None, JournalSummary::new(window, self.time_origin_us))
+            }
+            None => (None, JournalSummary::new(window, self.time_origin_us)),
         };
         let facts = Facts {
             client: (!self.phases.is_empty()).then(|| ClientFigures {
@@ -425,7 +438,7 @@ impl Session {
                         .as_ref()
                         .map(FaultServer::url)
                         .or_else(|| self.target_url.clone());
-                    let keys = self.verify_keys(&journal);
+                    let keys = self.verify_keys(&summary);
                     Some(
                         crate::verify::store_counts_with(
                             v,
@@ -441,28 +454,32 @@ impl Session {
             },
             time_origin_us: self.time_origin_us,
         };
-        let checks = checks::judge(&plan.checks, journal.iter(), &facts);
+        let checks = match judged {
+            Some(j) => j.finish(&facts),
+            None => checks::judge(&plan.checks, std::iter::empty::<Entry>(), &facts),
+        };
         if let Some(s) = server {
             s.shutdown().await;
         }
-        let attempts = self.total.attempts.take().unwrap_or_default();
-        let window = plan.window.unwrap_or_else(|| auto_window(duration));
-        let timeline = if journal.is_empty() {
-            timeline_from_attempts(&attempts, window)
+        let timeline = if summary.is_empty() {
+            self.total.summary.timeline(window)
         } else {
-            timeline_from_journal(&journal, window, self.time_origin_us)
+            summary.timeline()
         };
         let had_phases = !self.phases.is_empty();
-        let delays = retry_delays(&attempts);
+        let delays = self.total.summary.retry_delays();
         let mut report = ReportBuilder::new(&plan.name)
             .started_unix_ms(self.started_unix_ms)
             .duration(duration)
             .target(self.target_url.clone())
             .scenario_settings(plan.seed, plan.time_scale)
             .measured(&self.total, duration);
-        if !journal.is_empty() && self.phases.is_empty() {
+        if !summary.is_empty() && self.phases.is_empty() {
             // `exec` with no phases: the command was the load, and the server counted it.
-            report = report.requests(requests_from_journal(&journal));
+            report = report.requests(summary.requests.clone());
+        }
+        for n in notes {
+            report = report.note(n);
         }
         let report = report
             .phases(self.phases)
@@ -491,7 +508,7 @@ impl Session {
                 retry_delays: delays.histograms(),
             }))
             .build();
-        RunOutcome { report, journal }
+        RunOutcome { report }
     }
 }
 
@@ -499,20 +516,157 @@ impl Session {
     /// The keys to ask the system of record about: every key in the journal, or, against a
     /// service whose journal the harness does not see, the keys the driver used; at most
     /// [`VERIFY_MAX_KEYS`].
-    fn verify_keys(&self, journal: &[Entry]) -> Vec<String> {
+    fn verify_keys(&self, journal: &JournalSummary) -> Vec<String> {
         let mut keys: Vec<String> = if journal.is_empty() {
             self.keys_used.clone()
         } else {
-            let mut seen = std::collections::BTreeSet::new();
-            journal
-                .iter()
-                .filter_map(|e| e.idempotency_key.clone())
-                .filter(|k| seen.insert(k.clone()))
-                .collect()
+            journal.keys.clone()
         };
         keys.truncate(VERIFY_MAX_KEYS);
         keys
     }
+}
+
+/// The embedded server's journal file from entry `since` on, as it is written now.
+fn journal_file(s: &FaultServer, since: u64) -> std::io::Result<std::io::Take<std::fs::File>> {
+    let (file, from, to) = s.journal().range_since(since)?;
+    Ok(std::io::Read::take(file, to - from))
+}
+
+/// Streams the embedded server's journal through the checks, gathering on the way what the
+/// report and the verify step need of it — so the run's memory does not grow with its requests.
+async fn read_journal(
+    s: &FaultServer,
+    cfg: &checks::ChecksConfig,
+    window: Duration,
+    origin_us: u64,
+) -> Result<(crate::analyze::Judged, JournalSummary), String> {
+    let file = journal_file(s, 0).map_err(|e| e.to_string())?;
+    let shown = s.journal().path().display().to_string();
+    let cfg = cfg.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut summary = JournalSummary::new(window, origin_us);
+        crate::analyze::judge_stream(file, &shown, &cfg, |e| summary.observe(e))
+            .map(|judged| (judged, summary))
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
+/// What the report and the verify step take from the journal, gathered entry by entry: request
+/// counts, the requests-over-time chart, and the first [`VERIFY_MAX_KEYS`] keys.
+struct JournalSummary {
+    entries: u64,
+    requests: reports::model::Requests,
+    keys: Vec<String>,
+    seen_keys: std::collections::HashSet<String>,
+    window: Duration,
+    origin_us: u64,
+    t0_us: Option<u64>,
+    bins: BTreeMap<TimelineLabel, Vec<u64>>,
+}
+
+impl JournalSummary {
+    fn new(window: Duration, origin_us: u64) -> JournalSummary {
+        JournalSummary {
+            entries: 0,
+            requests: reports::model::Requests::default(),
+            keys: Vec::new(),
+            seen_keys: std::collections::HashSet::new(),
+            window,
+            origin_us,
+            t0_us: None,
+            bins: BTreeMap::new(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.entries == 0
+    }
+
+    fn observe(&mut self, e: &Entry) {
+        self.entries += 1;
+        count_request(&mut self.requests, e);
+        if let Some(k) = &e.idempotency_key {
+            if self.keys.len() < VERIFY_MAX_KEYS && !self.seen_keys.contains(k) {
+                self.seen_keys.insert(k.clone());
+                self.keys.push(k.clone());
+            }
+        }
+        // Windows count from the run's start, or from the first request if one came earlier
+        // (entries arrive in `seq` order, which is the order they were received in).
+        let t0 = *self.t0_us.get_or_insert(self.origin_us.min(e.t_recv_us));
+        let w = (self.window.as_micros() as u64).max(1);
+        let bin = (e.t_recv_us.saturating_sub(t0) / w) as usize;
+        let counts = self.bins.entry(TimelineLabel::of(e)).or_default();
+        if counts.len() <= bin {
+            counts.resize(bin + 1, 0);
+        }
+        counts[bin] += 1;
+    }
+
+    /// Requests per window by status, or outcome when no status was sent: as
+    /// [`timeline_from_journal`] counts them.
+    fn timeline(&self) -> Timeline {
+        let len = self.bins.values().map(Vec::len).max().unwrap_or(0);
+        let mut by_name: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        for (label, counts) in &self.bins {
+            let mut counts = counts.clone();
+            counts.resize(len, 0);
+            by_name.insert(label.name(), counts);
+        }
+        Timeline {
+            window_ms: self.window.as_secs_f64() * 1000.0,
+            series: by_name
+                .into_iter()
+                .map(|(label, counts)| Series { label, counts })
+                .collect(),
+        }
+    }
+}
+
+/// The chart's window for a run of length `run`: the scenario's, or about 60 over the run; wider
+/// when the run holds more than [`crate::scenario::bounds::MAX_WINDOWS`] of the scenario's (its
+/// phases' length was not known when it was loaded), with a note saying so.
+fn bounded_window(window: Option<Duration>, run: Duration) -> (Duration, Option<String>) {
+    let max = crate::scenario::bounds::MAX_WINDOWS;
+    match window {
+        None => (auto_window(run), None),
+        Some(w) if run.as_nanos() / w.as_nanos().max(1) <= u128::from(max) => (w, None),
+        Some(w) => {
+            let wide = Duration::from_millis(
+                (run.as_secs_f64() * 1000.0 / max as f64).ceil().max(1.0) as u64,
+            );
+            (
+                wide,
+                Some(format!(
+                    "report.window widened from {w:?} to {wide:?}: the run lasted {run:?}, more than {max} windows of {w:?}"
+                )),
+            )
+        }
+    }
+}
+
+/// The release skews of a burst phase's rounds, from the journal entries written since
+/// `since` (the phase's), read as a stream.
+async fn phase_release_skews(
+    s: &FaultServer,
+    since: u64,
+    round_keys: Vec<String>,
+    size: u32,
+) -> Vec<u64> {
+    let Ok(file) = journal_file(s, since) else {
+        return Vec::new();
+    };
+    let shown = s.journal().path().display().to_string();
+    tokio::task::spawn_blocking(move || {
+        let mut lines = crate::analyze::JournalLines::new(file, &shown);
+        let entries = std::iter::from_fn(|| lines.next_entry().ok().flatten());
+        release_skews(entries, &round_keys, size as usize)
+    })
+    .await
+    .unwrap_or_default()
 }
 
 /// The monotonic instant of a wall-clock time (ms since the Unix epoch), as this machine's clock
@@ -550,38 +704,53 @@ async fn wait_until(at: Instant, stop: &CancellationToken) {
 pub fn requests_from_journal(journal: &[Entry]) -> reports::model::Requests {
     let mut r = reports::model::Requests::default();
     for e in journal {
-        r.sent += 1;
-        match e.status {
-            Some(s) if e.answered() => {
-                r.completed += 1;
-                *r.by_status.entry(s.to_string()).or_default() += 1;
-            }
-            _ => r.errors += 1,
-        }
-        if e.key_attempt.is_some_and(|a| a > 1) {
-            r.retries += 1;
-        }
+        count_request(&mut r, e);
     }
     r
+}
+
+/// Counts one journal entry into request totals.
+fn count_request(r: &mut reports::model::Requests, e: &Entry) {
+    r.sent += 1;
+    match e.status {
+        Some(s) if e.answered() => {
+            r.completed += 1;
+            *r.by_status.entry(s.to_string()).or_default() += 1;
+        }
+        _ => r.errors += 1,
+    }
+    if e.key_attempt.is_some_and(|a| a > 1) {
+        r.retries += 1;
+    }
 }
 
 /// Spread of the moments each burst round's first `size` requests had arrived at the server
 /// (the kernel's receive time of their last bytes where the journal has it, else when the server
 /// had read them): what the release achieved, without the server's own wake-ups.
-pub fn release_skews(journal: &[Entry], round_keys: &[String], size: usize) -> Vec<u64> {
-    let mut by_key: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+pub fn release_skews<E: std::borrow::Borrow<Entry>>(
+    journal: impl IntoIterator<Item = E>,
+    round_keys: &[String],
+    size: usize,
+) -> Vec<u64> {
+    // Per round: how many of its first arrivals were seen, the earliest and the latest.
+    let mut by_key: std::collections::HashMap<&str, (usize, u64, u64)> = round_keys
+        .iter()
+        .map(|k| (k.as_str(), (0, u64::MAX, 0)))
+        .collect();
     for e in journal {
-        if let Some(k) = e.idempotency_key.as_deref() {
-            let v = by_key.entry(k).or_default();
-            if v.len() < size {
-                v.push(e.t_arrived_us());
+        let e = e.borrow();
+        if let Some(r) = e.idempotency_key.as_deref().and_then(|k| by_key.get_mut(k)) {
+            if r.0 < size {
+                let t = e.t_arrived_us();
+                *r = (r.0 + 1, r.1.min(t), r.2.max(t));
             }
         }
     }
     round_keys
         .iter()
         .filter_map(|k| by_key.get(k.as_str()))
-        .filter_map(|ts| Some(ts.iter().max()? - ts.iter().min()?))
+        .filter(|r| r.0 > 0)
+        .map(|r| r.2 - r.1)
         .collect()
 }
 
@@ -749,6 +918,42 @@ mod tests {
         ];
         let skews = release_skews(&j, &["r1".into(), "r2".into(), "r3".into()], 3);
         assert_eq!(skews, vec![300, 1000]);
+    }
+
+    #[test]
+    fn the_streamed_summary_counts_the_journal_as_the_whole_journal_does() {
+        let j: Vec<Entry> = (0..500u64)
+            .map(|i| {
+                let e = entry(i + 1, 40.0 + i as f64 * 3.0).key(&format!("k{}", i % 40));
+                match i % 5 {
+                    0 => e.status(503).build(),
+                    1 => e.no_response(history::Outcome::Dropped).build(),
+                    _ => e.created(&format!("o{i}")).build(),
+                }
+            })
+            .collect();
+        let window = Duration::from_millis(100);
+        let mut s = JournalSummary::new(window, 50_000);
+        j.iter().for_each(|e| s.observe(e));
+        assert_eq!(s.timeline(), timeline_from_journal(&j, window, 50_000));
+        assert_eq!(s.requests, requests_from_journal(&j));
+        assert_eq!(s.keys.len(), 40);
+    }
+
+    #[test]
+    fn a_window_too_narrow_for_the_run_is_widened_with_a_note() {
+        let ms = Duration::from_millis;
+        assert_eq!(
+            bounded_window(Some(ms(250)), Duration::from_secs(10)),
+            (ms(250), None)
+        );
+        assert_eq!(
+            bounded_window(None, Duration::from_secs(6)),
+            (ms(100), None)
+        );
+        let (w, note) = bounded_window(Some(ms(1)), Duration::from_secs(250));
+        assert_eq!(w, ms(3));
+        assert!(note.is_some_and(|n| n.contains("widened from 1ms to 3ms")));
     }
 
     #[test]

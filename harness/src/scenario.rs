@@ -405,12 +405,19 @@ pub mod bounds {
     pub const OPERATIONS: u64 = 100_000_000;
     /// Attempts per operation.
     pub const ATTEMPTS: u32 = 100;
-    /// Longest a phase may run.
+    /// Longest a phase may run, and longest a pause in one (`think`, `burst.pause`,
+    /// `burst.every`), as they run: after the time scale.
     pub const PHASE: Duration = Duration::from_secs(24 * 3600);
+    /// Longest any other duration may be once scaled (timeouts, backoffs, the embedded server's
+    /// windows and delays): what the file may say before scaling.
+    pub const DURATION: Duration = yaml_config::MAX_DURATION;
     /// Shortest window of the requests-over-time chart.
     pub const MIN_WINDOW: Duration = Duration::from_millis(1);
-    /// Most windows a chart may have.
+    /// Most windows the requests-over-time chart may have over the phases' known length.
     pub const MAX_WINDOWS: u64 = 100_000;
+    /// How the bounds on durations are named in messages.
+    pub(crate) const PHASE_NAME: &str = "24h";
+    pub(crate) const DURATION_NAME: &str = "366 days";
 }
 
 /// Default concurrent streams per HTTP/2 connection (`h2load -m` defaults to 1; browsers and
@@ -425,6 +432,68 @@ fn invalid(origin: &str, field: impl Into<String>, message: impl Into<String>) -
         field: Some(field.into()),
         message: message.into(),
     }
+}
+
+/// A scenario's durations multiplied by its time scale, each held to its bound as it will run:
+/// a bound checked before scaling would let `--time-scale 1000` turn 24 h into 1,000 days.
+#[derive(Clone, Copy)]
+struct Scale<'a> {
+    factor: f64,
+    origin: &'a str,
+}
+
+impl Scale<'_> {
+    fn of(self, d: Duration) -> Duration {
+        d.mul_f64(self.factor)
+    }
+
+    /// `d` scaled, refused above `max` (named `max_name` in the message).
+    fn within(
+        self,
+        d: Duration,
+        field: impl Into<String>,
+        max: Duration,
+        max_name: &str,
+    ) -> Result<Duration, ConfigError> {
+        let scaled = self.of(d);
+        if scaled > max {
+            return Err(invalid(
+                self.origin,
+                field,
+                format!("{}; give at most {max_name}", self.describe(d)),
+            ));
+        }
+        Ok(scaled)
+    }
+
+    /// `d` as written, and as it runs when the time scale changes it.
+    fn describe(self, d: Duration) -> String {
+        if self.factor == 1.0 {
+            human(d)
+        } else {
+            format!(
+                "{} ({} × time scale {})",
+                human(self.of(d)),
+                human(d),
+                self.factor
+            )
+        }
+    }
+}
+
+/// A duration in its largest whole unit: `1.5s`, `25h`, `1000 days`.
+fn human(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    let (v, unit) = match s {
+        s if s >= 2.0 * 86_400.0 => (s / 86_400.0, " days"),
+        s if s >= 2.0 * 3600.0 => (s / 3600.0, "h"),
+        s if s >= 600.0 => (s / 60.0, "m"),
+        s if s >= 1.0 => (s, "s"),
+        s => (s * 1000.0, "ms"),
+    };
+    let text = format!("{v:.3}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    format!("{text}{unit}")
 }
 
 /// A run split into `shard.count` shards needs every phase to give each shard a worker, and each
@@ -481,7 +550,16 @@ pub fn load(path: &Path, o: &Overrides) -> Result<Plan, ConfigError> {
 pub fn load_str(text: &str, path: &Path, o: &Overrides) -> Result<Plan, ConfigError> {
     let origin = path.display().to_string();
     let file: ScenarioFile = from_yaml_str(text, &origin)?;
-    resolve(file, path, o).map_err(|e| e.located(text))
+    resolve(file, path, o).map_err(|e| locate_in_scenario(e, text, &origin))
+}
+
+/// Places an error found after parsing in the scenario's text; one found in another file (a
+/// `server_config`) was placed in that file already.
+fn locate_in_scenario(e: ConfigError, text: &str, origin: &str) -> ConfigError {
+    match &e {
+        ConfigError::Invalid { origin: o, .. } if o != origin => e,
+        _ => e.located(text),
+    }
 }
 
 /// Resolves a parsed scenario.
@@ -501,7 +579,13 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
             format!("{time_scale:e} is out of bounds; give {lo} to {hi}"),
         ));
     }
-    let scale = |d: Duration| d.mul_f64(time_scale);
+    let scaling = Scale {
+        factor: time_scale,
+        origin: &origin,
+    };
+    let scale = |d: Duration| scaling.of(d);
+    let phase_pause =
+        |d: Duration, field: String| scaling.within(d, field, bounds::PHASE, bounds::PHASE_NAME);
     let connect = resolve_connect(&f, o, &origin)?;
 
     let mut server = match (f.server, &f.server_config) {
@@ -516,7 +600,7 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
             if let Some(url) = &o.upstream {
                 s.set_upstream(url.clone());
             }
-            s.validate(&origin)?;
+            s.validate(&origin).map_err(|e| e.within("server"))?;
             Some(s)
         }
         (None, Some(p)) => {
@@ -540,6 +624,27 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
     };
     if let Some(s) = &mut server {
         s.scale_durations(time_scale);
+        let too_long = s
+            .durations()
+            .into_iter()
+            .find(|(_, d)| **d > bounds::DURATION)
+            .map(|(field, d)| (field, d.div_f64(time_scale)));
+        if let Some((field, written)) = too_long {
+            let message = format!(
+                "{}; give at most {}",
+                scaling.describe(written),
+                bounds::DURATION_NAME
+            );
+            return Err(match &f.server_config {
+                None => invalid(&origin, format!("server.{field}"), message),
+                // Placed in the file that says it.
+                Some(p) => {
+                    let p = path.parent().unwrap_or(Path::new(".")).join(p);
+                    let text = std::fs::read_to_string(&p).unwrap_or_default();
+                    invalid(&p.display().to_string(), field, message).located(&text)
+                }
+            });
+        }
     }
     let target = o.target.clone().or(f.target);
     let mut relay = Vec::new();
@@ -622,6 +727,19 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
                     format!("{}; give 1 to {}", b.rounds, bounds::ROUNDS),
                 ));
             }
+            let requests = u64::from(b.size) * u64::from(b.rounds);
+            if requests > bounds::OPERATIONS {
+                return Err(invalid(
+                    &origin,
+                    at("burst.rounds"),
+                    format!(
+                        "{} rounds of {} make {requests} requests in one phase; at most {}",
+                        b.rounds,
+                        b.size,
+                        bounds::OPERATIONS
+                    ),
+                ));
+            }
             let sync = match (b.sync, connect.http2) {
                 (None, false) => SyncMode::Release,
                 (None, true) => SyncMode::SinglePacket,
@@ -648,7 +766,11 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
                     "give `pause` (after each round) or `every` (rounds on the clock), not both",
                 ));
             }
-            let every = match b.every.map(|d| scale(d.0)) {
+            let every = match b
+                .every
+                .map(|d| phase_pause(d.0, at("burst.every")))
+                .transpose()?
+            {
                 Some(e) if e.is_zero() => {
                     return Err(invalid(&origin, at("burst.every"), "0; give at least 1ms"))
                 }
@@ -669,7 +791,7 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
             PhaseKind::Burst {
                 size: b.size,
                 rounds: b.rounds,
-                pause: scale(b.pause.map_or(Duration::ZERO, |d| d.0)),
+                pause: phase_pause(b.pause.map_or(Duration::ZERO, |d| d.0), at("burst.pause"))?,
                 every,
                 sync,
             }
@@ -724,7 +846,11 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
                     return Err(invalid(
                         &origin,
                         at(&format!("{field}duration")),
-                        format!("{d:?} (after time_scale); give more than 0, at most 24h"),
+                        format!(
+                            "{}; give more than 0, at most {}",
+                            scaling.describe(d.div_f64(time_scale)),
+                            bounds::PHASE_NAME
+                        ),
                     ));
                 }
             }
@@ -783,20 +909,21 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
                     format!("give 1 to {}", bounds::OPERATIONS),
                 ));
             }
-            if c.duration
-                .is_some_and(|d| d.0.is_zero() || d.0 > bounds::PHASE)
-            {
+            if c.duration.is_some_and(|d| d.0.is_zero()) {
                 return Err(invalid(
                     &origin,
                     at("clients.duration"),
-                    "give more than 0, at most 24h",
+                    format!("0; give more than 0, at most {}", bounds::PHASE_NAME),
                 ));
             }
             PhaseKind::Clients {
                 concurrency: c.concurrency,
-                duration: c.duration.map(|d| scale(d.0)),
+                duration: c
+                    .duration
+                    .map(|d| phase_pause(d.0, at("clients.duration")))
+                    .transpose()?,
                 requests: c.requests,
-                think: scale(c.think.map_or(Duration::ZERO, |d| d.0)),
+                think: phase_pause(c.think.map_or(Duration::ZERO, |d| d.0), at("clients.think"))?,
             }
         } else if let Some(fl) = &p.fleet {
             if fl.clients == 0 || fl.clients > bounds::WORKERS {
@@ -861,6 +988,7 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
     checks.validate(&origin, "checks")?;
     checks.scale(time_scale);
     check_shardable(&phases, o.shard, &origin)?;
+    let window = resolve_window(f.report.window, &phases, scaling)?;
     Ok(Plan {
         name,
         description: f.description,
@@ -872,20 +1000,57 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
         relay,
         phases,
         checks,
-        window: match f.report.window.map(|d| scale(d.0)) {
-            Some(w) if w < bounds::MIN_WINDOW => {
-                return Err(invalid(
-                    &origin,
-                    "report.window",
-                    format!("{w:?} once scaled; a window is at least 1ms"),
-                ))
-            }
-            w => w,
-        },
+        window,
         connect,
         shard: o.shard,
         start_at_unix_ms: o.start_at_unix_ms,
     })
+}
+
+/// The chart's window, scaled: at least [`bounds::MIN_WINDOW`], and wide enough that the phases'
+/// known length holds at most [`bounds::MAX_WINDOWS`] of them (a 1 ms window over a day would be
+/// 86 million counts per status in every report).
+fn resolve_window(
+    window: Option<Dur>,
+    phases: &[PhasePlan],
+    scaling: Scale<'_>,
+) -> Result<Option<Duration>, ConfigError> {
+    let Some(written) = window else {
+        return Ok(None);
+    };
+    let w = scaling.of(written.0);
+    if w < bounds::MIN_WINDOW {
+        return Err(invalid(
+            scaling.origin,
+            "report.window",
+            format!("{}; a window is at least 1ms", scaling.describe(written.0)),
+        ));
+    }
+    let known: Duration = phases
+        .iter()
+        .filter_map(|p| crate::driver::phase_length(&p.kind))
+        .sum();
+    let windows = known.as_nanos() / w.as_nanos();
+    if windows > u128::from(bounds::MAX_WINDOWS) {
+        return Err(invalid(
+            scaling.origin,
+            "report.window",
+            format!(
+                "{} over the phases' {} makes {windows} windows; at most {} (give a window of at least {}ms)",
+                scaling.describe(written.0),
+                human(known),
+                bounds::MAX_WINDOWS,
+                least_ms(known, scaling.factor),
+            ),
+        ));
+    }
+    Ok(Some(w))
+}
+
+/// The narrowest window, as written (in whole ms), that keeps `known` within the bound.
+fn least_ms(known: Duration, factor: f64) -> u64 {
+    let least = known.as_secs_f64() / bounds::MAX_WINDOWS as f64 / factor;
+    (least * 1000.0).ceil().max(1.0) as u64
 }
 
 /// TLS and protocol settings: the scenario's, each replaced by its flag when given.
@@ -1034,7 +1199,19 @@ pub fn resolve_policy(
     origin: &str,
     at: &str,
 ) -> Result<Policy, ConfigError> {
-    let scale = |d: Duration| d.mul_f64(time_scale);
+    let scaling = Scale {
+        factor: time_scale,
+        origin,
+    };
+    let scale = |d: Duration| scaling.of(d);
+    let bounded = |d: Duration, field: &str| {
+        scaling.within(
+            d,
+            format!("{at}.{field}"),
+            bounds::DURATION,
+            bounds::DURATION_NAME,
+        )
+    };
     let mut out = Policy {
         retry_after_scale: time_scale,
         ..Policy::default()
@@ -1057,7 +1234,7 @@ pub fn resolve_policy(
                 "an attempt needs more than 0 to get an answer",
             ));
         }
-        out.timeout = scale(t.0);
+        out.timeout = bounded(t.0, "timeout")?;
     }
     if p.total_timeout.is_some_and(|t| t.0.is_zero()) {
         return Err(invalid(
@@ -1066,7 +1243,10 @@ pub fn resolve_policy(
             "an operation needs more than 0 to get an answer",
         ));
     }
-    out.total_timeout = p.total_timeout.map(|d| scale(d.0));
+    out.total_timeout = p
+        .total_timeout
+        .map(|d| bounded(d.0, "total_timeout"))
+        .transpose()?;
     if let Some(b) = &p.backoff {
         let factor = b.factor.unwrap_or(2.0);
         if !(factor.is_finite() && factor >= 1.0) {
@@ -1078,8 +1258,11 @@ pub fn resolve_policy(
         }
         out.backoff = Backoff {
             kind: b.kind,
-            base: scale(b.base.0),
-            cap: scale(b.cap.map_or(Duration::from_secs(3600), |c| c.0)),
+            base: bounded(b.base.0, "backoff.base")?,
+            cap: bounded(
+                b.cap.map_or(Duration::from_secs(3600), |c| c.0),
+                "backoff.cap",
+            )?,
             factor,
         };
     } else {
@@ -1138,8 +1321,8 @@ pub fn resolve_policy(
         out.breaker = Some(BreakerSpec {
             failure_ratio: b.failure_ratio,
             min_requests: b.min_requests,
-            window: scale(b.window.0),
-            open_for: scale(b.open_for.0),
+            window: bounded(b.window.0, "breaker.window")?,
+            open_for: bounded(b.open_for.0, "breaker.open_for")?,
             half_open_probes: b.half_open_probes,
         });
         out.fallback_status = b.fallback_status.unwrap_or(503);
@@ -1161,7 +1344,7 @@ mod tests {
 
     fn resolve_text(text: &str, o: &Overrides) -> Result<Plan, ConfigError> {
         let file: ScenarioFile = from_yaml_str(text, "s.yaml")?;
-        resolve(file, Path::new("s.yaml"), o).map_err(|e| e.located(text))
+        resolve(file, Path::new("s.yaml"), o).map_err(|e| locate_in_scenario(e, text, "s.yaml"))
     }
 
     const BASE: &str = "server: {}\nphases:\n  - name: p\n    clients: { concurrency: 2, requests: 4 }\n    request: { path: / }\n";
@@ -1273,6 +1456,16 @@ mod tests {
                 "s.yaml:5:",
                 "phases[0].request.headers",
             ),
+            (
+                "server:\n  rules:\n    - id: a\n      fault: drop\n    - id: a\n      fault: drop\nphases: []\n",
+                "s.yaml:5:11: at `server.rules[1].id`",
+                "duplicate rule id",
+            ),
+            (
+                "server: { capture_headers: [\"x a\"] }\nphases: []\n",
+                "s.yaml:1:29: at `server.capture_headers[0]`",
+                "not a header name",
+            ),
         ];
         for (text, at, field) in cases {
             let err = resolve_text(text, &Overrides::default())
@@ -1280,6 +1473,121 @@ mod tests {
                 .to_string();
             assert!(err.starts_with(at), "{text}\n→ {err}");
             assert!(err.contains(field), "{text}\n→ {err}");
+        }
+    }
+
+    #[test]
+    fn a_burst_is_held_to_the_operations_of_a_phase() {
+        let text = "server: {}\nphases:\n  - name: p\n    burst: { size: 1000, rounds: 1000000 }\n    request: { path: / }\n";
+        let err = resolve_text(text, &Overrides::default())
+            .expect_err("a billion requests")
+            .to_string();
+        assert!(
+            err.starts_with("s.yaml:4:34: at `phases[0].burst.rounds`")
+                && err.contains("1000000000 requests")
+                && err.contains("at most 100000000"),
+            "{err}"
+        );
+        let fits = text.replace("1000000", "100000");
+        assert!(resolve_text(&fits, &Overrides::default()).is_ok());
+    }
+
+    #[test]
+    fn the_chart_window_is_held_to_the_most_windows_over_the_phases() {
+        let text = |window: &str| {
+            format!("server: {{}}\nreport: {{ window: {window} }}\nphases:\n  - name: a\n    rate: {{ rps: 1, duration: 150s }}\n    request: {{ path: / }}\n  - name: b\n    clients: {{ concurrency: 1, duration: 50s }}\n    request: {{ path: / }}\n")
+        };
+        let err = resolve_text(&text("1ms"), &Overrides::default())
+            .expect_err("200,000 windows")
+            .to_string();
+        assert!(
+            err.starts_with("s.yaml:2:19: at `report.window`")
+                && err.contains("200000 windows; at most 100000")
+                && err.contains("at least 2ms"),
+            "{err}"
+        );
+        assert!(resolve_text(&text("2ms"), &Overrides::default()).is_ok());
+        // The window and the phases scale alike: the count of windows stays, and the message
+        // says the time scale.
+        let slow = Overrides {
+            time_scale: Some(10.0),
+            ..Overrides::default()
+        };
+        let err = resolve_text(&text("1ms"), &slow)
+            .expect_err("200,000 windows still")
+            .to_string();
+        assert!(
+            err.contains(
+                "10ms (1ms × time scale 10) over the phases' 33.333m makes 200000 windows"
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn durations_are_held_to_their_bounds_as_they_run_after_the_time_scale() {
+        let slow = Overrides {
+            time_scale: Some(1000.0),
+            ..Overrides::default()
+        };
+        let phase = |body: &str| {
+            format!("server: {{}}\nphases:\n  - name: p\n    {body}\n    request: {{ path: / }}\n")
+        };
+        for (text, field, says) in [
+            (
+                phase("clients: { concurrency: 1, duration: 2h }"),
+                "phases[0].clients.duration",
+                "83.333 days (2h × time scale 1000); give at most 24h",
+            ),
+            (
+                phase("clients: { concurrency: 1, requests: 5, think: 100s }"),
+                "phases[0].clients.think",
+                "give at most 24h",
+            ),
+            (
+                phase("burst: { size: 2, rounds: 2, pause: 100s }"),
+                "phases[0].burst.pause",
+                "give at most 24h",
+            ),
+            (
+                phase("burst: { size: 2, rounds: 2, every: 100s }"),
+                "phases[0].burst.every",
+                "give at most 24h",
+            ),
+            (
+                phase("rate: { rps: 1, duration: 100s }"),
+                "phases[0].rate.duration",
+                "at most 24h",
+            ),
+            (
+                "server: {}\nclient: { timeout: 1d }\nphases: []\n".to_string(),
+                "client.timeout",
+                "1000 days (24h × time scale 1000); give at most 366 days",
+            ),
+            (
+                "server: {}\nclient: { backoff: { base: 1s, cap: 1d } }\nphases: []\n".to_string(),
+                "client.backoff.cap",
+                "give at most 366 days",
+            ),
+            (
+                "server:\n  rules:\n    - { fault: { hang: { cap: 1d } } }\nphases: []\n"
+                    .to_string(),
+                "server.rules[0].fault.hang.cap",
+                "give at most 366 days",
+            ),
+        ] {
+            assert!(
+                resolve_text(&text, &Overrides::default()).is_ok(),
+                "within bounds unscaled: {text}"
+            );
+            let err = resolve_text(&text, &slow)
+                .expect_err("out of bounds once scaled")
+                .to_string();
+            assert!(
+                err.starts_with("s.yaml:") && err.contains(&format!("at `{field}`")),
+                "{text}\n→ {err}"
+            );
+            assert!(err.contains(says), "{text}\n→ {err}");
         }
     }
 

@@ -179,6 +179,12 @@ impl RequestTemplate {
     }
 
     /// Renders one attempt.
+    ///
+    /// A header whose value, built from a captured variable, cannot be sent (a control character:
+    /// CR and LF would split the request) makes the whole attempt unsendable rather than sent
+    /// without it: its request target becomes one no transport sends, so the attempt fails as a
+    /// path built from such a value does — an error of kind `other`, counted in the report — and
+    /// the server sees nothing.
     pub fn render(
         &self,
         target: &Target,
@@ -186,9 +192,13 @@ impl RequestTemplate {
         extra: &[(HeaderName, HeaderValue)],
     ) -> Outgoing {
         let mut headers = HeaderMap::with_capacity(self.headers.len() + extra.len() + 1);
+        let mut unsendable = None;
         for (name, value) in &self.headers {
-            if let Ok(v) = HeaderValue::from_str(&value.render(vars)) {
-                headers.insert(name.clone(), v);
+            match HeaderValue::from_str(&value.render(vars)) {
+                Ok(v) => {
+                    headers.insert(name.clone(), v);
+                }
+                Err(_) => unsendable = Some(name),
             }
         }
         for (name, value) in extra {
@@ -206,14 +216,22 @@ impl RequestTemplate {
             }
             None => Bytes::new(),
         };
+        let uri = match unsendable {
+            None => target.path(&self.path.render(vars)),
+            Some(name) => format!("{UNSENDABLE} {name}"),
+        };
         Outgoing {
             method: self.method.clone(),
-            uri: target.path(&self.path.render(vars)),
+            uri,
             headers,
             body,
         }
     }
 }
+
+/// How the request target of an attempt that cannot be sent begins: with a space after it, no
+/// HTTP/1.1 request line nor HTTP/2 `:path` can carry it.
+const UNSENDABLE: &str = "<unsendable: a control character in the value of header>";
 
 #[cfg(test)]
 mod tests {
@@ -241,5 +259,40 @@ mod tests {
             .unwrap_err()
             .contains("unknown placeholder {{nope}}"));
         assert!(Text::parse("{{seq").is_err());
+    }
+
+    #[test]
+    fn a_header_built_with_a_line_break_makes_the_attempt_unsendable() {
+        let t = RequestTemplate {
+            headers: vec![(
+                HeaderName::from_static("x-sku"),
+                Text::parse("{{var.sku}}").unwrap(),
+            )],
+            ..RequestTemplate::get("/orders")
+        };
+        let target = Target::with("http://127.0.0.1:9", &crate::http::Connect::default()).unwrap();
+        let vars = |captured| Vars {
+            seq: 1,
+            client: 0,
+            uuid: "u",
+            key: "k",
+            round: 0,
+            captured: Some(captured),
+        };
+        let fine = [("sku".to_string(), "a-1".to_string())].into();
+        let out = t.render(&target, &vars(&fine), &[]);
+        assert_eq!(
+            (out.uri.as_str(), out.headers["x-sku"].as_bytes()),
+            ("/orders", &b"a-1"[..])
+        );
+        let split = [("sku".to_string(), "a\r\nx-injected: 1".to_string())].into();
+        let out = t.render(&target, &vars(&split), &[]);
+        assert!(out.headers.is_empty(), "{:?}", out.headers);
+        // Not a request target any transport sends (a space, no leading `/`), naming the header.
+        assert!(
+            !out.uri.starts_with('/') && out.uri.contains(' ') && out.uri.ends_with("x-sku"),
+            "{}",
+            out.uri
+        );
     }
 }

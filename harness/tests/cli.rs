@@ -166,9 +166,9 @@ fn bad_scenarios_exit_2_with_position_and_field() {
         ("syntax.yaml", "phases: [\n  - {name: x\n", ":2:", ""),
         ("unknown.yaml", "server: {}\nphases:\n  - name: a\n    clients: { concurrency: 1, requests: 1 }\n    request: { path: / }\n    reqest: {}\n", ":6:", "unknown field `reqest`"),
         ("type.yaml", "server: {}\nphases:\n  - name: a\n    clients: { concurrency: many, requests: 1 }\n    request: { path: / }\n", ":4:", "phases[0].clients.concurrency"),
-        ("endless.yaml", "server: {}\nphases:\n  - name: a\n    clients: { concurrency: 1 }\n    request: { path: / }\n", "", "never ends"),
-        ("endless-rate.yaml", "server: {}\nphases:\n  - name: a\n    rate: { rps: 10 }\n    request: { path: / }\n", "", "never ends"),
-        ("placeholder.yaml", "server: {}\nphases:\n  - name: a\n    burst: {}\n    request: { path: \"/{{nope}}\" }\n", "", "unknown placeholder"),
+        ("endless.yaml", "server: {}\nphases:\n  - name: a\n    clients: { concurrency: 1 }\n    request: { path: / }\n", ":4:14:", "never ends"),
+        ("endless-rate.yaml", "server: {}\nphases:\n  - name: a\n    rate: { rps: 10 }\n    request: { path: / }\n", ":4:11:", "never ends"),
+        ("placeholder.yaml", "server: {}\nphases:\n  - name: a\n    burst: {}\n    request: { path: \"/{{nope}}\" }\n", ":5:22: at `phases[0].request.path`", "unknown placeholder"),
         ("nothing.yaml", "phases:\n  - name: a\n    burst: {}\n    request: { path: / }\n", "", "no target"),
     ];
     for (name, body, at, what) in cases {
@@ -194,6 +194,47 @@ fn bad_scenarios_exit_2_with_position_and_field() {
     assert_eq!(out.status.code(), Some(2));
     let out = harness().args(["frobnicate"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn errors_in_the_embedded_servers_config_name_their_file_place_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules =
+        "rules:\n  - id: a\n    fault: { status: 503 }\n  - id: a\n    fault: { status: 500 }\n";
+    let phase = "phases:\n  - name: p\n    clients: { concurrency: 1, requests: 1 }\n    request: { path: /x }\n";
+    let inline = write(
+        &dir,
+        "inline.yaml",
+        &format!("server:\n  rules:\n    - id: a\n      fault: {{ status: 503 }}\n    - id: a\n      fault: {{ status: 500 }}\n{phase}"),
+    );
+    let faults = write(&dir, "faults.yaml", rules);
+    let file = write(
+        &dir,
+        "file.yaml",
+        &format!("server_config: faults.yaml\n{phase}"),
+    );
+    for (scenario, expected) in [
+        (
+            &inline,
+            format!(
+                "error: {}:5:11: at `server.rules[1].id`: duplicate rule id \"a\"",
+                inline.display()
+            ),
+        ),
+        (
+            &file,
+            format!(
+                "error: {}:4:9: at `rules[1].id`: duplicate rule id \"a\"",
+                faults.display()
+            ),
+        ),
+    ] {
+        let out = harness().arg("run").arg(scenario).output().unwrap();
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.starts_with(&expected), "{expected}\n{stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    }
 }
 
 #[test]
@@ -412,6 +453,82 @@ fn analyze_a_journal_and_reject_a_broken_one() {
         stderr.contains(&format!("{}:1:", broken.display())),
         "{stderr}"
     );
+}
+
+#[test]
+fn a_header_built_from_a_captured_line_break_fails_its_attempt_and_is_never_sent() {
+    let s = server("capture_headers: [x-sku]\n");
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = write(
+        &dir,
+        "capture.yaml",
+        &format!(
+            "target: {}\nphases:\n  - name: make\n    clients: {{ concurrency: 1, requests: 1 }}\n    request: {{ method: POST, path: /orders, headers: {{ Idempotency-Key: \"{{{{key}}}}\" }}, json: {{ sku: \"a\\r\\nx-injected: 1\", qty: 1 }} }}\n    capture: {{ sku: order.sku }}\n  - name: use\n    clients: {{ concurrency: 1, requests: 2 }}\n    request: {{ path: /orders, headers: {{ x-sku: \"{{{{var.sku}}}}\" }} }}\nchecks: {{ thresholds: {{ rules: [\"error_rate < 50%\"] }} }}\n",
+            s.url
+        ),
+    );
+    let out = harness()
+        .arg("run")
+        .arg(&scenario)
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(r["passed"], false, "{stdout}");
+    assert_eq!(r["phases"][1]["requests"]["errors"], 2, "{stdout}");
+    assert_eq!(r["errors_by_kind"]["other"], 2, "{stdout}");
+    // The server saw the order being made, and no request without its header.
+    wait_until("the order journaled", || {
+        control(&s.url, "health")["journaled"] == 1 && in_flight(&s.url) == 0
+    });
+    let journal = std::fs::read_to_string(&s.journal).unwrap();
+    assert_eq!(journal.lines().count(), 1, "{journal}");
+    assert!(journal.contains("\"POST\""), "{journal}");
+}
+
+#[test]
+fn text_from_a_journal_reaches_no_output_raw() {
+    // Two orders under one key made of terminal escapes, a bell and a right-to-left override: the
+    // duplicates check fails and quotes the key in every format.
+    let key = r#""\u001b[2J\u001b[31mEVIL\u001b]0;pwned\u0007\u202eabc\r\n""#;
+    let line = |seq: u64, order: &str| {
+        format!(
+            r#"{{"seq": {seq}, "t_recv_us": {t}, "t_done_us": {d}, "unix_ms": 1796163888900, "method": "POST", "path": "/orders", "query": null, "headers": {{"idempotency-key": {key}}}, "idempotency_key": {key}, "client_id": null, "body_sha256": "df80", "body_len": 19, "conn_id": {seq}, "rule": null, "fault": null, "status": 201, "outcome": "responded", "created": "{order}"}}"#,
+            t = seq * 10_000,
+            d = seq * 10_000 + 500,
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let journal = write(
+        &dir,
+        "evil.jsonl",
+        &format!("{}\n{}\n", line(1, "ord_1"), line(2, "ord_2")),
+    );
+    let reports = dir.path().join("reports");
+    let raw = ['\u{1b}', '\u{7}', '\u{202e}'];
+    for format in ["table", "markdown", "json"] {
+        let out = harness()
+            .arg("analyze")
+            .arg(&journal)
+            .args(["--format", format, "--report-dir"])
+            .arg(&reports)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{format}: {stdout}\n{stderr}");
+        assert!(
+            stdout.contains("EVIL"),
+            "{format}: the key is quoted: {stdout}"
+        );
+        assert!(!stdout.contains(raw), "{format}: {stdout:?}");
+    }
+    for f in ["summary.md", "junit.xml", "report.html", "report.json"] {
+        let body = std::fs::read_to_string(reports.join(f)).unwrap();
+        assert!(body.contains("EVIL"), "{f}: the key is quoted");
+        assert!(!body.contains(raw), "{f}: {body:?}");
+    }
 }
 
 #[test]

@@ -186,20 +186,28 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
     (y, m, d)
 }
 
-/// `s` safe to print on a terminal: control characters (C0, DEL, C1) and the bidirectional
-/// overrides that reorder what is shown are written as `\u{..}` escapes, so text that came from a
-/// request (a key, a path) cannot move the cursor, clear the screen or disguise itself.
+/// Whether `c` must not reach a reader as it is: control characters (C0, DEL, C1) move the
+/// cursor, clear the screen or end a line, and the bidirectional overrides reorder what is shown.
+pub(crate) fn hidden(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Writes a [`hidden`] character as a visible `\u{..}` escape.
+pub(crate) fn push_visible(out: &mut String, c: char) {
+    out.push_str(&format!("\\u{{{:x}}}", c as u32));
+}
+
+/// `s` safe to print on a terminal: every [`hidden`] character written as a `\u{..}` escape, so
+/// text that came from a request (a key, a path) cannot move the cursor, clear the screen or
+/// disguise itself.
 pub(crate) fn printable(s: &str) -> std::borrow::Cow<'_, str> {
-    fn hidden(c: char) -> bool {
-        c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-    }
     if !s.chars().any(hidden) {
         return std::borrow::Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
         if hidden(c) {
-            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+            push_visible(&mut out, c);
         } else {
             out.push(c);
         }

@@ -41,7 +41,8 @@ pub fn to_html(r: &Report) -> String {
     out
 }
 
-/// Makes text safe in HTML element content and in quoted attribute values.
+/// Makes text safe in HTML element content and in quoted attribute values; control characters
+/// (but newline and tab) and bidirectional overrides are written as `\u{..}`, as on a terminal.
 pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for ch in s.chars() {
@@ -51,6 +52,9 @@ pub fn escape(s: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
+            c if crate::format::hidden(c) && !matches!(c, '\n' | '\t') => {
+                crate::format::push_visible(&mut out, c)
+            }
             _ => out.push(ch),
         }
     }

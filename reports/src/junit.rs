@@ -25,6 +25,9 @@ const SEQS_MAX: usize = 50;
 
 /// The report as a JUnit XML document: one test suite named after the scenario, one case per check.
 pub fn to_junit_xml(r: &Report) -> Result<String, ReportError> {
+    // XML 1.0 cannot hold most control characters at all, even escaped: text from a request (a
+    // key in evidence) is made printable as on a terminal.
+    let r = &format::printable_report(r);
     let mut suite = TestSuite::new(r.scenario.as_str());
     suite.set_time(Duration::from_millis(r.duration_ms));
     if let Some(seed) = r.seed {

@@ -224,6 +224,8 @@ pub fn verdict_icon(v: Verdict) -> &'static str {
 ///
 /// `|` would end a table cell, `<` could start raw HTML, `*`, `_`, `` ` ``, `[` and `\` would start
 /// emphasis, code, links or escapes, and a newline would end a table row; all are neutralised.
+/// Control and bidirectional-override characters are written as `\u{..}`, as on a terminal: the
+/// file is read in terminals (`cat`, CI logs) as often as rendered.
 pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for ch in s.chars() {
@@ -237,6 +239,7 @@ pub fn escape(s: &str) -> String {
             '&' => out.push_str("&amp;"),
             '\r' => {}
             '\n' => out.push(' '),
+            c if format::hidden(c) => format::push_visible(&mut out, c),
             _ => out.push(ch),
         }
     }

@@ -276,4 +276,8 @@ fn model_text_is_escaped() {
     assert!(html.contains("key <code>key&#39;&quot;&lt;&gt;&amp;</code>"));
     assert!(html.contains("&lt;script&gt;503&lt;/script&gt;"));
     assert_eq!(escape("<a href='x'>&"), "&lt;a href=&#39;x&#39;&gt;&amp;");
+    assert_eq!(
+        escape("\u{1b}]0;t\u{7}\u{202e}x\ny"),
+        "\\u{1b}]0;t\\u{7}\\u{202e}x\ny"
+    );
 }

@@ -14,6 +14,17 @@ fn round_trips() {
 }
 
 #[test]
+fn text_that_would_reorder_a_terminal_is_escaped_and_reads_back() {
+    let r = common::hostile();
+    let json = to_json_pretty(&r);
+    for raw in ['\u{1b}', '\u{7}', '\u{202e}'] {
+        assert!(!json.contains(raw), "{raw:?} raw in {json}");
+    }
+    assert!(json.contains("\\u001b[31m\\u0007\\u202e"), "{json}");
+    assert_eq!(from_json(&json).unwrap(), r);
+}
+
+#[test]
 fn writes_the_contract_fields() {
     let v: serde_json::Value = serde_json::from_str(&to_json_pretty(&common::sample())).unwrap();
     for field in [

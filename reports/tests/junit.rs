@@ -118,10 +118,12 @@ fn hostile_text_stays_well_formed() {
     let xml = to_junit_xml(&r).unwrap();
     assert_eq!(well_formed_counts(&xml), (6, 2));
     assert!(!xml.contains("<script>"), "{xml}");
-    assert!(
-        !xml.contains('\u{1b}'),
-        "control characters are not allowed in XML 1.0"
-    );
+    for raw in ['\u{1b}', '\u{7}', '\u{202e}'] {
+        assert!(
+            !xml.contains(raw),
+            "control characters are not allowed in XML 1.0: {raw:?}"
+        );
+    }
     let doc = quick_junit::Report::deserialize_from_str(&xml).unwrap();
     assert_eq!(doc.test_suites[0].name.as_str(), r.scenario);
     match &doc.test_suites[0].test_cases[0].status {

@@ -82,6 +82,11 @@ fn model_text_cannot_inject_markup() {
     assert!(!md.contains("<iframe"), "{md}");
     assert!(md.contains("&lt;script&gt;"), "{md}");
     assert_eq!(escape("a|b\nc"), "a\\|b c");
+    // A key from a request cannot clear a terminal that shows the file, or reorder its text.
+    assert_eq!(
+        escape("\u{1b}[2J\u{7}\u{202e}abc"),
+        "\\u{1b}\\[2J\\u{7}\\u{202e}abc"
+    );
     assert_eq!(
         escape("*x* _y_ `z` [l](u)"),
         "\\*x\\* \\_y\\_ \\`z\\` \\[l\\](u)"

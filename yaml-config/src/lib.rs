@@ -74,6 +74,31 @@ impl ConfigError {
         }
     }
 
+    /// The same error for a document embedded at `prefix` of another (a scenario's `server`): its
+    /// field path starts with `prefix`, so [`ConfigError::located`] finds it in the outer text.
+    pub fn within(self, prefix: &str) -> ConfigError {
+        match self {
+            ConfigError::Invalid {
+                origin,
+                line,
+                column,
+                field,
+                message,
+            } => ConfigError::Invalid {
+                origin,
+                line,
+                column,
+                field: Some(match field {
+                    Some(f) if f.starts_with('[') => format!("{prefix}{f}"),
+                    Some(f) => format!("{prefix}.{f}"),
+                    None => prefix.to_string(),
+                }),
+                message,
+            },
+            other => other,
+        }
+    }
+
     /// The same error with the line and column of its field in `text`, when it had none; a field
     /// that is missing from the text is placed at its nearest enclosing one.
     pub fn located(self, text: &str) -> ConfigError {
@@ -610,6 +635,18 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "f.yaml:3:11: at `items[0].size`: must be at least 1"
+        );
+    }
+
+    #[test]
+    fn an_error_of_an_embedded_document_is_placed_in_the_outer_one() {
+        let text = "name: a\ninner:\n  items:\n    - size: 0\n";
+        let err = ConfigError::at("f.yaml", "items[0].size", "must be at least 1")
+            .within("inner")
+            .located(text);
+        assert_eq!(
+            err.to_string(),
+            "f.yaml:4:13: at `inner.items[0].size`: must be at least 1"
         );
     }
 

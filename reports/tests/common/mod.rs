@@ -291,7 +291,7 @@ pub fn hostile() -> Report {
     let mut r = sample();
     r.scenario = "<script>alert('scenario')</script>".into();
     r.target = Some("http://x/\"><img src=x onerror=alert(1)>".into());
-    r.checks[0].summary = "a | b <b>bold</b> & \"quoted\" ]]> \u{1b}[31m".into();
+    r.checks[0].summary = "a | b <b>bold</b> & \"quoted\" ]]> \u{1b}[31m\u{7}\u{202e}".into();
     r.checks[0].evidence[0].detail = "</td></tr><script>alert('evidence')</script>".into();
     r.checks[0].evidence[0].key = Some("key'\"<>&".into());
     r.checks[0]
