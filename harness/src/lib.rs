@@ -53,7 +53,6 @@
 pub mod analyze;
 pub mod cli;
 pub mod driver;
-pub mod http;
 pub mod load;
 pub mod merge;
 pub mod metrics;
@@ -68,10 +67,12 @@ pub mod scenario;
 pub mod shard;
 pub mod simulate;
 pub mod template;
-pub mod tls;
 pub mod verify;
 pub mod workload;
 
 pub use checks;
 pub use fault_server;
 pub use history;
+/// The client transport (HTTP/1.1 and HTTP/2 over TCP or TLS), as `harness::http`.
+pub use transport as http;
+pub use transport::tls;

@@ -110,6 +110,21 @@ fn the_fault_server_does_not_know_the_harness() {
 }
 
 #[test]
+fn the_transport_knows_no_scenario_check_or_server() {
+    assert_free_of(
+        "transport",
+        &[
+            "harness",
+            "fault-server",
+            "checks",
+            "reports",
+            "retry-policy",
+            "hyper",
+        ],
+    );
+}
+
+#[test]
 fn the_retry_policy_decides_and_sends_nothing() {
     assert_free_of("retry-policy", RUNTIME_AND_IO);
     assert_free_of("retry-policy", &["http", "harness", "fault-server"]);

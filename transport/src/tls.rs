@@ -19,7 +19,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, SignatureScheme};
 use serde::Deserialize;
 
-use crate::http::AttemptError;
+use crate::AttemptError;
 
 /// TLS settings as a user gives them: flags, or `tls:` in a scenario.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]

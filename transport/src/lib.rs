@@ -1,4 +1,6 @@
-//! The client transport: one connection per worker, spoken directly over TCP or TLS.
+//! The client transport: one connection per worker, spoken directly over TCP or TLS — the one
+//! HTTP client of the project: the harness's load driver, probe and verify step send through it,
+//! and so does the fault server in proxy mode, to the real dependency behind it.
 //!
 //! Why not a pooled client on the hot path: a load generator wants exactly `C` connections for
 //! `--concurrency C`, each owned by one worker with no shared pool lock, no per-request URL parsing
@@ -18,11 +20,17 @@
 //!
 //! - [`http1`]: HTTP/1.1, the hot path: one request in flight per connection.
 //! - [`http2`]: HTTP/2 on the `h2` crate, `--streams` workers per connection.
-//! - [`stream`]: the byte stream under it — plain TCP, or TLS through rustls ([`crate::tls`]).
+//! - [`stream`]: the byte stream under it — plain TCP, or TLS through rustls ([`tls`]).
+//!
+//! *Invariant:* knows nothing of scenarios, policies, checks or servers; `history` only for the
+//! error kinds a report counts.
+
+#![warn(missing_docs)]
 
 pub mod http1;
 pub mod http2;
 pub mod stream;
+pub mod tls;
 
 use std::fmt;
 use std::io;
@@ -56,6 +64,8 @@ pub struct Target {
     /// Speak HTTP/2: ALPN `h2` over TLS, prior knowledge (h2c) over plain TCP. The pool puts
     /// `streams` workers on each connection.
     pub http2: Option<Arc<http2::Pool>>,
+    /// Largest response body read; a longer one fails its attempt as `malformed`.
+    pub max_body: u64,
 }
 
 /// How to reach a target besides its URL: TLS settings and the protocol.
@@ -70,6 +80,9 @@ pub struct Connect {
     /// The local address connections are made from (`--source-addr`): a shard of a run on one
     /// machine can have an address of its own, as it would have a pod's.
     pub source: Option<std::net::IpAddr>,
+    /// Largest response body read ([`DEFAULT_MAX_BODY`] when `None`): a server that answers
+    /// without end must not take the client's memory with it.
+    pub max_body: Option<u64>,
 }
 
 /// A target URL that cannot be used.
@@ -151,6 +164,7 @@ impl Target {
             tls,
             source: how.source,
             http2: how.http2.then(|| Arc::new(http2::Pool::new(how.streams))),
+            max_body: how.max_body.unwrap_or(DEFAULT_MAX_BODY),
         })
     }
 
@@ -270,6 +284,13 @@ pub struct AttemptError {
     pub message: String,
 }
 
+impl AttemptError {
+    /// The response's body was longer than the target's [`Target::max_body`].
+    pub fn is_over_limit(&self) -> bool {
+        self.kind == ErrorKind::Malformed && self.message.starts_with(OVER_LIMIT)
+    }
+}
+
 impl fmt::Display for AttemptError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.kind, self.message)
@@ -341,6 +362,16 @@ pub(crate) fn last_token_is(
         .next_back()
         .and_then(|v| v.as_bytes().rsplit(|&b| b == b',').next())
         .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+}
+
+/// Largest response body read when [`Connect::max_body`] does not say.
+pub const DEFAULT_MAX_BODY: u64 = 64 << 20;
+
+/// How an over-long body's error message starts (see [`AttemptError::is_over_limit`]).
+const OVER_LIMIT: &str = "response body over the limit of";
+
+pub(crate) fn over_limit(max: u64) -> AttemptError {
+    malformed(format!("{OVER_LIMIT} {max} bytes"))
 }
 
 pub(crate) fn malformed(message: String) -> AttemptError {

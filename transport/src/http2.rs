@@ -197,7 +197,7 @@ impl Slot {
     async fn exchange(&self, req: Outgoing) -> Result<Reply, AttemptError> {
         let send = self.handle().await?;
         let (response, _) = start(send, &self.origin, req, true).await?;
-        read_reply(response).await
+        read_reply(response, self.target.max_body).await
     }
 
     /// A burst in single-packet mode: opens a stream per request and sends all of each but its
@@ -243,11 +243,12 @@ impl Slot {
             responses.push((i, response));
         }
         let released = Instant::now();
+        let max = self.target.max_body;
         let reads: Vec<_> = responses
             .into_iter()
             .map(|(i, r)| {
                 tokio::spawn(async move {
-                    let reply = match tokio::time::timeout(timeout, read_reply(r)).await {
+                    let reply = match tokio::time::timeout(timeout, read_reply(r, max)).await {
                         Ok(r) => r,
                         Err(_) => Err(AttemptError {
                             kind: ErrorKind::Timeout,
@@ -325,13 +326,16 @@ async fn start(
 }
 
 /// Reads a response and its whole body.
-async fn read_reply(response: h2::client::ResponseFuture) -> Result<Reply, AttemptError> {
+async fn read_reply(response: h2::client::ResponseFuture, max: u64) -> Result<Reply, AttemptError> {
     let response = response.await.map_err(h2_failure)?;
     let (parts, mut body) = response.into_parts();
     let mut data = BytesMut::new();
     while let Some(chunk) = body.data().await {
         let chunk = chunk.map_err(h2_failure)?;
         let _ = body.flow_control().release_capacity(chunk.len());
+        if (data.len() + chunk.len()) as u64 > max {
+            return Err(crate::over_limit(max));
+        }
         if data.is_empty() && body.is_end_stream() {
             // One frame: no copy.
             return Ok(Reply {
@@ -473,9 +477,10 @@ impl H2Conn {
             None => Box::pin(tokio::time::sleep_until(deadline)),
         };
         let origin = &self.slot.origin;
+        let max = self.slot.target.max_body;
         let exchange = async {
             let (response, _) = start(send, origin, req, true).await?;
-            read_reply(response).await
+            read_reply(response, max).await
         };
         let result = tokio::select! {
             biased;

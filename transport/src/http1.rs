@@ -16,7 +16,8 @@ use tokio::time::Sleep;
 
 use super::stream::Stream;
 use super::{
-    closed, has_token, io_failure, last_token_is, malformed, AttemptError, Outgoing, Reply, Target,
+    closed, has_token, io_failure, last_token_is, malformed, over_limit, AttemptError, Outgoing,
+    Reply, Target,
 };
 
 /// Most header fields a response head (or a chunked body's trailer section) may have.
@@ -214,7 +215,8 @@ impl H1Conn {
         if release.is_some() {
             self.released_at = Some(leaving);
         }
-        let (reply, reusable) = read_response(stream, &mut self.buf, head_only).await?;
+        let max = self.target.max_body;
+        let (reply, reusable) = read_response(stream, &mut self.buf, head_only, max).await?;
         // Bytes after a complete response answer no request of ours: the connection's framing
         // can no longer be trusted, so it is not reused.
         if !reusable || asked_close || !self.buf.is_empty() {
@@ -302,6 +304,7 @@ async fn read_response(
     stream: &mut Stream,
     buf: &mut BytesMut,
     head_only: bool,
+    max: u64,
 ) -> Result<(Reply, bool), AttemptError> {
     let head = loop {
         let head = read_head(stream, buf).await?;
@@ -321,19 +324,22 @@ async fn read_response(
         if !last_token_is(headers, http::header::TRANSFER_ENCODING, "chunked") {
             // Not chunked at the end: the body ends when the connection does.
             reusable = false;
-            read_to_close(stream, buf).await?
+            read_to_close(stream, buf, max).await?
         } else {
             if headers.contains_key(http::header::CONTENT_LENGTH) {
                 // Both framings: chunked wins, and the connection is not trusted afterwards.
                 reusable = false;
             }
-            read_chunked(stream, buf).await?
+            read_chunked(stream, buf, max).await?
         }
     } else if let Some(len) = content_length(headers)? {
+        if len > max {
+            return Err(over_limit(max));
+        }
         read_sized(stream, buf, len).await?
     } else {
         reusable = false;
-        read_to_close(stream, buf).await?
+        read_to_close(stream, buf, max).await?
     };
     let reply = Reply {
         status: head.status,
@@ -458,7 +464,11 @@ async fn read_sized(
 
 /// Reads and decodes a chunked body, up to and including its trailer section (which is
 /// discarded).
-async fn read_chunked(stream: &mut Stream, buf: &mut BytesMut) -> Result<Bytes, AttemptError> {
+async fn read_chunked(
+    stream: &mut Stream,
+    buf: &mut BytesMut,
+    max: u64,
+) -> Result<Bytes, AttemptError> {
     const CUT: &str = "connection closed in the middle of a chunked body";
     let mut body = BytesMut::new();
     loop {
@@ -493,6 +503,9 @@ async fn read_chunked(stream: &mut Stream, buf: &mut BytesMut) -> Result<Bytes, 
                 return Err(closed(CUT));
             }
             let take = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
+            if (body.len() + take) as u64 > max {
+                return Err(over_limit(max));
+            }
             body.extend_from_slice(&buf[..take]);
             buf.advance(take);
             left -= take as u64;
@@ -537,8 +550,16 @@ async fn read_chunked(stream: &mut Stream, buf: &mut BytesMut) -> Result<Bytes, 
 }
 
 /// Reads a body that ends when the server closes the connection.
-async fn read_to_close(stream: &mut Stream, buf: &mut BytesMut) -> Result<Bytes, AttemptError> {
-    while fill(stream, buf, READ_CHUNK).await? > 0 {}
+async fn read_to_close(
+    stream: &mut Stream,
+    buf: &mut BytesMut,
+    max: u64,
+) -> Result<Bytes, AttemptError> {
+    while fill(stream, buf, READ_CHUNK).await? > 0 {
+        if buf.len() as u64 > max {
+            return Err(over_limit(max));
+        }
+    }
     Ok(buf.split().freeze())
 }
 
