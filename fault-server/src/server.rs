@@ -109,6 +109,7 @@ impl FaultServer {
                 addr: opts.bind,
                 source,
             })?;
+        crate::socket::WireTime::enable(&listener);
         let addr = listener.local_addr().map_err(|source| StartError::Bind {
             addr: opts.bind,
             source,

@@ -184,22 +184,38 @@ pub(crate) struct SharedStream {
     pub(crate) read: Arc<AtomicU64>,
     /// When the kernel received the bytes of the last read.
     pub(crate) wire: Arc<WireTime>,
+    /// The last read came back short of its buffer: the socket had nothing more to give.
+    drained: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl SharedStream {
     pub(crate) fn new(sock: Arc<TcpStream>) -> SharedStream {
         let wire = Arc::new(WireTime::default());
-        wire.enable(&sock);
         SharedStream {
             sock,
             read: Arc::new(AtomicU64::new(0)),
             wire,
+            drained: Arc::default(),
         }
     }
 
     /// One read into `dst`, noting the kernel's receive time of what it read.
+    ///
+    /// After a read that came back short of its buffer the socket is empty, so the next one
+    /// would only say so (`EAGAIN`), one system call per request for nothing: instead the
+    /// readiness is cleared without asking. Safe because readiness is edge-triggered — bytes that
+    /// arrive afterwards raise it again, and tokio does not clear a readiness newer than the one
+    /// this read was made under.
     fn read_into(&self, dst: &mut [u8]) -> io::Result<usize> {
+        if self.drained.swap(false, Ordering::Relaxed) {
+            return self.sock.try_io(tokio::io::Interest::READABLE, || {
+                Err(io::ErrorKind::WouldBlock.into())
+            });
+        }
         let n = self.wire.read(&self.sock, dst)?;
+        if n > 0 && n < dst.len() {
+            self.drained.store(true, Ordering::Relaxed);
+        }
         self.read.fetch_add(n as u64, Ordering::Relaxed);
         Ok(n)
     }
@@ -228,14 +244,15 @@ impl WireTime {
         }
     }
 
+    /// Asks the kernel to stamp what `listener`'s connections receive: set on the listening
+    /// socket, the option is inherited by every connection it accepts, before its first packet.
     #[cfg(target_os = "linux")]
-    fn enable(&self, sock: &TcpStream) {
-        use std::os::fd::AsRawFd;
+    pub(crate) fn enable(listener: &impl std::os::fd::AsRawFd) {
         let on: libc::c_int = 1;
         // SAFETY: setsockopt reads `on` (a c_int, its size given) and nothing else.
         let r = unsafe {
             libc::setsockopt(
-                sock.as_raw_fd(),
+                listener.as_raw_fd(),
                 libc::SOL_SOCKET,
                 libc::SO_TIMESTAMPNS,
                 (&on as *const libc::c_int).cast(),
@@ -250,8 +267,9 @@ impl WireTime {
         }
     }
 
+    /// Elsewhere the kernel gives no such stamp.
     #[cfg(not(target_os = "linux"))]
-    fn enable(&self, _sock: &TcpStream) {}
+    pub(crate) fn enable<T>(_listener: &T) {}
 
     /// `recvmsg` into `dst`, keeping the timestamp the kernel attaches.
     #[cfg(target_os = "linux")]

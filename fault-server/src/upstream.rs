@@ -8,6 +8,12 @@
 //! `created`) whatever the fault then does to the client's side: relay it, lose it (`drop`), or
 //! hold it (`delay` after).
 //!
+//! The connections are the project's own client transport (`transport::http1`), the harness's:
+//! a request is one write and its answer is parsed in place, on the request's own task. A general
+//! client (hyper's, with a task per connection, a request channel into it and a oneshot back)
+//! costs two cross-task wake-ups per request, which in a proxy that does little else was a large
+//! part of its time. The pool is a list of idle connections under a lock held for a push or a pop.
+//!
 //! An upstream that cannot be reached, breaks the exchange or answers too much is answered `502`;
 //! one that takes longer than `upstream.timeout`, `504`; both are journaled as `upstream_error`,
 //! so the checks can tell the dependency's failure from an injected one.
@@ -15,43 +21,39 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::sync::Mutex;
+
 use bytes::Bytes;
+use history::ErrorKind;
 use http::header::{self, HeaderName};
-use http::{HeaderMap, HeaderValue, Method, Request, Uri};
-use http_body_util::{BodyExt, Full, Limited};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::CertificateDer;
+use http::{HeaderMap, HeaderValue, Method, Uri};
+use transport::http1::H1Conn;
+use transport::tls::TlsOptions;
+use transport::{AttemptError, Connect, Outgoing, Target};
 
 use crate::config::{CreatedFrom, UpstreamConfig, UpstreamUrl};
 
-/// The upstream could not be prepared (its CA file).
+/// The upstream could not be prepared: its address does not resolve, or its `ca` file or TLS
+/// settings are unusable.
 #[derive(Debug, thiserror::Error)]
-pub enum UpstreamError {
-    /// The `ca` file could not be read or holds no certificate.
-    #[error("upstream.ca {path}: {reason}")]
-    Ca {
-        /// The file.
-        path: String,
-        /// Why it is unusable.
-        reason: String,
-    },
-    /// rustls refused the configuration.
-    #[error("upstream TLS: {0}")]
-    Tls(#[from] rustls::Error),
-}
+#[error("upstream: {0}")]
+pub struct UpstreamError(#[from] transport::TargetError);
+
+/// How long an idle pooled connection is kept.
+const IDLE_FOR: Duration = Duration::from_secs(60);
 
 /// The pooled client to the upstream, built once when the server starts.
 pub(crate) struct Upstream {
-    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    target: Arc<Target>,
     url: UpstreamUrl,
     timeout: Duration,
+    connect_timeout: Duration,
     created_from: CreatedFrom,
+    /// Idle kept-alive connections, the most recently used last, with when each was put back.
+    idle: Mutex<Vec<(H1Conn, Instant)>>,
+    max_idle: usize,
     /// Largest answer read (the server's `limits.max_body`).
-    max_body: usize,
+    max_body: u64,
 }
 
 /// The upstream's whole answer.
@@ -118,62 +120,52 @@ const HOP_BY_HOP: [HeaderName; 9] = [
 impl Upstream {
     /// A pool to `cfg.url`; `max_body` bounds every answer read.
     pub(crate) fn new(cfg: &UpstreamConfig, max_body: u64) -> Result<Upstream, UpstreamError> {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        if let Some(path) = &cfg.ca {
-            let bad = |reason: String| UpstreamError::Ca {
-                path: path.display().to_string(),
-                reason,
-            };
-            let pem = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
-            let mut n = 0;
-            for cert in CertificateDer::pem_slice_iter(&pem) {
-                let cert = cert.map_err(|e| bad(format!("not PEM certificates: {e}")))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| bad(format!("unusable certificate: {e}")))?;
-                n += 1;
-            }
-            if n == 0 {
-                return Err(bad("holds no PEM certificate".into()));
-            }
-        }
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_nodelay(true);
-        http.set_connect_timeout(Some(cfg.connect_timeout.0));
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(cfg.max_idle as usize)
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build(connector);
+        let scheme = if cfg.url.tls { "https" } else { "http" };
+        let how = Connect {
+            tls: TlsOptions {
+                ca: cfg.ca.clone(),
+                ..TlsOptions::default()
+            },
+            max_body: Some(max_body),
+            ..Connect::default()
+        };
+        let target = Target::with(&format!("{scheme}://{}", cfg.url.authority), &how)?;
         Ok(Upstream {
-            client,
+            target: Arc::new(target),
             url: cfg.url.clone(),
             timeout: cfg.timeout.0,
+            connect_timeout: cfg.connect_timeout.0,
             created_from: cfg.created_from.clone(),
-            max_body: usize::try_from(max_body).unwrap_or(usize::MAX),
+            idle: Mutex::new(Vec::new()),
+            max_idle: cfg.max_idle as usize,
+            max_body,
         })
     }
 
-    /// Where a request for `path_and_query` goes.
-    fn uri(&self, path_and_query: &str) -> Result<Uri, http::Error> {
-        let scheme = if self.url.tls { "https" } else { "http" };
-        Uri::builder()
-            .scheme(scheme)
-            .authority(self.url.authority.as_str())
-            .path_and_query(format!("{}{}", self.url.prefix, path_and_query))
-            .build()
+    /// An idle connection of the pool (the most recently used: the likeliest still open), or a
+    /// new one, not yet open.
+    fn checkout(&self) -> H1Conn {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some((conn, since)) = idle.pop() {
+            if since.elapsed() < IDLE_FOR {
+                return conn;
+            }
+        }
+        drop(idle);
+        H1Conn::new(self.target.clone())
+    }
+
+    /// Puts a connection that just carried a whole exchange back in the pool.
+    fn checkin(&self, conn: H1Conn) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < self.max_idle {
+            idle.push((conn, Instant::now()));
+        }
+    }
+
+    /// Where a request for `path_and_query` goes on the upstream: under its prefix.
+    fn path(&self, path_and_query: &str) -> String {
+        format!("{}{}", self.url.prefix, path_and_query)
     }
 
     /// Sends the request and reads the whole answer, within `upstream.timeout`.
@@ -186,14 +178,6 @@ impl Upstream {
         tls: bool,
     ) -> Result<UpstreamReply, UpstreamFailure> {
         let pq = uri.path_and_query().map_or("/", |p| p.as_str());
-        let target = self
-            .uri(pq)
-            .map_err(|e| UpstreamFailure::Broken(format!("cannot make the upstream URL: {e}")))?;
-        let mut req = Request::builder()
-            .method(method.clone())
-            .uri(target)
-            .body(Full::new(body))
-            .map_err(|e| UpstreamFailure::Broken(e.to_string()))?;
         // Headers the client's `Connection` names are hop-by-hop too (RFC 9110 §7.6.1).
         let named: Vec<String> = headers
             .get_all(header::CONNECTION)
@@ -203,7 +187,7 @@ impl Upstream {
             .map(|t| t.trim().to_ascii_lowercase())
             .filter(|t| !t.is_empty())
             .collect();
-        let h = req.headers_mut();
+        let mut h = HeaderMap::with_capacity(headers.len() + 2);
         for (name, value) in headers {
             let skip = HOP_BY_HOP.contains(name)
                 || name == header::HOST
@@ -225,32 +209,28 @@ impl Upstream {
             HeaderName::from_static("x-forwarded-proto"),
             HeaderValue::from_static(if tls { "https" } else { "http" }),
         );
-        let exchange = async {
-            let res = self.client.request(req).await.map_err(|e| {
-                if e.is_connect() {
-                    UpstreamFailure::Connect(error_chain(&e))
-                } else {
-                    UpstreamFailure::Broken(error_chain(&e))
-                }
-            })?;
-            let (parts, body) = res.into_parts();
-            let body = Limited::new(body, self.max_body)
-                .collect()
-                .await
-                .map_err(|e| {
-                    if e.is::<http_body_util::LengthLimitError>() {
-                        UpstreamFailure::TooLarge(self.max_body)
-                    } else {
-                        UpstreamFailure::Broken(e.to_string())
-                    }
-                })?
-                .to_bytes();
-            Ok::<_, UpstreamFailure>((parts, body))
+        let out = Outgoing {
+            method: method.clone(),
+            uri: self.path(pq),
+            headers: h,
+            body,
         };
-        let (parts, body) = tokio::time::timeout(self.timeout, exchange)
-            .await
-            .map_err(|_| UpstreamFailure::Timeout(self.timeout))??;
-        let mut headers = parts.headers;
+        let mut conn = self.checkout();
+        let started = Instant::now();
+        match tokio::time::timeout(self.connect_timeout, conn.open()).await {
+            Err(_) => {
+                return Err(UpstreamFailure::Connect(format!(
+                    "no connection within {:?}",
+                    self.connect_timeout
+                )))
+            }
+            Ok(Err(e)) => return Err(self.failure(e)),
+            Ok(Ok(())) => {}
+        }
+        let left = self.timeout.saturating_sub(started.elapsed());
+        let reply = conn.send(out, left).await.map_err(|e| self.failure(e))?;
+        self.checkin(conn);
+        let mut headers = reply.headers;
         for name in &HOP_BY_HOP {
             headers.remove(name);
         }
@@ -258,14 +238,26 @@ impl Upstream {
             // The relayed body is framed anew.
             headers.remove(header::CONTENT_LENGTH);
         }
-        let status = parts.status.as_u16();
-        let created = self.created(status, &headers, &body);
+        let status = reply.status.as_u16();
+        let created = self.created(status, &headers, &reply.body);
         Ok(UpstreamReply {
             status,
             headers,
-            body,
+            body: reply.body,
             created,
         })
+    }
+
+    /// What a failed exchange was, as the journal tells it.
+    fn failure(&self, e: AttemptError) -> UpstreamFailure {
+        if e.is_over_limit() {
+            return UpstreamFailure::TooLarge(usize::try_from(self.max_body).unwrap_or(usize::MAX));
+        }
+        match e.kind {
+            ErrorKind::Connect | ErrorKind::Tls => UpstreamFailure::Connect(e.message),
+            ErrorKind::Timeout => UpstreamFailure::Timeout(self.timeout),
+            _ => UpstreamFailure::Broken(e.message),
+        }
     }
 
     /// The id of what the answer created, as `created_from` says.
@@ -296,21 +288,6 @@ impl Upstream {
     }
 }
 
-/// An error and its causes, in one line.
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let s = c.to_string();
-        if !out.contains(&s) {
-            out.push_str(": ");
-            out.push_str(&s);
-        }
-        cause = c.source();
-    }
-    out
-}
-
 /// Microseconds since `start`.
 pub(crate) fn elapsed_us(start: Instant) -> u64 {
     u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX)
@@ -330,10 +307,7 @@ mod tests {
     #[tokio::test]
     async fn forwarded_paths_go_under_the_prefix() {
         let u = upstream(CreatedFrom::default());
-        assert_eq!(
-            u.uri("/orders?x=1").unwrap().to_string(),
-            "http://127.0.0.1:9/api/orders?x=1"
-        );
+        assert_eq!(u.path("/orders?x=1"), "/api/orders?x=1");
     }
 
     #[tokio::test]

@@ -32,6 +32,9 @@ fn start(config: &str) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_fault-server"))
         .args(["--bind", "127.0.0.1:0", "--config"])
         .arg(&cfg)
+        // In the test's directory: a killed server leaves no temporary journal behind.
+        .arg("--journal")
+        .arg(dir.path().join("journal.jsonl"))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
