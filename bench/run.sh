@@ -351,6 +351,20 @@ if wants orders-store; then
     "$HARNESS" merge "$TMP/os-s0/report.json" "$TMP/os-s1/report.json" --format json > "$TMP/os2.json" || true
     record orders-store creations-pg-2 "$r" rps "$(json "$TMP/os2.json" "d['throughput_rps']")"
     record orders-store creations-pg-2 "$r" p99_ms "$(json "$TMP/os2.json" "d['latency_ms']['p99']")"
+    # The same-key bursts split over the two replicas: each round's ten requests at one instant,
+    # five to each; the duplicates check on both replicas' journals.
+    curl -fsS -X POST "$url_a/__harness/reset" > /dev/null
+    curl -fsS -X POST "$url_b/__harness/reset" > /dev/null
+    at=$(( $(date +%s%3N) + 2000 ))
+    "$HARNESS" run bench/orders-bursts-split.yaml --target "$url_a" --shard 0/2 --start-at "$at" --report-dir "$TMP/ob-s0" --format json > /dev/null &
+    s0=$!
+    "$HARNESS" run bench/orders-bursts-split.yaml --target "$url_b" --shard 1/2 --start-at "$at" --report-dir "$TMP/ob-s1" --format json > /dev/null
+    wait "$s0" || true
+    "$HARNESS" merge "$TMP/ob-s0/report.json" "$TMP/ob-s1/report.json" --fault-url "$url_a" --fault-url "$url_b" \
+      --format json > "$TMP/ob2.json" || true
+    record orders-store bursts-pg-2 "$r" p50_ms "$(json "$TMP/ob2.json" "d['latency_ms']['p50']")"
+    record orders-store bursts-pg-2 "$r" p99_ms "$(json "$TMP/ob2.json" "d['latency_ms']['p99']")"
+    record orders-store bursts-pg-2 "$r" duplicates_passed "$(json "$TMP/ob2.json" "[c['passed'] for c in d['checks'] if c['name']=='duplicates'][0]")"
     kill "$pid_a" "$pid_b" 2>/dev/null || true
   done
 fi
