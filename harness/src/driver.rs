@@ -26,6 +26,7 @@ use fault_server::draw::splitmix64;
 use retry_policy::Limits;
 
 use crate::http::http2::{H2Conn, SinglePacketRound, Slot};
+use crate::http::release::Release as ReleasePoint;
 use crate::http::{AttemptError, Conn, Reply, Target};
 use crate::metrics::{AttemptIds, Recorder, Sink};
 use crate::operation::{execute, AttemptSpec, Transport};
@@ -473,7 +474,7 @@ async fn burst(
         }
         let timed = at.filter(|&at| at > Instant::now());
         let parties = members as usize + usize::from(timed.is_some() && joint_slot.is_none());
-        let barrier = Arc::new(Barrier::new(parties));
+        let barrier = Arc::new(ReleasePoint::new(parties));
         let joint = joint_slot
             .as_ref()
             .map(|slot| Arc::new(SinglePacketRound::new(slot.clone(), members as usize)));
@@ -567,7 +568,7 @@ fn sleep_until_precisely(at: Instant, stop: &CancellationToken) {
 enum Release<'a> {
     /// At the round's barrier; with `last_byte`, only the request's last byte waits for it.
     Barrier {
-        barrier: &'a Barrier,
+        barrier: &'a ReleasePoint,
         last_byte: bool,
     },
     /// Joined with the round's other first attempts into one HTTP/2 write.

@@ -14,6 +14,7 @@ use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Sleep;
 
+use super::release::Release;
 use super::stream::Stream;
 use super::{
     closed, has_token, io_failure, last_token_is, malformed, over_limit, AttemptError, Outgoing,
@@ -128,7 +129,7 @@ impl H1Conn {
         &mut self,
         req: Outgoing,
         timeout: Duration,
-        release: Option<&tokio::sync::Barrier>,
+        release: Option<&Release>,
         last_byte: bool,
     ) -> Result<Reply, AttemptError> {
         let deadline = tokio::time::Instant::now() + timeout;
@@ -165,55 +166,76 @@ impl H1Conn {
     async fn exchange(
         &mut self,
         req: Outgoing,
-        release: Option<&tokio::sync::Barrier>,
+        release: Option<&Release>,
         last_byte: bool,
     ) -> Result<Reply, AttemptError> {
-        self.open().await?;
-        encode(&mut self.out, &req, self.host.as_bytes())?;
+        let ready = match self.open().await {
+            Ok(()) => encode(&mut self.out, &req, self.host.as_bytes()),
+            Err(e) => Err(e),
+        };
+        let stream = match (ready, self.stream.as_mut()) {
+            (Ok(()), Some(stream)) => stream,
+            (ready, _) => {
+                // The other members still wait for this one: arrive, so that they are released.
+                if let Some(r) = release {
+                    r.wait().await;
+                }
+                return Err(ready.err().unwrap_or_else(|| AttemptError {
+                    kind: ErrorKind::Other,
+                    message: "connection unavailable".into(),
+                }));
+            }
+        };
         let head_only = req.method == Method::HEAD;
         let asked_close = has_token(&req.headers, http::header::CONNECTION, "close");
         drop(req);
-        let Some(stream) = self.stream.as_mut() else {
-            return Err(AttemptError {
-                kind: ErrorKind::Other,
-                message: "connection unavailable".into(),
-            });
-        };
-        // Last-byte sync: all but the final byte leave before the release, so the server has the
-        // whole request but one byte, and every member completes its request with one byte.
-        let split = if last_byte && release.is_some() {
-            self.out.len().saturating_sub(1)
-        } else {
-            0
-        };
-        if split > 0 {
-            stream
-                .write_all(&self.out[..split])
-                .await
-                .map_err(|e| io_failure("writing the request", e))?;
-            stream
-                .flush()
-                .await
-                .map_err(|e| io_failure("writing the request", e))?;
-        }
-        if let Some(b) = release {
-            b.wait().await;
-        }
-        // Stamped before the write: the server cannot have the request before this instant,
-        // whatever happens to this thread during and after the write.
-        let leaving = std::time::Instant::now();
-        stream
-            .write_all(&self.out[split..])
-            .await
-            .map_err(|e| io_failure("writing the request", e))?;
-        if self.target.tls.is_some() {
-            stream
-                .flush()
-                .await
-                .map_err(|e| io_failure("writing the request", e))?;
-        }
-        if release.is_some() {
-            self.released_at = Some(leaving);
+        match release {
+            // Last-byte sync: all but the final byte leave before the release, so the server has
+            // the whole request but one byte; the final byte is handed to the release, which
+            // writes every member's together.
+            Some(r) if last_byte && self.out.len() > 1 => {
+                let split = self.out.len() - 1;
+                let written = async {
+                    stream.write_all(&self.out[..split]).await?;
+                    stream.flush().await?;
+                    stream.seal(&self.out[split..])
+                };
+                let tail = match written.await {
+                    Ok(tail) => tail,
+                    Err(e) => {
+                        r.wait().await;
+                        return Err(io_failure("writing the request", e));
+                    }
+                };
+                let handover = r.hand_over(stream, tail);
+                r.wait().await;
+                let leaving = r
+                    .finish(handover, stream)
+                    .await
+                    .map_err(|e| io_failure("writing the request", e))?;
+                self.released_at = Some(leaving);
+            }
+            _ => {
+                if let Some(r) = release {
+                    r.wait().await;
+                }
+                // Stamped before the write: the server cannot have the request before this
+                // instant, whatever happens to this thread during and after the write.
+                let leaving = std::time::Instant::now();
+                stream
+                    .write_all(&self.out)
+                    .await
+                    .map_err(|e| io_failure("writing the request", e))?;
+                if self.target.tls.is_some() {
+                    stream
+                        .flush()
+                        .await
+                        .map_err(|e| io_failure("writing the request", e))?;
+                }
+                if release.is_some() {
+                    self.released_at = Some(leaving);
+                }
+            }
         }
         let max = self.target.max_body;
         let (reply, reusable) = read_response(stream, &mut self.buf, head_only, max).await?;

@@ -29,6 +29,7 @@
 
 pub mod http1;
 pub mod http2;
+pub mod release;
 pub mod stream;
 pub mod tls;
 
@@ -248,7 +249,7 @@ impl Conn {
         &mut self,
         req: Outgoing,
         timeout: Duration,
-        release: Option<&tokio::sync::Barrier>,
+        release: Option<&release::Release>,
         last_byte: bool,
     ) -> Result<Reply, AttemptError> {
         match self {

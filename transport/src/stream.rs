@@ -48,6 +48,33 @@ impl Stream {
         }
     }
 
+    /// The TCP socket underneath, for writing bytes that are already on the wire's terms.
+    pub(crate) fn tcp_mut(&mut self) -> &mut TcpStream {
+        match self {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => s.get_mut().0,
+        }
+    }
+
+    /// `bytes` as they go on the wire, without sending them: the same bytes over plain TCP; over
+    /// TLS, the records the session seals them into (numbered in the session's sequence, so they
+    /// must be written to the socket before anything else is sent on this stream).
+    pub(crate) fn seal(&mut self, bytes: &[u8]) -> io::Result<Vec<u8>> {
+        match self {
+            Stream::Plain(_) => Ok(bytes.to_vec()),
+            Stream::Tls(s) => {
+                use std::io::Write;
+                let session = s.get_mut().1;
+                session.writer().write_all(bytes)?;
+                let mut out = Vec::with_capacity(bytes.len() + 64);
+                while session.wants_write() {
+                    session.write_tls(&mut out)?;
+                }
+                Ok(out)
+            }
+        }
+    }
+
     /// Whether the idle stream is still usable, looking without waiting at what arrived while it
     /// was idle: end of stream (the server closed it), an error (reset) or unrequested bytes
     /// all mean it is not. `scratch` is reused for the look.

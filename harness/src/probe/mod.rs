@@ -536,7 +536,7 @@ impl ProbePlan {
                 tracing::warn!("probe connection failed: {e}");
             }
         }
-        let barrier = Arc::new(tokio::sync::Barrier::new(self.concurrency));
+        let barrier = Arc::new(crate::http::release::Release::new(self.concurrency));
         let last_byte = self.sync == SyncMode::LastByte;
         let mut sending = Vec::with_capacity(self.concurrency);
         for mut conn in conns {
