@@ -461,8 +461,9 @@ async fn burst(
                 }
             }
         }
-        // A timed round waits for its instant: the barrier has one more party, a timekeeper
-        // that arrives on a thread sleeping on the OS's fine timer (tokio's ticks are 1 ms).
+        // A timed round waits for its instant on a thread sleeping on the OS's fine timer
+        // (tokio's ticks are 1 ms), and its members start only then: the wait is no part of any
+        // request's latency or timeout.
         let at = match timing {
             Rounds::Every { first, every } => {
                 Some(first + every.saturating_mul(u32::try_from(round - 1).unwrap_or(u32::MAX)))
@@ -472,32 +473,18 @@ async fn burst(
         if at.is_some_and(|at| Instant::now() > at + LATE_THRESHOLD) {
             total.late_starts += 1;
         }
-        let timed = at.filter(|&at| at > Instant::now());
-        let parties = members as usize + usize::from(timed.is_some() && joint_slot.is_none());
-        let barrier = Arc::new(ReleasePoint::new(parties));
+        if let Some(at) = at.filter(|&at| at > Instant::now()) {
+            let stop = ctx.stop.clone();
+            let _ = tokio::task::spawn_blocking(move || sleep_until_precisely(at, &stop)).await;
+            if ctx.stop.is_cancelled() {
+                break;
+            }
+        }
+        let barrier = Arc::new(ReleasePoint::new(members as usize));
+        // Single-packet: the round is one write, made when its last member submits.
         let joint = joint_slot
             .as_ref()
             .map(|slot| Arc::new(SinglePacketRound::new(slot.clone(), members as usize)));
-        match (timed, &joint) {
-            (Some(at), None) => {
-                let barrier = barrier.clone();
-                let stop = ctx.stop.clone();
-                tokio::spawn(async move {
-                    let wait =
-                        tokio::task::spawn_blocking(move || sleep_until_precisely(at, &stop));
-                    if wait.await.is_ok() {
-                        barrier.wait().await;
-                    }
-                });
-            }
-            // Single-packet: the round is one write, made when its last member submits; the
-            // members start at the instant.
-            (Some(at), Some(_)) => {
-                let stop = ctx.stop.clone();
-                let _ = tokio::task::spawn_blocking(move || sleep_until_precisely(at, &stop)).await;
-            }
-            (None, _) => {}
-        }
         let mut tasks = Vec::new();
         for (i, conn) in conns.drain(..).enumerate() {
             let (plan, ctx, shared, barrier, key, sink, joint) = (

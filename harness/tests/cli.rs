@@ -876,3 +876,40 @@ fn duplicates_verify_against_an_external_service_by_url_and_by_sql() {
         }
     }
 }
+
+/// A burst round on the clock starts its members at its instant: the wait for it is no part of
+/// a request's latency, nor of its timeout. Round 2 is 2 s after round 1 and the client's timeout
+/// 1 s: had the members waited for the instant inside their requests, round 2 would time out and
+/// every request's latency would include up to 2 s of waiting.
+#[test]
+fn a_timed_burst_round_waits_for_its_instant_outside_its_requests() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let scenario = write(
+        &dir,
+        "timed.yaml",
+        "name: timed\nserver: { orders: { idempotency: unique } }\n\
+         client: { timeout: 1s, max_attempts: 1 }\n\
+         phases:\n  - name: rounds\n    burst: { size: 3, rounds: 2, every: 2s }\n\
+         \x20   request: { method: POST, path: /orders, headers: { Idempotency-Key: \"{{key}}\" }, json: { sku: a } }\n\
+         checks:\n  duplicates: {}\n",
+    );
+    let out = harness()
+        .arg("run")
+        .arg(&scenario)
+        .args(["--format", "json"])
+        .output()
+        .expect("harness runs");
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}\n{stdout}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("a JSON report");
+    assert_eq!(report["requests"]["completed"], 6, "{report}");
+    assert_eq!(
+        report["requests"]["errors"], 0,
+        "no request timed out: {report}"
+    );
+    let max = report["latency_ms"]["max"].as_f64().expect("a latency max");
+    assert!(
+        max < 1000.0,
+        "round 2's requests did not wait 2 s for their instant: max latency {max} ms"
+    );
+}

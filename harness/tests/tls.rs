@@ -266,7 +266,18 @@ struct Nginx {
 }
 
 impl Drop for Nginx {
+    /// SIGTERM, so that the master stops its worker (a SIGKILL to the master would leave the
+    /// worker running); SIGKILL only if it is not gone within five seconds.
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        for _ in 0..100 {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
