@@ -65,8 +65,7 @@ pub(crate) struct Handover {
 }
 
 impl Release {
-    /// A release opened by the arrival of `parties` (members, and a timekeeper if one waits for a
-    /// scheduled instant).
+    /// A release opened by the arrival of `parties`: every member of the round.
     pub fn new(parties: usize) -> Release {
         Release {
             barrier: Barrier::new(parties),
