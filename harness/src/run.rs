@@ -415,7 +415,22 @@ impl Session {
                 ));
                 (None, JournalSummary::new(window, self.time_origin_us))
             }
-            None => (None, JournalSummary::new(window, self.time_origin_us)),
+            None => {
+                if plan
+                    .checks
+                    .enabled_names()
+                    .iter()
+                    .any(|&n| n != "thresholds")
+                {
+                    notes.push(
+                        "no journal: the target is not this run's embedded fault server, so the checks \
+                         that read one judged no request; judge them on the server's journal with \
+                         `harness merge REPORT --fault-url URL` or `harness analyze JOURNAL`"
+                            .to_string(),
+                    );
+                }
+                (None, JournalSummary::new(window, self.time_origin_us))
+            }
         };
         let facts = Facts {
             client: (!self.phases.is_empty()).then(|| ClientFigures {

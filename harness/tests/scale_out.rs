@@ -140,6 +140,14 @@ fn run_sharded(dir: &Path, urls: &[String]) -> Sharded {
             .unwrap_or_else(|e| panic!("shard {i} printed no report: {e}\n{}", text(&out)));
         let written = read_report(&dir.join(format!("shard-{i}/report.json")));
         assert_eq!(printed, written);
+        assert!(
+            written
+                .notes
+                .iter()
+                .any(|n| n.starts_with("no journal:") && n.contains("harness merge")),
+            "shard {i} says why its journal checks judged nothing: {:?}",
+            written.notes
+        );
         shards.push(written);
     }
     let merged_dir = dir.join("merged");
