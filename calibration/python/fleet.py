@@ -59,6 +59,25 @@ def is_4xx(e: Exception) -> bool:
     )
 
 
+def immediate_retries(attempts: int):
+    """The operation of a plain retry loop with no delay: up to `attempts` attempts under one key,
+    retrying a 5xx or a connection error as soon as the failure is handled."""
+
+    async def operation(i, client):
+        key = new_key()
+        r = None
+        for _ in range(attempts):
+            try:
+                r = await post(client, i, key)
+            except httpx.TransportError:
+                continue
+            if r.status_code < 500:
+                return r
+        return r
+
+    return operation
+
+
 def fleet(operation, default_clients: int = 40, shared: bool = False) -> None:
     """Runs `operation(i, client)` for N clients released together, prints a summary, exits 0.
 

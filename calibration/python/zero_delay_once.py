@@ -5,21 +5,6 @@ the event loop's own scheduling (handling the other 49 clients' responses). With
 there is no later attempt to compare with, so only the spread of this one retry wave can tell.
 Expected `jitter`: fail (the retries come back at the pace of response handling).
 """
-import httpx
+from fleet import fleet, immediate_retries
 
-from fleet import fleet, new_key, post
-
-
-async def operation(i, client):
-    key = new_key()
-    for attempt in range(2):
-        try:
-            r = await post(client, i, key)
-        except httpx.TransportError:
-            continue
-        if r.status_code < 500:
-            return r
-    return r
-
-
-fleet(operation, default_clients=50)
+fleet(immediate_retries(2), default_clients=50)

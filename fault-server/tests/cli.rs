@@ -15,6 +15,17 @@ fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> std::path::PathBuf 
     p
 }
 
+/// `--check --config FILE`, which must refuse it with exit 2: its message.
+fn refused_at_check(config: &std::path::Path) -> String {
+    let out = bin()
+        .args(["--check", "--config"])
+        .arg(config)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 #[test]
 fn check_accepts_the_example() {
     let out = bin()
@@ -33,13 +44,7 @@ fn check_accepts_the_example() {
 fn bad_config_exits_2_with_file_line_column_and_field() {
     let dir = tempfile::tempdir().unwrap();
     let p = write(&dir, "bad.yaml", "rules:\n  - id: a\n    match: { path: /x }\n    fault: { status: { code: 503, retry_afer: 1 } }\n");
-    let out = bin()
-        .args(["--check", "--config"])
-        .arg(&p)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_at_check(&p);
     assert!(err.contains(&format!("{}:4:", p.display())), "{err}");
     assert!(err.contains("rules[0].fault.status"), "{err}");
     assert!(err.contains("unknown field `retry_afer`"), "{err}");
@@ -68,13 +73,7 @@ fn a_matcher_no_request_can_meet_is_refused_at_check_with_its_place() {
         "space.yaml",
         "rules:\n  - id: a\n    match: { path: \"/a b\" }\n    fault: drop\n",
     );
-    let out = bin()
-        .args(["--check", "--config"])
-        .arg(&p)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_at_check(&p);
     assert!(
         err.contains(&format!("{}:3:20: at `rules[0].match.path`", p.display())),
         "{err}"
@@ -148,13 +147,7 @@ fn shared_state_without_postgres_and_bad_database_urls_exit_2_with_position() {
         "url.yaml",
         "orders:\n  database: \"postgres://harness:s3cret@127.0.0.1:port/harness\"\n",
     );
-    let out = bin()
-        .args(["--check", "--config"])
-        .arg(&p)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_at_check(&p);
     assert!(err.contains(&format!("{}:2:", p.display())), "{err}");
     assert!(err.contains("orders.database"), "{err}");
     assert!(

@@ -813,6 +813,56 @@ impl RetryDelays {
 mod tests {
     use super::*;
 
+    /// The reference the summary is checked against: the same figures computed from one record
+    /// per attempt, as a run that keeps its attempts has them.
+    mod reference {
+        use std::time::Duration;
+
+        use history::ClientAttempt;
+        use reports::model::Timeline;
+
+        use crate::metrics::RetryDelays;
+
+        /// Requests per window by status or error kind, from the client's view; windows count from the
+        /// run's start, as the attempts' times do ([`ClientAttempt::t_start_us`]) and as the journal's
+        /// timeline does.
+        pub(super) fn timeline_from_attempts(
+            attempts: &[ClientAttempt],
+            window: Duration,
+        ) -> Timeline {
+            let w = (window.as_micros() as u64).max(1);
+            crate::run::build_timeline(
+                attempts.iter().map(|a| {
+                    let label = match (a.status, a.error) {
+                        (Some(s), _) => s.to_string(),
+                        (None, Some(e)) => format!("error:{e}"),
+                        (None, None) => "unknown".to_string(),
+                    };
+                    (a.t_start_us / w, label)
+                }),
+                window,
+            )
+        }
+
+        /// Observed waits before each retry, grouped by attempt index, from the driver's records.
+        pub(super) fn retry_delays(attempts: &[ClientAttempt]) -> RetryDelays {
+            let mut sorted: Vec<&ClientAttempt> = attempts.iter().collect();
+            sorted.sort_by_key(|a| (a.phase, a.op, a.client, a.attempt));
+            let mut delays = RetryDelays::new();
+            for pair in sorted.windows(2) {
+                let (a, b) = (pair[0], pair[1]);
+                if a.phase == b.phase
+                    && a.op == b.op
+                    && a.client == b.client
+                    && b.attempt == a.attempt + 1
+                {
+                    delays.record(b.attempt, b.t_start_us.saturating_sub(a.t_end_us));
+                }
+            }
+            delays
+        }
+    }
+
     /// Operations of `attempts` attempts each, every attempt 1 ms long and `gap_ms × attempt`
     /// after the previous, recorded through the operation log as the driver records them.
     fn record(rec: &mut Recorder, start: Instant, ops: u64, attempts: u32, gap_ms: u64) {
@@ -858,12 +908,12 @@ mod tests {
         };
         assert_eq!(
             sorted(rec.summary.retry_delays().shown()),
-            sorted(crate::run::retry_delays(&attempts).shown())
+            sorted(reference::retry_delays(&attempts).shown())
         );
         let window = Duration::from_millis(100);
         assert_eq!(
             rec.summary.timeline(window),
-            crate::run::timeline_from_attempts(&attempts, window)
+            reference::timeline_from_attempts(&attempts, window)
         );
     }
 
@@ -897,5 +947,66 @@ mod tests {
         let counted: u64 = t.series.iter().flat_map(|s| s.counts.iter()).sum();
         assert_eq!(counted, 200_000, "every attempt counted once");
         assert_eq!(t.window_ms, 5000.0);
+    }
+
+    #[test]
+    fn retry_delays_are_grouped_by_attempt_per_operation() {
+        let a = |op: u64, attempt: u32, start: u64, end: u64| ClientAttempt {
+            phase: 0,
+            op,
+            attempt,
+            client: 0,
+            t_start_us: start,
+            t_end_us: end,
+            status: Some(503),
+            error: None,
+        };
+        let attempts = vec![
+            a(1, 1, 0, 1_000),
+            a(2, 1, 0, 2_000),
+            a(1, 2, 101_000, 102_000),
+            a(2, 2, 52_000, 53_000),
+            a(1, 3, 302_000, 303_000),
+        ];
+        let d = reference::retry_delays(&attempts).shown();
+        assert_eq!(d.len(), 2);
+        assert_eq!(d[0].attempt, 2);
+        assert_eq!(d[0].delays_ms, vec![50.0, 100.0]);
+        assert_eq!(
+            (d[0].count, d[0].min_ms, d[0].max_ms),
+            (Some(2), Some(50.0), Some(100.0))
+        );
+        assert_eq!(d[1].delays_ms, vec![200.0]);
+    }
+
+    #[test]
+    fn the_client_timeline_counts_from_the_runs_start_too() {
+        let a = |t_start_us, status, error| ClientAttempt {
+            phase: 0,
+            op: 1,
+            attempt: 1,
+            client: 0,
+            t_start_us,
+            t_end_us: t_start_us + 1_000,
+            status,
+            error,
+        };
+        // Nothing was sent in the run's first 200 ms; windows of 100 ms.
+        let attempts = vec![
+            a(210_000, Some(503), None),
+            a(250_000, None, Some(history::ErrorKind::Timeout)),
+            a(420_000, Some(201), None),
+        ];
+        let t = reference::timeline_from_attempts(&attempts, Duration::from_millis(100));
+        let count = |label: &str| {
+            t.series
+                .iter()
+                .find(|s| s.label == label)
+                .map(|s| s.counts.clone())
+                .unwrap_or_default()
+        };
+        assert_eq!(count("503"), vec![0, 0, 1, 0, 0]);
+        assert_eq!(count("error:timeout"), vec![0, 0, 1, 0, 0]);
+        assert_eq!(count("201"), vec![0, 0, 0, 0, 1]);
     }
 }

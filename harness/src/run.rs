@@ -12,11 +12,10 @@ use reports::model::{Phase, Report, Series, Timeline};
 
 use crate::driver::{self, Keys, PhaseCtx};
 use crate::http::Target;
-use crate::metrics::{latency_ms, Recorder, RetryDelays};
+use crate::metrics::{latency_ms, Recorder};
 use crate::plan::{PhaseKind, Plan};
 use crate::progress::Progress;
 use crate::report::ReportBuilder;
-use history::ClientAttempt;
 use tokio_util::sync::CancellationToken;
 
 /// The run could not be carried out (exit code 3).
@@ -819,25 +818,10 @@ pub fn timeline_from_journal(journal: &[Entry], window: Duration, origin_us: u64
     )
 }
 
-/// Requests per window by status or error kind, from the client's view; windows count from the
-/// run's start, as the attempts' times do ([`ClientAttempt::t_start_us`]) and as the journal's
-/// timeline does.
-pub fn timeline_from_attempts(attempts: &[ClientAttempt], window: Duration) -> Timeline {
-    let w = (window.as_micros() as u64).max(1);
-    build_timeline(
-        attempts.iter().map(|a| {
-            let label = match (a.status, a.error) {
-                (Some(s), _) => s.to_string(),
-                (None, Some(e)) => format!("error:{e}"),
-                (None, None) => "unknown".to_string(),
-            };
-            (a.t_start_us / w, label)
-        }),
-        window,
-    )
-}
-
-fn build_timeline(points: impl Iterator<Item = (u64, String)>, window: Duration) -> Timeline {
+pub(crate) fn build_timeline(
+    points: impl Iterator<Item = (u64, String)>,
+    window: Duration,
+) -> Timeline {
     let mut by_label: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     let mut len = 0usize;
     for (bin, label) in points {
@@ -860,21 +844,6 @@ fn build_timeline(points: impl Iterator<Item = (u64, String)>, window: Duration)
         window_ms: window.as_secs_f64() * 1000.0,
         series,
     }
-}
-
-/// Observed waits before each retry, grouped by attempt index, from the driver's records.
-pub fn retry_delays(attempts: &[ClientAttempt]) -> RetryDelays {
-    let mut sorted: Vec<&ClientAttempt> = attempts.iter().collect();
-    sorted.sort_by_key(|a| (a.phase, a.op, a.client, a.attempt));
-    let mut delays = RetryDelays::new();
-    for pair in sorted.windows(2) {
-        let (a, b) = (pair[0], pair[1]);
-        if a.phase == b.phase && a.op == b.op && a.client == b.client && b.attempt == a.attempt + 1
-        {
-            delays.record(b.attempt, b.t_start_us.saturating_sub(a.t_end_us));
-        }
-    }
-    delays
 }
 
 /// The report of `harness idempotency`.
@@ -972,36 +941,6 @@ mod tests {
     }
 
     #[test]
-    fn retry_delays_are_grouped_by_attempt_per_operation() {
-        let a = |op: u64, attempt: u32, start: u64, end: u64| ClientAttempt {
-            phase: 0,
-            op,
-            attempt,
-            client: 0,
-            t_start_us: start,
-            t_end_us: end,
-            status: Some(503),
-            error: None,
-        };
-        let attempts = vec![
-            a(1, 1, 0, 1_000),
-            a(2, 1, 0, 2_000),
-            a(1, 2, 101_000, 102_000),
-            a(2, 2, 52_000, 53_000),
-            a(1, 3, 302_000, 303_000),
-        ];
-        let d = retry_delays(&attempts).shown();
-        assert_eq!(d.len(), 2);
-        assert_eq!(d[0].attempt, 2);
-        assert_eq!(d[0].delays_ms, vec![50.0, 100.0]);
-        assert_eq!(
-            (d[0].count, d[0].min_ms, d[0].max_ms),
-            (Some(2), Some(50.0), Some(100.0))
-        );
-        assert_eq!(d[1].delays_ms, vec![200.0]);
-    }
-
-    #[test]
     fn the_timeline_counts_from_the_runs_start() {
         let j = vec![
             entry(1, 100.0).status(503).build(),
@@ -1024,36 +963,5 @@ mod tests {
             Duration::from_millis(100)
         );
         assert_eq!(auto_window(Duration::ZERO), Duration::from_millis(1));
-    }
-
-    #[test]
-    fn the_client_timeline_counts_from_the_runs_start_too() {
-        let a = |t_start_us, status, error| ClientAttempt {
-            phase: 0,
-            op: 1,
-            attempt: 1,
-            client: 0,
-            t_start_us,
-            t_end_us: t_start_us + 1_000,
-            status,
-            error,
-        };
-        // Nothing was sent in the run's first 200 ms; windows of 100 ms.
-        let attempts = vec![
-            a(210_000, Some(503), None),
-            a(250_000, None, Some(history::ErrorKind::Timeout)),
-            a(420_000, Some(201), None),
-        ];
-        let t = timeline_from_attempts(&attempts, Duration::from_millis(100));
-        let count = |label: &str| {
-            t.series
-                .iter()
-                .find(|s| s.label == label)
-                .map(|s| s.counts.clone())
-                .unwrap_or_default()
-        };
-        assert_eq!(count("503"), vec![0, 0, 1, 0, 0]);
-        assert_eq!(count("error:timeout"), vec![0, 0, 1, 0, 0]);
-        assert_eq!(count("201"), vec![0, 0, 0, 0, 1]);
     }
 }

@@ -20,6 +20,16 @@ fn text(o: &Output) -> (String, String) {
     )
 }
 
+/// `harness run SCENARIO --format json`.
+fn run_json(scenario: &Path) -> Output {
+    harness()
+        .arg("run")
+        .arg(scenario)
+        .args(["--format", "json"])
+        .output()
+        .unwrap()
+}
+
 fn write(dir: &tempfile::TempDir, name: &str, body: &str) -> PathBuf {
     let p = dir.path().join(name);
     std::fs::write(&p, body).unwrap();
@@ -118,12 +128,7 @@ fn quickstart_passes_and_writes_every_report_file() {
 
 #[test]
 fn idempotency_burst_passes_and_race_fails_naming_the_keys() {
-    let out = harness()
-        .args(["run"])
-        .arg(repo("scenarios/idempotency-burst.yaml"))
-        .args(["--format", "json"])
-        .output()
-        .unwrap();
+    let out = run_json(&repo("scenarios/idempotency-burst.yaml"));
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
@@ -134,12 +139,7 @@ fn idempotency_burst_passes_and_race_fails_naming_the_keys() {
         "release skew is reported"
     );
 
-    let out = harness()
-        .args(["run"])
-        .arg(repo("scenarios/idempotency-race.yaml"))
-        .args(["--format", "json"])
-        .output()
-        .unwrap();
+    let out = run_json(&repo("scenarios/idempotency-race.yaml"));
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
@@ -467,12 +467,7 @@ fn a_header_built_from_a_captured_line_break_fails_its_attempt_and_is_never_sent
             s.url
         ),
     );
-    let out = harness()
-        .arg("run")
-        .arg(&scenario)
-        .args(["--format", "json"])
-        .output()
-        .unwrap();
+    let out = run_json(&scenario);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
@@ -815,12 +810,7 @@ fn a_run_that_decides_nothing_is_no_verdict_and_exits_1() {
         "t.yaml",
         "name: unjudged\nserver: {}\nphases:\n  - name: p\n    clients: { concurrency: 1, requests: 3 }\n    request: { path: /x }\nchecks: { jitter: {}, retry_after: {} }\n",
     );
-    let out = harness()
-        .arg("run")
-        .arg(&scenario)
-        .args(["--format", "json"])
-        .output()
-        .unwrap();
+    let out = run_json(&scenario);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
@@ -868,7 +858,7 @@ fn duplicates_verify_against_an_external_service_by_url_and_by_sql() {
                     s.url
                 ),
             );
-            let out = harness().arg("run").arg(&scenario).args(["--format", "json"]).output().unwrap();
+            let out = run_json(&scenario);
             let (stdout, stderr) = text(&out);
             assert_eq!(out.status.code(), Some(expect_code), "{implementation} {verify}: {stdout}\n{stderr}");
             let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
@@ -893,12 +883,7 @@ fn a_timed_burst_round_waits_for_its_instant_outside_its_requests() {
          \x20   request: { method: POST, path: /orders, headers: { Idempotency-Key: \"{{key}}\" }, json: { sku: a } }\n\
          checks:\n  duplicates: {}\n",
     );
-    let out = harness()
-        .arg("run")
-        .arg(&scenario)
-        .args(["--format", "json"])
-        .output()
-        .expect("harness runs");
+    let out = run_json(&scenario);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}\n{stdout}");
     let report: serde_json::Value = serde_json::from_str(&stdout).expect("a JSON report");

@@ -20,8 +20,8 @@ pub fn to_json_pretty(r: &Report) -> String {
 }
 
 /// Pretty JSON in which the characters JSON may carry raw but a terminal must not see — the
-/// bidirectional overrides that reorder what is shown — are `\uXXXX` escapes too, as control
-/// characters already are. The document reads back the same.
+/// bidirectional overrides that reorder what is shown — are written as `\u` escapes (four hex
+/// digits) too, as control characters already are. The document reads back the same.
 #[derive(Default)]
 struct Inert(serde_json::ser::PrettyFormatter<'static>);
 

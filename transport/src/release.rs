@@ -110,41 +110,41 @@ impl Release {
         let mut handed = self.handed.lock().unwrap_or_else(|e| e.into_inner());
         let pending = std::mem::take(&mut handed.pending);
         handed.at = Some(Instant::now());
+        // Whether the bytes and the sockets may be freed: not while a send may still use them.
+        let mut settled = true;
         #[cfg(target_os = "linux")]
-        if let Some(ring) = handed.ring.as_mut() {
-            let sent = ring.send_all(&pending);
-            handed.by_ring = true;
-            match sent {
-                uring::Sent::All(written) => {
-                    handed.written = written;
-                    drop(handed);
-                    self.written.send_replace(true);
-                    drop(pending);
-                }
-                uring::Sent::Unknown(written) => {
+        let sent = handed.ring.as_mut().map(|ring| ring.send_all(&pending));
+        #[cfg(not(target_os = "linux"))]
+        let sent: Option<(Vec<usize>, bool)> = None;
+        match sent {
+            Some((written, all_known)) => {
+                handed.by_ring = true;
+                handed.written = written;
+                if !all_known {
                     // The ring failed with sends possibly still in flight: their buffers and
                     // sockets must outlive them, so they are never freed, and a member whose
                     // send is unknown does not write again (a doubled byte would corrupt its
                     // request; a missing one shows as its timeout).
-                    handed.written = written;
-                    if let Some(ring) = handed.ring.take() {
-                        std::mem::forget(ring);
-                    }
-                    drop(handed);
-                    self.written.send_replace(true);
-                    std::mem::forget(pending);
+                    settled = false;
+                    #[cfg(target_os = "linux")]
+                    std::mem::forget(handed.ring.take());
                 }
             }
-            return;
+            None => {
+                handed.written = pending
+                    .iter()
+                    .map(|(socket, bytes)| (&*socket).write(bytes).unwrap_or(0))
+                    .collect();
+            }
         }
-        handed.written = pending
-            .iter()
-            .map(|(socket, bytes)| (&*socket).write(bytes).unwrap_or(0))
-            .collect();
         drop(handed);
         self.written.send_replace(true);
         // The duplicates close here, after the members were let go; the connections stay open.
-        drop(pending);
+        if settled {
+            drop(pending);
+        } else {
+            std::mem::forget(pending);
+        }
     }
 
     /// After [`Release::wait`]: writes what the release did not of `handover`'s bytes, on the
@@ -186,14 +186,6 @@ mod uring {
 
     pub(super) struct Ring(IoUring);
 
-    /// What a submission wrote of each member's bytes.
-    pub(super) enum Sent {
-        /// Every send completed: the bytes each wrote.
-        All(Vec<usize>),
-        /// The ring failed with some sends unaccounted for, reported as fully written.
-        Unknown(Vec<usize>),
-    }
-
     impl Ring {
         /// A ring for `parties` sends; `None` when io_uring is unavailable here.
         pub(super) fn new(parties: usize) -> Option<Ring> {
@@ -205,8 +197,10 @@ mod uring {
         }
 
         /// Sends each member's bytes on its socket, without waiting for room in a send buffer
-        /// (a send that would block completes short, and its member writes the rest).
-        pub(super) fn send_all(&mut self, pending: &[(TcpStream, Vec<u8>)]) -> Sent {
+        /// (a send that would block completes short, and its member writes the rest). Returns
+        /// the bytes each send wrote, and whether every send is known to have completed (when
+        /// the ring fails, those unaccounted for are reported as fully written).
+        pub(super) fn send_all(&mut self, pending: &[(TcpStream, Vec<u8>)]) -> (Vec<usize>, bool) {
             let mut written: Vec<Option<usize>> = vec![None; pending.len()];
             let mut queued = 0;
             {
@@ -252,17 +246,12 @@ mod uring {
                     break;
                 }
             }
-            let unknown = done < queued;
             let written = written
                 .iter()
                 .zip(pending)
                 .map(|(w, (_, bytes))| w.unwrap_or(bytes.len()))
                 .collect();
-            if unknown {
-                Sent::Unknown(written)
-            } else {
-                Sent::All(written)
-            }
+            (written, done == queued)
         }
     }
 }
