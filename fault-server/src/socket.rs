@@ -184,8 +184,6 @@ pub(crate) struct SharedStream {
     pub(crate) read: Arc<AtomicU64>,
     /// When the kernel received the bytes of the last read.
     pub(crate) wire: Arc<WireTime>,
-    /// The last read came back short of its buffer: the socket had nothing more to give.
-    drained: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl SharedStream {
@@ -195,27 +193,35 @@ impl SharedStream {
             sock,
             read: Arc::new(AtomicU64::new(0)),
             wire,
-            drained: Arc::default(),
         }
     }
 
     /// One read into `dst`, noting the kernel's receive time of what it read.
     ///
-    /// After a read that came back short of its buffer the socket is empty, so the next one
-    /// would only say so (`EAGAIN`), one system call per request for nothing: instead the
-    /// readiness is cleared without asking. Safe because readiness is edge-triggered — bytes that
-    /// arrive afterwards raise it again, and tokio does not clear a readiness newer than the one
-    /// this read was made under.
+    /// A read that comes back short of its buffer has emptied the socket, so the next one would
+    /// only say so (`EAGAIN`), one system call per request for nothing: such a read also clears
+    /// the socket's readiness, as tokio's own `TcpStream` does. The readiness cleared is the one
+    /// taken just before this read (tokio clears only if no event came since), so bytes that
+    /// arrive after the read raise it again. Clearing it later, at the next read, would also
+    /// clear an event for bytes that arrived in between, and the connection would wait for ever
+    /// for bytes it already has.
     fn read_into(&self, dst: &mut [u8]) -> io::Result<usize> {
-        if self.drained.swap(false, Ordering::Relaxed) {
-            return self.sock.try_io(tokio::io::Interest::READABLE, || {
-                Err(io::ErrorKind::WouldBlock.into())
-            });
-        }
-        let n = self.wire.read(&self.sock, dst)?;
-        if n > 0 && n < dst.len() {
-            self.drained.store(true, Ordering::Relaxed);
-        }
+        let len = dst.len();
+        let mut short = None;
+        let r = self.sock.try_io(tokio::io::Interest::READABLE, || {
+            let n = self.wire.read(&self.sock, dst)?;
+            if n > 0 && n < len {
+                // Returned as "would block" so that tokio clears the readiness; the bytes are
+                // handed back below.
+                short = Some(n);
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            Ok(n)
+        });
+        let n = match (r, short) {
+            (_, Some(n)) => n,
+            (r, None) => r?,
+        };
         self.read.fetch_add(n as u64, Ordering::Relaxed);
         Ok(n)
     }
@@ -271,11 +277,12 @@ impl WireTime {
     #[cfg(not(target_os = "linux"))]
     pub(crate) fn enable<T>(_listener: &T) {}
 
-    /// `recvmsg` into `dst`, keeping the timestamp the kernel attaches.
+    /// `recvmsg` into `dst`, keeping the timestamp the kernel attaches (called within the
+    /// socket's `try_io`).
     #[cfg(target_os = "linux")]
     fn read(&self, sock: &TcpStream, dst: &mut [u8]) -> io::Result<usize> {
         use std::os::fd::AsRawFd;
-        sock.try_io(tokio::io::Interest::READABLE, || {
+        {
             let mut iov = libc::iovec {
                 iov_base: dst.as_mut_ptr().cast(),
                 iov_len: dst.len(),
@@ -315,7 +322,7 @@ impl WireTime {
                 }
             }
             Ok(n as usize)
-        })
+        }
     }
 
     #[cfg(not(target_os = "linux"))]
@@ -576,5 +583,43 @@ impl hyper::rt::Write for ConnIo {
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         // The socket closes when the last handle drops; the connection task decides when.
         Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    /// Bytes that arrive after a short read, once the runtime has seen them, are read: the
+    /// readiness a short read clears is the one it was made under, not a newer one.
+    #[tokio::test(flavor = "current_thread")]
+    async fn bytes_after_a_short_read_are_not_lost() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let mut client = TcpStream::connect(listener.local_addr().expect("addr"))
+            .await
+            .expect("connect");
+        let (server, _) = listener.accept().await.expect("accept");
+        let mut shared = SharedStream::new(Arc::new(server));
+        let mut buf = [0u8; 64];
+        for round in 0..3u8 {
+            client.write_all(&[round; 10]).await.expect("write");
+            let n = tokio::time::timeout(Duration::from_secs(10), shared.read(&mut buf))
+                .await
+                .expect("the first bytes")
+                .expect("read");
+            assert_eq!(&buf[..n], &[round; 10], "a short read");
+            client.write_all(&[round + 100; 10]).await.expect("write");
+            // The runtime's I/O driver runs while this task sleeps and records the new bytes'
+            // readiness before the next read.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let n = tokio::time::timeout(Duration::from_secs(10), shared.read(&mut buf))
+                .await
+                .expect("the bytes that came after the short read")
+                .expect("read");
+            assert_eq!(&buf[..n], &[round + 100; 10]);
+        }
     }
 }
