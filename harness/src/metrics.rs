@@ -998,13 +998,7 @@ mod tests {
             a(420_000, Some(201), None),
         ];
         let t = reference::timeline_from_attempts(&attempts, Duration::from_millis(100));
-        let count = |label: &str| {
-            t.series
-                .iter()
-                .find(|s| s.label == label)
-                .map(|s| s.counts.clone())
-                .unwrap_or_default()
-        };
+        let count = |label: &str| t.counts(label).to_vec();
         assert_eq!(count("503"), vec![0, 0, 1, 0, 0]);
         assert_eq!(count("error:timeout"), vec![0, 0, 1, 0, 0]);
         assert_eq!(count("201"), vec![0, 0, 0, 0, 1]);

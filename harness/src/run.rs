@@ -949,13 +949,7 @@ mod tests {
         ];
         // The run started at 50 ms of journal time; windows of 100 ms.
         let t = timeline_from_journal(&j, Duration::from_millis(100), 50_000);
-        let count = |label: &str| {
-            t.series
-                .iter()
-                .find(|s| s.label == label)
-                .map(|s| s.counts.clone())
-                .unwrap_or_default()
-        };
+        let count = |label: &str| t.counts(label).to_vec();
         assert_eq!(count("503"), vec![1, 0, 1]);
         assert_eq!(count("201"), vec![0, 1, 0]);
         assert_eq!(

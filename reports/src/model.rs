@@ -520,6 +520,16 @@ pub struct Timeline {
     pub series: Vec<Series>,
 }
 
+impl Timeline {
+    /// The counts of the series labelled `label`; none when the timeline has no such series.
+    pub fn counts(&self, label: &str) -> &[u64] {
+        self.series
+            .iter()
+            .find(|s| s.label == label)
+            .map_or(&[], |s| s.counts.as_slice())
+    }
+}
+
 /// One labelled series of a [`Timeline`].
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Series {
