@@ -2,6 +2,7 @@
 //! says, the schedule decides its fault, and the fault is carried out — answered here, or handed
 //! to the connection task when it needs the socket itself.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -10,7 +11,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, Response, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body_util::Either;
 use hyper::body::Incoming;
 use sha2::{Digest, Sha256};
@@ -64,7 +65,8 @@ pub(crate) async fn handle(
     let now = Instant::now();
     let t_recv_us = state.clock.us_at(now);
     let (parts, body) = req.into_parts();
-    let key = header_str(&parts.headers, "idempotency-key").map(str::to_string);
+    let read = ReadHeaders::of(&parts.headers, &state.capture);
+    let key = read.key.map(str::to_string);
     // With shared counters the attempt is counted in the database, below.
     let key_attempt = match state.shared {
         None => key.as_deref().map(|k| state.bump_attempt(k)),
@@ -76,16 +78,9 @@ pub(crate) async fn handle(
     entry.method = parts.method.as_str().to_string();
     entry.path = parts.uri.path().to_string();
     entry.query = parts.uri.query().map(str::to_string);
-    for name in &state.capture {
-        if let Some(v) = parts.headers.get(name) {
-            entry.headers.insert(
-                name.as_str().to_string(),
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            );
-        }
-    }
+    entry.headers = read.captured;
     entry.idempotency_key = key.clone();
-    entry.client_id = header_str(&parts.headers, "x-client-id").map(str::to_string);
+    entry.client_id = read.client_id.map(str::to_string);
     entry.conn_id = conn.id;
     entry.http_version = Some(journal_version(parts.version));
     entry.tls = conn.io.is_tls();
@@ -100,9 +95,8 @@ pub(crate) async fn handle(
             pending,
         ));
     }
-    let announced = parts
-        .headers
-        .get(http::header::CONTENT_LENGTH)
+    let announced = read
+        .content_length
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     let limits = &state.limits;
@@ -501,8 +495,48 @@ fn journal_version(v: http::Version) -> HttpVersion {
     }
 }
 
-fn header_str<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    h.get(name).and_then(|v| v.to_str().ok())
+/// What a request's handling reads of its headers, found in one pass over them (a lookup by
+/// name hashes it, and a request is looked up for a dozen names, most of them absent). Where a
+/// name repeats, its first value counts, as with `HeaderMap::get`.
+struct ReadHeaders<'a> {
+    key: Option<&'a str>,
+    client_id: Option<&'a str>,
+    content_length: Option<&'a HeaderValue>,
+    /// The headers named in `capture`, for the journal.
+    captured: BTreeMap<String, String>,
+}
+
+impl<'a> ReadHeaders<'a> {
+    fn of(headers: &'a HeaderMap, capture: &[HeaderName]) -> ReadHeaders<'a> {
+        let mut read = ReadHeaders {
+            key: None,
+            client_id: None,
+            content_length: None,
+            captured: BTreeMap::new(),
+        };
+        let mut last: Option<&HeaderName> = None;
+        for (name, value) in headers {
+            // A repeated name's values come one after the other, the first first.
+            if last == Some(name) {
+                continue;
+            }
+            last = Some(name);
+            if name == http::header::CONTENT_LENGTH {
+                read.content_length = Some(value);
+            } else if name.as_str() == "idempotency-key" {
+                read.key = value.to_str().ok();
+            } else if name.as_str() == "x-client-id" {
+                read.client_id = value.to_str().ok();
+            }
+            if capture.contains(name) {
+                read.captured.insert(
+                    name.as_str().to_string(),
+                    String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                );
+            }
+        }
+        read
+    }
 }
 
 fn sample_delay(spec: DelaySpec, seed: u64, rule: &str, subject: &str, attempt: u64) -> Duration {
@@ -517,5 +551,57 @@ fn sample_delay(spec: DelaySpec, seed: u64, rule: &str, subject: &str, attempt: 
             // Cap the tail so one draw cannot stall a run for hours.
             median.mul_f64((sigma * z).exp().min(1000.0))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_are_read_in_one_pass_with_the_first_value_of_a_repeated_name() {
+        let mut h = HeaderMap::new();
+        h.append("x-request-id", HeaderValue::from_static("r-1"));
+        h.append("idempotency-key", HeaderValue::from_static("k-first"));
+        h.append("host", HeaderValue::from_static("127.0.0.1"));
+        h.append("idempotency-key", HeaderValue::from_static("k-second"));
+        h.append("content-length", HeaderValue::from_static("12"));
+        h.append("x-request-id", HeaderValue::from_static("r-2"));
+        let capture = [
+            HeaderName::from_static("idempotency-key"),
+            HeaderName::from_static("x-request-id"),
+            HeaderName::from_static("x-client-id"),
+        ];
+        let read = ReadHeaders::of(&h, &capture);
+        assert_eq!(
+            read.key,
+            h.get("idempotency-key").and_then(|v| v.to_str().ok())
+        );
+        assert_eq!(read.key, Some("k-first"));
+        assert_eq!(read.client_id, None);
+        assert_eq!(
+            read.content_length.map(HeaderValue::as_bytes),
+            Some(&b"12"[..])
+        );
+        let captured: Vec<(&str, &str)> = read
+            .captured
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            captured,
+            [("idempotency-key", "k-first"), ("x-request-id", "r-1")]
+        );
+        // A value that is not visible ASCII is no key, but is still captured, lossily.
+        let mut h = HeaderMap::new();
+        h.append(
+            "idempotency-key",
+            HeaderValue::from_bytes(b"k\xff").unwrap(),
+        );
+        h.append("x-client-id", HeaderValue::from_static("c-7"));
+        let read = ReadHeaders::of(&h, &capture);
+        assert_eq!(read.key, None);
+        assert_eq!(read.client_id, Some("c-7"));
+        assert_eq!(read.captured["idempotency-key"], "k\u{fffd}");
     }
 }

@@ -539,7 +539,7 @@ impl Spill {
         }
         line.clear();
         line.extend_from_slice(&[0; 4]);
-        serde_json::to_writer(&mut *line, e).map_err(std::io::Error::other)?;
+        e.write_json(line);
         let n = u32::try_from(line.len() - 4).map_err(std::io::Error::other)?;
         line[..4].copy_from_slice(&n.to_le_bytes());
         file.write_all_at(line, self.len)?;
@@ -775,10 +775,7 @@ impl Writer {
             }
             self.last_recv_us = e.t_recv_us;
             self.line.clear();
-            if serde_json::to_writer(&mut self.line, e.as_ref()).is_err() {
-                // An entry is plain data; this cannot fail, but a hole must not shift the index.
-                self.line.extend_from_slice(b"{}");
-            }
+            e.write_json(&mut self.line);
             self.line.push(b'\n');
             if (e.seq - 1).is_multiple_of(SPARSE) {
                 self.shared

@@ -82,9 +82,18 @@ pub(crate) const RECORDED_RESPONSE_HEADERS: [&str; 3] =
 /// Copies the response headers named in `capture` into the entry's `response_headers`.
 fn record_headers(pending: &mut Pending, h: &http::HeaderMap, capture: &[HeaderName]) {
     let mut kept = std::collections::BTreeMap::new();
-    for name in capture {
-        if let Some(v) = h.get(name).and_then(|v| v.to_str().ok()) {
-            kept.insert(name.as_str().to_string(), v.to_string());
+    // One pass over the answer's few headers rather than a hashed lookup per name; a repeated
+    // name's first value counts, as with `HeaderMap::get`.
+    let mut last = None;
+    for (name, value) in h {
+        if last == Some(name) {
+            continue;
+        }
+        last = Some(name);
+        if capture.contains(name) {
+            if let Ok(v) = value.to_str() {
+                kept.insert(name.as_str().to_string(), v.to_string());
+            }
         }
     }
     if !kept.is_empty() {

@@ -103,9 +103,12 @@ impl UpstreamFailure {
     }
 }
 
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+
 /// Headers that belong to one connection, not to the message (RFC 9110 §7.6.1), plus the
 /// framing the forwarded body gets anew.
-const HOP_BY_HOP: [HeaderName; 9] = [
+static HOP_BY_HOP: [HeaderName; 9] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     header::PROXY_AUTHENTICATE,
@@ -165,7 +168,10 @@ impl Upstream {
 
     /// Where a request for `path_and_query` goes on the upstream: under its prefix.
     fn path(&self, path_and_query: &str) -> String {
-        format!("{}{}", self.url.prefix, path_and_query)
+        let mut path = String::with_capacity(self.url.prefix.len() + path_and_query.len());
+        path.push_str(&self.url.prefix);
+        path.push_str(path_and_query);
+        path
     }
 
     /// Sends the request and reads the whole answer, within `upstream.timeout`.
@@ -203,10 +209,10 @@ impl Upstream {
                 .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
         });
         if let Some(host) = asked {
-            h.insert(HeaderName::from_static("x-forwarded-host"), host);
+            h.insert(X_FORWARDED_HOST, host);
         }
         h.insert(
-            HeaderName::from_static("x-forwarded-proto"),
+            X_FORWARDED_PROTO,
             HeaderValue::from_static(if tls { "https" } else { "http" }),
         );
         let out = Outgoing {
@@ -231,7 +237,14 @@ impl Upstream {
         let reply = conn.send(out, left).await.map_err(|e| self.failure(e))?;
         self.checkin(conn);
         let mut headers = reply.headers;
-        for name in &HOP_BY_HOP {
+        // Looked for before removed: a removal hashes the name, and an answer has few of them.
+        let mut present = [false; HOP_BY_HOP.len()];
+        for name in headers.keys() {
+            if let Some(i) = HOP_BY_HOP.iter().position(|h| h == name) {
+                present[i] = true;
+            }
+        }
+        for (name, _) in HOP_BY_HOP.iter().zip(present).filter(|(_, p)| *p) {
             headers.remove(name);
         }
         if method != Method::HEAD {

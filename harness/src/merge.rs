@@ -457,6 +457,7 @@ pub fn merge_journals(
         ..JournalUnion::default()
     };
     let mut replicas = std::collections::BTreeSet::new();
+    let mut line = Vec::with_capacity(1024);
     while let Some(std::cmp::Reverse((_, i))) = heap.pop() {
         let Some(mut e) = heads[i].take() else {
             continue;
@@ -474,9 +475,10 @@ pub fn merge_journals(
                 replicas.insert(r.clone());
             }
         }
-        serde_json::to_writer(&mut w, &e)
-            .map_err(|e| MergeError::Run(format!("{}: cannot write: {e}", out.display())))?;
-        w.write_all(b"\n")
+        line.clear();
+        e.write_json(&mut line);
+        line.push(b'\n');
+        w.write_all(&line)
             .map_err(|e| MergeError::Run(format!("{}: cannot write: {e}", out.display())))?;
         if let Some(next) = sources[i].lines.next_entry()? {
             heap.push(std::cmp::Reverse((shift(next.t_recv_us, off), i)));

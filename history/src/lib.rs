@@ -14,6 +14,7 @@
 
 mod client;
 mod entry;
+mod json;
 pub mod sample;
 mod store;
 
