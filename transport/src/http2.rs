@@ -293,17 +293,30 @@ async fn start(
     *request.uri_mut() = origin.uri(req.uri)?;
     let h = request.headers_mut();
     *h = req.headers;
-    // HTTP/2 has no connection-specific headers; the authority goes in :authority.
-    for name in [
-        http::header::CONNECTION,
-        http::header::TRANSFER_ENCODING,
-        http::header::HOST,
-        http::header::UPGRADE,
-    ] {
-        h.remove(name);
+    // HTTP/2 has no connection-specific headers; the authority goes in :authority. Looked for
+    // before removed: a removal hashes its name, and a request rarely has any of them.
+    if h.keys().any(|name| {
+        matches!(
+            name.as_str(),
+            "connection"
+                | "transfer-encoding"
+                | "host"
+                | "upgrade"
+                | "keep-alive"
+                | "proxy-connection"
+        )
+    }) {
+        for name in [
+            "connection",
+            "transfer-encoding",
+            "host",
+            "upgrade",
+            "keep-alive",
+            "proxy-connection",
+        ] {
+            h.remove(name);
+        }
     }
-    h.remove("keep-alive");
-    h.remove("proxy-connection");
     if !req.body.is_empty() {
         h.insert(
             http::header::CONTENT_LENGTH,

@@ -198,7 +198,11 @@ impl Target {
 
     /// The request URI for `path` (which starts with `/`).
     pub fn path(&self, path: &str) -> String {
-        format!("{}{}", self.base_path, path)
+        // Per request: two copies, not the formatting machinery.
+        let mut full = String::with_capacity(self.base_path.len() + path.len());
+        full.push_str(&self.base_path);
+        full.push_str(path);
+        full
     }
 
     /// `https://` or `http://`, and the authority: where relative URLs resolve.
