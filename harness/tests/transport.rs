@@ -683,3 +683,109 @@ proptest::proptest! {
         proptest::prop_assert_eq!(accepted, 1, "the connection is kept");
     }
 }
+
+// --- HTTP/2, the transport's own framing, against the fault server over h2c. ---
+
+/// A fault server whose `/big` answers `len` bytes, with the faults HTTP/2 has per stream.
+async fn h2_server(len: usize) -> FaultServer {
+    let yaml = format!(
+        r#"
+rules:
+  - match: {{ path: /fault/reset }}
+    fault: reset
+  - match: {{ path: /fault/goaway }}
+    fault: goaway
+  - match: {{ path: /fault/hang }}
+    fault: {{ hang: {{ cap: 5s }} }}
+  - match: {{ path: /big }}
+    fault: {{ status: {{ code: 200, body: "{}" }} }}
+"#,
+        "b".repeat(len)
+    );
+    let cfg = Config::from_yaml(&yaml, "test").expect("test config is valid");
+    FaultServer::start(cfg, ServerOptions::default())
+        .await
+        .expect("fault server starts")
+}
+
+fn h2_target(url: &str, streams: u32, max_body: Option<u64>) -> Arc<Target> {
+    let how = harness::http::Connect {
+        http2: true,
+        streams,
+        max_body,
+        ..Default::default()
+    };
+    Arc::new(Target::with(url, &how).expect("server URL parses"))
+}
+
+#[tokio::test]
+async fn http2_faults_per_stream_and_bodies_past_every_window() {
+    const BIG: usize = 3 << 20;
+    let s = h2_server(BIG).await;
+    let mut conn = Conn::new(h2_target(&s.url(), 1, None));
+    let long = Duration::from_secs(30);
+    let cases = [
+        ("/fault/reset", ErrorKind::Reset, long),
+        (
+            "/fault/hang",
+            ErrorKind::Timeout,
+            Duration::from_millis(300),
+        ),
+        ("/fault/goaway", ErrorKind::Closed, long),
+    ];
+    for (path, kind, timeout) in cases {
+        let err = send(&mut conn, path, timeout).await.expect_err(path);
+        assert_eq!(err.kind, kind, "{path}: {err}");
+        let ok = send(&mut conn, "/after", Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|e| panic!("request after {path}: {e}"));
+        assert_eq!(ok.status.as_u16(), 200, "after {path}");
+        assert_eq!(&ok.body[..], b"ok\n");
+    }
+    // Answers over the stream's 1 MiB window and, together, the connection's 16 MiB: the
+    // client gives the windows back as it reads.
+    for _ in 0..7 {
+        let r = send(&mut conn, "/big", long).await.expect("a big answer");
+        assert_eq!(r.body.len(), BIG);
+        assert!(r.body.iter().all(|&b| b == b'b'));
+    }
+    // A request body over the server's windows: sent as the server opens them.
+    let post = Outgoing {
+        method: Method::POST,
+        uri: "/upload".into(),
+        headers: HeaderMap::new(),
+        body: Bytes::from(vec![b'u'; BIG]),
+    };
+    let r = conn.send(post, long).await.expect("a big request");
+    assert_eq!(r.status.as_u16(), 200);
+    // Streams at once on one connection past what the server allows (256): the rest wait for
+    // a stream to end.
+    let target = h2_target(&s.url(), 300, None);
+    let mut tasks = Vec::new();
+    for i in 0..300 {
+        let mut c = Conn::new(target.clone());
+        tasks.push(tokio::spawn(async move {
+            c.send(get(&format!("/many/{i}")), Duration::from_secs(30))
+                .await
+        }));
+    }
+    for t in tasks {
+        let r = t
+            .await
+            .expect("the task ends")
+            .expect("each request is answered");
+        assert_eq!(r.status.as_u16(), 200);
+    }
+    // An answer over the client's limit fails alone; the connection goes on.
+    let small = h2_target(&s.url(), 1, Some(1 << 20));
+    let mut conn = Conn::new(small);
+    let err = send(&mut conn, "/big", long)
+        .await
+        .expect_err("over the limit");
+    assert!(err.is_over_limit(), "{err}");
+    let ok = send(&mut conn, "/after", long)
+        .await
+        .expect("the next request");
+    assert_eq!(ok.status.as_u16(), 200);
+    s.shutdown().await;
+}

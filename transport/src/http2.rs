@@ -1,21 +1,19 @@
-//! HTTP/2 on the `h2` crate (hyper's HTTP/2 underneath), over TLS with ALPN `h2` or over plain TCP
-//! with prior knowledge (h2c).
+//! HTTP/2, framed by the project's own client ([`super::h2conn`]), over TLS with ALPN `h2` or
+//! over plain TCP with prior knowledge (h2c).
 //!
 //! Many workers share one connection: `--streams N` puts N workers (N concurrent streams) on each
 //! connection, as `h2load -m N` does. A connection is a [`Slot`]; a worker's [`H2Conn`] is a handle
-//! on its slot, which (re)connects when the connection is missing or broken.
+//! on its slot, which (re)connects when the connection is missing, broken or going away.
 //!
-//! Why `h2` and not hyper's client wrapper: a burst in *single-packet* mode sends every request
-//! of the round except its last DATA frame, then all the last frames together, so the server
-//! receives the whole round in one read — that needs control of the frames, which `h2` gives.
+//! Why the workers of one connection run in one task ([`drive`]): the connection's driver reads
+//! frames and completes the streams they answer, and each worker's next request is queued on the
+//! connection. Polled in the same task as its workers, one pass reads a batch of answers, runs the
+//! workers they free — which queue their next requests — and writes all of those in one write, as
+//! h2load's event loop does.
 //!
-//! Why the workers of one connection run in one task ([`drive`]): `h2` drives a connection from a
-//! future that reads frames, wakes the streams they answer and writes what the streams queued.
-//! Spawned on its own, it wakes a task per response (on either core, contending for the
-//! connection's lock), and each worker's next request wakes it again, so it writes a frame or two
-//! per system call. Polled in the same task as its workers, one pass reads a batch of responses,
-//! runs the workers they free — which queue their next requests — and writes all of those in one
-//! `writev`, as h2load's event loop does.
+//! Why not the `h2` crate, which this was first written on: its per-stream state machine,
+//! flow-control accounting and task hand-offs cost about 19,000 instructions per request under
+//! this load, twice what h2load spends on everything (BENCHMARKS.md).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -25,13 +23,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
-use h2::client::SendRequest;
+use bytes::Bytes;
 use history::ErrorKind;
-use http::{HeaderMap, HeaderValue, Request};
 
+use super::h2conn::{self, Handle, Origin};
 use super::stream::Stream;
-use super::{closed, io_failure, AttemptError, Outgoing, Reply, Target};
+use super::{AttemptError, Outgoing, Reply, Target};
 
 /// The connections of one target, filled as workers ask for them.
 #[derive(Debug)]
@@ -69,50 +66,26 @@ impl Pool {
     }
 }
 
-/// One HTTP/2 connection, connected on first use and again after it breaks.
-#[derive(Debug)]
+/// One HTTP/2 connection, connected on first use and again after it breaks or goes away.
 pub struct Slot {
     target: Arc<Target>,
     origin: Origin,
-    send: tokio::sync::Mutex<Option<SendRequest<Bytes>>>,
+    conn: tokio::sync::Mutex<Option<Handle>>,
 }
 
-/// A request's `:scheme` and `:authority`, parsed once per connection.
-#[derive(Debug, Clone)]
-struct Origin {
-    scheme: http::uri::Scheme,
-    authority: Option<http::uri::Authority>,
-}
-
-impl Origin {
-    fn of(target: &Target) -> Origin {
-        Origin {
-            scheme: if target.tls.is_some() {
-                http::uri::Scheme::HTTPS
-            } else {
-                http::uri::Scheme::HTTP
-            },
-            authority: target.authority.parse().ok(),
-        }
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slot")
+            .field("target", &self.target.url)
+            .finish()
     }
+}
 
-    /// The request's URI: this origin and the request's path and query, so that HTTP/2's
-    /// `:scheme`, `:authority` and `:path` all go out (the `Host` header does not exist in
-    /// HTTP/2; `:authority` is where a server's virtual hosting looks).
-    fn uri(&self, path_and_query: String) -> Result<http::Uri, AttemptError> {
-        let mut parts = http::uri::Parts::default();
-        parts.scheme = Some(self.scheme.clone());
-        parts.authority.clone_from(&self.authority);
-        parts.path_and_query = Some(path_and_query.try_into().map_err(
-            |e: http::uri::InvalidUri| AttemptError {
-                kind: ErrorKind::Other,
-                message: format!("invalid request target: {e}"),
-            },
-        )?);
-        http::Uri::from_parts(parts).map_err(|e| AttemptError {
-            kind: ErrorKind::Other,
-            message: format!("invalid request target: {e}"),
-        })
+/// A request that timed out.
+fn timed_out(timeout: Duration) -> AttemptError {
+    AttemptError {
+        kind: ErrorKind::Timeout,
+        message: format!("no response within {timeout:?}"),
     }
 }
 
@@ -120,18 +93,22 @@ impl Slot {
     /// A slot for a connection of its own (a burst's).
     pub fn new(target: Arc<Target>) -> Slot {
         Slot {
-            origin: Origin::of(&target),
+            origin: Origin {
+                https: target.tls.is_some(),
+                authority: target.authority.clone(),
+            },
             target,
-            send: tokio::sync::Mutex::new(None),
+            conn: tokio::sync::Mutex::new(None),
         }
     }
 
-    /// A handle ready for a new stream, connecting first when needed.
-    async fn handle(&self) -> Result<SendRequest<Bytes>, AttemptError> {
-        let mut guard = self.send.lock().await;
-        if let Some(s) = guard.as_ref() {
-            return Ok(s.clone());
+    /// A handle on a connection that takes new streams, connecting first when needed.
+    async fn handle(&self) -> Result<Handle, AttemptError> {
+        let mut guard = self.conn.lock().await;
+        if let Some(h) = guard.as_ref().filter(|h| h.usable()) {
+            return Ok(h.clone());
         }
+        *guard = None;
         let (stream, alpn_h2) = Stream::connect(&self.target).await?;
         if self.target.tls.is_some() && !alpn_h2 {
             return Err(AttemptError {
@@ -142,17 +119,8 @@ impl Slot {
                 ),
             });
         }
-        let (send, connection) = h2::client::Builder::new()
-            .initial_window_size(1 << 20)
-            .initial_connection_window_size(1 << 24)
-            .handshake::<_, Bytes>(stream)
-            .await
-            .map_err(h2_failure)?;
-        let driver: Driver = Box::pin(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!("HTTP/2 connection ended: {e}");
-            }
-        });
+        let (handle, driver) = h2conn::start(stream, self.target.max_body);
+        let driver: Driver = Box::pin(driver);
         // In a task that drives its own connections (see `drive`), it polls this one too.
         if DRIVERS.try_with(|_| ()).is_ok() {
             if let Err(e) = DRIVERS.with(|d| d.send(driver)) {
@@ -161,13 +129,8 @@ impl Slot {
         } else {
             tokio::spawn(driver);
         }
-        *guard = Some(send.clone());
-        Ok(send)
-    }
-
-    /// Forgets a broken connection so the next request makes a new one.
-    async fn forget(&self) {
-        *self.send.lock().await = None;
+        *guard = Some(handle.clone());
+        Ok(handle)
     }
 
     /// Connects now, when not connected.
@@ -177,218 +140,70 @@ impl Slot {
 
     /// Sends `req` and reads its whole response within `timeout`.
     pub async fn send(&self, req: Outgoing, timeout: Duration) -> Result<Reply, AttemptError> {
-        let result = tokio::time::timeout(timeout, self.exchange(req)).await;
-        match result {
-            Ok(Ok(r)) => Ok(r),
-            Ok(Err(e)) => {
-                if e.kind != ErrorKind::Reset {
-                    // A stream reset leaves the connection usable; anything else may not.
-                    self.forget().await;
-                }
-                Err(e)
-            }
-            Err(_) => Err(AttemptError {
-                kind: ErrorKind::Timeout,
-                message: format!("no response within {timeout:?}"),
-            }),
+        let exchange = async {
+            let h = self.handle().await?;
+            let id = h.open_stream(&req, &self.origin, true).await?;
+            h.answer(id).await
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(r) => r,
+            Err(_) => Err(timed_out(timeout)),
         }
     }
 
-    async fn exchange(&self, req: Outgoing) -> Result<Reply, AttemptError> {
-        let send = self.handle().await?;
-        let (response, _) = start(send, &self.origin, req, true).await?;
-        read_reply(response, self.target.max_body).await
-    }
-
     /// A burst in single-packet mode: opens a stream per request and sends all of each but its
-    /// last body byte (or holds back its END_STREAM when it has no body), then — once every
-    /// stream is open — the last frames all at once, so they leave in one write. Returns the
-    /// replies in order and when the last frames left.
+    /// last body byte (or holds back its END_STREAM when it has no body); once that is written,
+    /// the last frames all at once, in one write. Returns the replies in order and when the last
+    /// frames were queued.
     pub async fn single_packet(
         &self,
         reqs: Vec<Outgoing>,
         timeout: Duration,
     ) -> (Vec<Result<Reply, AttemptError>>, Instant) {
-        let mut pending = Vec::with_capacity(reqs.len());
-        let mut out: Vec<Option<Result<Reply, AttemptError>>> = Vec::new();
-        for req in reqs {
-            out.push(None);
-            let send = match self.handle().await {
-                Ok(s) => s,
-                Err(e) => {
-                    *out.last_mut().expect("pushed") = Some(Err(e));
-                    continue;
-                }
-            };
-            let last = if req.body.is_empty() {
-                Bytes::new()
-            } else {
-                req.body.slice(req.body.len() - 1..)
-            };
-            match start(send, &self.origin, req, false).await {
-                Ok((response, body)) => pending.push((out.len() - 1, response, body, last)),
-                Err(e) => *out.last_mut().expect("pushed") = Some(Err(e)),
+        let h = match self.handle().await {
+            Ok(h) => h,
+            Err(e) => {
+                return (
+                    reqs.iter().map(|_| Err(e.clone())).collect(),
+                    Instant::now(),
+                )
             }
-        }
-        // Every stream is open and all but its last frame is queued: now the last frames, with
-        // no await in between, so the connection task writes them together.
-        let mut responses = Vec::with_capacity(pending.len());
-        for (i, response, stream, last) in pending {
-            if let Some(mut s) = stream {
-                if let Err(e) = s.send_data(last, true) {
-                    out[i] = Some(Err(h2_failure(e)));
-                    continue;
-                }
-            }
-            responses.push((i, response));
-        }
-        let released = Instant::now();
-        let max = self.target.max_body;
-        let reads: Vec<_> = responses
-            .into_iter()
-            .map(|(i, r)| {
-                tokio::spawn(async move {
-                    let reply = match tokio::time::timeout(timeout, read_reply(r, max)).await {
-                        Ok(r) => r,
-                        Err(_) => Err(AttemptError {
-                            kind: ErrorKind::Timeout,
-                            message: format!("no response within {timeout:?}"),
-                        }),
-                    };
-                    (i, reply)
-                })
-            })
-            .collect();
-        for read in reads {
-            if let Ok((i, reply)) = read.await {
-                out[i] = Some(reply);
-            }
-        }
-        let replies = out
-            .into_iter()
-            .map(|r| {
-                r.unwrap_or_else(|| {
-                    Err(AttemptError {
-                        kind: ErrorKind::Other,
-                        message: "request not sent".into(),
-                    })
-                })
-            })
-            .collect();
-        (replies, released)
-    }
-}
-
-/// Opens a stream for `req` and sends its body; with `finish`, ends the stream too, else holds
-/// back the body's last byte (or, with no body, the end of the stream) for the caller to send.
-async fn start(
-    send: SendRequest<Bytes>,
-    origin: &Origin,
-    req: Outgoing,
-    finish: bool,
-) -> Result<(h2::client::ResponseFuture, Option<h2::SendStream<Bytes>>), AttemptError> {
-    let mut send = send.ready().await.map_err(h2_failure)?;
-    let mut request = Request::new(());
-    *request.method_mut() = req.method;
-    *request.uri_mut() = origin.uri(req.uri)?;
-    let h = request.headers_mut();
-    *h = req.headers;
-    // HTTP/2 has no connection-specific headers; the authority goes in :authority. Looked for
-    // before removed: a removal hashes its name, and a request rarely has any of them.
-    if h.keys().any(|name| {
-        matches!(
-            name.as_str(),
-            "connection"
-                | "transfer-encoding"
-                | "host"
-                | "upgrade"
-                | "keep-alive"
-                | "proxy-connection"
-        )
-    }) {
-        for name in [
-            "connection",
-            "transfer-encoding",
-            "host",
-            "upgrade",
-            "keep-alive",
-            "proxy-connection",
-        ] {
-            h.remove(name);
-        }
-    }
-    if !req.body.is_empty() {
-        h.insert(
-            http::header::CONTENT_LENGTH,
-            HeaderValue::from(req.body.len()),
-        );
-    }
-    let no_body = req.body.is_empty();
-    let (response, mut stream) = send
-        .send_request(request, finish && no_body)
-        .map_err(h2_failure)?;
-    let body = if finish || no_body {
-        req.body
-    } else {
-        req.body.slice(..req.body.len() - 1)
-    };
-    if !body.is_empty() {
-        stream.send_data(body, finish).map_err(h2_failure)?;
-    }
-    Ok((response, (!finish).then_some(stream)))
-}
-
-/// Reads a response and its whole body.
-async fn read_reply(response: h2::client::ResponseFuture, max: u64) -> Result<Reply, AttemptError> {
-    let response = response.await.map_err(h2_failure)?;
-    let (parts, mut body) = response.into_parts();
-    let mut data = BytesMut::new();
-    while let Some(chunk) = body.data().await {
-        let chunk = chunk.map_err(h2_failure)?;
-        let _ = body.flow_control().release_capacity(chunk.len());
-        if (data.len() + chunk.len()) as u64 > max {
-            return Err(crate::over_limit(max));
-        }
-        if data.is_empty() && body.is_end_stream() {
-            // One frame: no copy.
-            return Ok(Reply {
-                status: parts.status,
-                headers: parts.headers,
-                body: chunk,
-            });
-        }
-        data.extend_from_slice(&chunk);
-    }
-    let _trailers: Option<HeaderMap> = body.trailers().await.map_err(h2_failure)?;
-    Ok(Reply {
-        status: parts.status,
-        headers: parts.headers,
-        body: data.freeze(),
-    })
-}
-
-/// An `h2` error as the report counts it: a stream the server reset is `reset`; the connection
-/// ending (GOAWAY, a close) is `closed`; I/O errors by their kind.
-fn h2_failure(e: h2::Error) -> AttemptError {
-    if e.is_reset() {
-        return AttemptError {
-            kind: ErrorKind::Reset,
-            message: format!("stream reset: {e}"),
         };
-    }
-    if e.is_go_away() {
-        return closed(&format!("connection ended by GOAWAY: {e}"));
-    }
-    match e.into_io() {
-        Some(io) => io_failure("HTTP/2", io),
-        None => AttemptError {
-            kind: ErrorKind::Malformed,
-            message: "HTTP/2 protocol error".into(),
-        },
+        let mut opened = Vec::with_capacity(reqs.len());
+        for req in &reqs {
+            opened.push(h.open_stream(req, &self.origin, false).await);
+        }
+        // Every stream is open and all but its last frame queued: written first, on their own.
+        h.flushed().await;
+        let ends = opened
+            .iter()
+            .zip(&reqs)
+            .filter_map(|(id, req)| {
+                let last = if req.body.is_empty() {
+                    Bytes::new()
+                } else {
+                    req.body.slice(req.body.len() - 1..)
+                };
+                id.as_ref().ok().map(|&id| (id, last))
+            })
+            .collect();
+        h.finish(ends);
+        let released = Instant::now();
+        let answers = opened.into_iter().map(|id| {
+            let h = &h;
+            async move {
+                let id = id?;
+                match tokio::time::timeout(timeout, h.answer(id)).await {
+                    Ok(r) => r,
+                    Err(_) => Err(timed_out(timeout)),
+                }
+            }
+        });
+        (futures_util::future::join_all(answers).await, released)
     }
 }
 
-/// A connection's driver: the `h2` future that reads and writes its frames.
+/// A connection's driver: the future that reads and writes its frames.
 type Driver = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 tokio::task_local! {
@@ -440,10 +255,11 @@ where
 }
 
 /// A worker's HTTP/2 connection: its slot of the target's pool, and its own handle on the
-/// slot's connection (so a request takes no lock; the slot is asked again only after an error).
+/// slot's connection (so a request takes no lock on the slot; it is asked again only when the
+/// connection stops taking streams).
 pub struct H2Conn {
     slot: Arc<Slot>,
-    handle: Option<SendRequest<Bytes>>,
+    handle: Option<Handle>,
     /// One timer moved forward for each request (see [`super::http1::H1Conn`]'s).
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
@@ -465,7 +281,7 @@ impl H2Conn {
 
     /// Connects now, when the slot is not connected.
     pub async fn open(&mut self) -> Result<(), AttemptError> {
-        if self.handle.is_none() {
+        if !self.handle.as_ref().is_some_and(Handle::usable) {
             self.handle = Some(self.slot.handle().await?);
         }
         Ok(())
@@ -473,49 +289,35 @@ impl H2Conn {
 
     /// Sends `req` on a new stream and reads its whole response, within `timeout`.
     pub async fn send(&mut self, req: Outgoing, timeout: Duration) -> Result<Reply, AttemptError> {
-        let send = match &self.handle {
-            Some(h) => h.clone(),
-            None => {
-                let h = self.slot.handle().await?;
-                self.handle = Some(h.clone());
-                h
-            }
+        self.open().await?;
+        let H2Conn {
+            slot,
+            handle,
+            timer,
+        } = self;
+        let Some(h) = handle.as_ref() else {
+            return Err(super::closed("no HTTP/2 connection"));
         };
         let deadline = tokio::time::Instant::now() + timeout;
-        let mut timer = match self.timer.take() {
+        let mut t = match timer.take() {
             Some(mut t) => {
                 t.as_mut().reset(deadline);
                 t
             }
             None => Box::pin(tokio::time::sleep_until(deadline)),
         };
-        let origin = &self.slot.origin;
-        let max = self.slot.target.max_body;
+        let origin = &slot.origin;
         let exchange = async {
-            let (response, _) = start(send, origin, req, true).await?;
-            read_reply(response, max).await
+            let id = h.open_stream(&req, origin, true).await?;
+            h.answer(id).await
         };
         let result = tokio::select! {
             biased;
-            r = exchange => Some(r),
-            () = timer.as_mut() => None,
+            r = exchange => r,
+            () = t.as_mut() => Err(timed_out(timeout)),
         };
-        self.timer = Some(timer);
-        match result {
-            Some(Ok(r)) => Ok(r),
-            Some(Err(e)) => {
-                if e.kind != ErrorKind::Reset {
-                    // A stream reset leaves the connection usable; anything else may not.
-                    self.handle = None;
-                    self.slot.forget().await;
-                }
-                Err(e)
-            }
-            None => Err(AttemptError {
-                kind: ErrorKind::Timeout,
-                message: format!("no response within {timeout:?}"),
-            }),
-        }
+        *timer = Some(t);
+        result
     }
 }
 

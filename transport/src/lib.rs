@@ -27,6 +27,8 @@
 
 #![warn(missing_docs)]
 
+mod h2conn;
+mod hpack;
 pub mod http1;
 pub mod http2;
 pub mod release;
