@@ -221,6 +221,11 @@ run_h2_harness() {
   measure harness-h2 "$FAULT_URL" "$1" count_harness -- $HARNESS load "$FAULT_URL/" --http2 \
     -c 4 --streams 100 --duration ${SECS}s --format json
 }
+# The same on one runtime thread: h2load's default (-t 1), so both clients run on one thread.
+run_h2_harness_t1() {
+  measure harness-h2-t1 "$FAULT_URL" "$1" count_harness -- $HARNESS --threads 1 load "$FAULT_URL/" \
+    --http2 -c 4 --streams 100 --duration ${SECS}s --format json
+}
 
 # Runs CMD with its peak RSS (kB) and wall time (s) appended to the record as rss_kb and wall_s.
 timed() { # part name round cmd...
@@ -246,7 +251,7 @@ if wants throughput || wants rate || wants tls || wants h2; then
     STEPS+=("run_tls_wrk wrk-tls" "run_tls_oha oha-tls" "run_tls_harness harness-tls"
             "run_close_harness harness-close-tls $TLS_URL" "run_close_harness harness-close-plain $FAULT_URL")
   fi
-  if wants h2; then STEPS+=("run_h2_h2load" "run_h2_harness"); fi
+  if wants h2; then STEPS+=("run_h2_h2load" "run_h2_harness" "run_h2_harness_t1"); fi
   n=${#STEPS[@]}
   for ((r = 1; r <= ROUNDS; r++)); do
     echo "== round $r/$ROUNDS"

@@ -144,6 +144,12 @@ def main():
         target("harness load --http2 -c 4 --streams 100 vs h2load -c 4 -m 100", v, ">= 1.0", v is not None and v >= 1.0, "h2load-h2")
         ratios_tp["harness-h2/h2load-h2"] = h
         ratios_tp["client CPU/req harness-h2/h2load-h2"] = ratio("harness-h2", "h2load-h2", "client_cpu_us")
+    if ("harness-h2-t1", "rps") in s:
+        h = ratio("harness-h2-t1", "h2load-h2", "rps")
+        v = h["median_of_round_ratios"]
+        target("harness --threads 1 load --http2 -c 4 --streams 100 vs h2load -c 4 -m 100 (one thread each)", v, ">= 1.0", v is not None and v >= 1.0, "h2load-h2")
+        ratios_tp["harness-h2-t1/h2load-h2"] = h
+        ratios_tp["client CPU/req harness-h2-t1/h2load-h2"] = ratio("harness-h2-t1", "h2load-h2", "client_cpu_us")
     if ("wrk-proxy-fault", "rps") in s:
         px = ratio("wrk-proxy-fault", "wrk-proxy-nginx", "rps")
         v = px["median_of_round_ratios"]

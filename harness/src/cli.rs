@@ -26,6 +26,17 @@ use crate::tls::TlsOptions;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Threads the run's async runtime has (default: one per core). Against a server on the
+    /// same machine, fewer often go further, leaving the cores to the server (as wrk's and
+    /// h2load's `-t 1`).
+    #[arg(
+        long,
+        global = true,
+        value_name = "N",
+        env = "HARNESS_THREADS",
+        value_parser = clap::value_parser!(u16).range(1..=1024)
+    )]
+    threads: Option<u16>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -400,10 +411,11 @@ pub fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = cli.threads {
+        builder.worker_threads(usize::from(n));
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

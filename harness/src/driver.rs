@@ -12,6 +12,7 @@
 //! Every worker owns its connection, its RNG and its [`Recorder`]; they are merged at the end.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,7 +21,7 @@ use http::{HeaderName, HeaderValue};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use tokio::sync::Barrier;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use fault_server::draw::splitmix64;
 use retry_policy::Limits;
@@ -293,6 +294,9 @@ struct PhaseClient {
     rng: StdRng,
     rec: Recorder,
     extra: Vec<(HeaderName, HeaderValue)>,
+    /// The phase's stop, waited on beside every operation: made once, as waiting on a new one
+    /// per operation registered with (and left) the token's shared list each time.
+    stopped: Pin<Box<WaitForCancellationFutureOwned>>,
 }
 
 impl PhaseClient {
@@ -311,6 +315,7 @@ impl PhaseClient {
             rng,
             rec: Recorder::worker(ctx.keep_attempts, sink),
             extra: client_header(plan.client_id_header, ctx.index, client),
+            stopped: Box::pin(ctx.stop.clone().cancelled_owned()),
         }
     }
 
@@ -380,7 +385,7 @@ impl PhaseClient {
         let mut observer = self.rec.operation(ids, ctx.run_start);
         let result = tokio::select! {
             biased;
-            () = ctx.stop.cancelled() => None,
+            () = self.stopped.as_mut() => None,
             r = execute(
                 &mut transport,
                 &mut observer,
@@ -922,13 +927,24 @@ where
             .collect();
     };
     let clients: Vec<u32> = clients.collect();
+    // As many driving tasks as the runtime has threads, each with its share of the connections:
+    // a task per connection made the threads hand connections to each other, park and wake
+    // between reads, and write after nearly every read.
+    let connections = clients.len().div_ceil(pool.streams()).max(1);
+    let threads = tokio::runtime::Handle::current().metrics().num_workers();
+    let per_task = connections.div_ceil(threads.min(connections)) * pool.streams();
     clients
-        .chunks(pool.streams())
-        .map(|group| {
-            let slot = Arc::new(Slot::new(ctx.target.clone()));
-            let workers: Vec<Fut> = group
-                .iter()
-                .map(|&c| run(c, Conn::H2(H2Conn::on(slot.clone()))))
+        .chunks(per_task)
+        .map(|share| {
+            let workers: Vec<Fut> = share
+                .chunks(pool.streams())
+                .flat_map(|group| {
+                    let slot = Arc::new(Slot::new(ctx.target.clone()));
+                    group
+                        .iter()
+                        .map(|&c| run(c, Conn::H2(H2Conn::on(slot.clone()))))
+                        .collect::<Vec<_>>()
+                })
                 .collect();
             tokio::spawn(crate::http::http2::drive(workers))
         })

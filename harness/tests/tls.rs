@@ -169,6 +169,41 @@ fn http2_over_tls_and_over_h2c_with_streams_per_connection() {
     }
 }
 
+/// The connections are shared among as many driving tasks as the runtime has threads: every one
+/// of them is opened and used, whatever the division, and `--threads` out of bounds is refused.
+#[test]
+fn http2_connections_are_divided_among_the_runtime_threads() {
+    let s = server("{}");
+    for threads in ["1", "3"] {
+        let (out, report, stderr) = run(harness()
+            .args(["--threads", threads, "load", &format!("{}/", s.url)])
+            .args([
+                "-c",
+                "5",
+                "--streams",
+                "4",
+                "-n",
+                "500",
+                "--http2",
+                "--format",
+                "json",
+            ]));
+        assert_eq!(out.status.code(), Some(0), "--threads {threads}: {stderr}");
+        assert_eq!(report["requests"]["completed"], 500, "--threads {threads}");
+    }
+    let j = journal(&s);
+    assert_eq!(j.len(), 1000);
+    let conns: std::collections::BTreeSet<u64> =
+        j.iter().filter_map(|e| e["conn_id"].as_u64()).collect();
+    assert_eq!(conns.len(), 10, "5 connections per run");
+    let (out, _, stderr) = run(harness().args(["load", &format!("{}/", s.url), "--threads", "0"]));
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("'--threads <N>'") && stderr.contains("1..=1024"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn every_sync_mode_reports_the_skew_it_achieved() {
     let s = server("tls: self-signed\norders: { idempotency: unique }");

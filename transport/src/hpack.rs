@@ -89,6 +89,9 @@ pub(crate) struct Decoder {
     max: usize,
     huffman: HuffmanDecoder,
     decoded: HashMap<Vec<u8>, Vec<u8>>,
+    /// Scratch for the fields that are not indexed.
+    name: Vec<u8>,
+    value: Vec<u8>,
 }
 
 /// Why a header block could not be decoded: the connection cannot go on (its table is lost).
@@ -103,6 +106,8 @@ impl Decoder {
             max: TABLE_SIZE,
             huffman: HuffmanDecoder::new(),
             decoded: HashMap::new(),
+            name: Vec::new(),
+            value: Vec::new(),
         }
     }
 
@@ -129,9 +134,24 @@ impl Decoder {
                 self.max = max;
                 self.evict(0);
             } else {
-                // Without indexing (0000) or never indexed (0001): the same to a reader.
-                let (n, v) = self.literal(&mut block, 4)?;
-                field(&n, &v);
+                // Without indexing (0000) or never indexed (0001): the same to a reader, and the
+                // common kind in answers (a length, a date); read into the scratch buffers, so
+                // that it costs no allocation.
+                let i = int(&mut block, 4)?;
+                if i == 0 {
+                    let mut name = std::mem::take(&mut self.name);
+                    self.string_into(&mut block, &mut name)?;
+                    self.name = name;
+                }
+                let mut value = std::mem::take(&mut self.value);
+                self.string_into(&mut block, &mut value)?;
+                self.value = value;
+                let name = if i == 0 {
+                    &self.name[..]
+                } else {
+                    entry(&self.dynamic, i)?.0
+                };
+                field(name, &self.value);
             }
         }
         Ok(())
@@ -139,18 +159,7 @@ impl Decoder {
 
     /// Entry `i` of the static table, then of the dynamic one.
     fn entry(&self, i: usize) -> Result<(&[u8], &[u8]), DecodeError> {
-        match i {
-            0 => Err(DecodeError("index 0")),
-            1..=61 => {
-                let (n, v) = STATIC[i - 1];
-                Ok((n.as_bytes(), v.as_bytes()))
-            }
-            _ => self
-                .dynamic
-                .get(i - 62)
-                .map(|(n, v)| (&n[..], &v[..]))
-                .ok_or(DecodeError("an index past the tables")),
-        }
+        entry(&self.dynamic, i)
     }
 
     fn literal(
@@ -169,6 +178,14 @@ impl Decoder {
     }
 
     fn string(&mut self, block: &mut &[u8]) -> Result<Vec<u8>, DecodeError> {
+        let mut s = Vec::new();
+        self.string_into(block, &mut s)?;
+        Ok(s)
+    }
+
+    /// A string literal, consumed from `block`, into `out` (cleared first).
+    fn string_into(&mut self, block: &mut &[u8], out: &mut Vec<u8>) -> Result<(), DecodeError> {
+        out.clear();
         let huffman = block.first().is_some_and(|b| b & 0x80 != 0);
         let len = int(block, 7)?;
         if len > block.len() {
@@ -177,22 +194,25 @@ impl Decoder {
         let (raw, rest) = block.split_at(len);
         *block = rest;
         if !huffman {
-            return Ok(raw.to_vec());
+            out.extend_from_slice(raw);
+            return Ok(());
         }
         if let Some(s) = self.decoded.get(raw) {
-            return Ok(s.clone());
+            out.extend_from_slice(s);
+            return Ok(());
         }
         let s = self
             .huffman
             .decode(raw)
             .map_err(|_| DecodeError("an invalid Huffman code"))?;
+        out.extend_from_slice(&s);
         if raw.len() <= CACHE_LONGEST {
             if self.decoded.len() >= CACHE_ENTRIES {
                 self.decoded.clear();
             }
-            self.decoded.insert(raw.to_vec(), s.clone());
+            self.decoded.insert(raw.to_vec(), s);
         }
-        Ok(s)
+        Ok(())
     }
 
     fn insert(&mut self, name: Vec<u8>, value: Vec<u8>) {
@@ -217,6 +237,21 @@ impl Decoder {
             };
             self.size -= n.len() + v.len() + 32;
         }
+    }
+}
+
+/// Entry `i` of the static table, then of `dynamic` (newest first).
+fn entry(dynamic: &VecDeque<(Vec<u8>, Vec<u8>)>, i: usize) -> Result<(&[u8], &[u8]), DecodeError> {
+    match i {
+        0 => Err(DecodeError("index 0")),
+        1..=61 => {
+            let (n, v) = STATIC[i - 1];
+            Ok((n.as_bytes(), v.as_bytes()))
+        }
+        _ => dynamic
+            .get(i - 62)
+            .map(|(n, v)| (&n[..], &v[..]))
+            .ok_or(DecodeError("an index past the tables")),
     }
 }
 
