@@ -59,6 +59,10 @@ pub enum HttpVersion {
 }
 
 /// One request as the server saw it. Readers must ignore fields they do not know.
+///
+/// The journal writes it with [`Entry::write_json`], not serde's derive: a field added here is
+/// added there too, in the same place (the property test in `tests/properties.rs` compares the
+/// two, and the `full_entry` strategy there draws every field).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
     /// Arrival order, from 1.
