@@ -138,18 +138,16 @@ def main():
             b = med("harness-close-plain", side)
             if a is not None and b is not None:
                 medians.setdefault("tls-handshake", {})[side] = a - b
-    if ("harness-h2", "rps") in s:
-        h = ratio("harness-h2", "h2load-h2", "rps")
-        v = h["median_of_round_ratios"]
-        target("harness load --http2 -c 4 --streams 100 vs h2load -c 4 -m 100", v, ">= 1.0", v is not None and v >= 1.0, "h2load-h2")
-        ratios_tp["harness-h2/h2load-h2"] = h
-        ratios_tp["client CPU/req harness-h2/h2load-h2"] = ratio("harness-h2", "h2load-h2", "client_cpu_us")
-    if ("harness-h2-t1", "rps") in s:
-        h = ratio("harness-h2-t1", "h2load-h2", "rps")
-        v = h["median_of_round_ratios"]
-        target("harness --threads 1 load --http2 -c 4 --streams 100 vs h2load -c 4 -m 100 (one thread each)", v, ">= 1.0", v is not None and v >= 1.0, "h2load-h2")
-        ratios_tp["harness-h2-t1/h2load-h2"] = h
-        ratios_tp["client CPU/req harness-h2-t1/h2load-h2"] = ratio("harness-h2-t1", "h2load-h2", "client_cpu_us")
+    for name, what in (
+        ("harness-h2", "harness load --http2 -c 4 --streams 100 vs h2load -c 4 -m 100"),
+        ("harness-h2-t1", "harness --threads 1 load --http2 -c 4 --streams 100 vs h2load -c 4 -m 100 (one thread each)"),
+    ):
+        if (name, "rps") in s:
+            h = ratio(name, "h2load-h2", "rps")
+            v = h["median_of_round_ratios"]
+            target(what, v, ">= 1.0", v is not None and v >= 1.0, "h2load-h2")
+            ratios_tp[f"{name}/h2load-h2"] = h
+            ratios_tp[f"client CPU/req {name}/h2load-h2"] = ratio(name, "h2load-h2", "client_cpu_us")
     if ("wrk-proxy-fault", "rps") in s:
         px = ratio("wrk-proxy-fault", "wrk-proxy-nginx", "rps")
         v = px["median_of_round_ratios"]

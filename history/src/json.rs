@@ -22,24 +22,15 @@ impl Entry {
         w.uint(self.t_recv_us);
         w.raw(b",\"t_done_us\":");
         w.uint(self.t_done_us);
-        if let Some(v) = self.t_body_us {
-            w.raw(b",\"t_body_us\":");
-            w.uint(v);
-        }
-        if let Some(v) = self.t_wire_us {
-            w.raw(b",\"t_wire_us\":");
-            w.uint(v);
-        }
+        w.some_uint(b",\"t_body_us\":", self.t_body_us);
+        w.some_uint(b",\"t_wire_us\":", self.t_wire_us);
         w.raw(b",\"unix_ms\":");
         w.uint(self.unix_ms);
         if self.unix_us != 0 {
             w.raw(b",\"unix_us\":");
             w.uint(self.unix_us);
         }
-        if let Some(v) = &self.replica {
-            w.raw(b",\"replica\":");
-            w.str(v);
-        }
+        w.some_str(b",\"replica\":", self.replica.as_deref());
         w.raw(b",\"method\":");
         w.str(&self.method);
         w.raw(b",\"path\":");
@@ -84,18 +75,9 @@ impl Entry {
         w.raw(self.outcome.as_str().as_bytes());
         w.raw(b"\",\"created\":");
         w.opt_str(self.created.as_deref());
-        if let Some(v) = self.key_attempt {
-            w.raw(b",\"key_attempt\":");
-            w.uint(u64::from(v));
-        }
-        if let Some(v) = &self.transition {
-            w.raw(b",\"transition\":");
-            w.str(v);
-        }
-        if let Some(v) = &self.resource {
-            w.raw(b",\"resource\":");
-            w.str(v);
-        }
+        w.some_uint(b",\"key_attempt\":", self.key_attempt.map(u64::from));
+        w.some_str(b",\"transition\":", self.transition.as_deref());
+        w.some_str(b",\"resource\":", self.resource.as_deref());
         if self.replayed {
             w.raw(b",\"replayed\":true");
         }
@@ -103,21 +85,15 @@ impl Entry {
             w.raw(b",\"draw\":");
             w.float(v);
         }
-        if let Some(v) = &self.rejected {
-            w.raw(b",\"rejected\":");
-            w.str(v);
-        }
+        w.some_str(b",\"rejected\":", self.rejected.as_deref());
         if self.forwarded {
             w.raw(b",\"forwarded\":true");
         }
-        if let Some(v) = self.upstream_status {
-            w.raw(b",\"upstream_status\":");
-            w.uint(u64::from(v));
-        }
-        if let Some(v) = self.upstream_us {
-            w.raw(b",\"upstream_us\":");
-            w.uint(v);
-        }
+        w.some_uint(
+            b",\"upstream_status\":",
+            self.upstream_status.map(u64::from),
+        );
+        w.some_uint(b",\"upstream_us\":", self.upstream_us);
         if let Some(v) = &self.response_headers {
             w.raw(b",\"response_headers\":");
             w.map(v);
@@ -144,6 +120,21 @@ impl Writer<'_> {
     fn float(&mut self, v: f64) {
         if serde_json::to_writer(&mut *self.out, &v).is_err() {
             self.raw(b"null");
+        }
+    }
+
+    /// `key` and the value when there is one; nothing when not (a skipped field).
+    fn some_uint(&mut self, key: &[u8], v: Option<u64>) {
+        if let Some(v) = v {
+            self.raw(key);
+            self.uint(v);
+        }
+    }
+
+    fn some_str(&mut self, key: &[u8], v: Option<&str>) {
+        if let Some(v) = v {
+            self.raw(key);
+            self.str(v);
         }
     }
 

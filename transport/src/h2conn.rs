@@ -800,8 +800,21 @@ fn write_headers(out: &mut BytesMut, id: u32, block: &[u8], end_stream: bool, ma
 /// A request's `:scheme` and `:authority`, fixed per connection.
 #[derive(Debug, Clone)]
 pub(crate) struct Origin {
-    pub(crate) https: bool,
-    pub(crate) authority: String,
+    https: bool,
+    /// `:authority` as a header field, encoded once (it is the same in every request).
+    authority: Bytes,
+}
+
+impl Origin {
+    pub(crate) fn new(https: bool, authority: &str) -> Origin {
+        let mut b = BytesMut::with_capacity(authority.len() + 4);
+        int(&mut b, 0x00, 4, 1);
+        string(&mut b, authority.as_bytes());
+        Origin {
+            https,
+            authority: b.freeze(),
+        }
+    }
 }
 
 /// Connection-specific headers, which HTTP/2 forbids (RFC 9113 §8.2.2); `host` goes as
@@ -834,8 +847,7 @@ fn encode_request(req: &Outgoing, origin: &Origin) -> BytesMut {
         int(&mut b, 0x00, 4, 4);
         string(&mut b, req.uri.as_bytes());
     }
-    int(&mut b, 0x00, 4, 1);
-    string(&mut b, origin.authority.as_bytes());
+    b.extend_from_slice(&origin.authority);
     for (name, value) in &req.headers {
         let n = name.as_str();
         if NOT_IN_H2.contains(&n) || n == "content-length" {
@@ -1036,10 +1048,7 @@ mod tests {
     use super::*;
 
     fn origin() -> Origin {
-        Origin {
-            https: false,
-            authority: "127.0.0.1:8080".into(),
-        }
+        Origin::new(false, "127.0.0.1:8080")
     }
 
     #[test]
@@ -1083,13 +1092,7 @@ mod tests {
             headers: HeaderMap::new(),
             body: Bytes::new(),
         };
-        let block = encode_request(
-            &get,
-            &Origin {
-                https: true,
-                authority: "a".into(),
-            },
-        );
+        let block = encode_request(&get, &Origin::new(true, "a"));
         assert_eq!(&block[..], &[0x82, 0x87, 0x84, 0x01, 0x01, b'a']);
     }
 

@@ -93,10 +93,7 @@ impl Slot {
     /// A slot for a connection of its own (a burst's).
     pub fn new(target: Arc<Target>) -> Slot {
         Slot {
-            origin: Origin {
-                https: target.tls.is_some(),
-                authority: target.authority.clone(),
-            },
+            origin: Origin::new(target.tls.is_some(), &target.authority),
             target,
             conn: tokio::sync::Mutex::new(None),
         }
