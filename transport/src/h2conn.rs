@@ -24,7 +24,7 @@ use std::task::{Context, Poll, Waker};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use history::ErrorKind;
-use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use http::{HeaderMap, Method, StatusCode};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::stream::Stream;
@@ -675,18 +675,20 @@ impl Inner {
         let mut headers = HeaderMap::new();
         let mut bad = None;
         self.decoder
-            .decode(block, |name, value| {
-                if name.first() == Some(&b':') {
-                    if name == b":status" {
-                        status = std::str::from_utf8(value).ok().and_then(|s| s.parse().ok());
+            .decode(block, |f| {
+                if f.name.first() == Some(&b':') {
+                    if f.name == b":status" {
+                        status = std::str::from_utf8(f.value)
+                            .ok()
+                            .and_then(|s| s.parse().ok());
                     }
                     return;
                 }
-                match (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
-                    (Ok(n), Ok(v)) => {
+                match f.typed {
+                    Some((n, v)) => {
                         headers.append(n, v);
                     }
-                    _ => bad = Some(String::from_utf8_lossy(name).into_owned()),
+                    None => bad = Some(String::from_utf8_lossy(f.name).into_owned()),
                 }
             })
             .map_err(|e| protocol(&format!("HPACK: {}", e.0)))?;
@@ -1046,6 +1048,7 @@ impl Driver {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderValue;
 
     fn origin() -> Origin {
         Origin::new(false, "127.0.0.1:8080")
@@ -1067,10 +1070,10 @@ mod tests {
         let block = encode_request(&req, &origin());
         let mut d = crate::hpack::Decoder::new();
         let mut fields: Vec<(String, String)> = Vec::new();
-        d.decode(&block, |n, v| {
+        d.decode(&block, |f| {
             fields.push((
-                String::from_utf8(n.to_vec()).unwrap(),
-                String::from_utf8(v.to_vec()).unwrap(),
+                String::from_utf8(f.name.to_vec()).unwrap(),
+                String::from_utf8(f.value.to_vec()).unwrap(),
             ))
         })
         .unwrap();

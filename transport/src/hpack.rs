@@ -7,6 +7,9 @@
 //! string is decoded once.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::OnceLock;
+
+use http::{HeaderName, HeaderValue};
 
 use loona_hpack::huffman::HuffmanDecoder;
 
@@ -80,18 +83,102 @@ pub(crate) const TABLE_SIZE: usize = 4096;
 /// Distinct Huffman-coded strings remembered, and the longest one remembered.
 const CACHE_ENTRIES: usize = 512;
 const CACHE_LONGEST: usize = 256;
+/// Values of fields sent without indexing (a length, say) remembered as sent, and the longest.
+const LITERALS: usize = 8;
+const LITERAL_LONGEST: usize = 64;
+
+/// One decoded field: its name and value as sent, and, when it is a valid regular field (no
+/// pseudo-header), the same as HTTP types — made once per table entry and cloned after, so that
+/// a field the server indexed costs the reader no allocation.
+pub(crate) struct Field<'a> {
+    pub(crate) name: &'a [u8],
+    pub(crate) value: &'a [u8],
+    pub(crate) typed: Option<(HeaderName, HeaderValue)>,
+}
+
+/// A table entry.
+struct Entry {
+    name: Vec<u8>,
+    value: Vec<u8>,
+    typed: Option<(HeaderName, HeaderValue)>,
+}
+
+impl Entry {
+    fn new(name: Vec<u8>, value: Vec<u8>) -> Entry {
+        let typed = typed(&name, &value);
+        Entry { name, value, typed }
+    }
+
+    /// Its size as the table counts it (RFC 7541 §4.1).
+    fn size(&self) -> usize {
+        self.name.len() + self.value.len() + 32
+    }
+
+    fn field(&self) -> Field<'_> {
+        Field {
+            name: &self.name,
+            value: &self.value,
+            typed: self.typed.clone(),
+        }
+    }
+}
+
+/// `name: value` as HTTP types, unless it is a pseudo-header or not valid HTTP.
+fn typed(name: &[u8], value: &[u8]) -> Option<(HeaderName, HeaderValue)> {
+    if name.first() == Some(&b':') {
+        return None;
+    }
+    Some((
+        HeaderName::from_bytes(name).ok()?,
+        HeaderValue::from_bytes(value).ok()?,
+    ))
+}
+
+/// The static table's entries, made once.
+fn static_table() -> &'static [Entry] {
+    static TABLE: OnceLock<Vec<Entry>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        STATIC
+            .iter()
+            .map(|(n, v)| Entry::new(n.as_bytes().to_vec(), v.as_bytes().to_vec()))
+            .collect()
+    })
+}
+
+/// A value sent without indexing, as it came (Huffman-coded or not) and decoded.
+struct Literal {
+    huffman: bool,
+    sent: Vec<u8>,
+    value: Vec<u8>,
+    typed: Option<HeaderValue>,
+}
+
+impl Literal {
+    /// The empty string, sent plain: a true decoding, so an unused slot can match.
+    fn empty() -> Literal {
+        Literal {
+            huffman: false,
+            sent: Vec::new(),
+            value: Vec::new(),
+            typed: Some(HeaderValue::from_static("")),
+        }
+    }
+}
 
 /// A connection's decoding context.
 pub(crate) struct Decoder {
     /// Newest first: index 62 is the front.
-    dynamic: VecDeque<(Vec<u8>, Vec<u8>)>,
+    dynamic: VecDeque<Entry>,
     size: usize,
     max: usize,
     huffman: HuffmanDecoder,
     decoded: HashMap<Vec<u8>, Vec<u8>>,
-    /// Scratch for the fields that are not indexed.
+    /// The last values of fields sent without indexing: [`LITERALS`] short ones, replaced in
+    /// turn, and the last long one.
+    literals: Vec<Literal>,
+    next_literal: usize,
+    /// Scratch for names that are not indexed.
     name: Vec<u8>,
-    value: Vec<u8>,
 }
 
 /// Why a header block could not be decoded: the connection cannot go on (its table is lost).
@@ -106,26 +193,33 @@ impl Decoder {
             max: TABLE_SIZE,
             huffman: HuffmanDecoder::new(),
             decoded: HashMap::new(),
+            literals: Vec::new(),
+            next_literal: 0,
             name: Vec::new(),
-            value: Vec::new(),
         }
     }
 
-    /// Decodes `block`, calling `field` with each name and value in order.
+    /// Decodes `block`, calling `field` with each field in order.
     pub(crate) fn decode(
         &mut self,
         mut block: &[u8],
-        mut field: impl FnMut(&[u8], &[u8]),
+        mut field: impl FnMut(Field<'_>),
     ) -> Result<(), DecodeError> {
         while let Some(&first) = block.first() {
             if first & 0x80 != 0 {
                 let i = int(&mut block, 7)?;
-                let (n, v) = self.entry(i)?;
-                field(n, v);
+                field(self.entry(i)?.field());
             } else if first & 0xc0 == 0x40 {
-                let (n, v) = self.literal(&mut block, 6)?;
-                field(&n, &v);
-                self.insert(n, v);
+                let i = int(&mut block, 6)?;
+                let name = if i == 0 {
+                    self.string(&mut block)?
+                } else {
+                    self.entry(i)?.name.clone()
+                };
+                let value = self.string(&mut block)?;
+                let e = Entry::new(name, value);
+                field(e.field());
+                self.insert(e);
             } else if first & 0xe0 == 0x20 {
                 let max = int(&mut block, 5)?;
                 if max > TABLE_SIZE {
@@ -135,46 +229,100 @@ impl Decoder {
                 self.evict(0);
             } else {
                 // Without indexing (0000) or never indexed (0001): the same to a reader, and the
-                // common kind in answers (a length, a date); read into the scratch buffers, so
-                // that it costs no allocation.
+                // common kind in answers (a length, a date). The name is read into a scratch
+                // buffer, the value through the remembered literals: neither allocates when
+                // the server repeats itself.
                 let i = int(&mut block, 4)?;
-                if i == 0 {
-                    let mut name = std::mem::take(&mut self.name);
-                    self.string_into(&mut block, &mut name)?;
-                    self.name = name;
-                }
-                let mut value = std::mem::take(&mut self.value);
-                self.string_into(&mut block, &mut value)?;
-                self.value = value;
-                let name = if i == 0 {
-                    &self.name[..]
+                let mut scratch = std::mem::take(&mut self.name);
+                let name_typed = if i == 0 {
+                    self.string_into(&mut block, &mut scratch)?;
+                    None
                 } else {
-                    entry(&self.dynamic, i)?.0
+                    Some(self.entry(i)?.typed.as_ref().map(|(n, _)| n.clone()))
                 };
-                field(name, &self.value);
+                let l = self.literal(&mut block)?;
+                let lit = &self.literals[l];
+                let (name, name_typed) = match name_typed {
+                    Some(t) => (&self.entry_ref(i).name[..], t),
+                    None => (&scratch[..], None),
+                };
+                let typed = match (name_typed, &lit.typed) {
+                    (Some(n), Some(v)) => Some((n, v.clone())),
+                    (None, Some(v)) if name.first() != Some(&b':') => {
+                        HeaderName::from_bytes(name).ok().map(|n| (n, v.clone()))
+                    }
+                    _ => None,
+                };
+                field(Field {
+                    name,
+                    value: &lit.value,
+                    typed,
+                });
+                self.name = scratch;
             }
         }
         Ok(())
     }
 
     /// Entry `i` of the static table, then of the dynamic one.
-    fn entry(&self, i: usize) -> Result<(&[u8], &[u8]), DecodeError> {
-        entry(&self.dynamic, i)
+    fn entry(&self, i: usize) -> Result<&Entry, DecodeError> {
+        match i {
+            0 => Err(DecodeError("index 0")),
+            1..=61 => Ok(&static_table()[i - 1]),
+            _ => self
+                .dynamic
+                .get(i - 62)
+                .ok_or(DecodeError("an index past the tables")),
+        }
     }
 
-    fn literal(
-        &mut self,
-        block: &mut &[u8],
-        prefix: u32,
-    ) -> Result<(Vec<u8>, Vec<u8>), DecodeError> {
-        let i = int(block, prefix)?;
-        let name = if i == 0 {
-            self.string(block)?
-        } else {
-            self.entry(i)?.0.to_vec()
+    /// Entry `i`, known to exist.
+    fn entry_ref(&self, i: usize) -> &Entry {
+        match i {
+            1..=61 => &static_table()[i - 1],
+            _ => &self.dynamic[i - 62],
+        }
+    }
+
+    /// A value sent without indexing, consumed from `block`: the index of its remembered
+    /// literal, decoded now unless it was sent the same way lately.
+    fn literal(&mut self, block: &mut &[u8]) -> Result<usize, DecodeError> {
+        let huffman = block.first().is_some_and(|b| b & 0x80 != 0);
+        let len = int(block, 7)?;
+        if len > block.len() {
+            return Err(DecodeError("a string longer than its block"));
+        }
+        let (sent, rest) = block.split_at(len);
+        *block = rest;
+        if let Some(i) = self
+            .literals
+            .iter()
+            .position(|l| l.huffman == huffman && l.sent == sent)
+        {
+            return Ok(i);
+        }
+        let mut value = Vec::new();
+        self.decode_raw(huffman, sent, &mut value)?;
+        let lit = Literal {
+            huffman,
+            sent: sent.to_vec(),
+            typed: HeaderValue::from_bytes(&value).ok(),
+            value,
         };
-        let value = self.string(block)?;
-        Ok((name, value))
+        // Short values take the remembered slots in turn; a long one the one slot kept for
+        // it, so that what is remembered stays small.
+        let i = if len > LITERAL_LONGEST {
+            LITERALS
+        } else {
+            let i = self.next_literal;
+            self.next_literal = (i + 1) % LITERALS;
+            i
+        };
+        while self.literals.len() <= i {
+            self.literals.push(Literal::empty());
+        }
+        self.literals[i] = lit;
+        Ok(i)
     }
 
     fn string(&mut self, block: &mut &[u8]) -> Result<Vec<u8>, DecodeError> {
@@ -193,6 +341,16 @@ impl Decoder {
         }
         let (raw, rest) = block.split_at(len);
         *block = rest;
+        self.decode_raw(huffman, raw, out)
+    }
+
+    /// A string literal's bytes `raw`, Huffman-coded or not, decoded into `out`.
+    fn decode_raw(
+        &mut self,
+        huffman: bool,
+        raw: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), DecodeError> {
         if !huffman {
             out.extend_from_slice(raw);
             return Ok(());
@@ -215,8 +373,8 @@ impl Decoder {
         Ok(())
     }
 
-    fn insert(&mut self, name: Vec<u8>, value: Vec<u8>) {
-        let size = name.len() + value.len() + 32;
+    fn insert(&mut self, e: Entry) {
+        let size = e.size();
         if size > self.max {
             // An entry larger than the table empties it and is not added (RFC 7541 §4.4).
             self.dynamic.clear();
@@ -225,33 +383,18 @@ impl Decoder {
         }
         self.evict(size);
         self.size += size;
-        self.dynamic.push_front((name, value));
+        self.dynamic.push_front(e);
     }
 
     /// Evicts the oldest entries until `room` more bytes fit.
     fn evict(&mut self, room: usize) {
         while self.size + room > self.max {
-            let Some((n, v)) = self.dynamic.pop_back() else {
+            let Some(e) = self.dynamic.pop_back() else {
                 self.size = 0;
                 return;
             };
-            self.size -= n.len() + v.len() + 32;
+            self.size -= e.size();
         }
-    }
-}
-
-/// Entry `i` of the static table, then of `dynamic` (newest first).
-fn entry(dynamic: &VecDeque<(Vec<u8>, Vec<u8>)>, i: usize) -> Result<(&[u8], &[u8]), DecodeError> {
-    match i {
-        0 => Err(DecodeError("index 0")),
-        1..=61 => {
-            let (n, v) = STATIC[i - 1];
-            Ok((n.as_bytes(), v.as_bytes()))
-        }
-        _ => dynamic
-            .get(i - 62)
-            .map(|(n, v)| (&n[..], &v[..]))
-            .ok_or(DecodeError("an index past the tables")),
     }
 }
 
@@ -289,11 +432,18 @@ mod tests {
 
     fn all(d: &mut Decoder, block: &[u8]) -> Vec<(String, String)> {
         let mut out = Vec::new();
-        d.decode(block, |n, v| {
-            out.push((
-                String::from_utf8(n.to_vec()).unwrap(),
-                String::from_utf8(v.to_vec()).unwrap(),
-            ))
+        d.decode(block, |f| {
+            let (n, v) = (
+                String::from_utf8(f.name.to_vec()).unwrap(),
+                String::from_utf8(f.value.to_vec()).unwrap(),
+            );
+            // The typed field, when there is one, says the same.
+            if let Some((tn, tv)) = &f.typed {
+                assert_eq!((tn.as_str(), tv.to_str().unwrap()), (&n[..], &v[..]));
+            } else {
+                assert!(n.starts_with(':'), "{n} has no typed field");
+            }
+            out.push((n, v))
         })
         .unwrap();
         out
@@ -384,6 +534,56 @@ mod tests {
         assert_eq!(all(&mut again, &hex("4883 640e ffc1 c0bf"))[0].1, "307");
     }
 
+    /// A field without indexing: `content-length` (static 28) with a plain `value`.
+    fn length(value: &str) -> Vec<u8> {
+        let mut b = vec![0x0f, 28 - 15, value.len() as u8];
+        b.extend_from_slice(value.as_bytes());
+        b
+    }
+
+    /// Values sent without indexing come out the same whether decoded or remembered, past the
+    /// remembered ones' turns and the long one's slot; one that is not valid HTTP stays so.
+    #[test]
+    fn values_without_indexing_are_remembered_and_stay_right() {
+        let mut d = Decoder::new();
+        let long = "9".repeat(100);
+        let mut values: Vec<String> = (0..20).map(|i| i.to_string()).collect();
+        values.insert(3, long.clone());
+        values.insert(12, long.clone());
+        for round in 0..3 {
+            for v in &values {
+                assert_eq!(
+                    all(&mut d, &length(v)),
+                    pairs(&[("content-length", v)]),
+                    "round {round}"
+                );
+            }
+        }
+        assert!(d.literals.len() <= LITERALS + 1);
+        assert!(d.literals[..LITERALS]
+            .iter()
+            .all(|l| l.sent.len() <= LITERAL_LONGEST));
+        // A new name (index 0), then a value no header can hold, twice: no typed field either time.
+        let mut custom = vec![0x00, 3];
+        custom.extend_from_slice(b"x-a");
+        custom.extend_from_slice(&[2, b'a', b'\n']);
+        for _ in 0..2 {
+            let mut typed = Vec::new();
+            d.decode(&custom, |f| {
+                assert_eq!((f.name, f.value), (&b"x-a"[..], &b"a\n"[..]));
+                typed.push(f.typed.is_some());
+            })
+            .unwrap();
+            assert_eq!(typed, [false]);
+        }
+        // The same value under another name is that name's.
+        let mut other = vec![0x00, 3];
+        other.extend_from_slice(b"x-b");
+        other.extend_from_slice(&[1, b'7']);
+        assert_eq!(all(&mut d, &other), pairs(&[("x-b", "7")]));
+        assert_eq!(all(&mut d, &length("7")), pairs(&[("content-length", "7")]));
+    }
+
     #[test]
     fn malformed_blocks_are_errors_not_panics() {
         let mut d = Decoder::new();
@@ -395,7 +595,7 @@ mod tests {
             &[0x40, 0x05, b'a'],                   // a string longer than the block
             &[0x3f, 0xe2, 0x1f],                   // a size update to 4097
         ] {
-            assert!(d.decode(bad, |_, _| {}).is_err(), "{bad:?}");
+            assert!(d.decode(bad, |_| {}).is_err(), "{bad:?}");
         }
     }
 }
