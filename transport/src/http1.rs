@@ -3,7 +3,6 @@
 //! `httparse`, a sized body split off without copying.
 
 use std::mem::MaybeUninit;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,10 +11,10 @@ use history::ErrorKind;
 use http::header::HeaderName;
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::time::Sleep;
 
 use super::release::Release;
 use super::stream::Stream;
+use super::timer::Timer;
 use super::{
     closed, has_token, io_failure, last_token_is, malformed, over_limit, AttemptError, Outgoing,
     Reply, Target,
@@ -50,10 +49,8 @@ pub struct H1Conn {
     /// Bytes read from the socket and not yet consumed. Heads and bodies are split off it as
     /// shared `Bytes`; once the caller drops a reply, its space is reclaimed for the next read.
     buf: BytesMut,
-    /// One timer for the connection's life, moved forward for each request: re-arming a later
-    /// deadline is an atomic store, where a fresh `tokio::time::timeout` per request inserts into
-    /// and removes from the runtime's shared timer wheel under its lock.
-    timer: Option<Pin<Box<Sleep>>>,
+    /// One timer for the connection's life (see [`crate::timer`]).
+    timer: Timer,
     /// When the last released request (see [`H1Conn::send_released`]) finished its write.
     released_at: Option<std::time::Instant>,
 }
@@ -69,7 +66,7 @@ impl H1Conn {
             stream: None,
             out: Vec::new(),
             buf: BytesMut::new(),
-            timer: None,
+            timer: Timer::default(),
             released_at: None,
         }
     }
@@ -83,7 +80,9 @@ impl H1Conn {
             }
             self.close();
         }
-        let (stream, _) = Stream::connect(&self.target).await?;
+        // Boxed: connecting (TCP, then maybe a TLS handshake) is rare, and its future is large;
+        // inline, it would be part of — and copied with — every request's future.
+        let (stream, _) = Box::pin(Stream::connect(&self.target)).await?;
         self.buf.clear();
         self.stream = Some(stream);
         Ok(())
@@ -119,7 +118,7 @@ impl H1Conn {
 
     /// Sends one request and reads the whole response, within `timeout`.
     pub async fn send(&mut self, req: Outgoing, timeout: Duration) -> Result<Reply, AttemptError> {
-        self.send_released(req, timeout, None, false).await
+        self.send_ref(&req, timeout, None, false).await
     }
 
     /// Like [`H1Conn::send`], but once the connection is open and the request serialized, waits at
@@ -132,20 +131,26 @@ impl H1Conn {
         release: Option<&Release>,
         last_byte: bool,
     ) -> Result<Reply, AttemptError> {
+        self.send_ref(&req, timeout, release, last_byte).await
+    }
+
+    /// [`H1Conn::send_released`] on a borrowed request: the request is kept once, by the
+    /// caller's future, not copied into each future below it.
+    pub(crate) async fn send_ref(
+        &mut self,
+        req: &Outgoing,
+        timeout: Duration,
+        release: Option<&Release>,
+        last_byte: bool,
+    ) -> Result<Reply, AttemptError> {
         let deadline = tokio::time::Instant::now() + timeout;
-        let mut timer = match self.timer.take() {
-            Some(mut t) => {
-                t.as_mut().reset(deadline);
-                t
-            }
-            None => Box::pin(tokio::time::sleep_until(deadline)),
-        };
+        let mut timer = std::mem::take(&mut self.timer);
         let result = tokio::select! {
             biased;
             r = self.exchange(req, release, last_byte) => Some(r),
-            _ = timer.as_mut() => None,
+            () = timer.until(deadline) => None,
         };
-        self.timer = Some(timer);
+        self.timer = timer;
         match result {
             Some(Ok(r)) => Ok(r),
             Some(Err(e)) => {
@@ -165,12 +170,12 @@ impl H1Conn {
 
     async fn exchange(
         &mut self,
-        req: Outgoing,
+        req: &Outgoing,
         release: Option<&Release>,
         last_byte: bool,
     ) -> Result<Reply, AttemptError> {
         let ready = match self.open().await {
-            Ok(()) => encode(&mut self.out, &req, self.host.as_bytes()),
+            Ok(()) => encode(&mut self.out, req, self.host.as_bytes()),
             Err(e) => Err(e),
         };
         let stream = match (ready, self.stream.as_mut()) {
@@ -178,7 +183,7 @@ impl H1Conn {
             (ready, _) => {
                 // The other members still wait for this one: arrive, so that they are released.
                 if let Some(r) = release {
-                    r.wait().await;
+                    Box::pin(r.wait()).await;
                 }
                 return Err(ready.err().unwrap_or_else(|| AttemptError {
                     kind: ErrorKind::Other,
@@ -188,52 +193,24 @@ impl H1Conn {
         };
         let head_only = req.method == Method::HEAD;
         let asked_close = has_token(&req.headers, http::header::CONNECTION, "close");
-        drop(req);
+        let tls = self.target.tls.is_some();
         match release {
-            // Last-byte sync: all but the final byte leave before the release, so the server has
-            // the whole request but one byte; the final byte is handed to the release, which
-            // writes every member's together.
-            Some(r) if last_byte && self.out.len() > 1 => {
-                let split = self.out.len() - 1;
-                let written = async {
-                    stream.write_all(&self.out[..split]).await?;
-                    stream.flush().await?;
-                    stream.seal(&self.out[split..])
-                };
-                let tail = match written.await {
-                    Ok(tail) => tail,
-                    Err(e) => {
-                        r.wait().await;
-                        return Err(io_failure("writing the request", e));
-                    }
-                };
-                let handover = r.hand_over(stream, tail);
-                r.wait().await;
-                let leaving = r
-                    .finish(handover, stream)
-                    .await
-                    .map_err(|e| io_failure("writing the request", e))?;
-                self.released_at = Some(leaving);
+            // Boxed: a burst's write is rare next to the plain one, and its future is large;
+            // inline, it would be part of — and copied with — every request's future.
+            Some(r) => {
+                let at = Box::pin(write_released(stream, &self.out, r, last_byte, tls)).await?;
+                self.released_at = Some(at);
             }
-            _ => {
-                if let Some(r) = release {
-                    r.wait().await;
-                }
-                // Stamped before the write: the server cannot have the request before this
-                // instant, whatever happens to this thread during and after the write.
-                let leaving = std::time::Instant::now();
+            None => {
                 stream
                     .write_all(&self.out)
                     .await
                     .map_err(|e| io_failure("writing the request", e))?;
-                if self.target.tls.is_some() {
+                if tls {
                     stream
                         .flush()
                         .await
                         .map_err(|e| io_failure("writing the request", e))?;
-                }
-                if release.is_some() {
-                    self.released_at = Some(leaving);
                 }
             }
         }
@@ -246,6 +223,53 @@ impl H1Conn {
         }
         Ok(reply)
     }
+}
+
+/// Writes a burst member's request `out` at the release `r`: with `last_byte` (and more than one
+/// byte), all but the final byte first and that byte with every member's at once; else all of it
+/// once released (flushed, over `tls`). Returns when it left: stamped before the write, since the server cannot have
+/// the request before that instant, whatever happens to this thread during and after the write.
+async fn write_released(
+    stream: &mut Stream,
+    out: &[u8],
+    r: &Release,
+    last_byte: bool,
+    tls: bool,
+) -> Result<std::time::Instant, AttemptError> {
+    if last_byte && out.len() > 1 {
+        let split = out.len() - 1;
+        let written = async {
+            stream.write_all(&out[..split]).await?;
+            stream.flush().await?;
+            stream.seal(&out[split..])
+        };
+        let tail = match written.await {
+            Ok(tail) => tail,
+            Err(e) => {
+                r.wait().await;
+                return Err(io_failure("writing the request", e));
+            }
+        };
+        let handover = r.hand_over(stream, tail);
+        r.wait().await;
+        return r
+            .finish(handover, stream)
+            .await
+            .map_err(|e| io_failure("writing the request", e));
+    }
+    r.wait().await;
+    let leaving = std::time::Instant::now();
+    stream
+        .write_all(out)
+        .await
+        .map_err(|e| io_failure("writing the request", e))?;
+    if tls {
+        stream
+            .flush()
+            .await
+            .map_err(|e| io_failure("writing the request", e))?;
+    }
+    Ok(leaving)
 }
 
 /// Serializes `req` into `out`: request line, `Host`, the request's headers, `content-length`,

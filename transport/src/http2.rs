@@ -28,6 +28,7 @@ use history::ErrorKind;
 
 use super::h2conn::{self, Handle, Origin};
 use super::stream::Stream;
+use super::timer::Timer;
 use super::{AttemptError, Outgoing, Reply, Target};
 
 /// The connections of one target, filled as workers ask for them.
@@ -257,8 +258,8 @@ where
 pub struct H2Conn {
     slot: Arc<Slot>,
     handle: Option<Handle>,
-    /// One timer moved forward for each request (see [`super::http1::H1Conn`]'s).
-    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// One timer for the worker's requests (see [`crate::timer`]).
+    timer: Timer,
 }
 
 impl H2Conn {
@@ -272,20 +273,31 @@ impl H2Conn {
         H2Conn {
             slot,
             handle: None,
-            timer: None,
+            timer: Timer::default(),
         }
     }
 
     /// Connects now, when the slot is not connected.
     pub async fn open(&mut self) -> Result<(), AttemptError> {
         if !self.handle.as_ref().is_some_and(Handle::usable) {
-            self.handle = Some(self.slot.handle().await?);
+            // Boxed, as in `H1Conn::open`: a rare path whose future (a lock, maybe a connect)
+            // would otherwise be copied with every request's.
+            self.handle = Some(Box::pin(self.slot.handle()).await?);
         }
         Ok(())
     }
 
     /// Sends `req` on a new stream and reads its whole response, within `timeout`.
     pub async fn send(&mut self, req: Outgoing, timeout: Duration) -> Result<Reply, AttemptError> {
+        self.send_ref(&req, timeout).await
+    }
+
+    /// [`H2Conn::send`] on a borrowed request (see [`super::http1::H1Conn`]'s).
+    pub(crate) async fn send_ref(
+        &mut self,
+        req: &Outgoing,
+        timeout: Duration,
+    ) -> Result<Reply, AttemptError> {
         self.open().await?;
         let H2Conn {
             slot,
@@ -296,24 +308,16 @@ impl H2Conn {
             return Err(super::closed("no HTTP/2 connection"));
         };
         let deadline = tokio::time::Instant::now() + timeout;
-        let mut t = match timer.take() {
-            Some(mut t) => {
-                t.as_mut().reset(deadline);
-                t
-            }
-            None => Box::pin(tokio::time::sleep_until(deadline)),
-        };
         let origin = &slot.origin;
         let exchange = async {
-            let id = h.open_stream(&req, origin, true).await?;
+            let id = h.open_stream(req, origin, true).await?;
             h.answer(id).await
         };
         let result = tokio::select! {
             biased;
             r = exchange => r,
-            () = t.as_mut() => Err(timed_out(timeout)),
+            () = timer.until(deadline) => Err(timed_out(timeout)),
         };
-        *timer = Some(t);
         result
     }
 }

@@ -33,6 +33,7 @@ pub mod http1;
 pub mod http2;
 pub mod release;
 pub mod stream;
+mod timer;
 pub mod tls;
 
 use std::fmt;
@@ -242,9 +243,10 @@ impl Conn {
 
     /// Sends one request and reads the whole response, within `timeout`.
     pub async fn send(&mut self, req: Outgoing, timeout: Duration) -> Result<Reply, AttemptError> {
+        // The request stays here; the futures below borrow it.
         match self {
-            Conn::H1(c) => c.send(req, timeout).await,
-            Conn::H2(c) => c.send(req, timeout).await,
+            Conn::H1(c) => c.send_ref(&req, timeout, None, false).await,
+            Conn::H2(c) => c.send_ref(&req, timeout).await,
         }
     }
 
@@ -259,7 +261,7 @@ impl Conn {
         last_byte: bool,
     ) -> Result<Reply, AttemptError> {
         match self {
-            Conn::H1(c) => c.send_released(req, timeout, release, last_byte).await,
+            Conn::H1(c) => c.send_ref(&req, timeout, release, last_byte).await,
             Conn::H2(c) => {
                 if let Some(b) = release {
                     if let Err(e) = c.open().await {
@@ -268,7 +270,7 @@ impl Conn {
                     }
                     b.wait().await;
                 }
-                c.send(req, timeout).await
+                c.send_ref(&req, timeout).await
             }
         }
     }
