@@ -102,8 +102,10 @@ pub async fn execute<T: Transport, O: Observer>(
     let mut op = Attempts::start(policy, limits, start);
     observer.started();
     let mut fresh_key = String::new();
+    // The clock is read once per step: at the start, at each attempt's end, after each wait.
+    let mut now = start;
     loop {
-        let call = match op.next(Instant::now(), rng) {
+        let call = match op.next(now, rng) {
             Next::Call(c) => c,
             Next::Fallback => {
                 let result = OpResult {
@@ -125,7 +127,7 @@ pub async fn execute<T: Transport, O: Observer>(
             fresh_key: call.fresh_key.map(|_| fresh_key.as_str()),
             deadline_unix_ms,
         };
-        let sent = Instant::now();
+        let sent = now;
         let reply = transport.send(spec).await;
         let ended = Instant::now();
         let outcome = match &reply {
@@ -164,6 +166,11 @@ pub async fn execute<T: Transport, O: Observer>(
                     "retrying"
                 );
                 sleep(wait).await;
+                now = if wait.is_zero() {
+                    ended
+                } else {
+                    Instant::now()
+                };
             }
         }
     }

@@ -97,10 +97,10 @@ impl Text {
             match p {
                 Part::Lit(s) => out.push_str(s),
                 Part::Var(Var::Uuid) => out.push_str(vars.uuid),
-                Part::Var(Var::Seq) => out.push_str(&vars.seq.to_string()),
-                Part::Var(Var::Client) => out.push_str(&vars.client.to_string()),
+                Part::Var(Var::Seq) => out.push_str(itoa::Buffer::new().format(vars.seq)),
+                Part::Var(Var::Client) => out.push_str(itoa::Buffer::new().format(vars.client)),
                 Part::Var(Var::Key) => out.push_str(vars.key),
-                Part::Var(Var::Round) => out.push_str(&vars.round.to_string()),
+                Part::Var(Var::Round) => out.push_str(itoa::Buffer::new().format(vars.round)),
                 Part::Named(n) => {
                     if let Some(v) = vars.captured.and_then(|c| c.get(n)) {
                         out.push_str(v);
@@ -108,6 +108,17 @@ impl Text {
                 }
             }
         }
+    }
+
+    /// About how long a rendering is: its literal parts, and room for a number or a key.
+    fn len_hint(&self) -> usize {
+        self.0
+            .iter()
+            .map(|p| match p {
+                Part::Lit(s) => s.len(),
+                _ => 32,
+            })
+            .sum()
     }
 
     /// Renders with `vars`.
@@ -191,10 +202,14 @@ impl RequestTemplate {
         vars: &Vars<'_>,
         extra: &[(HeaderName, HeaderValue)],
     ) -> Outgoing {
-        let mut headers = HeaderMap::with_capacity(self.headers.len() + extra.len() + 1);
+        let json = self.body.as_ref().is_some_and(|(_, json)| *json);
+        // Sized to what goes in: a request without headers allocates no map.
+        let mut headers =
+            HeaderMap::with_capacity(self.headers.len() + extra.len() + usize::from(json));
         let mut unsendable = None;
         for (name, value) in &self.headers {
-            match HeaderValue::from_str(&value.render(vars)) {
+            // The rendered text becomes the value's bytes, not copied again.
+            match HeaderValue::from_maybe_shared(Bytes::from(value.render(vars))) {
                 Ok(v) => {
                     headers.insert(name.clone(), v);
                 }
@@ -217,7 +232,13 @@ impl RequestTemplate {
             None => Bytes::new(),
         };
         let uri = match unsendable {
-            None => target.path(&self.path.render(vars)),
+            None => {
+                // The target's base path and the rendered path in one string, allocated once.
+                let mut uri = String::with_capacity(target.base_path.len() + self.path.len_hint());
+                uri.push_str(&target.base_path);
+                self.path.render_into(&mut uri, vars);
+                uri
+            }
             Some(name) => format!("{UNSENDABLE} {name}"),
         };
         Outgoing {
