@@ -592,14 +592,20 @@ impl Transport for Rendered<'_> {
             }
             None => self.template.render(self.target, &vars, self.extra),
         };
+        // A burst's first attempt is boxed: its futures are several times a plain request's,
+        // which would otherwise carry (and copy) their size on every request of every phase.
         match self.release.filter(|_| spec.call.attempt == 1) {
             None => self.conn.send(req, spec.call.timeout).await,
             Some(Release::Barrier { barrier, last_byte }) => {
-                self.conn
-                    .send_released(req, spec.call.timeout, Some(barrier), last_byte)
-                    .await
+                Box::pin(
+                    self.conn
+                        .send_released(req, spec.call.timeout, Some(barrier), last_byte),
+                )
+                .await
             }
-            Some(Release::SinglePacket(round)) => round.submit(req, spec.call.timeout).await,
+            Some(Release::SinglePacket(round)) => {
+                Box::pin(round.submit(req, spec.call.timeout)).await
+            }
         }
     }
 }

@@ -93,7 +93,7 @@ impl Hasher for StreamIdHasher {
 struct Slot {
     status: Option<StatusCode>,
     headers: HeaderMap,
-    body: BytesMut,
+    body: Body,
     /// Set once the answer is whole, or failed.
     done: Option<Result<(), AttemptError>>,
     waker: Option<Waker>,
@@ -107,6 +107,53 @@ struct Slot {
     /// END_STREAM goes out with the last pending byte (the request is whole), and whether it has.
     end_when_sent: bool,
     ended: bool,
+}
+
+/// An answer's body as it arrives: one in a single DATA frame is copied once, to its size (one
+/// allocation, where a growing buffer took two); one in several frames is gathered.
+#[derive(Default)]
+enum Body {
+    #[default]
+    Empty,
+    One(Bytes),
+    Many(BytesMut),
+}
+
+impl Body {
+    fn len(&self) -> usize {
+        match self {
+            Body::Empty => 0,
+            Body::One(b) => b.len(),
+            Body::Many(m) => m.len(),
+        }
+    }
+
+    fn push(&mut self, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        *self = match std::mem::take(self) {
+            Body::Empty => Body::One(Bytes::copy_from_slice(data)),
+            Body::One(b) => {
+                let mut m = BytesMut::with_capacity(b.len() + data.len());
+                m.extend_from_slice(&b);
+                m.extend_from_slice(data);
+                Body::Many(m)
+            }
+            Body::Many(mut m) => {
+                m.extend_from_slice(data);
+                Body::Many(m)
+            }
+        };
+    }
+
+    fn freeze(self) -> Bytes {
+        match self {
+            Body::Empty => Bytes::new(),
+            Body::One(b) => b,
+            Body::Many(m) => m.freeze(),
+        }
+    }
 }
 
 /// What the connection's lock guards.
@@ -273,13 +320,12 @@ impl Handle {
             req.body.slice(..req.body.len() - 1)
         };
         let end = finish && req.body.is_empty();
-        let block = encode_request(req, origin);
         let max_frame = inner.max_frame;
-        write_headers(&mut inner.out, id, &block, end, max_frame);
+        queue_request(&mut inner.out, id, req, origin, end, max_frame);
         let mut slot = Slot {
             status: None,
             headers: HeaderMap::new(),
-            body: BytesMut::new(),
+            body: Body::Empty,
             done: None,
             waker: None,
             send_window: inner.initial_window,
@@ -500,7 +546,7 @@ impl Inner {
                         if (slot.body.len() + data.len()) as u64 > max_body {
                             too_large = true;
                         } else {
-                            slot.body.extend_from_slice(&data);
+                            slot.body.push(&data);
                             slot.unacked += whole;
                             if flags & END_STREAM == 0 && slot.unacked >= STREAM_WINDOW / 2 {
                                 give_back = Some(slot.unacked);
@@ -832,22 +878,59 @@ const NOT_IN_H2: [&str; 6] = [
 
 /// The request's header block: the pseudo-headers from the static table where it has them, every
 /// field a literal that is not added to the server's table (RFC 7541 §6.2.2), no Huffman.
+/// Queues `req`'s HEADERS on stream `id` in `out`: its header block encoded in place, after a
+/// frame head written first and filled in once the block's length is known; a block over
+/// `max_frame` is moved into HEADERS and CONTINUATIONs.
+fn queue_request(
+    out: &mut BytesMut,
+    id: u32,
+    req: &Outgoing,
+    origin: &Origin,
+    end_stream: bool,
+    max_frame: usize,
+) {
+    let start = out.len();
+    frame_head(out, 0, HEADERS, 0, id);
+    encode_request_into(out, req, origin);
+    let len = out.len() - start - 9;
+    if len <= max_frame {
+        let flags = END_HEADERS | if end_stream { END_STREAM } else { 0 };
+        let h = &mut out[start..start + 9];
+        h[0] = (len >> 16) as u8;
+        h[1] = (len >> 8) as u8;
+        h[2] = len as u8;
+        h[4] = flags;
+        return;
+    }
+    let block = out.split_off(start + 9);
+    out.truncate(start);
+    write_headers(out, id, &block, end_stream, max_frame);
+}
+
+#[cfg(test)]
 fn encode_request(req: &Outgoing, origin: &Origin) -> BytesMut {
-    let mut b = BytesMut::with_capacity(64 + req.uri.len() + 32 * req.headers.len());
+    let mut b = BytesMut::new();
+    encode_request_into(&mut b, req, origin);
+    b
+}
+
+/// Appends `req`'s HPACK header block to `b`.
+fn encode_request_into(b: &mut BytesMut, req: &Outgoing, origin: &Origin) {
+    b.reserve(64 + req.uri.len() + 32 * req.headers.len());
     match req.method {
         Method::GET => b.put_u8(0x82),
         Method::POST => b.put_u8(0x83),
         ref m => {
-            int(&mut b, 0x00, 4, 2);
-            string(&mut b, m.as_str().as_bytes());
+            int(b, 0x00, 4, 2);
+            string(b, m.as_str().as_bytes());
         }
     }
     b.put_u8(if origin.https { 0x87 } else { 0x86 });
     if req.uri == "/" {
         b.put_u8(0x84);
     } else {
-        int(&mut b, 0x00, 4, 4);
-        string(&mut b, req.uri.as_bytes());
+        int(b, 0x00, 4, 4);
+        string(b, req.uri.as_bytes());
     }
     b.extend_from_slice(&origin.authority);
     for (name, value) in &req.headers {
@@ -859,18 +942,14 @@ fn encode_request(req: &Outgoing, origin: &Origin) -> BytesMut {
             continue;
         }
         b.put_u8(0x00);
-        string(&mut b, n.as_bytes());
-        string(&mut b, value.as_bytes());
+        string(b, n.as_bytes());
+        string(b, value.as_bytes());
     }
     if !req.body.is_empty() {
         // content-length, static index 28.
-        int(&mut b, 0x00, 4, 28);
-        string(
-            &mut b,
-            itoa::Buffer::new().format(req.body.len()).as_bytes(),
-        );
+        int(b, 0x00, 4, 28);
+        string(b, itoa::Buffer::new().format(req.body.len()).as_bytes());
     }
-    b
 }
 
 /// An HPACK integer with an `n`-bit prefix under `first`'s high bits (RFC 7541 §5.1).
@@ -1108,6 +1187,34 @@ mod tests {
         let mut b = BytesMut::new();
         int(&mut b, 0x00, 5, 10);
         assert_eq!(&b[..], &[10]);
+    }
+
+    /// A request queued in place frames the same bytes as its block encoded apart and then
+    /// framed, within one frame and past it, after what was queued before.
+    #[test]
+    fn a_request_queued_in_place_is_framed_as_its_block() {
+        for (uri, max_frame, end) in [("/", 16_384, true), ("/a?b=c", 16_384, false)]
+            .into_iter()
+            .chain([("/long-enough-for-three-frames", 16, true)])
+        {
+            let req = Outgoing {
+                method: Method::GET,
+                uri: uri.into(),
+                headers: HeaderMap::new(),
+                body: Bytes::new(),
+            };
+            let mut apart = BytesMut::from(&b"before"[..]);
+            write_headers(
+                &mut apart,
+                5,
+                &encode_request(&req, &origin()),
+                end,
+                max_frame,
+            );
+            let mut in_place = BytesMut::from(&b"before"[..]);
+            queue_request(&mut in_place, 5, &req, &origin(), end, max_frame);
+            assert_eq!(in_place, apart, "{uri} at {max_frame}");
+        }
     }
 
     #[test]
