@@ -12,7 +12,6 @@
 //! Every worker owns its connection, its RNG and its [`Recorder`]; they are merged at the end.
 
 use std::collections::HashMap;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,7 +20,9 @@ use http::{HeaderName, HeaderValue};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use tokio::sync::Barrier;
-use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+use tokio_util::sync::CancellationToken;
+
+use crate::stop::StopWait;
 
 use fault_server::draw::splitmix64;
 use retry_policy::Limits;
@@ -223,6 +224,14 @@ pub async fn run_phase(plan: Arc<PhasePlan>, ctx: PhaseCtx) -> PhaseOutcome {
         ..ctx
     };
     let sink = Sink::new();
+    // The workers' stop signal follows the phase's token.
+    let watcher = {
+        let (stop, signal) = (ctx.stop.clone(), sink.stop.clone());
+        tokio::spawn(async move {
+            stop.cancelled().await;
+            signal.fire();
+        })
+    };
     let (recorder, round_keys) = match plan.kind.clone() {
         PhaseKind::Burst {
             size,
@@ -277,6 +286,7 @@ pub async fn run_phase(plan: Arc<PhasePlan>, ctx: PhaseCtx) -> PhaseOutcome {
     if let Some(t) = timer {
         t.abort();
     }
+    watcher.abort();
     let captured = std::mem::take(&mut *captures.lock().unwrap_or_else(|e| e.into_inner()));
     PhaseOutcome {
         recorder,
@@ -295,8 +305,8 @@ struct PhaseClient {
     rec: Recorder,
     extra: Vec<(HeaderName, HeaderValue)>,
     /// The phase's stop, waited on beside every operation: made once, as waiting on a new one
-    /// per operation registered with (and left) the token's shared list each time.
-    stopped: Pin<Box<WaitForCancellationFutureOwned>>,
+    /// per operation registered with (and left) a shared list each time.
+    stopped: StopWait,
 }
 
 impl PhaseClient {
@@ -315,7 +325,7 @@ impl PhaseClient {
             rng,
             rec: Recorder::worker(ctx.keep_attempts, sink),
             extra: client_header(plan.client_id_header, ctx.index, client),
-            stopped: Box::pin(ctx.stop.clone().cancelled_owned()),
+            stopped: StopWait::new(sink.stop.clone()),
         }
     }
 
@@ -385,7 +395,7 @@ impl PhaseClient {
         let mut observer = self.rec.operation(ids, ctx.run_start);
         let result = tokio::select! {
             biased;
-            () = self.stopped.as_mut() => None,
+            () = &mut self.stopped => None,
             r = execute(
                 &mut transport,
                 &mut observer,
@@ -848,7 +858,7 @@ async fn closed(
         async move {
             let mut w = PhaseClient::on(&plan, &ctx, &sink, client, conn);
             loop {
-                if ctx.stop.is_cancelled() || end.is_some_and(|e| Instant::now() >= e) {
+                if sink.stop.is_fired() || end.is_some_and(|e| Instant::now() >= e) {
                     break;
                 }
                 let i = next.fetch_add(1, Ordering::Relaxed);

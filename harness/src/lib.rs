@@ -66,6 +66,7 @@ pub mod run;
 pub mod scenario;
 pub mod shard;
 pub mod simulate;
+pub mod stop;
 pub mod template;
 pub mod verify;
 pub mod workload;

@@ -42,11 +42,14 @@ pub struct AttemptIds {
 /// to them was a twentieth of the client's time).
 pub const BATCH: usize = 32;
 
-/// The histograms and attempt summary the workers of a phase share; see the module doc.
+/// What the workers of a phase share: the histograms and attempt summary (see the module doc),
+/// and the phase's stop as they check it.
 #[derive(Debug)]
 pub struct Sink {
     hist: Mutex<(Histogram<u64>, Histogram<u64>)>,
     attempts: Mutex<AttemptSummary>,
+    /// Fired when the phase stops (see [`crate::stop`]).
+    pub stop: Arc<crate::stop::StopSignal>,
 }
 
 impl Sink {
@@ -55,6 +58,7 @@ impl Sink {
         Arc::new(Sink {
             hist: Mutex::new((histogram(), histogram())),
             attempts: Mutex::new(AttemptSummary::default()),
+            stop: Arc::default(),
         })
     }
 }
