@@ -201,18 +201,7 @@ impl H1Conn {
                 let at = Box::pin(write_released(stream, &self.out, r, last_byte, tls)).await?;
                 self.released_at = Some(at);
             }
-            None => {
-                stream
-                    .write_all(&self.out)
-                    .await
-                    .map_err(|e| io_failure("writing the request", e))?;
-                if tls {
-                    stream
-                        .flush()
-                        .await
-                        .map_err(|e| io_failure("writing the request", e))?;
-                }
-            }
+            None => write_request(stream, &self.out, tls).await?,
         }
         let max = self.target.max_body;
         let (reply, reusable) = read_response(stream, &mut self.buf, head_only, max).await?;
@@ -227,8 +216,9 @@ impl H1Conn {
 
 /// Writes a burst member's request `out` at the release `r`: with `last_byte` (and more than one
 /// byte), all but the final byte first and that byte with every member's at once; else all of it
-/// once released (flushed, over `tls`). Returns when it left: stamped before the write, since the server cannot have
-/// the request before that instant, whatever happens to this thread during and after the write.
+/// once released (flushed, over `tls`). Returns when it left: stamped before the write, since the
+/// server cannot have the request before that instant, whatever happens to this thread during and
+/// after the write.
 async fn write_released(
     stream: &mut Stream,
     out: &[u8],
@@ -259,17 +249,22 @@ async fn write_released(
     }
     r.wait().await;
     let leaving = std::time::Instant::now();
-    stream
-        .write_all(out)
-        .await
-        .map_err(|e| io_failure("writing the request", e))?;
-    if tls {
-        stream
-            .flush()
-            .await
-            .map_err(|e| io_failure("writing the request", e))?;
-    }
+    write_request(stream, out, tls).await?;
     Ok(leaving)
+}
+
+/// Writes the request `out` whole, flushed over `tls` (where the write only fills its buffer).
+async fn write_request(stream: &mut Stream, out: &[u8], tls: bool) -> Result<(), AttemptError> {
+    let write = async {
+        stream.write_all(out).await?;
+        if tls {
+            stream.flush().await?;
+        }
+        Ok(())
+    };
+    write
+        .await
+        .map_err(|e: std::io::Error| io_failure("writing the request", e))
 }
 
 /// Serializes `req` into `out`: request line, `Host`, the request's headers, `content-length`,
