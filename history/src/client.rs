@@ -18,6 +18,13 @@ pub enum ErrorKind {
     Reset,
     /// The connection closed before a complete response.
     Closed,
+    /// The server provably did not process the request: HTTP/2 RST_STREAM(REFUSED_STREAM), or a
+    /// stream above the last stream id of the server's GOAWAY (RFC 9113 §8.7). Safe to retry
+    /// whatever the method.
+    Refused,
+    /// The peer broke a rule of HTTP/1.1, HTTP/2 or HPACK that the RFCs make a MUST, or exceeded
+    /// one of the client's limits (the header list size, a body longer than its content-length).
+    Protocol,
     /// The response could not be parsed.
     Malformed,
     /// Anything else.
@@ -29,11 +36,13 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every kind, in report order.
-    pub const ALL: [ErrorKind; 7] = [
+    pub const ALL: [ErrorKind; 9] = [
         ErrorKind::Connect,
         ErrorKind::Timeout,
         ErrorKind::Reset,
         ErrorKind::Closed,
+        ErrorKind::Refused,
+        ErrorKind::Protocol,
         ErrorKind::Malformed,
         ErrorKind::Other,
         ErrorKind::Tls,
@@ -46,6 +55,8 @@ impl ErrorKind {
             ErrorKind::Timeout => "timeout",
             ErrorKind::Reset => "reset",
             ErrorKind::Closed => "closed",
+            ErrorKind::Refused => "refused",
+            ErrorKind::Protocol => "protocol",
             ErrorKind::Malformed => "malformed",
             ErrorKind::Other => "other",
             ErrorKind::Tls => "tls",

@@ -95,11 +95,14 @@ impl Default for Policy {
             },
             jitter: Jitter::Full,
             retry_statuses: vec![408, 429, 500, 502, 503, 504],
+            // `refused`: the server provably did not process the request, so a retry is safe
+            // whatever the method (RFC 9113 §8.7).
             retry_errors: vec![
                 ErrorKind::Connect,
                 ErrorKind::Timeout,
                 ErrorKind::Reset,
                 ErrorKind::Closed,
+                ErrorKind::Refused,
             ],
             honor_retry_after: true,
             retry_after_scale: 1.0,

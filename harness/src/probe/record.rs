@@ -127,7 +127,14 @@ impl Recording {
                 e.outcome = match err.kind {
                     ErrorKind::Timeout => Outcome::Hung,
                     ErrorKind::Reset => Outcome::Reset,
-                    ErrorKind::Closed | ErrorKind::Malformed => Outcome::Dropped,
+                    ErrorKind::Closed | ErrorKind::Malformed | ErrorKind::Protocol => {
+                        Outcome::Dropped
+                    }
+                    // The server said it did not process the request (RFC 9113 §8.7).
+                    ErrorKind::Refused => {
+                        e.rejected = Some("refused-stream".to_string());
+                        Outcome::Rejected
+                    }
                     // Nothing reached the server, or the client failed: nothing to judge.
                     ErrorKind::Connect | ErrorKind::Tls | ErrorKind::Other => Outcome::ClientClosed,
                 };
