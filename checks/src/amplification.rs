@@ -18,8 +18,8 @@
 //! `max_attempts_for_one_request`.
 
 use history::Facts;
-use reports::{CheckResult, Verdict};
 use serde::{Deserialize, Serialize};
+use verdict::{CheckResult, Verdict};
 
 use super::evidence::{attach, Findings};
 use super::idle::IdleMap;
@@ -225,7 +225,7 @@ impl CheckSpec for AmplificationConfig {
 #[cfg(test)]
 mod tests {
     use history::Entry;
-    use reports::Verdict;
+    use verdict::Verdict;
 
     use crate::testutil::{entry, run_one};
 

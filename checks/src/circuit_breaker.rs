@@ -25,8 +25,8 @@
 //! Metrics: `outages`, `worst_rate_ratio`, `outages_without_probe`.
 
 use history::Facts;
-use reports::{CheckResult, Verdict};
 use serde::{Deserialize, Serialize};
+use verdict::{CheckResult, Verdict};
 
 use super::evidence::{attach, Findings};
 use super::failure;
@@ -308,7 +308,7 @@ impl CheckSpec for CircuitBreakerConfig {
 #[cfg(test)]
 mod tests {
     use history::Entry;
-    use reports::Verdict;
+    use verdict::Verdict;
 
     use crate::testutil::{entry, in_arrival_order, run_one};
 

@@ -21,8 +21,8 @@
 use std::path::PathBuf;
 
 use history::{Facts, StoreCounts};
-use reports::{CheckResult, Evidence, Verdict};
 use serde::{Deserialize, Serialize};
+use verdict::{CheckResult, Evidence, Verdict};
 
 use super::evidence::{attach, Findings};
 use super::failure;
@@ -466,7 +466,7 @@ mod tests {
     use history::Outcome;
 
     use crate::testutil::{entry, run_one};
-    use reports::Verdict;
+    use verdict::Verdict;
 
     #[test]
     fn fails_when_a_race_creates_several_orders() {

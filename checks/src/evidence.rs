@@ -3,7 +3,7 @@
 //! Why bounded: a broken client in a big run can produce a hundred thousand violations; the report
 //! needs the first few that prove the point and the total count, not all of them.
 
-use reports::Evidence;
+use verdict::Evidence;
 
 /// Findings of one check: the first `max` pieces of evidence and how many there were in all.
 #[derive(Debug, Clone)]
@@ -53,7 +53,7 @@ impl Findings {
 }
 
 /// Adds every piece of `findings` to `result`.
-pub(crate) fn attach(mut result: reports::CheckResult, findings: Findings) -> reports::CheckResult {
+pub(crate) fn attach(mut result: verdict::CheckResult, findings: Findings) -> verdict::CheckResult {
     for e in findings.into_evidence() {
         result = result.evidence(e);
     }

@@ -31,8 +31,8 @@
 //! `missing_key_accepted`, `missing_key_not_400`, `conflict_without_retry_after`,
 //! `replay_unflagged`, `created_not_201`).
 
-use reports::{CheckResult, Verdict};
 use serde::{Deserialize, Serialize};
+use verdict::{CheckResult, Verdict};
 
 use super::evidence::{attach, Findings};
 use super::idle::{hash_key, IdleMap};
@@ -580,7 +580,7 @@ impl CheckSpec for IdempotencySemanticsConfig {
 #[cfg(test)]
 mod tests {
     use history::Outcome;
-    use reports::Verdict;
+    use verdict::Verdict;
 
     use crate::testutil::{entry, run_one};
 

@@ -47,9 +47,9 @@
 use history::Facts;
 use std::collections::BTreeMap;
 
-use reports::{CheckResult, Verdict};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use verdict::{CheckResult, Verdict};
 
 use super::evidence::{attach, Findings};
 use super::spec::{non_negative, scale_ms, About, CheckSpec, Invalid};
@@ -666,7 +666,7 @@ mod tests {
     use history::Entry;
     use rand::rngs::StdRng;
     use rand::{RngExt, SeedableRng};
-    use reports::{CheckResult, Verdict};
+    use verdict::{CheckResult, Verdict};
 
     use crate::testutil::{entry, in_arrival_order, run_one};
 

@@ -14,8 +14,8 @@
 //! Metrics: `retries_checked`, `key_changes`.
 
 use history::{Entry, Facts};
-use reports::{CheckResult, Verdict};
 use serde::{Deserialize, Serialize};
+use verdict::{CheckResult, Verdict};
 
 use super::evidence::{attach, Findings};
 use super::failure;
@@ -176,7 +176,7 @@ impl CheckSpec for KeyStabilityConfig {
 #[cfg(test)]
 mod tests {
     use history::Outcome;
-    use reports::Verdict;
+    use verdict::Verdict;
 
     use crate::testutil::{entry, run_one};
 

@@ -85,13 +85,13 @@ pub use jitter::JitterConfig;
 pub use journal::{JournalItem, JournalRecord};
 pub use key_stability::KeyStabilityConfig;
 pub use operations::{Attempt, ClosedOperation, GroupingConfig, OperationTracker};
-pub use reports::{CheckResult, Evidence, Verdict};
 pub use retry_after::RetryAfterConfig;
 pub use retry_on_4xx::RetryOn4xxConfig;
 pub use spec::{About, CheckSpec};
 pub use state_transition::StateTransitionConfig;
 pub use thresholds::ThresholdsConfig;
 pub use total_timeout::TotalTimeoutConfig;
+pub use verdict::{CheckResult, Evidence, Verdict};
 
 /// One resilience check, fed the journal one attempt at a time.
 pub trait Check: Send {
@@ -232,7 +232,7 @@ where
 #[cfg(test)]
 mod tests {
     use history::{Entry, Outcome};
-    use reports::Verdict;
+    use verdict::Verdict;
 
     use super::testutil::entry;
     use super::*;

@@ -27,8 +27,8 @@
 use history::Facts;
 use std::collections::BTreeMap;
 
-use reports::{CheckResult, Verdict};
 use serde::{Deserialize, Serialize};
+use verdict::{CheckResult, Verdict};
 
 use super::evidence::{attach, Findings};
 use super::operations::Previous;
@@ -275,7 +275,7 @@ impl CheckSpec for RetryAfterConfig {
 
 #[cfg(test)]
 mod tests {
-    use reports::Verdict;
+    use verdict::Verdict;
 
     use crate::testutil::{entry, run_one};
     use crate::{run_checks, ChecksConfig, JournalRecord};

@@ -12,8 +12,8 @@
 //! Metrics: `responses_4xx`, `retried_forbidden`, `retried_allowed`, `retried_other`.
 
 use history::Facts;
-use reports::{CheckResult, Verdict};
 use serde::{Deserialize, Serialize};
+use verdict::{CheckResult, Verdict};
 
 use super::evidence::{attach, Findings};
 use super::spec::{About, CheckSpec};
@@ -147,7 +147,7 @@ impl CheckSpec for RetryOn4xxConfig {
 
 #[cfg(test)]
 mod tests {
-    use reports::Verdict;
+    use verdict::Verdict;
 
     use crate::testutil::{entry, run_one};
 

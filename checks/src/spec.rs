@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use history::Facts;
-use reports::{CheckResult, Verdict};
+use verdict::{CheckResult, Verdict};
 
 use crate::{Check, ChecksConfig, ChecksRunner, Context, JournalItem};
 

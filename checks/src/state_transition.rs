@@ -14,8 +14,8 @@
 //! Metrics: `transitions`, `resources`, `repeated`.
 
 use history::Facts;
-use reports::{CheckResult, Verdict};
 use serde::{Deserialize, Serialize};
+use verdict::{CheckResult, Verdict};
 
 use super::evidence::{attach, Findings};
 use super::idle::IdleMap;
@@ -156,7 +156,7 @@ impl CheckSpec for StateTransitionConfig {
 
 #[cfg(test)]
 mod tests {
-    use reports::Verdict;
+    use verdict::Verdict;
 
     use crate::testutil::{entry, run_one};
 

@@ -3,7 +3,7 @@
 //! The entries come from [`history::sample`].
 
 use history::{Entry, Facts};
-use reports::CheckResult;
+use verdict::CheckResult;
 
 use super::{judge, ChecksConfig};
 

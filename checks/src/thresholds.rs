@@ -20,10 +20,10 @@
 
 use hdrhistogram::Histogram;
 use history::Facts;
-use reports::model::Latency;
-use reports::{CheckResult, Verdict};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use verdict::Latency;
+use verdict::{CheckResult, Verdict};
 
 use super::evidence::{attach, Findings};
 use super::failure;
@@ -337,8 +337,8 @@ impl CheckSpec for ThresholdsConfig {
 #[cfg(test)]
 mod tests {
     use history::{Entry, Outcome};
-    use reports::model::Latency;
-    use reports::Verdict;
+    use verdict::Latency;
+    use verdict::Verdict;
 
     use super::{evaluate, Measured};
     use crate::testutil::{entry, run_one};

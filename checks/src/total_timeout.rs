@@ -18,8 +18,8 @@
 //! `unparseable_deadlines`.
 
 use history::Facts;
-use reports::{CheckResult, Verdict};
 use serde::{Deserialize, Serialize};
+use verdict::{CheckResult, Verdict};
 
 use super::evidence::{attach, Findings};
 use super::spec::{scale_ms, About, CheckSpec};
@@ -207,7 +207,7 @@ impl CheckSpec for TotalTimeoutConfig {
 #[cfg(test)]
 mod tests {
     use history::{Entry, Outcome};
-    use reports::Verdict;
+    use verdict::Verdict;
 
     use crate::testutil::{entry, run_one};
     use history::sample::EPOCH_MS;

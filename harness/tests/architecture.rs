@@ -93,6 +93,22 @@ fn the_checks_know_no_runtime_server_or_database() {
     assert_free_of("checks", &["fault-server", "harness"]);
 }
 
+/// The checks decide verdicts and the reports render them: the verdict model is a crate of its
+/// own below both, so the checks pull in no renderer (no terminal tables, no XML writer).
+#[test]
+fn the_checks_do_not_know_the_renderers() {
+    assert_free_of(
+        "checks",
+        &["reports", "comfy-table", "crossterm", "quick-junit"],
+    );
+}
+
+#[test]
+fn the_verdict_model_is_data() {
+    assert_free_of("verdict", RUNTIME_AND_IO);
+    assert_free_of("verdict", &["history", "checks", "reports", "harness"]);
+}
+
 #[test]
 fn the_reports_only_render() {
     assert_free_of("reports", RUNTIME_AND_IO);

@@ -5,7 +5,16 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::{Evidence, Latency, Report, Verdict};
+use crate::model::{Latency, Report, Verdict};
+
+pub(crate) use verdict::text::{
+    evidence_line, evidence_lines, hidden, printable, push_visible, seqs,
+};
+
+/// The verdict as a lower-case word, as it appears in `report.json`.
+pub(crate) fn verdict_word(v: Verdict) -> &'static str {
+    v.word()
+}
 
 /// The five latency figures every renderer shows, labelled, in display order.
 pub(crate) fn percentiles(l: &Latency) -> [(&'static str, f64); 5] {
@@ -77,65 +86,6 @@ pub(crate) fn seconds(v: f64) -> String {
     }
 }
 
-/// The verdict as a lower-case word, as it appears in `report.json`.
-pub(crate) fn verdict_word(v: Verdict) -> &'static str {
-    match v {
-        Verdict::Pass => "pass",
-        Verdict::Fail => "fail",
-        Verdict::Weak => "weak",
-        Verdict::Inconclusive => "inconclusive",
-    }
-}
-
-/// Journal sequence numbers, shortened after `limit` so one piece of evidence stays one line.
-pub(crate) fn seqs(seqs: &[u64], limit: usize) -> String {
-    let shown: Vec<String> = seqs.iter().take(limit).map(u64::to_string).collect();
-    let mut out = shown.join(", ");
-    if seqs.len() > limit {
-        out.push_str(&format!(", … ({} in all)", seqs.len()));
-    }
-    out
-}
-
-/// One piece of evidence as plain text: the detail, then the key and the journal seqs it cites.
-pub(crate) fn evidence_line(e: &Evidence, seq_limit: usize) -> String {
-    let mut out = e.detail.clone();
-    let mut refs = Vec::new();
-    if let Some(k) = &e.key {
-        refs.push(format!("key {k}"));
-    }
-    if !e.seqs.is_empty() {
-        refs.push(format!("seq {}", seqs(&e.seqs, seq_limit)));
-    }
-    if !refs.is_empty() {
-        out.push_str(&format!(" [{}]", refs.join("; ")));
-    }
-    out
-}
-
-/// Evidence items shown per check where space is short (the terminal, a result's `Display`); the
-/// rest are counted.
-pub(crate) const EVIDENCE_SHOWN: usize = 3;
-/// Journal seqs shown per evidence item there.
-pub(crate) const SEQS_SHOWN: usize = 8;
-
-/// A check's first [`EVIDENCE_SHOWN`] pieces of evidence as bulleted lines, and how many more
-/// there are, and where (`rest`).
-pub(crate) fn evidence_lines(evidence: &[Evidence], rest: &str) -> Vec<String> {
-    let mut lines: Vec<String> = evidence
-        .iter()
-        .take(EVIDENCE_SHOWN)
-        .map(|e| format!("• {}", evidence_line(e, SEQS_SHOWN)))
-        .collect();
-    if evidence.len() > EVIDENCE_SHOWN {
-        lines.push(format!(
-            "… and {} more {rest}",
-            evidence.len() - EVIDENCE_SHOWN
-        ));
-    }
-    lines
-}
-
 /// A metric value without the quotes JSON would put around a string.
 pub(crate) fn metric_value(v: &serde_json::Value) -> String {
     match v {
@@ -184,35 +134,6 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + u64::from(m <= 2);
     (y, m, d)
-}
-
-/// Whether `c` must not reach a reader as it is: control characters (C0, DEL, C1) move the
-/// cursor, clear the screen or end a line, and the bidirectional overrides reorder what is shown.
-pub(crate) fn hidden(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-}
-
-/// Writes a [`hidden`] character as a visible `\u{..}` escape.
-pub(crate) fn push_visible(out: &mut String, c: char) {
-    out.push_str(&format!("\\u{{{:x}}}", c as u32));
-}
-
-/// `s` safe to print on a terminal: every [`hidden`] character written as a `\u{..}` escape, so
-/// text that came from a request (a key, a path) cannot move the cursor, clear the screen or
-/// disguise itself.
-pub(crate) fn printable(s: &str) -> std::borrow::Cow<'_, str> {
-    if !s.chars().any(hidden) {
-        return std::borrow::Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        if hidden(c) {
-            push_visible(&mut out, c);
-        } else {
-            out.push(c);
-        }
-    }
-    std::borrow::Cow::Owned(out)
 }
 
 /// `r` with every string in it [`printable`]: names, summaries, evidence, metrics, the command.
@@ -355,24 +276,5 @@ mod tests {
         assert_eq!(seconds(1.0), "1");
         assert_eq!(seconds(1.25), "1.25");
         assert_eq!(seconds(0.0), "0");
-    }
-
-    #[test]
-    fn long_seq_lists_are_cut() {
-        assert_eq!(seqs(&[1, 2, 3], 5), "1, 2, 3");
-        assert_eq!(seqs(&[1, 2, 3, 4], 2), "1, 2, … (4 in all)");
-    }
-
-    #[test]
-    fn evidence_line_names_key_and_seqs() {
-        let e = Evidence {
-            detail: "7 orders for one key".into(),
-            key: Some("k-1".into()),
-            seqs: vec![4, 9],
-        };
-        assert_eq!(
-            evidence_line(&e, 8),
-            "7 orders for one key [key k-1; seq 4, 9]"
-        );
     }
 }

@@ -6,11 +6,10 @@
 //! [`SCHEMA_VERSION`].
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::format;
+pub use verdict::{CheckResult, Evidence, Latency, Verdict};
 
 /// Version of the `report.json` layout. Bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -287,27 +286,6 @@ pub struct Requests {
     pub not_started: u64,
 }
 
-/// Latency percentiles in milliseconds.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct Latency {
-    /// Median.
-    pub p50: f64,
-    /// 90th percentile.
-    pub p90: f64,
-    /// 99th percentile.
-    pub p99: f64,
-    /// 99.9th percentile.
-    pub p999: f64,
-    /// Slowest sample.
-    pub max: f64,
-    /// Arithmetic mean.
-    #[serde(default)]
-    pub mean: f64,
-    /// Samples behind the percentiles.
-    #[serde(default)]
-    pub count: u64,
-}
-
 /// One load phase's figures.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Phase {
@@ -330,185 +308,6 @@ pub struct Phase {
     /// Free-form extra figures (e.g. `release_skew_us_max` for bursts).
     #[serde(default)]
     pub metrics: BTreeMap<String, serde_json::Value>,
-}
-
-/// How a check came out.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum Verdict {
-    /// The property holds on the evidence.
-    Pass,
-    /// The property is violated; `evidence` says where.
-    Fail,
-    /// Holds, but weakly (e.g. jitter too small to matter); does not fail the run.
-    Weak,
-    /// Not enough data to decide; does not fail the run.
-    Inconclusive,
-}
-
-impl Verdict {
-    /// Whether a check with this verdict lets the run pass: every verdict but `fail`.
-    pub fn passes(self) -> bool {
-        self != Verdict::Fail
-    }
-}
-
-/// One check's verdict with its figures and the journal entries that prove it.
-///
-/// Whether it passed is derived from the verdict ([`CheckResult::passed`]), so the two cannot
-/// disagree; `report.json` still carries `passed` beside `verdict` for its readers.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(into = "CheckResultJson", from = "CheckResultJson")]
-pub struct CheckResult {
-    /// Stable identifier: `duplicates`, `retry_on_4xx`, `jitter`, ...
-    pub name: String,
-    /// The verdict.
-    pub verdict: Verdict,
-    /// One line a human reads first.
-    pub summary: String,
-    /// Figures behind the verdict (names are per check and documented with it).
-    pub metrics: BTreeMap<String, serde_json::Value>,
-    /// The places that prove the verdict, most telling first.
-    pub evidence: Vec<Evidence>,
-}
-
-/// [`CheckResult`] as `report.json` spells it, with the derived `passed`.
-#[derive(Serialize, Deserialize)]
-struct CheckResultJson {
-    name: String,
-    #[serde(default)]
-    passed: bool,
-    verdict: Verdict,
-    summary: String,
-    #[serde(default)]
-    metrics: BTreeMap<String, serde_json::Value>,
-    #[serde(default)]
-    evidence: Vec<Evidence>,
-}
-
-impl From<CheckResult> for CheckResultJson {
-    fn from(c: CheckResult) -> Self {
-        CheckResultJson {
-            passed: c.passed(),
-            name: c.name,
-            verdict: c.verdict,
-            summary: c.summary,
-            metrics: c.metrics,
-            evidence: c.evidence,
-        }
-    }
-}
-
-impl From<CheckResultJson> for CheckResult {
-    fn from(c: CheckResultJson) -> Self {
-        CheckResult {
-            name: c.name,
-            verdict: c.verdict,
-            summary: c.summary,
-            metrics: c.metrics,
-            evidence: c.evidence,
-        }
-    }
-}
-
-impl CheckResult {
-    /// A result with no metrics or evidence yet.
-    pub fn new(name: impl Into<String>, verdict: Verdict, summary: impl Into<String>) -> Self {
-        CheckResult {
-            name: name.into(),
-            verdict,
-            summary: summary.into(),
-            metrics: BTreeMap::new(),
-            evidence: Vec::new(),
-        }
-    }
-
-    /// False only when the verdict is `fail`.
-    pub fn passed(&self) -> bool {
-        self.verdict.passes()
-    }
-
-    /// Adds a metric.
-    pub fn metric(mut self, name: &str, value: impl Into<serde_json::Value>) -> Self {
-        self.metrics.insert(name.to_string(), value.into());
-        self
-    }
-
-    /// Adds a piece of evidence.
-    pub fn evidence(mut self, e: Evidence) -> Self {
-        self.evidence.push(e);
-        self
-    }
-
-    /// Panics unless the check passed (any verdict but `fail`), with the result as the message:
-    /// its summary and evidence, as the terminal report shows them. Returns the result, for
-    /// further assertions on its metrics.
-    #[track_caller]
-    pub fn assert_passes(&self) -> &Self {
-        if !self.passed() {
-            panic!("check `{}` was expected to pass:\n{self}", self.name);
-        }
-        self
-    }
-
-    /// Panics unless the verdict is exactly `pass` (not `weak` nor `inconclusive`), with the
-    /// result as the message.
-    #[track_caller]
-    pub fn assert_pass_verdict(&self) -> &Self {
-        if self.verdict != Verdict::Pass {
-            panic!(
-                "check `{}` was expected to reach `pass`:\n{self}",
-                self.name
-            );
-        }
-        self
-    }
-
-    /// Panics unless the check failed, with the result as the message.
-    #[track_caller]
-    pub fn assert_fails(&self) -> &Self {
-        if self.verdict != Verdict::Fail {
-            panic!("check `{}` was expected to fail:\n{self}", self.name);
-        }
-        self
-    }
-}
-
-impl fmt::Display for CheckResult {
-    /// The check as the terminal report shows it, one line, then its first pieces of evidence:
-    ///
-    /// ```text
-    /// duplicates: FAIL: 3 of 3 keys created more than one order
-    ///   • key k-1 created 4 orders [key k-1; seq 1, 2, 3, 4]
-    /// ```
-    ///
-    /// Text that came from requests (keys, paths) is escaped as the terminal report escapes it.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}: {}: {}",
-            format::printable(&self.name),
-            format::verdict_word(self.verdict).to_ascii_uppercase(),
-            format::printable(&self.summary)
-        )?;
-        for line in format::evidence_lines(&self.evidence, "in `evidence`") {
-            write!(f, "\n  {}", format::printable(&line))?;
-        }
-        Ok(())
-    }
-}
-
-/// A piece of evidence: what was seen, and where in the journal.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct Evidence {
-    /// What this shows, in one sentence.
-    pub detail: String,
-    /// The Idempotency-Key or operation the evidence is about, when there is one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key: Option<String>,
-    /// Journal sequence numbers of the requests involved.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub seqs: Vec<u64>,
 }
 
 /// Requests per fixed time window, split into labelled series (by status, fault or error kind).
