@@ -14,8 +14,13 @@
 //! `max_attempts_per_request` (default 4: one layer with three retries). A request id idle longer
 //! than the horizon and seen again counts as a new request.
 //!
+//! Evidence: amplification needs something to amplify. With no failure at the bottom (no 5xx,
+//! 408, 429 and no lost response) no layer had a reason to retry, 1.0 attempts per request says
+//! nothing about the retry policies, and the check is inconclusive; a ratio over the limit fails
+//! whatever the cause.
+//!
 //! Metrics: `bottom_attempts`, `top_requests`, `bottom_attempts_per_request`,
-//! `max_attempts_for_one_request`.
+//! `max_attempts_for_one_request`, `failed_bottom_attempts`.
 
 use history::Facts;
 use serde::{Deserialize, Serialize};
@@ -71,6 +76,8 @@ pub(crate) struct AmplificationCheck {
     ids: IdleMap<String, PerRequest>,
     now_us: u64,
     bottom: u64,
+    /// Bottom requests that failed in a way a layer above would retry.
+    failed_bottom: u64,
     distinct: u64,
     max_one: u64,
     /// The requests with the most bottom attempts: (attempts, id, first seqs), most first.
@@ -86,6 +93,7 @@ impl AmplificationCheck {
             ids: IdleMap::new(ctx.horizon_us),
             now_us: 0,
             bottom: 0,
+            failed_bottom: 0,
             distinct: 0,
             max_one: 0,
             worst: Vec::new(),
@@ -132,6 +140,9 @@ impl Check for AmplificationCheck {
             return;
         }
         self.bottom += 1;
+        if super::failure::is_transient(e) {
+            self.failed_bottom += 1;
+        }
         if let Some(id) = e.headers.get(&self.cfg.request_id_header) {
             let r = self
                 .ids
@@ -183,9 +194,21 @@ impl Check for AmplificationCheck {
                     String::new()
                 }
             );
-            let verdict = if failed { Verdict::Fail } else { Verdict::Pass };
+            let (verdict, summary) = if failed {
+                (Verdict::Fail, summary)
+            } else if self.failed_bottom == 0 {
+                (
+                    Verdict::Inconclusive,
+                    format!(
+                        "not enough data: no bottom request failed, so no layer had a reason to                          retry ({summary})"
+                    ),
+                )
+            } else {
+                (Verdict::Pass, summary)
+            };
             result = CheckResult::new("amplification", verdict, summary)
-                .metric("bottom_attempts_per_request", ratio);
+                .metric("bottom_attempts_per_request", ratio)
+                .metric("failed_bottom_attempts", self.failed_bottom);
             if failed {
                 let mut findings = Findings::new(self.max_evidence);
                 for (n, id, seqs) in std::mem::take(&mut self.worst) {
@@ -210,6 +233,7 @@ impl CheckSpec for AmplificationConfig {
     const ABOUT: About = About {
         catches: "retries multiplied across layers",
         how: "bottom requests (path prefix / header) per top request (`top_requests` from the driver, or distinct `x-request-id`); metric `bottom_attempts_per_request`, fails above `max_attempts_per_request`",
+        evidence: "at least one bottom request failed (5xx, 408, 429 or no response): something a layer could retry",
         limits: "the ids must be propagated when the driver does not count",
     };
 
@@ -290,12 +314,43 @@ mod tests {
         assert!(r.summary.contains("top_requests"), "{}", r.summary);
     }
 
+    /// Ten requests that all succeeded at once: no layer had a reason to retry, and 1.0 attempts
+    /// per request says nothing about the policies. Not a pass.
+    #[test]
+    fn nothing_failed_so_nothing_was_amplified() {
+        let j: Vec<Entry> = (1..=10)
+            .map(|i| {
+                entry(i, i as u32)
+                    .header("x-request-id", &format!("r{i}"))
+                    .status(200)
+                    .build()
+            })
+            .collect();
+        let r = run_one(NAME, "{}", &j);
+        assert_eq!(r.verdict, Verdict::Inconclusive, "{}", r.summary);
+        assert!(
+            r.summary.contains("no bottom request failed"),
+            "{}",
+            r.summary
+        );
+        assert_eq!(r.metrics["failed_bottom_attempts"], 0);
+        // One lost response among them is something to retry: now the ratio is evidence.
+        let mut j = j;
+        j[3] = entry(4, 4)
+            .header("x-request-id", "r4")
+            .no_response(history::Outcome::Dropped)
+            .build();
+        assert_eq!(run_one(NAME, "{}", &j).verdict, Verdict::Pass);
+    }
+
     #[test]
     fn the_drivers_operation_count_is_the_top_when_ids_are_not_propagated() {
         use history::{ClientFigures, Facts};
         // 64 bottom calls that carry no request id: alone, the journal cannot say how many user
         // requests they served.
-        let j: Vec<Entry> = (1..=64).map(|i| entry(i, i as u32).build()).collect();
+        let j: Vec<Entry> = (1..=64)
+            .map(|i| entry(i, i as u32).status(503).build())
+            .collect();
         let alone = run_one(NAME, "{}", &j);
         assert_eq!(alone.verdict, Verdict::Inconclusive, "{}", alone.summary);
         let facts = Facts {

@@ -287,6 +287,7 @@ impl CheckSpec for CircuitBreakerConfig {
     const ABOUT: About = About {
         catches: "hammering a dependency that is down",
         how: "per client, a run of consecutive failures of at least `min_outage_ms` and `min_attempts`: the attempt rate in its second half against its first (`max_rate_ratio`), every wait under `immediate_ms` counted as that long (retrying at the pace of handling responses is retrying at once, whether that pace is 8 or 40 ms); with `require_probe`, a half-open probe (a pause, then one attempt) must be seen",
+        evidence: "a client saw a sustained outage (`min_outage_ms` and `min_attempts` of consecutive failures)",
         limits: "needs `x-client-id`; few attempts per client make it inconclusive",
     };
 

@@ -449,6 +449,7 @@ impl CheckSpec for DuplicatesConfig {
     const ABOUT: About = About {
         catches: "one click, two orders",
         how: "distinct `created` ids per Idempotency-Key; and per request followed across *new* keys by fingerprint (a client that makes a new key per attempt creates one order per key — each key looks clean)",
+        evidence: "a keyed request created a resource (or `verify` read every key's count)",
         limits: "from the journal it sees only creations the server records; `verify` counts in the system of record after a `harness run` — `verify: { url: \"/orders?idempotency_key={key}\", count_field: count }` (a GET per key, path relative to the target) or `verify: { sqlite: FILE, query: \"SELECT COUNT(*) FROM orders WHERE idempotency_key = ?1\" }` — for the keys the journal (or, against your own service, the driver) used, at most 2,000; Postgres is not supported yet",
     };
 

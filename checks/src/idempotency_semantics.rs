@@ -24,7 +24,10 @@
 //! counts; `drop` and `delay` responses are judged like any other (a dropped request was
 //! processed).
 //!
-//! Metrics: `keys`, `creations`, `replays`, `conflicts_409`, `mismatches`, `missing_key_requests`,
+//! Evidence: the protocol is exercised only when a key comes back (a retry, a race, a replay, a
+//! mismatch) or a required key is missing; keys that were each sent once leave it inconclusive.
+//!
+//! Metrics: `keys`, `repeated_keys`, `creations`, `replays`, `conflicts_409`, `mismatches`, `missing_key_requests`,
 //! `violations`, `weaknesses`, and one count per kind of finding (`several_creations`,
 //! `race_5xx`, `race_no_response`, `conflict_after_completion`, `replay_failed`,
 //! `replay_wrong_status`, `replay_not_flagged`, `mismatch_accepted`, `mismatch_not_422`,
@@ -185,6 +188,8 @@ pub(crate) struct IdempotencySemanticsCheck {
     weaknesses: Findings,
     counts: [u64; Kind::ALL.len()],
     n_keys: u64,
+    /// Keys sent more than once: a retry, a race, a replay or a mismatch.
+    repeated_keys: u64,
     creations: u64,
     replays: u64,
     conflicts: u64,
@@ -203,6 +208,7 @@ impl IdempotencySemanticsCheck {
             weaknesses: Findings::new(ctx.max_evidence),
             counts: [0; Kind::ALL.len()],
             n_keys: 0,
+            repeated_keys: 0,
             creations: 0,
             replays: 0,
             conflicts: 0,
@@ -255,6 +261,9 @@ impl IdempotencySemanticsCheck {
 
     fn judge(&mut self, key: String, reqs: Vec<Req>) {
         self.n_keys += 1;
+        if reqs.len() > 1 {
+            self.repeated_keys += 1;
+        }
         let mut ids: Vec<(&str, u64)> = Vec::new();
         for r in &reqs {
             if let Some(id) = &r.created {
@@ -544,11 +553,21 @@ impl Check for IdempotencySemanticsCheck {
                 Verdict::Inconclusive,
                 "not enough data: no request carried an idempotency key".to_string(),
             )
+        } else if self.repeated_keys == 0 && self.missing_key == 0 {
+            (
+                Verdict::Inconclusive,
+                format!(
+                    "not enough data: each of the {} keys was sent once, so nothing asked the \
+                     server to replay, refuse or resolve a race ({tally})",
+                    self.n_keys
+                ),
+            )
         } else {
             (Verdict::Pass, tally)
         };
         let mut result = CheckResult::new("idempotency_semantics", verdict, summary)
             .metric("keys", self.n_keys)
+            .metric("repeated_keys", self.repeated_keys)
             .metric("creations", self.creations)
             .metric("replays", self.replays)
             .metric("conflicts_409", self.conflicts)
@@ -569,6 +588,7 @@ impl CheckSpec for IdempotencySemanticsConfig {
     const ABOUT: About = About {
         catches: "a protocol that lies to the client",
         how: "per key: exactly one 201; replays `200` (`replayed`); races answered 409 or replay, never 5xx or silence; a retry after completion replayed; a different body with the same key refused (422; 2xx fails); a missing key refused (400) where `require_key_paths` says it is required; a 409 without Retry-After or an unflagged replay is weak",
+        evidence: "a key was sent more than once (a retry, a race, a replay or a mismatch), or a request lacked a required key",
         limits: "409's Retry-After is judged where response headers were recorded (`harness idempotency` records them); responses replaced by a fault are skipped",
     };
 
@@ -616,6 +636,25 @@ mod tests {
         assert_eq!(r.metrics["creations"], 1);
         assert_eq!(r.metrics["conflicts_409"], 4);
         assert_eq!(r.metrics["replays"], 5);
+    }
+
+    /// Keys that were each sent once and created once: the server was never asked to replay,
+    /// refuse or resolve a race, so its answers prove nothing about the protocol.
+    #[test]
+    fn keys_sent_once_are_no_evidence() {
+        let j: Vec<history::Entry> = (1..=10)
+            .map(|i| {
+                entry(i, i as u32)
+                    .key(&format!("k{i}"))
+                    .body("b")
+                    .created(&format!("o{i}"))
+                    .build()
+            })
+            .collect();
+        let r = run_one(NAME, "{}", &j);
+        assert_eq!(r.verdict, Verdict::Inconclusive, "{}", r.summary);
+        assert!(r.summary.contains("was sent once"), "{}", r.summary);
+        assert_eq!(r.metrics["repeated_keys"], 0);
     }
 
     #[test]

@@ -631,6 +631,7 @@ impl CheckSpec for JitterConfig {
     const ABOUT: About = About {
         catches: "the thundering herd",
         how: "operations whose first failures cluster in time; per attempt index the retry delays' dispersion (MAD / median, IQR / median) and the arrivals' clustering (densest-window fraction, peak-to-mean). No jitter fails; full, equal, decorrelated pass; a spread above the noise floor but under `min_dispersion` (e.g. 0–400 ms on 1 s), or a dispersed one that still brings `max_wave_fraction` of the retries back in one window, is weak, and a narrow one that does is no jitter; retries back within a window of their failures over a spread under `min_spread_ms` (10th to 90th percentile: the pace at which a client handles responses, e.g. a fleet of 50 on one event loop retrying at once) are no jitter whatever their dispersion; a median delay under `immediate_ms`, or short delays that do not grow from attempt to attempt (a fleet on an event loop handling its failures one after another), fail as no backoff at all",
+        evidence: "`min_samples` retries of one attempt index among operations that failed together",
         limits: "needs `min_samples` retries per group, else inconclusive; under a strong time scale lower `noise_floor_ms` and `min_spread_ms`; a fleet whose handling is itself spread over more than `min_spread_ms` (a connection pool queueing its retries, or an event loop starved of CPU) spreads them at the server as jitter would",
     };
 

@@ -161,6 +161,7 @@ impl CheckSpec for KeyStabilityConfig {
     const ABOUT: About = About {
         catches: "a new key per attempt",
         how: "a request with the same `x-client-id`, method, path and body as a *failed* one within `window_ms`, under a different key",
+        evidence: "a keyed request was retried after a failure (same client, method, path and body)",
         limits: "a client that deliberately repeats an identical order right after a failure looks the same",
     };
 

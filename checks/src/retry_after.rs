@@ -242,6 +242,7 @@ impl CheckSpec for RetryAfterConfig {
     const ABOUT: About = About {
         catches: "clients that come back before they were told to",
         how: "next arrival minus the response's end, against the Retry-After of that response; a retry that meets a Retry-After of at most `immediate_ms` + `tolerance_ms` (100 ms) is no evidence, since a client that retries at once comes back as late after handling the response (only such retries: inconclusive, with the reason)",
+        evidence: "a retry followed a response with a Retry-After long enough to tell waiting from retrying at once",
         limits: "reads the Retry-After the journal recorded with the response (the fault server records it; seconds or an HTTP-date); for a journal without it, from the config (`by_rule`, `by_status`, `default_s`, matching the schedule) or a journal field `retry_after_s`",
     };
 

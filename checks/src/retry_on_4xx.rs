@@ -137,6 +137,7 @@ impl CheckSpec for RetryOn4xxConfig {
     const ABOUT: About = About {
         catches: "retrying a request that cannot succeed",
         how: "a later attempt of an operation after 400, 401, 403, 404 or 422 (`never_retry`) fails; after 408, 429, 409 (`may_retry`) is fine; after another 4xx is weak",
+        evidence: "a 4xx response was seen",
         limits: "needs attempts grouped (a key, an operation header, or `x-client-id` + same body)",
     };
 

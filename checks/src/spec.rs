@@ -86,6 +86,9 @@ pub struct About {
     pub catches: &'static str,
     /// How it decides.
     pub how: &'static str,
+    /// What must have happened for it to pass: without it the check is inconclusive, never a
+    /// pass (a check that saw nothing to judge proves nothing).
+    pub evidence: &'static str,
     /// What it cannot see.
     pub limits: &'static str,
 }

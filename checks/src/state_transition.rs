@@ -146,6 +146,7 @@ impl CheckSpec for StateTransitionConfig {
         catches: "paying twice",
         how:
             "per resource, two transitions out of the same state (journal `transition`, `resource`)",
+        evidence: "a request recorded a state transition",
         limits: "sees transitions the server records (the fault server's pay endpoint)",
     };
 

@@ -193,6 +193,11 @@ fn evaluate_with(
             Verdict::Inconclusive,
             format!("not enough data: no figure for {}", unknown.join(", ")),
         )
+    } else if measured.requests == 0 {
+        (
+            Verdict::Inconclusive,
+            "not enough data: no request was measured".to_string(),
+        )
     } else {
         (
             Verdict::Pass,
@@ -326,6 +331,7 @@ impl CheckSpec for ThresholdsConfig {
     const ABOUT: About = About {
         catches: "a service that survives by being slow",
         how: "k6-style rules: `p99 < 200ms`, `p(99.9) <= 1s`, `avg < 50ms`, `error_rate < 1%`, `throughput > 500/s`; with `harness run` on the client's figures (latency per request, errors per operation after retries, throughput), with `analyze`/`exec` on the journal's",
+        evidence: "rules are configured and at least one request was measured",
         limits: "a percentile the figures do not have makes it inconclusive",
     };
 
@@ -358,6 +364,24 @@ mod tests {
                 }
             })
             .collect()
+    }
+
+    /// An empty journal holds every latency and error-rate rule vacuously: not a pass.
+    #[test]
+    fn no_request_measured_is_no_evidence() {
+        let r = evaluate(
+            &[crate::threshold_rules::Rule::parse("error_rate < 1%").expect("rule")],
+            &Measured {
+                error_rate: Some(0.0),
+                ..Measured::default()
+            },
+        );
+        assert_eq!(r.verdict, Verdict::Inconclusive, "{}", r.summary);
+        assert!(
+            r.summary.contains("no request was measured"),
+            "{}",
+            r.summary
+        );
     }
 
     #[test]

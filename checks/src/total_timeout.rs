@@ -14,7 +14,11 @@
 //!   with the journal's `unix_ms` (receipt), allowing `tolerance_ms` for clock granularity. Values
 //!   in another format are counted and flagged as weak.
 //!
-//! Metrics: `operations_checked`, `over_budget`, `deadlines_seen`, `after_deadline`,
+//! Evidence: a budget matters only to an operation that failed at least once (a retry, a wait, a
+//! hang); operations that all succeeded at once, with no deadline header either, leave the check
+//! inconclusive.
+//!
+//! Metrics: `operations_checked`, `operations_that_failed`, `over_budget`, `deadlines_seen`, `after_deadline`,
 //! `unparseable_deadlines`.
 
 use history::Facts;
@@ -54,6 +58,8 @@ pub(crate) struct TotalTimeoutCheck {
     late: Findings,
     unparseable: Findings,
     ops_checked: u64,
+    /// Operations held to the budget that failed at least once: the ones a budget is for.
+    ops_exercised: u64,
     deadlines: u64,
 }
 
@@ -66,6 +72,7 @@ impl TotalTimeoutCheck {
             late: Findings::new(ctx.max_evidence),
             unparseable: Findings::new(ctx.max_evidence),
             ops_checked: 0,
+            ops_exercised: 0,
             deadlines: 0,
         }
     }
@@ -113,6 +120,9 @@ impl Check for TotalTimeoutCheck {
             return;
         };
         self.ops_checked += 1;
+        if op.attempts > 1 || op.last_failed {
+            self.ops_exercised += 1;
+        }
         let span_us = op.last_done_us.saturating_sub(op.started_us);
         let limit_us = budget
             .saturating_add(self.cfg.tolerance_ms)
@@ -164,6 +174,15 @@ impl Check for TotalTimeoutCheck {
                     self.cfg.deadline_header
                 ),
             )
+        } else if self.ops_exercised == 0 && self.deadlines == 0 {
+            (
+                Verdict::Inconclusive,
+                format!(
+                    "not enough data: none of the {} operations failed even once, so none \
+                     needed its budget, and no request carried {}",
+                    self.ops_checked, self.cfg.deadline_header
+                ),
+            )
         } else {
             (
                 Verdict::Pass,
@@ -175,6 +194,7 @@ impl Check for TotalTimeoutCheck {
         };
         let result = CheckResult::new("total_timeout", verdict, summary)
             .metric("operations_checked", self.ops_checked)
+            .metric("operations_that_failed", self.ops_exercised)
             .metric("over_budget", over)
             .metric("deadlines_seen", self.deadlines)
             .metric("after_deadline", late)
@@ -190,6 +210,7 @@ impl CheckSpec for TotalTimeoutConfig {
     const ABOUT: About = About {
         catches: "work after the caller gave up",
         how: "an operation whose attempts span longer than `budget_ms`; a request received after its `x-deadline` (absolute unix ms) passed",
+        evidence: "an operation that failed at least once was held to `budget_ms`, or a request carried a deadline",
         limits: "other deadline formats are counted as weak",
     };
 
@@ -281,6 +302,30 @@ mod tests {
         assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
         assert_eq!(r.evidence[0].seqs, vec![3]);
         assert!(r.summary.contains("200 ms after"), "{}", r.summary);
+    }
+
+    /// Ten operations that each succeeded at their first attempt never needed their budget: a
+    /// budget configured is not evidence that it was kept. One operation that failed once is.
+    #[test]
+    fn a_budget_no_operation_needed_is_no_evidence() {
+        let quick: Vec<Entry> = (1..=10)
+            .map(|i| {
+                entry(i, i as u32 * 10)
+                    .key(&format!("k{i}"))
+                    .status(201)
+                    .build()
+            })
+            .collect();
+        let r = run_one(NAME, "{ budget_ms: 1000 }", &quick);
+        assert_eq!(r.verdict, Verdict::Inconclusive, "{}", r.summary);
+        assert_eq!(r.metrics["operations_checked"], 10);
+        assert_eq!(r.metrics["operations_that_failed"], 0);
+        let mut retried = quick;
+        retried.push(entry(11, 200).key("k10").status(201).build());
+        retried[9] = entry(10, 100).key("k10").status(503).build();
+        let r = run_one(NAME, "{ budget_ms: 1000 }", &retried);
+        assert_eq!(r.verdict, Verdict::Pass, "{}", r.summary);
+        assert_eq!(r.metrics["operations_that_failed"], 1);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 use checks::ChecksConfig;
 
-const HEADER: &str = "| check | catches | how | limits |";
+const HEADER: &str = "| check | catches | how | passes only when | limits |";
 
 #[test]
 fn the_readme_table_is_the_checks_own_description() {
@@ -25,7 +25,12 @@ fn the_readme_table_is_the_checks_own_description() {
             .count();
     let expected: Vec<String> = ChecksConfig::about()
         .into_iter()
-        .map(|(name, a)| format!("| `{name}` | {} | {} | {} |", a.catches, a.how, a.limits))
+        .map(|(name, a)| {
+            format!(
+                "| `{name}` | {} | {} | {} | {} |",
+                a.catches, a.how, a.evidence, a.limits
+            )
+        })
         .collect();
     if std::env::var_os("UPDATE_README").is_some() {
         let mut out: Vec<String> = lines[..start].iter().map(|l| l.to_string()).collect();

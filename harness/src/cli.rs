@@ -364,6 +364,14 @@ struct LoadArgs {
     /// Connections available in rate mode (a request that finds none free starts late).
     #[arg(long, value_name = "N")]
     connections: Option<u32>,
+    /// A threshold the load must meet, as in a scenario's `thresholds` (repeatable): `p99 <
+    /// 200ms`, `error_rate < 1%`, `throughput > 500/s`. Exit 1 when one fails.
+    #[arg(long = "threshold", value_name = "RULE")]
+    thresholds: Vec<String>,
+    /// Most operations allowed to fail (no response or a 5xx), as `1%` or `0.01`; applied
+    /// unless a --threshold rule on error_rate is given [default: 1%; 100% turns it off].
+    #[arg(long, value_name = "RATE")]
+    max_error_rate: Option<String>,
     #[command(flatten)]
     connect: ConnectArgs,
     #[command(flatten)]
@@ -690,6 +698,8 @@ async fn load(a: LoadArgs) -> Result<u8, CliError> {
         timeout: a.timeout,
         connections: a.connections,
         connect: a.connect.connect()?,
+        thresholds: a.thresholds,
+        max_error_rate: a.max_error_rate,
     })
     .map_err(CliError::Input)?;
     let stop = stop_on_signals();

@@ -535,7 +535,7 @@ async fn burst(
                     total.merge(&rec);
                     conns.push(conn);
                 }
-                Err(e) => tracing::error!("burst worker failed: {e}"),
+                Err(e) => total.worker_died("a burst worker", e),
             }
         }
         while conns.len() < members as usize {
@@ -779,8 +779,8 @@ async fn rate(
         }
     });
     let mut rec = collect(tasks, ctx.keep_attempts).await;
-    if pacer.await.is_err() {
-        tracing::error!("the rate pacer stopped unexpectedly");
+    if let Err(e) = pacer.await {
+        rec.worker_died("the rate pacer", e);
     }
     // Requests whose time had come and that no worker took.
     let due = shard.mine_below(scheduled_by(&stages, start.elapsed()));
@@ -972,7 +972,7 @@ async fn collect(tasks: Vec<tokio::task::JoinHandle<Vec<Recorder>>>, keep: bool)
     for t in tasks {
         match t.await {
             Ok(rs) => rs.iter().for_each(|r| total.merge(r)),
-            Err(e) => tracing::error!("worker failed: {e}"),
+            Err(e) => total.worker_died("a worker", e),
         }
     }
     total
@@ -981,6 +981,30 @@ async fn collect(tasks: Vec<tokio::task::JoinHandle<Vec<Recorder>>>, keep: bool)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A worker that panics loses what it measured: the phase's recorder says so with the
+    /// panic's message, and the run turns that into an error (exit 3), never a pass.
+    #[tokio::test]
+    async fn a_worker_that_panics_is_an_error_of_the_run() {
+        let ok = tokio::spawn(async {
+            let mut r = Recorder::new(false);
+            r.sent = 3;
+            vec![r]
+        });
+        let dead: tokio::task::JoinHandle<Vec<Recorder>> =
+            tokio::spawn(async { panic!("header map full") });
+        let rec = collect(vec![ok, dead], false).await;
+        assert_eq!(rec.sent, 3);
+        assert_eq!(rec.worker_failures_total, 1);
+        assert!(
+            rec.worker_failures[0].contains("header map full"),
+            "{:?}",
+            rec.worker_failures
+        );
+        let e = crate::run::RunError::worker_died("p", &rec).expect("an error of the run");
+        assert!(e.to_string().contains("header map full"), "{e}");
+        assert!(crate::run::RunError::worker_died("p", &Recorder::new(false)).is_none());
+    }
 
     #[test]
     fn constant_and_ramped_schedules() {

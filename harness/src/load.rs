@@ -1,5 +1,10 @@
 //! `harness load URL`: ad-hoc load from flags alone, open or closed model, bounded by duration or
 //! request count.
+//!
+//! A load is judged by thresholds (`--threshold`, the `thresholds` check's rules) on what the
+//! clients measured. Without an error-rate rule of the user's, `error_rate <= 1%` applies
+//! ([`DEFAULT_MAX_ERROR_RATE`], `--max-error-rate` to change it): a smoke test whose requests all
+//! failed must not pass, and a load that sent nothing has no verdict.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -15,6 +20,8 @@ use crate::progress::Progress;
 use crate::report::ReportBuilder;
 use crate::run::{ensure_reachable, RunError};
 use crate::template::{RequestTemplate, Text};
+use checks::threshold_rules::{Metric, Rule};
+use checks::thresholds::{LatencyFigures, Measured};
 use retry_policy::Policy;
 use tokio_util::sync::CancellationToken;
 
@@ -22,6 +29,9 @@ use tokio_util::sync::CancellationToken;
 pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
 /// Default connections for `--concurrency` and for rate mode.
 pub const DEFAULT_CONNECTIONS: u32 = 64;
+/// The error-rate threshold applied when neither `--max-error-rate` nor an `error_rate` rule of
+/// `--threshold` is given: the share of operations with no response or a 5xx.
+pub const DEFAULT_MAX_ERROR_RATE: &str = "1%";
 
 /// The flags as given.
 #[derive(Debug, Clone)]
@@ -48,6 +58,10 @@ pub struct LoadFlags {
     pub connections: Option<u32>,
     /// TLS settings and the protocol.
     pub connect: crate::http::Connect,
+    /// `--threshold`, each a rule such as `p99 < 200ms` or `error_rate < 1%`.
+    pub thresholds: Vec<String>,
+    /// `--max-error-rate`: a percentage (`1%`) or a fraction (`0.01`).
+    pub max_error_rate: Option<String>,
 }
 
 /// Validated load settings.
@@ -57,6 +71,41 @@ pub struct LoadOptions {
     pub target: Arc<Target>,
     /// The load as one phase.
     pub phase: PhasePlan,
+    /// The rules the load is judged by (never empty: the error rate's at least).
+    pub thresholds: Vec<Rule>,
+}
+
+/// The rules `--threshold` and `--max-error-rate` give, with the default error rate when
+/// neither says anything of errors.
+fn threshold_rules(given: &[String], max_error_rate: Option<&str>) -> Result<Vec<Rule>, String> {
+    let mut rules = Vec::new();
+    for t in given {
+        rules.push(Rule::parse(t).map_err(|e| format!("--threshold {t:?}: {e}"))?);
+    }
+    let has_error_rule = rules.iter().any(|r| r.metric == Metric::ErrorRate);
+    let max = match max_error_rate {
+        Some(m) => Some(m),
+        None if has_error_rule => None,
+        None => Some(DEFAULT_MAX_ERROR_RATE),
+    };
+    if let Some(m) = max {
+        let m = m.trim();
+        let text = if m.ends_with('%') {
+            format!("error_rate <= {m}")
+        } else {
+            let f: f64 = m.parse().map_err(|_| {
+                format!("--max-error-rate {m:?}: expected a percentage (1%) or a fraction (0.01)")
+            })?;
+            if !(0.0..=1.0).contains(&f) {
+                return Err(format!(
+                    "--max-error-rate {m}: a fraction must be between 0 and 1 (or write 5%)"
+                ));
+            }
+            format!("error_rate <= {}%", f * 100.0)
+        };
+        rules.push(Rule::parse(&text).map_err(|e| format!("--max-error-rate {m:?}: {e}"))?);
+    }
+    Ok(rules)
 }
 
 impl LoadOptions {
@@ -194,7 +243,9 @@ impl LoadOptions {
             timeout: f.timeout,
             ..Policy::default()
         };
+        let thresholds = threshold_rules(&f.thresholds, f.max_error_rate.as_deref())?;
         Ok(LoadOptions {
+            thresholds,
             target: Arc::new(target),
             phase: PhasePlan {
                 name: "load".into(),
@@ -208,7 +259,7 @@ impl LoadOptions {
     }
 }
 
-/// Runs the load and returns its report (no checks: it passes unless `stop` interrupted it).
+/// Runs the load and returns its report, judged by the thresholds on the clients' figures.
 /// `--duration` is a hard stop: what is in flight at the end is cancelled and counted.
 pub async fn run(
     o: &LoadOptions,
@@ -242,6 +293,9 @@ pub async fn run(
     };
     let out = driver::run_phase(Arc::new(o.phase.clone()), ctx).await;
     bar.finish();
+    if let Some(e) = RunError::worker_died("load", &out.recorder) {
+        return Err(e);
+    }
     let r = &out.recorder;
     let rate = matches!(o.phase.kind, PhaseKind::Rate { .. });
     let mut metrics = std::collections::BTreeMap::new();
@@ -254,9 +308,19 @@ pub async fn run(
         }
     }
     let phase = crate::report::phase("load", o.phase.kind.name(), r, out.duration, rate, metrics);
+    // Cancelled operations ended neither way: they are not judged.
+    let operations = r.operations.saturating_sub(r.cancelled);
+    let measured = Measured {
+        latency: Some(LatencyFigures::Histogram(r.latency.clone())),
+        error_rate: (operations > 0).then(|| r.failed_operations as f64 / operations as f64),
+        throughput_rps: Some(r.completed() as f64 / out.duration.as_secs_f64().max(1e-9)),
+        requests: r.sent,
+    };
+    let thresholds = checks::thresholds::evaluate(&o.thresholds, &measured);
     Ok(
         ReportBuilder::new(format!("load {} {}", o.phase.template.method, o.target.url))
-            .verdict_required(false)
+            .checks(vec![thresholds])
+            .load_expected(true)
             .interrupted(stop.is_cancelled())
             .started_unix_ms(started_unix_ms)
             .duration(out.duration)

@@ -233,6 +233,12 @@ pub struct Recorder {
     pub not_started: u64,
     /// One record per attempt, when kept.
     pub attempts: Option<Vec<ClientAttempt>>,
+    /// Workers of the phase that died (a panic), each with its message; the first
+    /// [`WORKER_FAILURES_KEPT`] are kept, `worker_failures_total` counts them all. A run with one
+    /// is an error of the run, never a pass: what the dead worker measured is lost.
+    pub worker_failures: Vec<String>,
+    /// Workers that died, in all.
+    pub worker_failures_total: u64,
     /// What the report shows of single attempts, in bounded memory.
     pub summary: AttemptSummary,
     /// A worker's recorder: samples wait in the buffers below, then go to the sink.
@@ -241,6 +247,9 @@ pub struct Recorder {
     buf_intended: Vec<u64>,
     buf_attempts: Vec<AttemptPoint>,
 }
+
+/// Worker failures kept with their message (the rest are counted).
+pub const WORKER_FAILURES_KEPT: usize = 4;
 
 pub(crate) fn histogram() -> Histogram<u64> {
     // 1 µs .. 1 hour at 3 significant digits.
@@ -285,6 +294,8 @@ impl Recorder {
             cancelled: 0,
             not_started: 0,
             attempts: keep_attempts.then(Vec::new),
+            worker_failures: Vec::new(),
+            worker_failures_total: 0,
             summary: AttemptSummary::default(),
             sink,
             buf_latency: Vec::new(),
@@ -417,6 +428,34 @@ impl Recorder {
         self.not_started += o.not_started;
         if let (Some(a), Some(b)) = (&mut self.attempts, &o.attempts) {
             a.extend_from_slice(b);
+        }
+        self.worker_failures_total += o.worker_failures_total;
+        for f in &o.worker_failures {
+            if self.worker_failures.len() < WORKER_FAILURES_KEPT {
+                self.worker_failures.push(f.clone());
+            }
+        }
+    }
+
+    /// Notes that a worker died: `what` (the worker) failed with the task's error.
+    pub fn worker_died(&mut self, what: &str, e: tokio::task::JoinError) {
+        let why = if e.is_panic() {
+            let p = e.into_panic();
+            match p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+            {
+                Some(m) => format!("{what} panicked: {m}"),
+                None => format!("{what} panicked"),
+            }
+        } else {
+            format!("{what} was cancelled")
+        };
+        tracing::error!("{why}");
+        self.worker_failures_total += 1;
+        if self.worker_failures.len() < WORKER_FAILURES_KEPT {
+            self.worker_failures.push(why);
         }
     }
 

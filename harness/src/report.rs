@@ -18,6 +18,9 @@ pub struct ReportBuilder {
     report: Report,
     /// Whether a run in which no check reached pass or fail is [`Outcome::NoVerdict`].
     verdict_required: bool,
+    /// Whether the run was meant to send load: one that sent nothing is then
+    /// [`Outcome::NoVerdict`], whatever its checks say.
+    load_expected: bool,
 }
 
 impl ReportBuilder {
@@ -48,6 +51,7 @@ impl ReportBuilder {
                 notes: Vec::new(),
             },
             verdict_required: true,
+            load_expected: false,
         }
     }
 
@@ -57,6 +61,7 @@ impl ReportBuilder {
         ReportBuilder {
             report,
             verdict_required: true,
+            load_expected: false,
         }
     }
 
@@ -68,6 +73,13 @@ impl ReportBuilder {
     /// Whether the run must reach a verdict to pass (`harness load` without checks need not).
     pub fn verdict_required(mut self, required: bool) -> Self {
         self.verdict_required = required;
+        self
+    }
+
+    /// The run drove load itself (phases, `harness load`): if it sent no request, nothing was
+    /// tested and it does not pass.
+    pub fn load_expected(mut self, expected: bool) -> Self {
+        self.load_expected = expected;
         self
     }
 
@@ -179,17 +191,24 @@ impl ReportBuilder {
     }
 
     /// The report, with its outcome: interrupted when it was; failed when a check failed or the
-    /// command `exec` ran (if any) exited non-zero; no verdict when a verdict was required and no
-    /// check reached pass, weak or fail; passed otherwise.
+    /// command `exec` ran (if any) exited non-zero; no verdict when the run was to send load and
+    /// sent nothing, or when a verdict was required and no check reached pass, weak or fail;
+    /// passed otherwise.
     pub fn build(mut self) -> Report {
         let r = &self.report;
         let exec_failed = r.exec.as_ref().is_some_and(|e| e.exit_code != Some(0));
         let failed = r.checks.iter().any(|c| !c.passed()) || exec_failed;
         let decided = r.checks.iter().any(|c| c.verdict != Verdict::Inconclusive);
+        let sent_nothing = self.load_expected && r.requests.sent == 0;
         let outcome = if r.interrupted {
             Outcome::Interrupted
         } else if failed {
             Outcome::Failed
+        } else if sent_nothing {
+            self.report
+                .notes
+                .push("no request was sent: nothing was tested".to_string());
+            Outcome::NoVerdict
         } else if self.verdict_required && !decided {
             Outcome::NoVerdict
         } else {
@@ -299,6 +318,16 @@ mod tests {
         assert_eq!(outcome(vec![pass], true, true), Outcome::Interrupted);
         assert_eq!(outcome(vec![fail], true, true), Outcome::Interrupted);
         assert_eq!(Outcome::Interrupted.exit_code(), 4);
+        let nothing_sent = |checks: Vec<CheckResult>| {
+            ReportBuilder::new("t")
+                .checks(checks)
+                .load_expected(true)
+                .build()
+        };
+        let r = nothing_sent(vec![CheckResult::new("jitter", Verdict::Pass, "ok")]);
+        assert_eq!(r.outcome(), Outcome::NoVerdict, "a pass on no load");
+        assert!(r.notes.iter().any(|n| n.contains("no request was sent")));
+        assert_eq!(nothing_sent(vec![]).outcome(), Outcome::NoVerdict);
         assert_eq!(Outcome::NoVerdict.exit_code(), 1);
     }
 }

@@ -46,6 +46,27 @@ pub enum RunError {
         /// Why.
         reason: String,
     },
+    /// A worker of a phase died: what it measured is lost, so the run cannot be judged.
+    #[error("phase {phase:?}: {} of its workers died ({}); the run cannot be judged on what is left", .total, .messages.join("; "))]
+    WorkerDied {
+        /// The phase's name.
+        phase: String,
+        /// Workers that died.
+        total: u64,
+        /// The first of their messages.
+        messages: Vec<String>,
+    },
+}
+
+impl RunError {
+    /// The error for a phase whose recorder counted dead workers, if it did.
+    pub fn worker_died(phase: &str, rec: &crate::metrics::Recorder) -> Option<RunError> {
+        (rec.worker_failures_total > 0).then(|| RunError::WorkerDied {
+            phase: phase.to_string(),
+            total: rec.worker_failures_total,
+            messages: rec.worker_failures.clone(),
+        })
+    }
 }
 
 /// Checks that a connection to the target can be made: TCP, and for `https://` the TLS
@@ -311,6 +332,10 @@ impl Session {
             };
             let journal_before = self.server.as_ref().map_or(0, |s| s.journal().written());
             let out = driver::run_phase(Arc::new(p.clone()), ctx).await;
+            if let Some(e) = RunError::worker_died(&p.name, &out.recorder) {
+                bar.finish();
+                return Err(e);
+            }
             if p.template.uses(crate::template::Var::Key)
                 && p.policy.key == retry_policy::KeyMode::PerOperation
             {
@@ -487,7 +512,9 @@ impl Session {
             .duration(duration)
             .target(self.target_url.clone())
             .scenario_settings(plan.seed, plan.time_scale)
-            .measured(&self.total, duration);
+            .measured(&self.total, duration)
+            // A shard may rightly have no share of a small phase; the merge judges the whole.
+            .load_expected(!plan.phases.is_empty() && !plan.shard.is_split());
         if !summary.is_empty() && self.phases.is_empty() {
             // `exec` with no phases: the command was the load, and the server counted it.
             report = report.requests(summary.requests.clone());

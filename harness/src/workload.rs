@@ -269,6 +269,9 @@ impl Workload {
             scheduled: None,
         };
         let mut out = driver::run_phase(Arc::new(phase), ctx).await;
+        if let Some(e) = crate::run::RunError::worker_died("workload", &out.recorder) {
+            return Err(WorkloadError::WorkerDied(e));
+        }
         let rec = &mut out.recorder;
         let attempts = rec.attempts.take().unwrap_or_default();
         Ok(WorkloadRun {
@@ -405,6 +408,9 @@ pub enum WorkloadError {
     /// The target did not accept a connection (or a TLS handshake).
     #[error("{0}")]
     Unreachable(String),
+    /// A worker died (a panic): what it measured is lost.
+    #[error(transparent)]
+    WorkerDied(crate::run::RunError),
 }
 
 /// The policy's bounds, as a scenario's `client:` is held to them.

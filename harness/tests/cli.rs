@@ -826,13 +826,87 @@ fn a_run_that_decides_nothing_is_no_verdict_and_exits_1() {
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     assert!(stdout.starts_with("NO VERDICT"), "{stdout}");
-    // `load` has no checks to reach a verdict with, and passes.
+    // `load` is judged by its default error-rate threshold: five answers, none failed.
     let s = server("{}");
     let out = harness()
         .args(["load", &format!("{}/x", s.url), "-n", "5"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0));
+}
+
+/// Ten GETs against a server with no faults, and no `checks:` section: every default check has
+/// nothing to judge — nothing failed, so nothing was retried or amplified — and the run is NO
+/// VERDICT, not a pass.
+#[test]
+fn a_run_without_faults_or_checks_is_no_verdict_not_a_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = write(
+        &dir,
+        "s.yaml",
+        "name: ten-gets\nserver: {}\nphases:\n  - name: p\n    clients: { concurrency: 2, requests: 10 }\n    request: { path: /x }\n",
+    );
+    let out = run_json(&scenario);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(r["outcome"], "no_verdict", "{stdout}");
+    assert_eq!(r["requests"]["sent"], 10);
+    for c in r["checks"].as_array().unwrap() {
+        assert_eq!(c["verdict"], "inconclusive", "{c}");
+    }
+}
+
+/// `harness load` as a smoke gate: a service whose every answer is a failure must not pass, and
+/// the report says which threshold failed; the default is documented and can be changed.
+#[test]
+fn load_against_a_failing_service_fails_its_default_error_rate_threshold() {
+    let s = server("rules:\n  - match: { path: /x }\n    fault: { status: { code: 503 } }\n  - match: { path: /r }\n    fault: reset\n");
+    for path in ["/x", "/r"] {
+        let out = harness()
+            .args(["load", &format!("{}{path}", s.url), "-n", "20", "-c", "2"])
+            .args(["--format", "json"])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{path}: {stdout}\n{stderr}");
+        let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(r["passed"], false, "{stdout}");
+        let t = &r["checks"][0];
+        assert_eq!(t["name"], "thresholds");
+        assert_eq!(t["verdict"], "fail", "{t}");
+        assert!(
+            t["summary"].as_str().unwrap().contains("error_rate <= 1%"),
+            "{t}"
+        );
+    }
+    // Turned off, or loosened with a rule of the user's: the same load passes.
+    for flags in [
+        &["--max-error-rate", "100%"][..],
+        &["--threshold", "error_rate <= 100%"][..],
+    ] {
+        let out = harness()
+            .args(["load", &format!("{}/x", s.url), "-n", "20", "-c", "2"])
+            .args(flags)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(0), "{flags:?}: {stdout}\n{stderr}");
+    }
+    for (flags, says) in [
+        (&["--max-error-rate", "2"][..], "between 0 and 1"),
+        (&["--max-error-rate", "lots"][..], "expected a percentage"),
+        (&["--threshold", "p99 < 2xs"][..], "--threshold"),
+    ] {
+        let out = harness()
+            .args(["load", &format!("{}/x", s.url), "-n", "1"])
+            .args(flags)
+            .output()
+            .unwrap();
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {stderr}");
+        assert!(stderr.contains(says), "{flags:?}: {stderr}");
+    }
 }
 
 /// Against your own service the harness has no journal: `duplicates` then counts through the

@@ -146,6 +146,9 @@ pub enum ProbeError {
         #[source]
         source: std::io::Error,
     },
+    /// A request's task died (a panic): its exchange is lost, so the probe cannot be judged.
+    #[error("the probe cannot be judged: {0}")]
+    TaskDied(String),
 }
 
 impl ProbeError {
@@ -153,7 +156,7 @@ impl ProbeError {
     pub fn exit_code(&self) -> i32 {
         match self {
             ProbeError::InvalidUrl { .. } | ProbeError::InvalidConfig { .. } => 2,
-            ProbeError::Unreachable { .. } => 3,
+            ProbeError::Unreachable { .. } | ProbeError::TaskDied(_) => 3,
         }
     }
 }
@@ -296,6 +299,9 @@ pub async fn probe(cfg: &ProbeConfig) -> Result<ProbeOutcome, ProbeError> {
         store: store.clone(),
         ..Facts::default()
     };
+    if !rec.task_failures.is_empty() {
+        return Err(ProbeError::TaskDied(rec.task_failures.join("; ")));
+    }
     let checks = checks::judge(&checks_cfg, &rec.entries, &facts);
     Ok(ProbeOutcome {
         interrupted: cfg.stop.is_cancelled(),
@@ -556,19 +562,15 @@ impl ProbePlan {
         }
         let mut sent = Vec::with_capacity(self.concurrency);
         for s in sending {
-            let (t0, t1, result) = s.await.unwrap_or_else(|e| {
-                let now = Instant::now();
-                (
-                    now,
-                    now,
-                    Err(AttemptError {
-                        kind: history::ErrorKind::Other,
-                        message: format!("request task failed: {e}"),
-                    }),
-                )
-            });
-            sent.push(t0);
-            rec.exchange(Some(key), &body, t0, t1, &result);
+            match s.await {
+                Ok((t0, t1, result)) => {
+                    sent.push(t0);
+                    rec.exchange(Some(key), &body, t0, t1, &result);
+                }
+                Err(e) => rec
+                    .task_failures
+                    .push(format!("a request of key {key}: {e}")),
+            }
         }
         match (sent.iter().min(), sent.iter().max()) {
             (Some(lo), Some(hi)) => u64::try_from((*hi - *lo).as_micros()).unwrap_or(u64::MAX),

@@ -35,6 +35,8 @@ pub(crate) struct Recording {
     pub(crate) by_status: BTreeMap<String, u64>,
     pub(crate) errors_by_kind: BTreeMap<String, u64>,
     pub(crate) latency_ms: Vec<f64>,
+    /// Sending tasks that died (a panic): the probe is then an error, not a verdict.
+    pub(crate) task_failures: Vec<String>,
 }
 
 impl Recording {
@@ -55,6 +57,7 @@ impl Recording {
             by_status: BTreeMap::new(),
             errors_by_kind: BTreeMap::new(),
             latency_ms: Vec::new(),
+            task_failures: Vec::new(),
         }
     }
 
