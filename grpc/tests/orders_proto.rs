@@ -19,11 +19,13 @@ fn root() -> PathBuf {
 
 fn orders() -> Schema {
     let proto = root().join("proto");
-    Schema::compile(&[proto.join("orders/v1/orders.proto")], &[proto]).expect("orders.proto compiles")
+    Schema::compile(&[proto.join("orders/v1/orders.proto")], &[proto])
+        .expect("orders.proto compiles")
 }
 
 /// A CreateOrder request in the proto3 JSON mapping, as a scenario would write it.
-const CREATE: &str = r#"{"requestId":"k-42","sku":"sku-7","qty":2,"amount":"1999","attributes":{"gift":"yes"}}"#;
+const CREATE: &str =
+    r#"{"requestId":"k-42","sku":"sku-7","qty":2,"amount":"1999","attributes":{"gift":"yes"}}"#;
 
 #[test]
 fn protox_compiles_the_orders_service() {
@@ -50,7 +52,10 @@ fn protox_compiles_the_orders_service() {
     )
     .unwrap();
     let back = create.decode_response(&order).unwrap();
-    assert!(back.contains(r#""status":"ORDER_STATUS_PENDING""#), "{back}");
+    assert!(
+        back.contains(r#""status":"ORDER_STATUS_PENDING""#),
+        "{back}"
+    );
 }
 
 /// The venv's Python, or `None` (after saying so) when the test may skip.
@@ -68,7 +73,9 @@ fn python() -> Option<PathBuf> {
         "grpcio-tools is not installed in .cache/calibration/venv, and HARNESS_REQUIRE_TOOLS=1: \
          run `bash calibration/install.sh`"
     );
-    eprintln!("skipping the grpcio-tools check: run `bash calibration/install.sh` first (.ci/run does)");
+    eprintln!(
+        "skipping the grpcio-tools check: run `bash calibration/install.sh` first (.ci/run does)"
+    );
     None
 }
 
@@ -110,8 +117,17 @@ fn grpcio_tools_compiles_it_as_it_is_and_python_encodes_the_same_bytes() {
             .unwrap_or_else(|| panic!("protox lacks {}", m.name()));
         let fields = |it: Vec<(String, u32)>| it;
         assert_eq!(
-            fields(m.field.iter().map(|f| (f.name().to_string(), f.number() as u32)).collect()),
-            fields(mine.fields().map(|f| (f.name().to_string(), f.number())).collect()),
+            fields(
+                m.field
+                    .iter()
+                    .map(|f| (f.name().to_string(), f.number() as u32))
+                    .collect()
+            ),
+            fields(
+                mine.fields()
+                    .map(|f| (f.name().to_string(), f.number()))
+                    .collect()
+            ),
             "{}",
             m.name()
         );
@@ -128,7 +144,11 @@ fn grpcio_tools_compiles_it_as_it_is_and_python_encodes_the_same_bytes() {
         dir = out.path().display().to_string(),
     );
     let run = Command::new(&py).args(["-c", &script]).output().unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     let python_hex = String::from_utf8(run.stdout).unwrap();
     let create = ours.method("orders.v1.Orders/CreateOrder").unwrap();
     let mine = create.encode_request(CREATE).unwrap();

@@ -128,7 +128,14 @@ fn the_transport_knows_no_scenario_check_or_server() {
 fn the_grpc_crate_knows_no_scenario_check_or_server() {
     assert_free_of(
         "grpc",
-        &["harness", "fault-server", "checks", "reports", "hyper", "axum"],
+        &[
+            "harness",
+            "fault-server",
+            "checks",
+            "reports",
+            "hyper",
+            "axum",
+        ],
     );
 }
 

@@ -215,10 +215,16 @@ mod tests {
     #[test]
     fn parsed_from_a_name_or_digits_and_nothing_else() {
         assert_eq!("14".parse::<GrpcCode>(), Ok(GrpcCode::Unavailable));
-        assert_eq!(" unavailable ".parse::<GrpcCode>(), Ok(GrpcCode::Unavailable));
+        assert_eq!(
+            " unavailable ".parse::<GrpcCode>(),
+            Ok(GrpcCode::Unavailable)
+        );
         for bad in ["", "17", "-1", "+4", "UNAVAILABLE_", "0x0e", "Unavail"] {
             let e = bad.parse::<GrpcCode>().unwrap_err();
-            assert!(e.to_string().contains("not a gRPC status code"), "{bad}: {e}");
+            assert!(
+                e.to_string().contains("not a gRPC status code"),
+                "{bad}: {e}"
+            );
         }
     }
 
