@@ -277,33 +277,33 @@ mod tests {
     }
 
     const SHOP: &str = r#"
-syntax = "proto3";
-package shop.v1;
-import "google/protobuf/timestamp.proto";
-import "google/protobuf/duration.proto";
-import "common/money.proto";
-service Shop {
-  rpc Buy(BuyRequest) returns (BuyReply);
-  rpc Watch(BuyRequest) returns (stream BuyReply);
-}
-message Item { string sku = 1; int32 qty = 2; }
-message BuyRequest {
-  repeated Item items = 1;
-  common.Money total = 2;
-  google.protobuf.Timestamp at = 3;
-  google.protobuf.Duration within = 4;
-  int64 big = 5;
-  Kind kind = 6;
-  bytes blob = 7;
-  map<string, string> tags = 8;
-}
-enum Kind { KIND_UNSPECIFIED = 0; KIND_GIFT = 1; }
-message BuyReply { string order_id = 1; int64 cents = 2; }
+  syntax = "proto3";
+  package shop.v1;
+  import "google/protobuf/timestamp.proto";
+  import "google/protobuf/duration.proto";
+  import "common/money.proto";
+  service Shop {
+    rpc Buy(BuyRequest) returns (BuyReply);
+    rpc Watch(BuyRequest) returns (stream BuyReply);
+  }
+  message Item { string sku = 1; int32 qty = 2; }
+  message BuyRequest {
+    repeated Item items = 1;
+    common.Money total = 2;
+    google.protobuf.Timestamp at = 3;
+    google.protobuf.Duration within = 4;
+    int64 big = 5;
+    Kind kind = 6;
+    bytes blob = 7;
+    map<string, string> tags = 8;
+  }
+  enum Kind { KIND_UNSPECIFIED = 0; KIND_GIFT = 1; }
+  message BuyReply { string order_id = 1; int64 cents = 2; }
 "#;
     const MONEY: &str = r#"
-syntax = "proto3";
-package common;
-message Money { string currency = 1; int64 units = 2; }
+  syntax = "proto3";
+  package common;
+  message Money { string currency = 1; int64 units = 2; }
 "#;
 
     fn shop() -> (tempfile::TempDir, Schema) {
