@@ -7,7 +7,6 @@
 //!
 //! Without the venv it says that it skips, unless `HARNESS_REQUIRE_TOOLS=1`.
 
-use std::future::Future;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -186,23 +185,21 @@ impl H2 {
 }
 
 impl Exchange for H2 {
-    fn exchange(
+    async fn exchange(
         &mut self,
         request: Outgoing,
         timeout: Duration,
-    ) -> impl Future<Output = Result<HttpAnswer, AttemptError>> + Send {
-        async move {
-            match tokio::time::timeout(timeout, self.run(request)).await {
-                Ok(Ok(a)) => Ok(a),
-                Ok(Err(e)) => Err(AttemptError {
-                    kind: ErrorKind::Protocol,
-                    message: e.to_string(),
-                }),
-                Err(_) => Err(AttemptError {
-                    kind: ErrorKind::Timeout,
-                    message: "no answer in time".into(),
-                }),
-            }
+    ) -> Result<HttpAnswer, AttemptError> {
+        match tokio::time::timeout(timeout, self.run(request)).await {
+            Ok(Ok(a)) => Ok(a),
+            Ok(Err(e)) => Err(AttemptError {
+                kind: ErrorKind::Protocol,
+                message: e.to_string(),
+            }),
+            Err(_) => Err(AttemptError {
+                kind: ErrorKind::Timeout,
+                message: "no answer in time".into(),
+            }),
         }
     }
 }
