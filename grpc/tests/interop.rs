@@ -5,6 +5,10 @@
 //! builds must be one grpcio accepts, and grpcio's answers — messages and trailers, Trailers-Only
 //! errors, a failure after headers, pushback — must read as grpcio meant them.
 //!
+//! The same server offers reflection as grpcio-reflection does (v1alpha only), so the reflection
+//! messages of [`grpc::reflection`] are driven over a real bidirectional stream: v1 is refused,
+//! v1alpha answers, and the schema it yields encodes requests as the compiled one does.
+//!
 //! Without the venv it says that it skips, unless `HARNESS_REQUIRE_TOOLS=1`.
 
 use std::io::{BufRead, BufReader};
@@ -14,9 +18,10 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use grpc::call::{attempt, AttemptHeaders, CallRequest, Exchange, HttpAnswer};
-use grpc::frame::DEFAULT_MAX_MESSAGE;
+use grpc::frame::{self, Encoding, DEFAULT_MAX_MESSAGE};
 use grpc::metadata::Metadata;
-use grpc::{Code, Schema};
+use grpc::reflection::{Reflection, ReflectionVersion};
+use grpc::{Code, Schema, Status};
 use history::ErrorKind;
 use retry_policy::grpc::Pushback;
 use transport::{AttemptError, Outgoing};
@@ -59,6 +64,9 @@ class Orders(orders_pb2_grpc.OrdersServicer):
 
 server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
 orders_pb2_grpc.add_OrdersServicer_to_server(Orders(), server)
+from grpc_reflection.v1alpha import reflection
+reflection.enable_server_reflection(
+    (orders_pb2.DESCRIPTOR.services_by_name["Orders"].full_name, reflection.SERVICE_NAME), server)
 port = server.add_insecure_port("127.0.0.1:0")
 server.start()
 print(port, flush=True)
@@ -83,7 +91,7 @@ impl Drop for Server {
 fn start_server() -> Option<Server> {
     let py = root().join(".cache/calibration/venv/bin/python");
     let ready = Command::new(&py)
-        .args(["-c", "import grpc, grpc_tools.protoc"])
+        .args(["-c", "import grpc, grpc_tools.protoc, grpc_reflection"])
         .output()
         .is_ok_and(|o| o.status.success());
     if !ready {
@@ -201,6 +209,67 @@ impl Exchange for H2 {
                 message: "no answer in time".into(),
             }),
         }
+    }
+}
+
+impl H2 {
+    /// One reflection session on one bidirectional stream: the schema, or the status that
+    /// ended the stream first.
+    async fn reflect(&mut self, version: ReflectionVersion) -> Result<Schema, Status> {
+        let request = http::Request::builder()
+            .method("POST")
+            .uri(format!("http://{}{}", self.authority, version.path()))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .expect("a valid request");
+        let h2_failed = |e: h2::Error| Status::new(Code::Internal, e.to_string());
+        let mut send = self.send.clone().ready().await.map_err(h2_failed)?;
+        let (response, mut body) = send.send_request(request, false).map_err(h2_failed)?;
+        let mut session = Reflection::new(&self.authority);
+        body.send_data(frame::encode(&session.start(), Encoding::Identity), false)
+            .map_err(h2_failed)?;
+        let (parts, mut recv) = response.await.map_err(h2_failed)?.into_parts();
+        if recv.is_end_stream() {
+            return Err(
+                Status::from_fields(&parts.headers).unwrap_or_else(|| Status::from_http(200))
+            );
+        }
+        let mut decoder = frame::Decoder::new(DEFAULT_MAX_MESSAGE, None);
+        let mut closed = false;
+        while let Some(chunk) = recv.data().await {
+            let chunk = chunk.map_err(h2_failed)?;
+            let _ = recv.flow_control().release_capacity(chunk.len());
+            decoder.push(&chunk);
+            while let Some(message) = decoder
+                .next_message()
+                .map_err(|e| Status::new(Code::Internal, e.to_string()))?
+            {
+                let next = session
+                    .on_response(&message)
+                    .map_err(|e| Status::new(Code::Internal, e.to_string()))?;
+                for request in next {
+                    body.send_data(frame::encode(&request, Encoding::Identity), false)
+                        .map_err(h2_failed)?;
+                }
+                if session.unanswered() == 0 && !closed {
+                    body.send_data(Bytes::new(), true).map_err(h2_failed)?;
+                    closed = true;
+                }
+            }
+        }
+        let trailers = recv
+            .trailers()
+            .await
+            .map_err(h2_failed)?
+            .unwrap_or_default();
+        let status = Status::from_fields(&trailers).unwrap_or_else(|| Status::from_http(200));
+        if status.code != Code::Ok {
+            return Err(status);
+        }
+        session
+            .into_schema()
+            .map_err(|e| Status::new(Code::Internal, e.to_string()))
     }
 }
 
@@ -332,5 +401,38 @@ async fn the_call_layer_speaks_with_grpcio() {
     )
     .await;
     assert_eq!(r.status.code, Code::Unimplemented);
+    drop(server);
+}
+
+#[tokio::test]
+async fn server_reflection_falls_back_to_v1alpha_and_yields_the_schema() {
+    let Some(server) = start_server() else {
+        return;
+    };
+    let mut h2 = H2::connect(server.port).await;
+    let mut version = ReflectionVersion::V1;
+    let reflected = loop {
+        match h2.reflect(version).await {
+            Ok(schema) => break schema,
+            Err(status) => match version.fallback(status.code) {
+                Some(next) => version = next,
+                None => panic!("reflection over {version:?} failed: {status:?}"),
+            },
+        }
+    };
+    assert_eq!(
+        version,
+        ReflectionVersion::V1Alpha,
+        "grpcio-reflection serves v1alpha only"
+    );
+    assert_eq!(reflected.services(), ["orders.v1.Orders"]);
+    let json = r#"{"requestId":"r-2","sku":"s","qty":1,"amount":"5"}"#;
+    let theirs = reflected.method("orders.v1.Orders/CreateOrder").unwrap();
+    let ours = schema().method("orders.v1.Orders/CreateOrder").unwrap();
+    assert_eq!(
+        theirs.encode_request(json).unwrap(),
+        ours.encode_request(json).unwrap()
+    );
+    assert_eq!(theirs.output().full_name(), "orders.v1.Order");
     drop(server);
 }
