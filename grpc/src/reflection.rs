@@ -5,8 +5,9 @@
 //! Why messages and not a call: reflection is one bidirectional stream, and streams belong to the
 //! transport. This module decides what to ask next from what came back — list the services, ask
 //! for the file that defines each, then for each dependency not yet seen — so the stream's owner
-//! only frames, sends and feeds back. What a server may make it hold is bounded: at most
-//! [`MAX_FILES`] files, each name asked for once.
+//! only frames, sends and feeds back. [`reflect`] does that over any [`Exchange`], one whole call
+//! per request, which the reflection services answer as they answer a stream. What a server may
+//! make it hold is bounded: at most [`MAX_FILES`] files, each name asked for once.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -16,8 +17,11 @@ use prost_reflect::DescriptorPool;
 use prost_types::FileDescriptorProto;
 use protox::file::{FileResolver, GoogleFileResolver};
 
+use crate::call::{attempt, AttemptHeaders, CallRequest, Exchange};
+use crate::frame::DEFAULT_MAX_MESSAGE;
+use crate::metadata::Metadata;
 use crate::schema::Schema;
-use crate::status::Code;
+use crate::status::{Code, Status};
 
 /// The most files a reflection session accepts.
 pub const MAX_FILES: usize = 10_000;
@@ -358,6 +362,87 @@ impl Reflection {
             .map_err(|e| ReflectionError::Descriptors(e.to_string()))?;
         Ok(Schema::from_pool(pool))
     }
+}
+
+/// Why reflection over unary exchanges failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReflectFailure {
+    /// A reflection call ended with a status other than OK (after the v1alpha fallback).
+    #[error("server reflection ({path}): {code}: {message}")]
+    Status {
+        /// The reflection path tried last.
+        path: &'static str,
+        /// The status's code.
+        code: Code,
+        /// Its message.
+        message: String,
+    },
+    /// The answers did not make a schema.
+    #[error(transparent)]
+    Reflection(#[from] ReflectionError),
+}
+
+/// Reflection through any [`Exchange`], one stream per request: each request is sent as a whole
+/// call (one message, then the end of the stream), which the reflection services of grpc-go,
+/// grpc-java and grpcio answer with one message each. v1 first; v1alpha when v1 is UNIMPLEMENTED.
+pub async fn reflect<E: Exchange>(
+    transport: &mut E,
+    host: &str,
+    timeout: std::time::Duration,
+) -> Result<Schema, ReflectFailure> {
+    let mut version = ReflectionVersion::V1;
+    loop {
+        match reflect_with(transport, host, version, timeout).await {
+            Err(ReflectFailure::Status { code, .. }) if version.fallback(code).is_some() => {
+                version = version.fallback(code).unwrap_or(version);
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn reflect_with<E: Exchange>(
+    transport: &mut E,
+    host: &str,
+    version: ReflectionVersion,
+    timeout: std::time::Duration,
+) -> Result<Schema, ReflectFailure> {
+    let mut session = Reflection::new(host);
+    let mut queue = VecDeque::from([session.start()]);
+    while let Some(message) = queue.pop_front() {
+        let call = CallRequest {
+            path: version.path().to_string(),
+            message,
+            metadata: Metadata::new(),
+            encoding: None,
+            user_agent: None,
+        };
+        let answer = attempt(
+            transport,
+            &call,
+            AttemptHeaders::default(),
+            timeout,
+            DEFAULT_MAX_MESSAGE,
+        )
+        .await;
+        let failed = |s: Status| ReflectFailure::Status {
+            path: version.path(),
+            code: s.code,
+            message: s.message,
+        };
+        if answer.status.code != Code::Ok {
+            return Err(failed(answer.status));
+        }
+        if answer.messages.len() != 1 {
+            return Err(ReflectionError::Unexpected(format!(
+                "{} answers to one request",
+                answer.messages.len()
+            ))
+            .into());
+        }
+        queue.extend(session.on_response(&answer.messages[0])?);
+    }
+    Ok(session.into_schema()?)
 }
 
 /// protox's copy of a well-known type's file.

@@ -436,3 +436,18 @@ async fn server_reflection_falls_back_to_v1alpha_and_yields_the_schema() {
     assert_eq!(theirs.output().full_name(), "orders.v1.Order");
     drop(server);
 }
+
+#[tokio::test]
+async fn reflection_also_works_one_unary_exchange_per_request() {
+    let Some(server) = start_server() else {
+        return;
+    };
+    let mut h2 = H2::connect(server.port).await;
+    let reflected = grpc::reflection::reflect(&mut h2, "127.0.0.1", Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(reflected.services(), ["orders.v1.Orders"]);
+    let get = reflected.method("orders.v1.Orders/GetOrder").unwrap();
+    assert_eq!(get.input().full_name(), "orders.v1.GetOrderRequest");
+    drop(server);
+}
