@@ -141,6 +141,21 @@ fn the_transport_knows_no_scenario_check_or_server() {
 }
 
 #[test]
+fn the_grpc_crate_knows_no_scenario_check_or_server() {
+    assert_free_of(
+        "grpc",
+        &[
+            "harness",
+            "fault-server",
+            "checks",
+            "reports",
+            "hyper",
+            "axum",
+        ],
+    );
+}
+
+#[test]
 fn the_retry_policy_decides_and_sends_nothing() {
     assert_free_of("retry-policy", RUNTIME_AND_IO);
     assert_free_of("retry-policy", &["http", "harness", "fault-server"]);

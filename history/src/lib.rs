@@ -14,12 +14,14 @@
 
 mod client;
 mod entry;
+mod grpc;
 mod json;
 pub mod sample;
 mod store;
 
 pub use client::{ClientAttempt, ClientFigures, ErrorKind};
 pub use entry::{Entry, HttpVersion, Outcome};
+pub use grpc::{GrpcCode, UnknownGrpcCode};
 pub use store::{KeyCount, StoreCounts};
 
 /// What a run knows besides its requests: the facts the checks read when they conclude.

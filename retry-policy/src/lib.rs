@@ -10,12 +10,16 @@
 //! answers what to do ([`Decision`]); it reads no clock and opens no socket, so its tests run in
 //! virtual time, and one executor (the harness's `operation` module) sends, sleeps and records
 //! for every caller.
+//!
+//! gRPC's clients follow a written contract instead, gRFC A6 — retryable codes, pushback,
+//! commitment, throttling, hedging: [`grpc`] plays it, correctly or broken in named ways.
 
 #![warn(missing_docs)]
 
 pub mod backoff;
 pub mod breaker;
 pub mod budget;
+pub mod grpc;
 pub mod jitter;
 
 use std::sync::Mutex;
