@@ -47,7 +47,7 @@ pub enum RedeliveryError {
     ZeroTimeout,
     /// `max_attempts` is 0 or above [`Redelivery::MAX_ATTEMPTS`].
     #[error("the maximum number of delivery attempts must be in 1..={max}, got {0}", max = Redelivery::MAX_ATTEMPTS)]
-    Attempts(u32),
+    MaxAttempts(u32),
     /// An exponential schedule's first wait or horizon is zero, or its factor is below 1 or not
     /// finite.
     #[error("an exponential redelivery schedule needs a first wait and a horizon above zero and a factor of at least 1, got first {first:?}, factor {factor}, within {within:?}")]
@@ -83,7 +83,7 @@ impl Redelivery {
             return Err(RedeliveryError::ZeroTimeout);
         }
         if !(1..=Self::MAX_ATTEMPTS).contains(&self.max_attempts) {
-            return Err(RedeliveryError::Attempts(self.max_attempts));
+            return Err(RedeliveryError::MaxAttempts(self.max_attempts));
         }
         match &self.schedule {
             Schedule::Exponential {
@@ -180,7 +180,7 @@ pub enum Decision {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GiveUp {
     /// The attempts allowed were all made.
-    Attempts,
+    MaxAttempts,
     /// The schedule has no further wait (a listed schedule ran out).
     Schedule,
     /// The next redelivery would fall beyond the exponential schedule's horizon.
@@ -216,7 +216,7 @@ impl Delivering<'_> {
         let decision = if outcome.acknowledged() {
             Decision::Acknowledged
         } else if self.attempts >= self.policy.max_attempts {
-            Decision::GiveUp(GiveUp::Attempts)
+            Decision::GiveUp(GiveUp::MaxAttempts)
         } else {
             match self.policy.wait_before(self.attempts) {
                 None => Decision::GiveUp(GiveUp::Schedule),
@@ -308,7 +308,7 @@ mod tests {
                 secs(5) + minutes(35 + 120 + 300 + 600 + 600),
             ]
         );
-        assert_eq!(end, Decision::GiveUp(GiveUp::Attempts));
+        assert_eq!(end, Decision::GiveUp(GiveUp::MaxAttempts));
     }
 
     #[test]
@@ -394,9 +394,12 @@ mod tests {
         };
         let (sent, end) = failing(&policy, Outcome::Status(503));
         assert_eq!(sent, [Duration::ZERO, secs(1), secs(2)]);
-        assert_eq!(end, Decision::GiveUp(GiveUp::Attempts));
+        assert_eq!(end, Decision::GiveUp(GiveUp::MaxAttempts));
         let (sent, end) = failing(&Redelivery::none(secs(1)), Outcome::Status(503));
-        assert_eq!((sent.len(), end), (1, Decision::GiveUp(GiveUp::Attempts)));
+        assert_eq!(
+            (sent.len(), end),
+            (1, Decision::GiveUp(GiveUp::MaxAttempts))
+        );
     }
 
     #[test]
