@@ -44,6 +44,8 @@
 //! }
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod chaos;
 mod draw;
 pub mod events;
