@@ -161,6 +161,22 @@ fn the_retry_policy_decides_and_sends_nothing() {
     assert_free_of("retry-policy", &["http", "harness", "fault-server"]);
 }
 
+#[test]
+fn the_webhooks_crate_knows_no_scenario_check_or_server() {
+    assert_free_of(
+        "webhooks",
+        &[
+            "harness",
+            "fault-server",
+            "checks",
+            "reports",
+            "transport",
+            "history",
+            "retry-policy",
+        ],
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // What the crate graph cannot see: which module uses what, read from the sources.
 
@@ -291,6 +307,47 @@ fn the_retry_policy_reads_no_clock_and_sleeps_never() {
         found.is_empty(),
         "the retry policy is given `now` and only decides; the executor \
          (harness/src/operation.rs) reads the clock, sleeps and sends:\n{}",
+        found.join("\n")
+    );
+}
+
+/// Protects the webhooks crate's purity (ARCHITECTURE.md: "pure except the example"): its
+/// library code names no clock, sleep, socket, file, process or runtime — the signer and the
+/// verifier are given the time, the redelivery decision is given `now`. Its dev-dependencies
+/// (the example consumer's axum, tokio and rusqlite) are in the lock file beside its own, so the
+/// crate graph cannot tell this; the sources can.
+#[test]
+fn the_webhooks_crate_is_pure() {
+    const FORBIDDEN: &[&str] = &[
+        "Instant::now",
+        "SystemTime",
+        "sleep",
+        "std::net",
+        "std::fs",
+        "std::process",
+        "tokio",
+        "axum",
+        "rusqlite",
+    ];
+    let files = rust_files("webhooks/src");
+    assert!(files.len() >= 5, "webhooks/src was not read: {files:?}");
+    let mut found = Vec::new();
+    for path in files {
+        for (i, line) in code_lines(&path).iter().enumerate() {
+            for f in FORBIDDEN.iter().filter(|f| line.contains(**f)) {
+                found.push(format!(
+                    "{}:{}: `{f}`: {}",
+                    relative(&path),
+                    i + 1,
+                    line.trim()
+                ));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "the webhooks crate decides and signs only; the sender (the harness) reads the clock, \
+         sleeps and sends, and the example consumer (webhooks/examples) serves:\n{}",
         found.join("\n")
     );
 }
