@@ -312,8 +312,8 @@ enum Wake {
     Stalled,
 }
 
-/// Waits for send capacity (or, with `want_capacity` false, only for the answer to move on the
-/// wire), the client's reset, or `limit` without progress since `since`.
+/// Waits for send capacity (with `want_capacity`), the answer to move on the wire past `seen`,
+/// the client's reset, or `deadline` (the end of the time without progress it may take).
 async fn wait(
     tx: &mut SendStream<Bytes>,
     ledger: &Ledger,

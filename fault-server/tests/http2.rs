@@ -439,3 +439,53 @@ fn a_configured_body_is_shared_by_every_answer_waiting_to_be_written() {
         "forty waiting answers of one configured 1 MiB body hold {growth} kB"
     );
 }
+
+#[test]
+fn the_journal_read_slowly_over_http2_arrives_whole() {
+    let s = start("limits: { header_timeout: 300ms }");
+    for _ in 0..20 {
+        assert!(s.get("/fill").starts_with("HTTP/1.0 200"));
+    }
+    assert_eq!(
+        s.entries_for("/fill", 20, Duration::from_secs(20)).len(),
+        20
+    );
+    let expected = s.get("/__harness/journal");
+    let expected = expected
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    assert!(
+        expected.len() > 4 << 10,
+        "{} bytes of journal",
+        expected.len()
+    );
+    let mut c = Client::connect(s.addr, &[(SETTINGS_INITIAL_WINDOW_SIZE, 1024)]);
+    c.request(
+        1,
+        "GET",
+        "/__harness/journal",
+        &[("host", "127.0.0.1")],
+        true,
+    );
+    let mut body = Vec::new();
+    loop {
+        let f = c.next().expect("the journal goes on until its end");
+        assert_ne!(f.kind, GOAWAY, "the connection was ended under a reader");
+        if f.stream == 1 && f.kind == DATA {
+            body.extend_from_slice(&f.payload);
+            if f.flags & END_STREAM != 0 {
+                break;
+            }
+            if !f.payload.is_empty() {
+                std::thread::sleep(Duration::from_millis(100));
+                c.window_update(1, f.payload.len() as u32);
+                c.window_update(0, f.payload.len() as u32);
+            }
+        }
+    }
+    assert!(
+        String::from_utf8_lossy(&body) == expected,
+        "the journal, whole"
+    );
+}
