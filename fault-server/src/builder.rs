@@ -686,6 +686,18 @@ impl OrdersConfig {
         self.pool_size = n;
         self
     }
+
+    /// PostgreSQL: the longest a statement runs, and a request waits for a pooled connection.
+    pub fn statement_timeout(mut self, d: Duration) -> Self {
+        self.statement_timeout = Dur(d);
+        self
+    }
+
+    /// PostgreSQL: the longest a statement waits for a lock.
+    pub fn lock_timeout(mut self, d: Duration) -> Self {
+        self.lock_timeout = Dur(d);
+        self
+    }
 }
 
 impl LimitsConfig {
@@ -714,6 +726,38 @@ impl LimitsConfig {
     }
 
     /// Most connections served at once.
+    pub fn max_connections(mut self, n: u32) -> Self {
+        self.max_connections = Some(n);
+        self
+    }
+
+    /// How long writing a response may make no progress before it is given up.
+    pub fn send_timeout(mut self, d: Duration) -> Self {
+        self.send_timeout = Dur(d);
+        self
+    }
+
+    /// Most bytes of a refused body read and discarded before the connection closes.
+    pub fn drain_bytes(mut self, bytes: u64) -> Self {
+        self.drain_bytes = Size(bytes);
+        self
+    }
+
+    /// Longest a refused body is drained before the connection closes.
+    pub fn drain_time(mut self, d: Duration) -> Self {
+        self.drain_time = Dur(d);
+        self
+    }
+
+    /// Most bytes of upstream answers held at once (proxy mode).
+    pub fn response_memory(mut self, bytes: u64) -> Self {
+        self.response_memory = Size(bytes);
+        self
+    }
+}
+
+impl UpstreamConfig {
+    /// Most connections open to the upstream at once.
     pub fn max_connections(mut self, n: u32) -> Self {
         self.max_connections = Some(n);
         self

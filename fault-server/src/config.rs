@@ -79,6 +79,22 @@ pub struct LimitsConfig {
     pub max_connections: Option<u32>,
     /// Most Idempotency-Keys whose attempt count is remembered (the oldest is forgotten first).
     pub tracked_keys: u32,
+    /// How long writing a response may make no progress — the client's HTTP/2 flow-control
+    /// window stays closed, or its socket stays full — before the server gives up on it: the
+    /// HTTP/2 stream is reset (the connection's other streams go on), the HTTP/1.1 connection
+    /// closed, and the entry journaled `send_timeout`. A slow reader that keeps reading is never
+    /// cut.
+    pub send_timeout: Dur,
+    /// After refusing a request whose body is still arriving (`413`, `408`, `503`), at most this
+    /// many more bytes of it are read and discarded before the connection closes, so that the
+    /// client reads the answer instead of a reset.
+    pub drain_bytes: Size,
+    /// ... and for at most this long.
+    pub drain_time: Dur,
+    /// Most bytes of upstream answers (proxy mode) held at once, all requests together, from
+    /// the moment they are read until they are written to the client; an answer that would go
+    /// over is answered `503` with `Retry-After: 1`.
+    pub response_memory: Size,
 }
 
 impl Default for LimitsConfig {
@@ -91,6 +107,10 @@ impl Default for LimitsConfig {
             max_head: Size(64 << 10),
             max_connections: None,
             tracked_keys: 200_000,
+            send_timeout: Dur(Duration::from_secs(30)),
+            drain_bytes: Size(8 << 20),
+            drain_time: Dur(Duration::from_secs(5)),
+            response_memory: Size(256 << 20),
         }
     }
 }
@@ -160,6 +180,10 @@ pub struct UpstreamConfig {
     pub ca: Option<PathBuf>,
     /// Idle kept-alive connections the pool keeps to the upstream. Default 256.
     pub max_idle: u32,
+    /// Most connections open to the upstream at once, idle ones included; a request that finds
+    /// none free waits for one (within `timeout`, else `504`). Default: a share of the files the
+    /// process may open, taken from what client connections may use (see `limits`).
+    pub max_connections: Option<u32>,
     /// Which upstream answers count as creating a resource, and where its id is.
     pub created_from: CreatedFrom,
 }
@@ -173,6 +197,7 @@ impl UpstreamConfig {
             connect_timeout: Dur(Duration::from_secs(5)),
             ca: None,
             max_idle: 256,
+            max_connections: None,
             created_from: CreatedFrom::default(),
         }
     }
@@ -293,13 +318,15 @@ impl<'de> Deserialize<'de> for UpstreamConfig {
             #[serde(default)]
             max_idle: Option<u32>,
             #[serde(default)]
+            max_connections: Option<u32>,
+            #[serde(default)]
             created_from: Option<CreatedFrom>,
         }
         struct V;
         impl<'de> Visitor<'de> for V {
             type Value = UpstreamConfig;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a URL (`http://127.0.0.1:9000`) or `{ url: URL, timeout, connect_timeout, ca, max_idle, created_from }`")
+                f.write_str("a URL (`http://127.0.0.1:9000`) or `{ url: URL, timeout, connect_timeout, ca, max_idle, max_connections, created_from }`")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<UpstreamConfig, E> {
                 UpstreamUrl::parse(v)
@@ -318,6 +345,14 @@ impl<'de> Deserialize<'de> for UpstreamConfig {
                 u.ca = f.ca;
                 if let Some(n) = f.max_idle {
                     u.max_idle = n;
+                }
+                if let Some(n) = f.max_connections {
+                    if n == 0 {
+                        return Err(de::Error::custom(
+                            "max_connections: at least 1 connection to the upstream",
+                        ));
+                    }
+                    u.max_connections = Some(n);
                 }
                 if let Some(c) = f.created_from {
                     u.created_from = c;
@@ -391,6 +426,14 @@ pub struct OrdersConfig {
     /// Connections in the pool.
     #[serde(default = "default_pool_size")]
     pub pool_size: u32,
+    /// PostgreSQL: the longest one statement may run (`statement_timeout` on every connection),
+    /// and the longest a request waits for a connection of the pool. Past it the request is
+    /// answered `503` with `Retry-After` and journaled `rejected: store-unavailable`.
+    #[serde(default = "default_statement_timeout")]
+    pub statement_timeout: Dur,
+    /// PostgreSQL: the longest a statement waits for a lock (`lock_timeout`); as above past it.
+    #[serde(default = "default_lock_timeout")]
+    pub lock_timeout: Dur,
 }
 
 impl Default for OrdersConfig {
@@ -404,6 +447,8 @@ impl Default for OrdersConfig {
             retry_after_s: default_retry_after(),
             database: None,
             pool_size: default_pool_size(),
+            statement_timeout: default_statement_timeout(),
+            lock_timeout: default_lock_timeout(),
         }
     }
 }
@@ -419,6 +464,12 @@ fn default_retry_after() -> u64 {
 }
 fn default_pool_size() -> u32 {
     16
+}
+fn default_statement_timeout() -> Dur {
+    Dur(Duration::from_secs(5))
+}
+fn default_lock_timeout() -> Dur {
+    Dur(Duration::from_secs(2))
 }
 
 /// Where the schedule's counters (`requests`, `hits`, `attempts`) are kept.
@@ -1240,6 +1291,18 @@ impl Config {
             }
             Some(u) => validate_upstream(u, origin)?,
         }
+        for (field, d) in [
+            ("statement_timeout", self.orders.statement_timeout),
+            ("lock_timeout", self.orders.lock_timeout),
+        ] {
+            if d.0 < Duration::from_millis(1) || d.0 > Duration::from_secs(3600) {
+                return Err(ConfigError::at(
+                    origin,
+                    format!("orders.{field}"),
+                    format!("{:?}; give 1ms to 1h", d.0),
+                ));
+            }
+        }
         if self.orders.pool_size == 0 || self.orders.pool_size > 256 {
             return Err(ConfigError::at(
                 origin,
@@ -1457,6 +1520,11 @@ pub fn validate_upstream(u: &UpstreamConfig, origin: &str) -> Result<(), ConfigE
     if u.max_idle > 100_000 {
         return bad("max_idle", format!("{}; give 0 to 100000", u.max_idle));
     }
+    if let Some(n) = u.max_connections {
+        if n == 0 || n > 100_000 {
+            return bad("max_connections", format!("{n}; give 1 to 100000"));
+        }
+    }
     if let Some(p) = &u.created_from.json {
         if !(p.is_empty() || p.starts_with('/')) {
             return bad(
@@ -1520,6 +1588,26 @@ pub fn validate_limits(l: &LimitsConfig, origin: &str) -> Result<(), ConfigError
         return bad(
             "tracked_keys",
             format!("{}; give 1 to 10000000", l.tracked_keys),
+        );
+    }
+    for (field, d) in [
+        ("send_timeout", l.send_timeout),
+        ("drain_time", l.drain_time),
+    ] {
+        if d.0 < Duration::from_millis(10) || d.0 > Duration::from_secs(3600) {
+            return bad(field, format!("{:?}; give 10ms to 1h", d.0));
+        }
+    }
+    if l.drain_bytes.0 > (1 << 30) {
+        return bad(
+            "drain_bytes",
+            format!("{} bytes; give 0 to 1 GiB", l.drain_bytes.0),
+        );
+    }
+    if l.response_memory.0 < (64 << 10) || l.response_memory.0 > (64 << 30) {
+        return bad(
+            "response_memory",
+            format!("{} bytes; give 64KiB to 64 GiB", l.response_memory.0),
         );
     }
     Ok(())

@@ -7,18 +7,23 @@
 //! socket; when a request's fault needs the socket itself, the handler parks its request and hands
 //! the socket action to the connection task, which stops hyper and acts on the raw stream.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use history::{Entry, HttpVersion, Outcome};
+use http_body_util::Either;
+use hyper::body::Incoming;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use crate::body::ReqBody;
 use crate::dispatch;
+use crate::http2::{self, H2End};
 use crate::journal::Pending;
 use crate::socket::{
-    peer_closed, ConnCtl, ConnIo, ServedConn, SharedStream, SharedTls, SocketAction, Streams,
+    linger_close, peer_closed, ConnCtl, ConnIo, ServedConn, SharedStream, SharedTls, SocketAction,
+    Streams,
 };
 use crate::state::{Routes, State, CONTROL_RESERVE};
 
@@ -58,9 +63,6 @@ pub(crate) async fn accept_loop(
 /// Longest a client may take to finish the TLS handshake (or, over plain TCP, to send the first
 /// bytes that tell HTTP/2 from HTTP/1.1); the header timeout when that is shorter.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Concurrent streams one HTTP/2 connection may open.
-const MAX_STREAMS: u32 = 256;
 
 /// Counts a connection as served while it lives.
 struct Active<'a> {
@@ -175,60 +177,6 @@ async fn reject_head(conn: &ServedConn, e: &hyper::Error) -> bool {
     true
 }
 
-/// Closes a connection whose client may still be sending (the rest of a head too large, a
-/// request after a refused one) so that it reads the answer: the sending side is shut first, and
-/// what still arrives is read and discarded for a moment — closing with unread bytes would make
-/// the kernel reset the connection, and the client could lose the answer before reading it.
-async fn linger_close(stream: &TcpStream) {
-    use std::os::fd::AsRawFd;
-    const LINGER: Duration = Duration::from_secs(1);
-    const MOST: usize = 1 << 20;
-    // SAFETY: `shutdown` on a socket this task owns a handle to; it touches no memory.
-    unsafe { libc::shutdown(stream.as_raw_fd(), libc::SHUT_WR) };
-    let mut buf = [0u8; 16 * 1024];
-    let mut seen = 0;
-    let _ = tokio::time::timeout(LINGER, async {
-        while seen < MOST {
-            if stream.readable().await.is_err() {
-                return;
-            }
-            match stream.try_read(&mut buf) {
-                Ok(0) => return,
-                Ok(n) => seen += n,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(_) => return,
-            }
-        }
-    })
-    .await;
-}
-
-/// How an HTTP/2 connection's serving ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum H2End {
-    /// The connection closed (or the server is shutting down).
-    Closed,
-    /// A request's fault took the socket.
-    HandedOver,
-    /// No stream for `header_timeout`.
-    Idle,
-}
-
-/// Resolves once an HTTP/2 connection has had no stream in progress for `idle`: hyper's HTTP/2
-/// server has no header or idle timeout of its own, so without this a client could hold a
-/// connection (and a place under `max_connections`) for ever by opening none, or by never
-/// finishing a HEADERS frame.
-async fn idle_h2(conn: &ServedConn, idle: Duration) {
-    loop {
-        let quiet = conn.streams.quiet_for(&conn.state.clock);
-        match quiet {
-            Some(q) if q >= idle => return,
-            Some(q) => tokio::time::sleep(idle - q).await,
-            None => tokio::time::sleep(idle).await,
-        }
-    }
-}
-
 /// The HTTP/2 connection preface a client with prior knowledge (h2c) starts with.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -270,14 +218,14 @@ async fn serve_connection(
             let h2 = tokio::time::timeout(handshake, speaks_h2c(&stream))
                 .await
                 .unwrap_or(false);
-            (ConnIo::Plain(shared), h2)
+            (ConnIo::plain(shared), h2)
         }
         Some(tls) => {
             let accepted = tokio::time::timeout(handshake, tls.acceptor.accept(shared)).await;
             match accepted {
                 Ok(Ok(t)) => {
                     let h2 = t.get_ref().1.alpn_protocol() == Some(b"h2");
-                    (ConnIo::Tls(SharedTls(Arc::new(Mutex::new(t)))), h2)
+                    (ConnIo::tls(SharedTls(Arc::new(Mutex::new(t)))), h2)
                 }
                 Ok(Err(e)) => {
                     tracing::debug!("TLS handshake failed: {e}");
@@ -306,48 +254,43 @@ async fn serve_connection(
         quiet_mark: AtomicU64::new(0),
         over_limit,
         streams: Streams::new(&state.clock),
+        drain_after: AtomicBool::new(false),
     });
-    let svc = {
-        let conn = conn.clone();
-        hyper::service::service_fn(move |req| dispatch::handle(conn.clone(), req))
-    };
     let ctl = &conn.ctl;
     let limits = state.limits;
     let handed_over = if http2 {
-        let http = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
-            .max_header_list_size(u32::try_from(limits.max_head).unwrap_or(u32::MAX))
-            .max_concurrent_streams(MAX_STREAMS)
-            .serve_connection(io.clone(), svc);
-        tokio::pin!(http);
-        let ended = tokio::select! {
-            biased;
-            _ = http.as_mut() => H2End::Closed,
-            _ = ctl.notify.notified() => H2End::HandedOver,
-            () = idle_h2(&conn, limits.header_timeout) => H2End::Idle,
-            _ = shutdown.changed() => H2End::Closed,
-        };
-        if ended == H2End::Idle {
-            // No stream for a whole header timeout: GOAWAY, as HTTP/1.1's idle connections end.
-            http.as_mut().graceful_shutdown();
-            let _ = tokio::time::timeout(Duration::from_millis(100), http.as_mut()).await;
-            return;
-        }
-        let handed = ended == H2End::HandedOver;
-        let goaway = handed
-            && matches!(
-                ctl.action
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .as_ref(),
-                Some((SocketAction::GoAway, _))
-            );
-        if goaway {
-            // GOAWAY, then a moment for it to leave before the connection closes.
-            http.as_mut().graceful_shutdown();
-            let _ = tokio::time::timeout(Duration::from_millis(100), http.as_mut()).await;
-        }
-        handed
+        http2::serve(&conn, handshake, &mut shutdown).await == H2End::HandedOver
     } else {
+        let svc = {
+            let conn = conn.clone();
+            hyper::service::service_fn(move |req: http::Request<Incoming>| {
+                let conn = conn.clone();
+                // What the connection had written when this request came: its answer starts
+                // there (or where the one before it ended).
+                let start = conn.io.watch.written();
+                let head = req.method() == http::Method::HEAD;
+                async move {
+                    let watch = conn.io.watch.clone();
+                    let res = dispatch::handle(conn, req.map(ReqBody::H1)).await;
+                    res.map(|mut res| {
+                        let status = res.status();
+                        // hyper writes no body for these and never polls it: what it would have
+                        // been is not owed.
+                        let bodiless = head
+                            || status.is_informational()
+                            || status == http::StatusCode::NO_CONTENT
+                            || status == http::StatusCode::NOT_MODIFIED;
+                        if let Either::Left(b) = res.body_mut() {
+                            if bodiless {
+                                b.discard();
+                            }
+                            b.on_connection(watch, start);
+                        }
+                        res
+                    })
+                }
+            })
+        };
         // The header timer bounds a slow head (slowloris) and an idle kept-alive connection
         // alike: hyper starts it whenever it waits for a head.
         let http = hyper::server::conn::http1::Builder::new()
@@ -356,17 +299,33 @@ async fn serve_connection(
             .header_read_timeout(limits.header_timeout)
             .max_buf_size(limits.max_head)
             .serve_connection(io.clone(), svc);
+        let watch = &conn.io.watch;
         let ended = tokio::select! {
             biased;
             r = http => Some(r),
             _ = ctl.notify.notified() => None,
-            _ = shutdown.changed() => return,
+            () = watch.stalled_for(limits.send_timeout) => {
+                // The client stopped reading: what was being written is given up.
+                watch.time_out();
+                watch.abandon();
+                return;
+            }
+            _ = shutdown.changed() => {
+                watch.abandon();
+                return;
+            }
         };
+        watch.abandon();
         match ended {
-            Some(Ok(())) => return,
+            Some(Ok(())) => {
+                if conn.drain_after.load(Ordering::Relaxed) {
+                    linger_close(&stream, &limits).await;
+                }
+                return;
+            }
             Some(Err(e)) => {
-                if reject_head(&conn, &e).await {
-                    linger_close(&stream).await;
+                if reject_head(&conn, &e).await || conn.drain_after.load(Ordering::Relaxed) {
+                    linger_close(&stream, &limits).await;
                 }
                 return;
             }

@@ -13,10 +13,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use http::Request;
-use hyper::body::Incoming;
 use serde::Deserialize;
 use tower::ServiceExt;
 
+use crate::body::ReqBody;
 use crate::config::{forwarding_rule, ScheduleConfig};
 use crate::state::State;
 
@@ -33,7 +33,7 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-pub(crate) fn refuse(state: &State, _tls: bool, req: &Request<Incoming>) -> Option<Response> {
+pub(crate) fn refuse<B>(state: &State, _tls: bool, req: &Request<B>) -> Option<Response> {
     let h = req.headers();
     let header = |name: &str| h.get(name).and_then(|v| v.to_str().ok());
     let forbidden = |why: String| {
@@ -113,16 +113,32 @@ pub(crate) fn router(state: Arc<State>) -> Router {
 }
 
 /// Serves one control request with the API's `router`.
-pub(crate) async fn handle(router: &Router, req: Request<Incoming>) -> Response {
+pub(crate) async fn handle(router: &Router, req: Request<ReqBody>) -> Response {
     match router.clone().oneshot(req.map(Body::new)).await {
         Ok(r) => r,
         Err(never) => match never {},
     }
 }
 
+/// How long health waits for the database before it calls the store unreachable.
+const STORE_PROBE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// `GET health`: always `200` while the server serves (it is alive); the body's `status` is
+/// `degraded`, and `store.status` `unreachable` with the reason, while the orders' database does
+/// not answer — what a readiness probe or a dashboard reads.
 async fn health(AxState(s): AxState<Arc<State>>) -> impl IntoResponse {
+    let store = match s.orders.reachable(STORE_PROBE).await {
+        Ok(()) => serde_json::json!({ "backend": s.orders.backend(), "status": "ok" }),
+        Err(e) => serde_json::json!({
+            "backend": s.orders.backend(),
+            "status": "unreachable",
+            "error": e,
+        }),
+    };
+    let degraded = store["status"] != "ok";
     Json(serde_json::json!({
-        "status": "ok",
+        "status": if degraded { "degraded" } else { "ok" },
+        "store": store,
         "uptime_ms": s.clock.now_us() / 1000,
         "received": s.received(),
         "journaled": s.journal.written(),
@@ -208,6 +224,11 @@ async fn reset(AxState(s): AxState<Arc<State>>) -> Response {
 
 async fn stats(AxState(s): AxState<Arc<State>>) -> impl IntoResponse {
     let st = s.journal.stats();
+    let pairs = |v: Vec<(&'static str, u64)>| {
+        v.into_iter()
+            .map(|(k, n)| (k.to_string(), serde_json::Value::from(n)))
+            .collect::<serde_json::Map<_, _>>()
+    };
     Json(serde_json::json!({
         "received": s.received(),
         "requests": st.requests,
@@ -215,6 +236,8 @@ async fn stats(AxState(s): AxState<Arc<State>>) -> impl IntoResponse {
         "by_fault": st.by_fault,
         "by_status": st.by_status,
         "by_outcome": st.by_outcome,
+        "http2_refused_streams": pairs(s.http2.refused_streams()),
+        "http2_connection_errors": pairs(s.http2.connection_errors()),
     }))
 }
 
@@ -281,6 +304,28 @@ async fn metrics(AxState(s): AxState<Arc<State>>) -> Response {
         "Client connections being served",
         s.active.load(std::sync::atomic::Ordering::Relaxed) as u64,
     );
+    let refused = Family::<Vec<(&'static str, String)>, Counter>::default();
+    registry.register(
+        "http2_refused_streams",
+        "HTTP/2 streams the protocol layer refused before any handler saw them (since start or the last reset), by reason: not journaled",
+        refused.clone(),
+    );
+    for (reason, n) in s.http2.refused_streams() {
+        refused
+            .get_or_create(&vec![("reason", reason.to_string())])
+            .inc_by(n);
+    }
+    let conn_errors = Family::<Vec<(&'static str, String)>, Counter>::default();
+    registry.register(
+        "http2_connection_errors",
+        "HTTP/2 connections the server ended with a GOAWAY carrying an error (since start or the last reset), by error code",
+        conn_errors.clone(),
+    );
+    for (code, n) in s.http2.connection_errors() {
+        conn_errors
+            .get_or_create(&vec![("code", code.to_string())])
+            .inc_by(n);
+    }
     if let Some(n) = s.orders.database_connections() {
         gauge(
             &mut registry,

@@ -3,20 +3,16 @@
 //! to the connection task when it needs the socket itself.
 
 use std::collections::BTreeMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body_util::Either;
-use hyper::body::Incoming;
 use sha2::{Digest, Sha256};
 
-use crate::body::{self, BodyRefused, ReadBody};
+use crate::body::{self, BodyRefused, ReadBody, ReqBody};
 use crate::config::{DelaySpec, DelayWhen, FaultConfig, MalformedKind};
 use crate::control;
 use crate::draw;
@@ -49,9 +45,8 @@ impl std::error::Error for StreamReset {}
 /// Handles one request of `conn`.
 pub(crate) async fn handle(
     conn: Arc<ServedConn>,
-    req: Request<Incoming>,
+    req: Request<ReqBody>,
 ) -> Result<Response<ResBody>, StreamReset> {
-    let _stream = conn.http2.then(|| conn.streams.enter(&conn.state.clock));
     if req.uri().path().starts_with(control::PREFIX) {
         if let Some(refused) = control::refuse(&conn.state, conn.io.is_tls(), &req) {
             return Ok(refused.map(Either::Right));
@@ -106,7 +101,6 @@ pub(crate) async fn handle(
         limits.max_body,
         limits.body_timeout,
         &state.body_budget,
-        conn.http2,
     )
     .await;
     let ReadBody {
@@ -114,7 +108,14 @@ pub(crate) async fn handle(
         _reserved: reserved,
     } = match read {
         Ok(b) => b,
-        Err(refused) => return Ok(refuse_body(refused, pending)),
+        Err(refused) => {
+            if !conn.http2 && refused != BodyRefused::ClientGone {
+                // The rest of the body may still be on its way: read it before closing, so the
+                // client reads the answer rather than a reset.
+                conn.drain_after.store(true, Ordering::Relaxed);
+            }
+            return refuse_body(refused, pending);
+        }
     };
     // Stamped first thing: a burst's release skew is measured on it.
     let body_done_us = state.clock.now_us();
@@ -169,7 +170,7 @@ pub(crate) async fn handle(
         None => conn.with_schedule(|schedule| {
             schedule
                 .decide(&facts)
-                .map(|d| (d.rule.to_string(), d.fault.clone(), d.draw))
+                .map(|d| (d.rule.to_string(), d.prepared.clone(), d.draw))
         }),
         Some(shared) => {
             let schedule = state.schedule();
@@ -178,7 +179,7 @@ pub(crate) async fn handle(
                 async move { shared.bump_hit(&rule).await }
             };
             match schedule.decide_counted(&facts, bump).await {
-                Ok(d) => d.map(|d| (d.rule.to_string(), d.fault.clone(), d.draw)),
+                Ok(d) => d.map(|d| (d.rule.to_string(), d.prepared.clone(), d.draw)),
                 Err(e) => {
                     return Ok(respond(
                         shared_state_unavailable(&e),
@@ -196,7 +197,7 @@ pub(crate) async fn handle(
         body_sha256,
         _reserved: reserved,
     };
-    let Some((rule, fault, draw)) = decision else {
+    let Some((rule, prepared, draw)) = decision else {
         let (pending, done) = process(&conn, work, pending, Route::Default)
             .await
             .ok_or(StreamReset)?;
@@ -206,13 +207,18 @@ pub(crate) async fn handle(
     {
         let e = pending.entry();
         e.rule = Some(rule.clone());
-        e.fault = Some(fault.kind().to_string());
+        e.fault = Some(prepared.fault.kind().to_string());
         e.draw = draw;
     }
     let attempt = u64::from(key_attempt.unwrap_or(0));
 
-    match fault {
-        FaultConfig::Status(s) => Ok(status_response(&s, pending, &state.response_capture)),
+    match &prepared.fault {
+        FaultConfig::Status(s) => Ok(status_response(
+            s,
+            prepared.status_body.clone(),
+            pending,
+            &state.response_capture,
+        )),
         FaultConfig::Forward => {
             let (pending, done) = process(&conn, work, pending, Route::Upstream)
                 .await
@@ -311,8 +317,12 @@ struct Work {
 }
 
 /// The answer to a body that was not read whole; a client that left gets none (its entry
-/// records `client_closed`).
-fn refuse_body(refused: BodyRefused, pending: Pending) -> Response<ResBody> {
+/// records `client_closed`), nor does a stream the h2 layer reset (its entry: `rejected`,
+/// `bad-body`, no status).
+fn refuse_body(
+    refused: BodyRefused,
+    mut pending: Pending,
+) -> Result<Response<ResBody>, StreamReset> {
     let (status, reason, text) = match refused {
         BodyRefused::TooLarge => (
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -336,10 +346,17 @@ fn refuse_body(refused: BodyRefused, pending: Pending) -> Response<ResBody> {
         ),
         BodyRefused::ClientGone => {
             drop(pending);
-            return plain(StatusCode::BAD_REQUEST, "incomplete request body\n");
+            return Ok(plain(StatusCode::BAD_REQUEST, "incomplete request body\n"));
+        }
+        BodyRefused::StreamReset => {
+            let e = pending.entry();
+            e.rejected = Some("bad-body".to_string());
+            e.status = None;
+            pending.finish(Outcome::Rejected);
+            return Err(StreamReset);
         }
     };
-    reject(status, reason, text, pending)
+    Ok(reject(status, reason, text, pending))
 }
 
 /// Who processes a request.
@@ -364,11 +381,10 @@ enum Done {
 /// Processes `work` — forwards it, or serves it from the built-in resource — and records in
 /// its entry what that did, before any fault decides what the client sees of it.
 ///
-/// A forward holds the entry and finishes even when the client does not wait: if the client goes
-/// away and hyper drops this request's future, the forward goes on in a task of its own
-/// ([`Detached`]), so the upstream's answer (the order it created) is still recorded and the
-/// entry ends as `client_closed`. Only then is a task spawned: one per forward cost about a
-/// tenth of a proxied request's CPU in task hand-offs.
+/// A forward runs in the request's own future: if the client goes away and that future is
+/// dropped, the forward is cancelled with it (its upstream connection closed, not pooled), and
+/// the entry, already marked `forwarded`, ends as `client_closed`. Nothing keeps working for a
+/// client that is gone.
 ///
 /// `None` only when the forward could not finish.
 async fn process(
@@ -406,62 +422,19 @@ async fn process(
         return Some((pending, Done::Resource(reply)));
     };
     let tls = conn.io.is_tls();
-    let task = Detached::new(async move {
-        let start = Instant::now();
-        let p = &work.parts;
-        let result = upstream
-            .forward(&p.method, &p.uri, &p.headers, work.body, tls)
-            .await;
-        {
-            let e = pending.entry();
-            e.forwarded = true;
-            e.upstream_us = Some(elapsed_us(start));
+    let start = Instant::now();
+    pending.entry().forwarded = true;
+    let p = &work.parts;
+    let result = upstream
+        .forward(&p.method, &p.uri, &p.headers, work.body, tls)
+        .await;
+    pending.entry().upstream_us = Some(elapsed_us(start));
+    match result {
+        Ok(reply) => {
+            record_upstream(&mut pending, &reply);
+            Some((pending, Done::Upstream(reply)))
         }
-        match result {
-            Ok(reply) => {
-                record_upstream(&mut pending, &reply);
-                (pending, Done::Upstream(reply))
-            }
-            Err(failure) => (pending, Done::UpstreamFailed(failure)),
-        }
-    });
-    Some(task.await)
-}
-
-/// A future run in place that, if dropped before it finishes, goes on to the end in a task of its
-/// own (its output then dropped there).
-struct Detached<F: Future + Send + 'static> {
-    fut: Option<Pin<Box<F>>>,
-}
-
-impl<F: Future + Send + 'static> Detached<F> {
-    fn new(fut: F) -> Detached<F> {
-        Detached {
-            fut: Some(Box::pin(fut)),
-        }
-    }
-}
-
-impl<F: Future + Send + 'static> Future for Detached<F> {
-    type Output = F::Output;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let Some(fut) = self.fut.as_mut() else {
-            return Poll::Pending;
-        };
-        let out = std::task::ready!(fut.as_mut().poll(cx));
-        self.fut = None;
-        Poll::Ready(out)
-    }
-}
-
-impl<F: Future + Send + 'static> Drop for Detached<F> {
-    fn drop(&mut self) {
-        if let (Some(fut), Ok(rt)) = (self.fut.take(), tokio::runtime::Handle::try_current()) {
-            rt.spawn(async move {
-                drop(fut.await);
-            });
-        }
+        Err(failure) => Some((pending, Done::UpstreamFailed(failure))),
     }
 }
 

@@ -160,7 +160,7 @@ struct Counts {
 /// Fault, status, outcome and how many entries had them (under one rule).
 type Combo = (Option<String>, Option<u16>, Outcome, u64);
 
-const OUTCOMES: [Outcome; 7] = [
+const OUTCOMES: [Outcome; 8] = [
     Outcome::Responded,
     Outcome::Dropped,
     Outcome::Reset,
@@ -168,6 +168,7 @@ const OUTCOMES: [Outcome; 7] = [
     Outcome::ClientClosed,
     Outcome::Rejected,
     Outcome::UpstreamError,
+    Outcome::SendTimeout,
 ];
 
 impl Counts {

@@ -49,6 +49,7 @@ mod conn;
 mod control;
 mod dispatch;
 pub mod draw;
+mod http2;
 pub mod journal;
 pub mod orders;
 mod reply;
@@ -58,6 +59,7 @@ mod socket;
 mod state;
 pub mod tls;
 pub mod upstream;
+mod wire;
 
 pub use builder::{BuildError, ServerBuilder, TestServer, WaitError};
 pub use config::{

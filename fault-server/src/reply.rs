@@ -3,6 +3,7 @@
 
 use std::convert::Infallible;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::SystemTime;
 
@@ -10,10 +11,12 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Response, StatusCode};
 use http_body_util::Either;
 use hyper::body::{Body, Frame, SizeHint};
+use tokio::sync::OwnedSemaphorePermit;
 
 use crate::config::StatusFault;
 use crate::journal::Pending;
 use crate::orders::ResourceReply;
+use crate::socket::{Delivery, WriteWatch};
 use crate::upstream::{UpstreamFailure, UpstreamReply};
 use history::Outcome;
 
@@ -27,6 +30,9 @@ pub(crate) fn record_reply(pending: &mut Pending, reply: &ResourceReply) {
     e.replayed = reply.replayed;
     e.transition = reply.transition.clone();
     e.resource = reply.resource.clone();
+    if let Some(why) = reply.refused {
+        e.rejected = Some(why.to_string());
+    }
 }
 
 /// Records what the upstream answered a forwarded request (before any fault decides whether
@@ -46,7 +52,9 @@ pub(crate) fn relay(
 ) -> Response<ResBody> {
     record_upstream(&mut pending, &reply);
     record_headers(&mut pending, &reply.headers, capture);
-    let mut res = Response::new(Either::Left(JournaledBody::new(reply.body, pending)));
+    let mut body = JournaledBody::new(reply.body, pending);
+    body.hold(reply.held);
+    let mut res = Response::new(Either::Left(body));
     *res.status_mut() = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::BAD_GATEWAY);
     *res.headers_mut() = reply.headers;
     res
@@ -62,16 +70,27 @@ pub(crate) fn upstream_failed(
     let status = failure.status();
     let detail = failure.detail();
     tracing::debug!("upstream: {detail}");
-    let reply = ResourceReply::problem(
-        status,
-        "upstream-error",
-        if status == 504 {
-            "Upstream timed out"
-        } else {
-            "Upstream failed"
-        },
-        detail,
-    );
+    let mut reply = match failure {
+        UpstreamFailure::Memory(_) => ResourceReply::problem(
+            status,
+            "response-memory",
+            "The server holds as many upstream answers as it may",
+            detail,
+        ),
+        _ => ResourceReply::problem(
+            status,
+            "upstream-error",
+            if status == 504 {
+                "Upstream timed out"
+            } else {
+                "Upstream failed"
+            },
+            detail,
+        ),
+    };
+    if status == 503 {
+        reply.headers.push(("retry-after", "1".to_string()));
+    }
     respond_as(reply, pending, capture, Outcome::UpstreamError)
 }
 
@@ -106,7 +125,12 @@ pub(crate) fn respond(
     pending: Pending,
     capture: &[HeaderName],
 ) -> Response<ResBody> {
-    respond_as(reply, pending, capture, Outcome::Responded)
+    let outcome = if reply.refused.is_some() {
+        Outcome::Rejected
+    } else {
+        Outcome::Responded
+    };
+    respond_as(reply, pending, capture, outcome)
 }
 
 /// `reply`, its entry finished as `outcome` once the body is handed over.
@@ -128,8 +152,7 @@ fn respond_as(
         }
     }
     record_headers(&mut pending, &h, capture);
-    let mut body = JournaledBody::new(reply.body, pending);
-    body.outcome = outcome;
+    let body = JournaledBody::finishing(reply.body, pending, outcome);
     let mut res = Response::new(Either::Left(body));
     *res.status_mut() =
         StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -137,28 +160,17 @@ fn respond_as(
     res
 }
 
+/// A `status` fault's answer; `body` is its body made when the schedule was installed (shared by
+/// every response, not copied).
 pub(crate) fn status_response(
     s: &StatusFault,
+    body: Option<(Bytes, &'static str)>,
     mut pending: Pending,
     capture: &[HeaderName],
 ) -> Response<ResBody> {
     let code = StatusCode::from_u16(s.code.0).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     pending.entry().status = Some(code.as_u16());
-    let (body, content_type) = match &s.body {
-        Some(b) => (Bytes::from(b.clone()), "text/plain; charset=utf-8"),
-        None => (
-            Bytes::from(
-                serde_json::json!({
-                    "type": "urn:fault-server:problem:injected-fault",
-                    "title": code.canonical_reason().unwrap_or("Injected fault"),
-                    "status": code.as_u16(),
-                    "detail": "this response was injected by the fault schedule",
-                })
-                .to_string(),
-            ),
-            "application/problem+json",
-        ),
-    };
+    let (body, content_type) = body.unwrap_or((Bytes::new(), "text/plain; charset=utf-8"));
     let mut headers = http::HeaderMap::new();
     let h = &mut headers;
     h.insert(
@@ -194,31 +206,98 @@ pub(crate) fn status_response(
 pub(crate) fn plain(code: StatusCode, text: &'static str) -> Response<ResBody> {
     let body = JournaledBody {
         data: Some(Bytes::from_static(text.as_bytes())),
-        pending: None,
-        outcome: Outcome::Responded,
+        settle: None,
+        h1: None,
     };
     let mut res = Response::new(Either::Left(body));
     *res.status_mut() = code;
     res
 }
 
-/// A response body that completes its request's journal entry when hyper is done with it: when
-/// fully handed over, `responded`; when dropped unsent (the connection failed), `client_closed`.
+/// A response's journal entry, waiting for the answer to be delivered, with what it holds (its
+/// share of `limits.response_memory`) until then.
+pub(crate) struct Settle {
+    pub(crate) pending: Pending,
+    /// The outcome once the answer is delivered whole: `responded`, or `rejected` /
+    /// `upstream_error` for an answer the server made in the client's place.
+    pub(crate) outcome: Outcome,
+    pub(crate) held: Option<OwnedSemaphorePermit>,
+}
+
+impl Settle {
+    /// Finishes the entry: with `bytes` of the answer written, as meant (`cut` `None`) or as
+    /// `cut`.
+    pub(crate) fn finish(self, bytes: u64, cut: Option<history::Outcome>) {
+        let Settle {
+            mut pending,
+            outcome,
+            held,
+        } = self;
+        pending.entry().response_bytes = Some(bytes);
+        pending.finish(cut.unwrap_or(outcome));
+        drop(held);
+    }
+}
+
+/// A response body that completes its request's journal entry once the answer is delivered.
+///
+/// Delivered means its last byte was written to the socket. Over HTTP/2 the stream's task takes
+/// the entry out ([`JournaledBody::take_settle`]) and finishes it when the stream's last frame is
+/// on the wire. Over HTTP/1.1 the connection's [`WriteWatch`] does, at the first flush after
+/// hyper took the whole body ([`JournaledBody::on_connection`]). A body dropped before it was
+/// handed over whole was not delivered: `client_closed` (or `send_timeout`).
 pub(crate) struct JournaledBody {
     data: Option<Bytes>,
-    pending: Option<Pending>,
-    /// The outcome recorded once the body is handed over: `responded`, or `rejected` for a
-    /// request the server refused.
-    outcome: Outcome,
+    settle: Option<Settle>,
+    /// HTTP/1.1: the connection's write watch, and what it had written when the request came.
+    h1: Option<(Arc<WriteWatch>, u64)>,
 }
 
 impl JournaledBody {
     pub(crate) fn new(data: Bytes, pending: Pending) -> Self {
+        JournaledBody::finishing(data, pending, Outcome::Responded)
+    }
+
+    /// A body whose entry is finished as `outcome` once delivered.
+    pub(crate) fn finishing(data: Bytes, pending: Pending, outcome: Outcome) -> Self {
         JournaledBody {
             data: (!data.is_empty()).then_some(data),
-            pending: Some(pending),
-            outcome: Outcome::Responded,
+            settle: Some(Settle {
+                pending,
+                outcome,
+                held: None,
+            }),
+            h1: None,
         }
+    }
+
+    /// Keeps `permit` (the answer's share of a memory budget) until the answer is delivered.
+    pub(crate) fn hold(&mut self, permit: Option<OwnedSemaphorePermit>) {
+        if let Some(s) = &mut self.settle {
+            s.held = permit;
+        }
+    }
+
+    /// The entry, for a writer that tells delivery itself (an HTTP/2 stream's task).
+    pub(crate) fn take_settle(&mut self) -> Option<Settle> {
+        self.settle.take()
+    }
+
+    /// The HTTP/1.1 connection it is written on, which had written `start` bytes when the
+    /// request came.
+    pub(crate) fn on_connection(&mut self, watch: Arc<WriteWatch>, start: u64) {
+        self.h1 = Some((watch, start));
+    }
+
+    /// Drops the bytes it would write: the answer carries no body (a `HEAD`, a `204`, a `304`).
+    pub(crate) fn discard(&mut self) {
+        self.data = None;
+    }
+
+    /// The bytes it will write.
+    #[cfg(test)]
+    pub(crate) fn data(&self) -> Option<&Bytes> {
+        self.data.as_ref()
     }
 }
 
@@ -238,11 +317,11 @@ pub(crate) fn reject(
             e.response_headers = Some([("retry-after".to_string(), "1".to_string())].into());
         }
     }
-    let body = JournaledBody {
-        data: Some(Bytes::from_static(text.as_bytes())),
-        pending: Some(pending),
-        outcome: Outcome::Rejected,
-    };
+    let body = JournaledBody::finishing(
+        Bytes::from_static(text.as_bytes()),
+        pending,
+        Outcome::Rejected,
+    );
     let mut res = Response::new(Either::Left(body));
     *res.status_mut() = status;
     let h = res.headers_mut();
@@ -265,15 +344,7 @@ impl Body for JournaledBody {
         mut self: Pin<&mut Self>,
         _cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        match self.data.take() {
-            Some(d) => Poll::Ready(Some(Ok(Frame::data(d)))),
-            None => {
-                if let Some(p) = self.pending.take() {
-                    p.finish(self.outcome);
-                }
-                Poll::Ready(None)
-            }
-        }
+        Poll::Ready(self.data.take().map(|d| Ok(Frame::data(d))))
     }
 
     fn is_end_stream(&self) -> bool {
@@ -287,11 +358,82 @@ impl Body for JournaledBody {
 
 impl Drop for JournaledBody {
     fn drop(&mut self) {
-        if let Some(p) = self.pending.take() {
-            if self.data.is_none() {
-                p.finish(self.outcome);
+        let Some(s) = self.settle.take() else {
+            return;
+        };
+        match (&self.h1, self.data.is_none()) {
+            // Taken whole by hyper: delivered at the flush that writes it.
+            (Some((watch, start)), true) => {
+                watch.deliver(Delivery::new(*start, s.pending, s.outcome, s.held));
             }
-            // Otherwise `p` drops here and records client_closed.
+            (Some((watch, start)), false) => {
+                let cut = if watch.timed_out() {
+                    Outcome::SendTimeout
+                } else {
+                    Outcome::ClientClosed
+                };
+                s.finish(watch.bytes_since(*start), Some(cut));
+            }
+            // Not written through a watched connection: the hand-over is all there is to see.
+            (None, true) => {
+                let Settle {
+                    pending, outcome, ..
+                } = s;
+                pending.finish(outcome);
+            }
+            (None, false) => {
+                let Settle { pending, .. } = s;
+                pending.finish(Outcome::ClientClosed);
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use super::*;
+    use crate::config::{FaultConfig, RuleConfig, StatusFault};
+    use crate::journal::{Clock, Journal};
+    use crate::schedule::{RequestFacts, Schedule};
+
+    #[test]
+    fn a_status_fault_body_is_shared_by_every_response_not_copied() {
+        let body = "x".repeat(1 << 16);
+        let rules = vec![RuleConfig::new(StatusFault::new(503).body(body.clone()))];
+        let schedule = Schedule::new(&rules, 0, Instant::now());
+        let journal = Journal::start(None).expect("a journal");
+        let clock = Arc::new(Clock::new());
+        let (method, headers) = (http::Method::GET, http::HeaderMap::new());
+        let answer = |seq: u64| {
+            let facts = RequestFacts {
+                method: &method,
+                path: "/",
+                headers: &headers,
+                seq,
+                idempotency_key: None,
+                key_attempt: None,
+                now: Instant::now(),
+            };
+            let d = schedule.decide(&facts).expect("the rule fires");
+            let FaultConfig::Status(s) = d.fault else {
+                panic!("a status fault");
+            };
+            let pending = Pending::new(&journal, clock.clone(), 0, history::Entry::blank(seq));
+            status_response(s, d.prepared.status_body.clone(), pending, &[])
+        };
+        let (a, b) = (answer(1), answer(2));
+        let data = |r: &Response<ResBody>| match r.body() {
+            Either::Left(b) => b.data().expect("a body").clone(),
+            Either::Right(_) => panic!("a journaled body"),
+        };
+        assert_eq!(data(&a), body.as_bytes());
+        assert_eq!(
+            data(&a).as_ptr(),
+            data(&b).as_ptr(),
+            "one buffer for both answers"
+        );
     }
 }

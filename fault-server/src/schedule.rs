@@ -6,8 +6,10 @@
 //! function of (seed, rule, key or seq, attempt) — see [`crate::draw`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use http::{HeaderMap, HeaderName, Method};
 
 use crate::config::{Counts, FaultConfig, PathPattern, RuleConfig};
@@ -35,8 +37,48 @@ struct Rule {
     hits: Option<Counts>,
     attempts: Option<Counts>,
     probability: Option<f64>,
-    fault: FaultConfig,
+    fault: Arc<PreparedFault>,
     hit_count: AtomicU64,
+}
+
+/// A rule's fault with what answering it needs made once, when the schedule is installed: a
+/// `status` fault's body, shared by every response (a megabyte body held by a thousand stalled
+/// streams is one megabyte), not copied per request.
+#[derive(Debug, PartialEq)]
+pub struct PreparedFault {
+    /// The fault.
+    pub fault: FaultConfig,
+    /// A `status` fault's body and its content type.
+    pub status_body: Option<(Bytes, &'static str)>,
+}
+
+impl PreparedFault {
+    fn new(fault: &FaultConfig) -> PreparedFault {
+        let status_body = match fault {
+            FaultConfig::Status(s) => Some(match &s.body {
+                Some(b) => (
+                    Bytes::from(b.clone().into_bytes()),
+                    "text/plain; charset=utf-8",
+                ),
+                None => {
+                    let code = http::StatusCode::from_u16(s.code.0)
+                        .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+                    let problem = serde_json::json!({
+                        "type": "urn:fault-server:problem:injected-fault",
+                        "title": code.canonical_reason().unwrap_or("Injected fault"),
+                        "status": code.as_u16(),
+                        "detail": "this response was injected by the fault schedule",
+                    });
+                    (Bytes::from(problem.to_string()), "application/problem+json")
+                }
+            }),
+            _ => None,
+        };
+        PreparedFault {
+            fault: fault.clone(),
+            status_body,
+        }
+    }
 }
 
 /// What the schedule needs to know about a request.
@@ -68,6 +110,8 @@ pub struct Decision<'s> {
     pub fault: &'s FaultConfig,
     /// The draw behind a probabilistic match, for the journal.
     pub draw: Option<f64>,
+    /// The fault with what answering it needs, shared.
+    pub prepared: &'s Arc<PreparedFault>,
 }
 
 impl Schedule {
@@ -111,7 +155,7 @@ impl Schedule {
                     hits: m.hits.clone(),
                     attempts: m.attempts.clone(),
                     probability: m.probability.map(|p| p.0),
-                    fault: r.fault.clone(),
+                    fault: Arc::new(PreparedFault::new(&r.fault)),
                     hit_count: AtomicU64::new(0),
                 }
             })
@@ -209,8 +253,9 @@ impl Schedule {
         }
         Some(Decision {
             rule: &rule.id,
-            fault: &rule.fault,
+            fault: &rule.fault.fault,
             draw: drawn,
+            prepared: &rule.fault,
         })
     }
 }

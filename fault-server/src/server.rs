@@ -120,9 +120,31 @@ impl FaultServer {
             (None, Some(TlsConfig::Files { cert, key })) => Some(ServerTls::from_files(cert, key)?),
             (None, None) => None,
         };
+        let files = open_files_limit();
         let upstream = match &config.upstream {
-            Some(u) => Some(Arc::new(Upstream::new(u, config.limits.max_body.0)?)),
+            Some(u) => {
+                let n = u
+                    .max_connections
+                    .map_or_else(|| default_upstream_connections(files), |n| n as usize);
+                let memory = Arc::new(tokio::sync::Semaphore::new(
+                    usize::try_from(config.limits.response_memory.0)
+                        .unwrap_or(usize::MAX)
+                        .min(tokio::sync::Semaphore::MAX_PERMITS),
+                ));
+                Some(Arc::new(Upstream::new(
+                    u,
+                    config.limits.max_body.0,
+                    n,
+                    memory,
+                )?))
+            }
             None => None,
+        };
+        let upstream_share = match (&config.upstream, upstream.is_some()) {
+            (Some(u), true) => u
+                .max_connections
+                .map_or_else(|| default_upstream_connections(files), |n| n as usize),
+            _ => 0,
         };
         let orders = Orders::open(&config.orders).await?;
         let shared = match config.state {
@@ -170,16 +192,20 @@ impl FaultServer {
                 header_timeout: config.limits.header_timeout.0,
                 body_timeout: config.limits.body_timeout.0,
                 max_head: usize::try_from(config.limits.max_head.0).unwrap_or(usize::MAX),
-                max_connections: config
-                    .limits
-                    .max_connections
-                    .map_or_else(default_max_connections, |n| n as usize),
+                max_connections: config.limits.max_connections.map_or_else(
+                    || default_max_connections(files, upstream_share),
+                    |n| n as usize,
+                ),
+                send_timeout: config.limits.send_timeout.0,
+                drain_bytes: config.limits.drain_bytes.0,
+                drain_time: config.limits.drain_time.0,
             },
             body_budget: Arc::new(tokio::sync::Semaphore::new(
                 usize::try_from(config.limits.body_memory.0)
                     .unwrap_or(usize::MAX)
                     .min(tokio::sync::Semaphore::MAX_PERMITS),
             )),
+            http2: Arc::new(crate::state::Http2Counts::default()),
             active: AtomicUsize::new(0),
             control_token: opts.control_token.clone().filter(|t| !t.is_empty()),
             replica: opts.replica_id.clone().filter(|r| !r.is_empty()),
@@ -301,10 +327,9 @@ impl FaultServer {
     }
 }
 
-/// 10,000 connections, or fewer when the process may open fewer files: room is left for the
-/// journal, the database, the listener and the control API's reserve.
-fn default_max_connections() -> usize {
-    let files = std::fs::read_to_string("/proc/self/limits")
+/// The files this process may open (its soft limit).
+fn open_files_limit() -> usize {
+    std::fs::read_to_string("/proc/self/limits")
         .ok()
         .and_then(|l| {
             l.lines()
@@ -312,6 +337,20 @@ fn default_max_connections() -> usize {
                 .and_then(|l| l.split_whitespace().nth(3))
                 .and_then(|n| n.parse::<usize>().ok())
         })
-        .unwrap_or(1024);
-    files.saturating_sub(64 + CONTROL_RESERVE).clamp(16, 10_000)
+        .unwrap_or(1024)
+}
+
+/// 10,000 client connections, or fewer when the process may open fewer files: room is left for
+/// the journal, the database, the listener, the control API's reserve and, in proxy mode, the
+/// connections to the upstream (`upstream`).
+fn default_max_connections(files: usize, upstream: usize) -> usize {
+    files
+        .saturating_sub(64 + CONTROL_RESERVE)
+        .saturating_sub(upstream)
+        .clamp(16, 10_000)
+}
+
+/// Proxy mode: a quarter of the files left after the fixed reserve, between 4 and 1,024.
+fn default_upstream_connections(files: usize) -> usize {
+    (files.saturating_sub(64 + CONTROL_RESERVE) / 4).clamp(4, 1024)
 }

@@ -76,6 +76,9 @@ pub(crate) struct ServedConn {
     pub(crate) over_limit: bool,
     /// HTTP/2: the streams in progress, for the idle timeout.
     pub(crate) streams: Streams,
+    /// HTTP/1.1: a request's body was refused while it may still be arriving; the connection is
+    /// drained before it closes.
+    pub(crate) drain_after: std::sync::atomic::AtomicBool,
 }
 
 /// How many of an HTTP/2 connection's streams are in progress, and when one last started or
@@ -163,6 +166,34 @@ pub(crate) async fn write_all(stream: &TcpStream, mut bytes: &[u8]) -> io::Resul
         }
     }
     Ok(())
+}
+
+/// Closes a connection whose client may still be sending (the rest of a head too large, a body
+/// refused, a request after a refused one) so that it reads the answer: the sending side is shut
+/// first, and what still arrives is read and discarded — up to `limits.drain_bytes`, for at most
+/// `limits.drain_time` — since closing with unread bytes would make the kernel reset the
+/// connection, and the client could lose the answer before reading it.
+pub(crate) async fn linger_close(stream: &TcpStream, limits: &crate::state::Limits) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `shutdown` on a socket this task owns a handle to; it touches no memory.
+    unsafe { libc::shutdown(stream.as_raw_fd(), libc::SHUT_WR) };
+    let mut buf = [0u8; 16 * 1024];
+    let mut seen = 0u64;
+    let most = limits.drain_bytes;
+    let _ = tokio::time::timeout(limits.drain_time, async {
+        while seen < most {
+            if stream.readable().await.is_err() {
+                return;
+            }
+            match stream.try_read(&mut buf) {
+                Ok(0) => return,
+                Ok(n) => seen += n as u64,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => return,
+            }
+        }
+    })
+    .await;
 }
 
 /// Resolves when the peer closes its side (or the socket fails). Pipelined bytes from the peer
@@ -442,6 +473,21 @@ impl AsyncWrite for SharedStream {
         hyper::rt::Write::poll_write(self, cx, buf)
     }
 
+    // rustls hands over what it has queued as one vectored write: without it only the first
+    // record went out per write, and a handshake that failed (an ALPN offer with no protocol in
+    // common) lost its alert — queued after the ServerHello — when the connection closed.
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        hyper::rt::Write::poll_write_vectored(self, cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Poll::Ready(Ok(()))
     }
@@ -503,9 +549,17 @@ impl AsyncWrite for SharedTls {
     }
 }
 
-/// What hyper serves a connection over.
+/// What hyper and h2 serve a connection over: the socket or TLS over it, and what has been
+/// written through it ([`WriteWatch`]).
 #[derive(Clone)]
-pub(crate) enum ConnIo {
+pub(crate) struct ConnIo {
+    kind: IoKind,
+    /// What was written, flushed and stalled on this connection.
+    pub(crate) watch: Arc<WriteWatch>,
+}
+
+#[derive(Clone)]
+enum IoKind {
     /// The socket itself (the hot path: no adapter in between).
     Plain(SharedStream),
     /// TLS over the socket.
@@ -513,11 +567,27 @@ pub(crate) enum ConnIo {
 }
 
 impl ConnIo {
+    /// The plain socket.
+    pub(crate) fn plain(s: SharedStream) -> ConnIo {
+        ConnIo {
+            kind: IoKind::Plain(s),
+            watch: Arc::new(WriteWatch::new()),
+        }
+    }
+
+    /// TLS over the socket.
+    pub(crate) fn tls(t: SharedTls) -> ConnIo {
+        ConnIo {
+            kind: IoKind::Tls(t),
+            watch: Arc::new(WriteWatch::new()),
+        }
+    }
+
     /// Writes `bytes` and flushes, once hyper no longer uses the connection.
     pub(crate) async fn write_all(&self, bytes: &[u8]) -> io::Result<()> {
-        match self {
-            ConnIo::Plain(s) => write_all(&s.sock, bytes).await,
-            ConnIo::Tls(t) => {
+        match &self.kind {
+            IoKind::Plain(s) => write_all(&s.sock, bytes).await,
+            IoKind::Tls(t) => {
                 let mut t = t.clone();
                 t.write_all(bytes).await?;
                 t.flush().await
@@ -527,7 +597,205 @@ impl ConnIo {
 
     /// Whether it is TLS.
     pub(crate) fn is_tls(&self) -> bool {
-        matches!(self, ConnIo::Tls(_))
+        matches!(self.kind, IoKind::Tls(_))
+    }
+
+    fn write_result(&self, r: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+        self.watch.on_write(&r);
+        r
+    }
+
+    fn flush_result(&self, r: Poll<io::Result<()>>) -> Poll<io::Result<()>> {
+        if let Poll::Ready(Ok(())) = r {
+            self.watch.on_flushed();
+        }
+        r
+    }
+}
+
+/// What has been written to one connection: the bytes the kernel (or, over TLS, the TLS
+/// session) accepted, the flushes that emptied every buffer in front of the socket, and since
+/// when writing has been blocked.
+///
+/// Why: a response is delivered when its last byte is on the socket, not when its body was
+/// handed to hyper, which buffers it (HTTP/1.1). hyper flushes the connection only once its own
+/// buffer is empty, so the first flush after a response's body was handed over is the moment its
+/// last byte left — then its entry is finished ([`Delivery`]). And a client that stops reading
+/// leaves writes blocked: past `limits.send_timeout` without progress the connection task ends
+/// the connection ([`WriteWatch::stalled_for`]).
+pub(crate) struct WriteWatch {
+    base: std::time::Instant,
+    written: AtomicU64,
+    flushes: AtomicU64,
+    /// µs since `base` + 1 when a write first found the socket full; 0 while writes go through.
+    stalled_since: AtomicU64,
+    stall: Notify,
+    /// HTTP/1.1 responses whose bodies were handed over, waiting for the flush that writes them.
+    waiting: Mutex<std::collections::VecDeque<Delivery>>,
+    waiting_n: AtomicUsize,
+    /// `written` when the last response was delivered: where the next one starts.
+    last_end: AtomicU64,
+    /// The connection was ended for `limits.send_timeout`.
+    timed_out: std::sync::atomic::AtomicBool,
+}
+
+impl WriteWatch {
+    fn new() -> WriteWatch {
+        WriteWatch {
+            base: std::time::Instant::now(),
+            written: AtomicU64::new(0),
+            flushes: AtomicU64::new(0),
+            stalled_since: AtomicU64::new(0),
+            stall: Notify::new(),
+            waiting: Mutex::new(std::collections::VecDeque::new()),
+            waiting_n: AtomicUsize::new(0),
+            last_end: AtomicU64::new(0),
+            timed_out: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    fn now_us(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    fn on_write(&self, r: &Poll<io::Result<usize>>) {
+        match r {
+            Poll::Ready(Ok(n)) => {
+                self.written.fetch_add(*n as u64, Ordering::Relaxed);
+                if *n > 0 && self.stalled_since.load(Ordering::Relaxed) != 0 {
+                    self.stalled_since.store(0, Ordering::Relaxed);
+                }
+            }
+            Poll::Pending => {
+                if self.stalled_since.load(Ordering::Relaxed) == 0 {
+                    self.stalled_since
+                        .store(self.now_us() + 1, Ordering::Relaxed);
+                    self.stall.notify_one();
+                }
+            }
+            Poll::Ready(Err(_)) => {}
+        }
+    }
+
+    fn on_flushed(&self) {
+        let flushes = self.flushes.fetch_add(1, Ordering::AcqRel) + 1;
+        if self.waiting_n.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        while waiting.front().is_some_and(|d| d.after < flushes) {
+            if let Some(d) = waiting.pop_front() {
+                self.waiting_n.fetch_sub(1, Ordering::AcqRel);
+                self.settle(d, None);
+            }
+        }
+    }
+
+    /// Bytes accepted so far.
+    pub(crate) fn written(&self) -> u64 {
+        self.written.load(Ordering::Relaxed)
+    }
+
+    /// Bytes written since a response that began at `start` (when it was asked for) began:
+    /// responses on one HTTP/1.1 connection go out one after the other, so it began where the
+    /// one before it ended, if that was later.
+    pub(crate) fn bytes_since(&self, start: u64) -> u64 {
+        let from = start.max(self.last_end.load(Ordering::Relaxed));
+        self.written().saturating_sub(from)
+    }
+
+    /// Whether the connection was ended because writing stalled.
+    pub(crate) fn timed_out(&self) -> bool {
+        self.timed_out.load(Ordering::Relaxed)
+    }
+
+    /// Notes that the connection is being ended because writing stalled.
+    pub(crate) fn time_out(&self) {
+        self.timed_out.store(true, Ordering::Relaxed);
+    }
+
+    /// Resolves once writing has been blocked, without a byte getting through, for `limit`.
+    pub(crate) async fn stalled_for(&self, limit: Duration) {
+        loop {
+            let notified = self.stall.notified();
+            let since = self.stalled_since.load(Ordering::Relaxed);
+            if since == 0 {
+                notified.await;
+                continue;
+            }
+            let due = since - 1 + u64::try_from(limit.as_micros()).unwrap_or(u64::MAX);
+            let now = self.now_us();
+            if now >= due {
+                return;
+            }
+            tokio::time::sleep(Duration::from_micros(due - now)).await;
+        }
+    }
+
+    /// A response whose body hyper has taken whole: finished when the next flush has written it.
+    pub(crate) fn deliver(&self, mut d: Delivery) {
+        d.after = self.flushes.load(Ordering::Acquire);
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        waiting.push_back(d);
+        self.waiting_n.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The connection is over: what still waits for a flush never got out whole.
+    pub(crate) fn abandon(&self) {
+        let left: Vec<Delivery> = {
+            let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+            self.waiting_n.store(0, Ordering::Release);
+            waiting.drain(..).collect()
+        };
+        let outcome = if self.timed_out() {
+            history::Outcome::SendTimeout
+        } else {
+            history::Outcome::ClientClosed
+        };
+        for d in left {
+            self.settle(d, Some(outcome));
+        }
+    }
+
+    /// Finishes a delivery: as it was meant (`None`), or as `cut`.
+    fn settle(&self, mut d: Delivery, cut: Option<history::Outcome>) {
+        let bytes = self.bytes_since(d.start);
+        if cut.is_none() {
+            self.last_end.store(self.written(), Ordering::Relaxed);
+        }
+        if let Some(mut p) = d.pending.take() {
+            p.entry().response_bytes = Some(bytes);
+            p.finish(cut.unwrap_or(d.outcome));
+        }
+    }
+}
+
+/// An HTTP/1.1 response handed to hyper whole, waiting for the flush that puts its last byte on
+/// the socket; its entry and the memory it holds go with it.
+pub(crate) struct Delivery {
+    after: u64,
+    /// [`WriteWatch::written`] when the request was handed to the handler.
+    pub(crate) start: u64,
+    pub(crate) pending: Option<Pending>,
+    pub(crate) outcome: history::Outcome,
+    pub(crate) _held: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl Delivery {
+    /// A response that began at `start`, to be finished as `outcome`.
+    pub(crate) fn new(
+        start: u64,
+        pending: Pending,
+        outcome: history::Outcome,
+        held: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> Delivery {
+        Delivery {
+            after: 0,
+            start,
+            pending: Some(pending),
+            outcome,
+            _held: held,
+        }
     }
 }
 
@@ -537,9 +805,9 @@ impl hyper::rt::Read for ConnIo {
         cx: &mut Context<'_>,
         buf: hyper::rt::ReadBufCursor<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            ConnIo::Plain(s) => hyper::rt::Read::poll_read(Pin::new(s), cx, buf),
-            ConnIo::Tls(t) => {
+        match &mut self.get_mut().kind {
+            IoKind::Plain(s) => hyper::rt::Read::poll_read(Pin::new(s), cx, buf),
+            IoKind::Tls(t) => {
                 hyper::rt::Read::poll_read(Pin::new(&mut hyper_util::rt::TokioIo::new(t)), cx, buf)
             }
         }
@@ -552,10 +820,12 @@ impl hyper::rt::Write for ConnIo {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            ConnIo::Plain(s) => hyper::rt::Write::poll_write(Pin::new(s), cx, buf),
-            ConnIo::Tls(t) => AsyncWrite::poll_write(Pin::new(t), cx, buf),
-        }
+        let me = self.get_mut();
+        let r = match &mut me.kind {
+            IoKind::Plain(s) => hyper::rt::Write::poll_write(Pin::new(s), cx, buf),
+            IoKind::Tls(t) => AsyncWrite::poll_write(Pin::new(t), cx, buf),
+        };
+        me.write_result(r)
     }
 
     fn poll_write_vectored(
@@ -563,10 +833,12 @@ impl hyper::rt::Write for ConnIo {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            ConnIo::Plain(s) => hyper::rt::Write::poll_write_vectored(Pin::new(s), cx, bufs),
-            ConnIo::Tls(t) => AsyncWrite::poll_write_vectored(Pin::new(t), cx, bufs),
-        }
+        let me = self.get_mut();
+        let r = match &mut me.kind {
+            IoKind::Plain(s) => hyper::rt::Write::poll_write_vectored(Pin::new(s), cx, bufs),
+            IoKind::Tls(t) => AsyncWrite::poll_write_vectored(Pin::new(t), cx, bufs),
+        };
+        me.write_result(r)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -574,15 +846,74 @@ impl hyper::rt::Write for ConnIo {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            ConnIo::Plain(_) => Poll::Ready(Ok(())),
-            ConnIo::Tls(t) => AsyncWrite::poll_flush(Pin::new(t), cx),
-        }
+        let me = self.get_mut();
+        let r = match &mut me.kind {
+            IoKind::Plain(_) => Poll::Ready(Ok(())),
+            IoKind::Tls(t) => AsyncWrite::poll_flush(Pin::new(t), cx),
+        };
+        me.flush_result(r)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         // The socket closes when the last handle drops; the connection task decides when.
         Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncRead for ConnIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match &mut self.get_mut().kind {
+            IoKind::Plain(s) => AsyncRead::poll_read(Pin::new(s), cx, buf),
+            IoKind::Tls(t) => AsyncRead::poll_read(Pin::new(t), cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for ConnIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        hyper::rt::Write::poll_write(self, cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        hyper::rt::Write::poll_write_vectored(self, cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        hyper::rt::Write::poll_flush(self, cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        hyper::rt::Write::poll_shutdown(self, cx)
+    }
+}
+
+impl ConnIo {
+    /// Whether everything accepted so far has left for the socket: over TLS, the session holds
+    /// no record it has not written.
+    pub(crate) fn drained(&self) -> bool {
+        match &self.kind {
+            IoKind::Plain(_) => true,
+            IoKind::Tls(t) => {
+                let guard = t.0.lock().unwrap_or_else(|p| p.into_inner());
+                !guard.get_ref().1.wants_write()
+            }
+        }
     }
 }
 

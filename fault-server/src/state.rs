@@ -38,6 +38,9 @@ pub(crate) struct Limits {
     pub(crate) body_timeout: Duration,
     pub(crate) max_head: usize,
     pub(crate) max_connections: usize,
+    pub(crate) send_timeout: Duration,
+    pub(crate) drain_bytes: u64,
+    pub(crate) drain_time: Duration,
 }
 
 /// Connections the control API may use beyond `max_connections`, so health stays reachable.
@@ -104,6 +107,8 @@ pub(crate) struct State {
     pub(crate) limits: Limits,
     /// Bytes of request bodies that may be held at once (`limits.body_memory`), as permits.
     pub(crate) body_budget: Arc<tokio::sync::Semaphore>,
+    /// What the h2 layer refused before dispatch, all connections together.
+    pub(crate) http2: Arc<Http2Counts>,
     /// Connections being served.
     pub(crate) active: AtomicUsize,
     /// The control API's token, when the server listens beyond loopback.
@@ -178,6 +183,7 @@ impl State {
             .1
             .clone();
         self.replace_schedule(rules.as_ref().clone());
+        self.http2.clear();
         if let Some(shared) = &self.shared {
             shared.clear().await?;
         }
@@ -194,6 +200,95 @@ impl State {
     /// Requests received in the current epoch.
     pub(crate) fn received(&self) -> u64 {
         self.seq.current().1
+    }
+}
+
+/// The RFC 9113 error codes, by number, as the stats name them.
+pub(crate) const ERROR_CODES: [&str; 14] = [
+    "no_error",
+    "protocol_error",
+    "internal_error",
+    "flow_control_error",
+    "settings_timeout",
+    "stream_closed",
+    "frame_size_error",
+    "refused_stream",
+    "cancel",
+    "compression_error",
+    "connect_error",
+    "enhance_your_calm",
+    "inadequate_security",
+    "http_1_1_required",
+];
+
+/// What the h2 layer refused on its own, before dispatch, all connections together: streams
+/// reset by error code (a header block answered `431` is counted as `header_list_too_large`),
+/// and connections ended with GOAWAY by error code.
+#[derive(Debug, Default)]
+pub(crate) struct Http2Counts {
+    refused: [AtomicU64; 14],
+    pub(crate) header_list_too_large: AtomicU64,
+    other_refused: AtomicU64,
+    goaway: [AtomicU64; 14],
+    other_goaway: AtomicU64,
+}
+
+impl Http2Counts {
+    pub(crate) fn refused(&self, code: u32) {
+        match self.refused.get(code as usize) {
+            Some(n) => n.fetch_add(1, Ordering::Relaxed),
+            None => self.other_refused.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+
+    pub(crate) fn goaway(&self, code: u32) {
+        match self.goaway.get(code as usize) {
+            Some(n) => n.fetch_add(1, Ordering::Relaxed),
+            None => self.other_goaway.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+
+    /// Streams refused before dispatch, by reason (only those with a count).
+    pub(crate) fn refused_streams(&self) -> Vec<(&'static str, u64)> {
+        let mut out: Vec<(&'static str, u64)> = ERROR_CODES
+            .iter()
+            .zip(&self.refused)
+            .map(|(name, n)| (*name, n.load(Ordering::Relaxed)))
+            .collect();
+        out.push((
+            "header_list_too_large",
+            self.header_list_too_large.load(Ordering::Relaxed),
+        ));
+        out.push(("other", self.other_refused.load(Ordering::Relaxed)));
+        out.retain(|(_, n)| *n > 0);
+        out
+    }
+
+    /// Connections ended with a GOAWAY that carried an error, by error code.
+    pub(crate) fn connection_errors(&self) -> Vec<(&'static str, u64)> {
+        let mut out: Vec<(&'static str, u64)> = ERROR_CODES
+            .iter()
+            .zip(&self.goaway)
+            .skip(1)
+            .map(|(name, n)| (*name, n.load(Ordering::Relaxed)))
+            .collect();
+        out.push(("other", self.other_goaway.load(Ordering::Relaxed)));
+        out.retain(|(_, n)| *n > 0);
+        out
+    }
+
+    /// Starts every count again (`POST /__harness/reset`).
+    pub(crate) fn clear(&self) {
+        for n in self.refused.iter().chain(&self.goaway) {
+            n.store(0, Ordering::Relaxed);
+        }
+        for n in [
+            &self.header_list_too_large,
+            &self.other_refused,
+            &self.other_goaway,
+        ] {
+            n.store(0, Ordering::Relaxed);
+        }
     }
 }
 

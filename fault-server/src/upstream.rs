@@ -14,6 +14,17 @@
 //! costs two cross-task wake-ups per request, which in a proxy that does little else was a large
 //! part of its time. The pool is a list of idle connections under a lock held for a push or a pop.
 //!
+//! Everything a forward holds is bounded. Connections: at most `upstream.max_connections` are
+//! open at once, idle ones included, each holding a permit of one semaphore; a request that finds
+//! none free waits its turn (in arrival order) for a permit or an idle connection, within
+//! `upstream.timeout`, else `504` — so clients that open thousands of streams at an upstream that
+//! never answers cost that many connections, not a descriptor each, and the server's own
+//! descriptors (the control API's among them) stay free. Memory: an answer's body is granted, as
+//! it is read, from one budget of `limits.response_memory` bytes for all answers held, and given
+//! back once the client has it (or is gone); an answer that would go over is dropped unread and
+//! the client answered `503` with `Retry-After`. A forward whose client goes away is cancelled
+//! with its request's future: its connection is closed, its permit and memory returned.
+//!
 //! An upstream that cannot be reached, breaks the exchange or answers too much is answered `502`;
 //! one that takes longer than `upstream.timeout`, `504`; both are journaled as `upstream_error`,
 //! so the checks can tell the dependency's failure from an injected one.
@@ -27,6 +38,7 @@ use bytes::Bytes;
 use history::ErrorKind;
 use http::header::{self, HeaderName};
 use http::{HeaderMap, HeaderValue, Method, Uri};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use transport::http1::H1Conn;
 use transport::tls::TlsOptions;
 use transport::{AttemptError, Connect, Outgoing, Target};
@@ -50,10 +62,23 @@ pub(crate) struct Upstream {
     connect_timeout: Duration,
     created_from: CreatedFrom,
     /// Idle kept-alive connections, the most recently used last, with when each was put back.
-    idle: Mutex<Vec<(H1Conn, Instant)>>,
+    idle: Mutex<Vec<(Lease, Instant)>>,
     max_idle: usize,
+    /// A permit per open connection, idle ones included (`upstream.max_connections`).
+    open: Arc<Semaphore>,
+    max_connections: usize,
+    /// Signalled when a connection goes back to the pool, for requests waiting for one.
+    returned: Notify,
     /// Largest answer read (the server's `limits.max_body`).
     max_body: u64,
+    /// Bytes of answers that may be held at once (`limits.response_memory`).
+    memory: Arc<Semaphore>,
+}
+
+/// A connection to the upstream and its place among the `max_connections`.
+struct Lease {
+    conn: H1Conn,
+    _permit: OwnedSemaphorePermit,
 }
 
 /// The upstream's whole answer.
@@ -64,6 +89,8 @@ pub(crate) struct UpstreamReply {
     pub(crate) body: Bytes,
     /// The resource it created, read as `created_from` says.
     pub(crate) created: Option<String>,
+    /// The body's share of `limits.response_memory`, held until the client has it.
+    pub(crate) held: Option<OwnedSemaphorePermit>,
 }
 
 /// Why the upstream gave no answer.
@@ -77,13 +104,20 @@ pub(crate) enum UpstreamFailure {
     Broken(String),
     /// The answer's body was over the server's limit.
     TooLarge(usize),
+    /// No connection to the upstream came free within `upstream.timeout` (`max_connections` in
+    /// use).
+    Busy(Duration, usize),
+    /// The answer did not fit what is left of `limits.response_memory`.
+    Memory(u64),
 }
 
 impl UpstreamFailure {
-    /// The status the client gets: `504` for a timeout, else `502`.
+    /// The status the client gets: `504` for a timeout (of the answer, or of the wait for a
+    /// connection), `503` for an answer over the memory budget, else `502`.
     pub(crate) fn status(&self) -> u16 {
         match self {
-            UpstreamFailure::Timeout(_) => 504,
+            UpstreamFailure::Timeout(_) | UpstreamFailure::Busy(..) => 504,
+            UpstreamFailure::Memory(_) => 503,
             _ => 502,
         }
     }
@@ -99,6 +133,12 @@ impl UpstreamFailure {
             UpstreamFailure::TooLarge(n) => {
                 format!("the upstream's answer is over the server's {n}-byte body limit")
             }
+            UpstreamFailure::Busy(d, n) => format!(
+                "no connection to the upstream came free within {d:?} (all {n} in use)"
+            ),
+            UpstreamFailure::Memory(n) => format!(
+                "the upstream's answer ({n} bytes so far) does not fit in the memory the server keeps for answers in flight; try again"
+            ),
         }
     }
 }
@@ -121,8 +161,14 @@ static HOP_BY_HOP: [HeaderName; 9] = [
 ];
 
 impl Upstream {
-    /// A pool to `cfg.url`; `max_body` bounds every answer read.
-    pub(crate) fn new(cfg: &UpstreamConfig, max_body: u64) -> Result<Upstream, UpstreamError> {
+    /// A pool of at most `max_connections` to `cfg.url`; `max_body` bounds every answer read,
+    /// and all answers held together take their memory from `memory`.
+    pub(crate) fn new(
+        cfg: &UpstreamConfig,
+        max_body: u64,
+        max_connections: usize,
+        memory: Arc<Semaphore>,
+    ) -> Result<Upstream, UpstreamError> {
         let scheme = if cfg.url.tls { "https" } else { "http" };
         let how = Connect {
             tls: TlsOptions {
@@ -141,28 +187,58 @@ impl Upstream {
             created_from: cfg.created_from.clone(),
             idle: Mutex::new(Vec::new()),
             max_idle: cfg.max_idle as usize,
+            open: Arc::new(Semaphore::new(max_connections.max(1))),
+            max_connections: max_connections.max(1),
+            returned: Notify::new(),
             max_body,
+            memory,
         })
     }
 
     /// An idle connection of the pool (the most recently used: the likeliest still open), or a
-    /// new one, not yet open.
-    fn checkout(&self) -> H1Conn {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        while let Some((conn, since)) = idle.pop() {
-            if since.elapsed() < IDLE_FOR {
-                return conn;
+    /// new one, not yet open, when fewer than `max_connections` are; else waits, until
+    /// `deadline`, for either.
+    async fn checkout(&self, deadline: tokio::time::Instant) -> Result<Lease, UpstreamFailure> {
+        loop {
+            // Registered before looking, so a connection returned in between is not missed.
+            let returned = self.returned.notified();
+            tokio::pin!(returned);
+            returned.as_mut().enable();
+            {
+                let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+                while let Some((lease, since)) = idle.pop() {
+                    if since.elapsed() < IDLE_FOR {
+                        return Ok(lease);
+                    }
+                }
+            }
+            tokio::select! {
+                biased;
+                permit = self.open.clone().acquire_owned() => {
+                    let Ok(permit) = permit else {
+                        return Err(UpstreamFailure::Connect("the pool is closed".into()));
+                    };
+                    return Ok(Lease {
+                        conn: H1Conn::new(self.target.clone()),
+                        _permit: permit,
+                    });
+                }
+                () = returned => {}
+                () = tokio::time::sleep_until(deadline) => {
+                    return Err(UpstreamFailure::Busy(self.timeout, self.max_connections));
+                }
             }
         }
-        drop(idle);
-        H1Conn::new(self.target.clone())
     }
 
-    /// Puts a connection that just carried a whole exchange back in the pool.
-    fn checkin(&self, conn: H1Conn) {
+    /// Puts a connection that just carried a whole exchange back in the pool (or closes it, and
+    /// frees its place, when the pool holds `max_idle` already).
+    fn checkin(&self, lease: Lease) {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         if idle.len() < self.max_idle {
-            idle.push((conn, Instant::now()));
+            idle.push((lease, Instant::now()));
+            drop(idle);
+            self.returned.notify_one();
         }
     }
 
@@ -221,8 +297,10 @@ impl Upstream {
             headers: h,
             body,
         };
-        let mut conn = self.checkout();
         let started = Instant::now();
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let mut lease = self.checkout(deadline).await?;
+        let conn = &mut lease.conn;
         match tokio::time::timeout(self.connect_timeout, conn.open()).await {
             Err(_) => {
                 return Err(UpstreamFailure::Connect(format!(
@@ -234,8 +312,36 @@ impl Upstream {
             Ok(Ok(())) => {}
         }
         let left = self.timeout.saturating_sub(started.elapsed());
-        let reply = conn.send(out, left).await.map_err(|e| self.failure(e))?;
-        self.checkin(conn);
+        let mut held: Option<OwnedSemaphorePermit> = None;
+        let mut refused = None;
+        let sent = {
+            let memory = &self.memory;
+            let mut meter = |n: u64| {
+                let have = held.as_ref().map_or(0, |p| p.num_permits() as u64);
+                if n <= have {
+                    return true;
+                }
+                let more = u32::try_from(n - have)
+                    .ok()
+                    .and_then(|m| memory.clone().try_acquire_many_owned(m).ok());
+                match (more, &mut held) {
+                    (Some(p), Some(h)) => h.merge(p),
+                    (Some(p), None) => held = Some(p),
+                    (None, _) => {
+                        refused = Some(n);
+                        return false;
+                    }
+                }
+                true
+            };
+            conn.send_metered(&out, left, &mut meter).await
+        };
+        let reply = match (sent, refused) {
+            (Ok(r), _) => r,
+            (Err(_), Some(n)) => return Err(UpstreamFailure::Memory(n)),
+            (Err(e), None) => return Err(self.failure(e)),
+        };
+        self.checkin(lease);
         let mut headers = reply.headers;
         // Looked for before removed: a removal hashes the name, and an answer has few of them.
         let mut present = [false; HOP_BY_HOP.len()];
@@ -258,6 +364,7 @@ impl Upstream {
             headers,
             body: reply.body,
             created,
+            held,
         })
     }
 
@@ -314,7 +421,7 @@ mod tests {
     fn upstream(created_from: CreatedFrom) -> Upstream {
         let mut cfg = UpstreamConfig::new(UpstreamUrl::parse("http://127.0.0.1:9/api/").unwrap());
         cfg.created_from = created_from;
-        Upstream::new(&cfg, 1 << 20).unwrap()
+        Upstream::new(&cfg, 1 << 20, 4, Arc::new(Semaphore::new(1 << 20))).unwrap()
     }
 
     #[tokio::test]

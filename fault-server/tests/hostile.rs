@@ -6,110 +6,14 @@
 //! Nothing here asserts how fast anything happens: waits are bounded loops on conditions, with
 //! generous limits for a loaded machine.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::TcpStream;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// The fault server as a child process, killed when dropped.
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(config: &str) -> Server {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let cfg = dir.path().join("limits.yaml");
-    std::fs::write(&cfg, config).expect("write the config");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fault-server"))
-        .args(["--bind", "127.0.0.1:0", "--config"])
-        .arg(&cfg)
-        // In the test's directory: a killed server leaves no temporary journal behind.
-        .arg("--journal")
-        .arg(dir.path().join("journal.jsonl"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("fault-server starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("piped"))
-        .read_line(&mut line)
-        .expect("the ready line");
-    let addr = line
-        .trim()
-        .strip_prefix("listening on http://")
-        .unwrap_or_else(|| panic!("ready line: {line:?}"))
-        .parse()
-        .expect("an address");
-    Server {
-        child,
-        addr,
-        _dir: dir,
-    }
-}
-
-impl Server {
-    /// Resident memory of the server, kB.
-    fn rss_kb(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .expect("the server's /proc status");
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmRSS")
-    }
-
-    /// One request on a connection of its own; the raw response.
-    fn request(&self, raw: &[u8]) -> String {
-        let mut s = TcpStream::connect(self.addr).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(20))).ok();
-        s.write_all(raw).expect("send");
-        let mut out = Vec::new();
-        let _ = s.read_to_end(&mut out);
-        String::from_utf8_lossy(&out).into_owned()
-    }
-
-    /// An HTTP/1.0 GET: the answer is not chunked, its body runs to the close.
-    fn get(&self, path: &str) -> String {
-        self.request(format!("GET {path} HTTP/1.0\r\nhost: 127.0.0.1\r\n\r\n").as_bytes())
-    }
-
-    /// Health answers 200, trying a few times over a couple of seconds.
-    fn healthy(&self) -> bool {
-        (0..20).any(|_| {
-            let ok = self.get("/__harness/health").starts_with("HTTP/1.0 200");
-            if !ok {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            ok
-        })
-    }
-
-    fn journal(&self) -> Vec<serde_json::Value> {
-        let raw = self.get("/__harness/journal");
-        let body = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-        // The body may be chunked: keep the lines that are JSON objects.
-        body.lines()
-            .filter(|l| l.starts_with('{'))
-            .map(|l| serde_json::from_str(l).expect("a journal line"))
-            .collect()
-    }
-
-    fn stats(&self) -> serde_json::Value {
-        let raw = self.get("/__harness/stats");
-        let body = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-        serde_json::from_str(body.trim()).expect("stats JSON")
-    }
-}
+use common::binary::{big_body_config, start};
 
 /// Waits until `cond` holds, up to `limit`.
 fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
@@ -649,6 +553,164 @@ fn http2_connections_without_streams_end_at_the_header_timeout() {
         let ended = std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(20)).ok())
             .any(|e| e == "closed");
         assert!(ended, "an idle HTTP/2 connection stays open");
+    }
+    assert!(s.healthy());
+}
+
+/// Shrinks a socket's receive buffer, so what the server writes stays in the server's buffers.
+fn small_receive_buffer(c: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let size: libc::c_int = 16 << 10;
+    // SAFETY: setsockopt reads `size` (a c_int, its size given) and nothing else.
+    unsafe {
+        libc::setsockopt(
+            c.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}
+
+#[test]
+fn an_http1_answer_is_responded_only_once_written_whole() {
+    let len = 8 << 20;
+    let s = start(&big_body_config("send_timeout: 60s", len));
+    // Read to the end: responded, every byte the client read.
+    let mut c = TcpStream::connect(s.addr).expect("connect");
+    c.write_all(b"GET /big HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .expect("a request");
+    let mut all = Vec::new();
+    c.read_to_end(&mut all).expect("the whole answer");
+    assert!(all.len() > len);
+    let e = &s.entries_for("/big", 1, Duration::from_secs(20))[0];
+    assert_eq!(e["outcome"], "responded", "{e}");
+    assert_eq!(e["response_bytes"], all.len() as u64);
+    // Read a little, then leave: client_closed, with fewer bytes than the answer has.
+    let mut c = TcpStream::connect(s.addr).expect("connect");
+    small_receive_buffer(&c);
+    c.write_all(b"GET /big HTTP/1.1\r\nhost: x\r\n\r\n")
+        .expect("a request");
+    let mut some = vec![0u8; 64 << 10];
+    c.read_exact(&mut some).expect("the start of the answer");
+    drop(c);
+    let entries = s.entries_for("/big", 2, Duration::from_secs(30));
+    assert_eq!(entries.len(), 2);
+    assert_eq!(entries[1]["outcome"], "client_closed", "{}", entries[1]);
+    let bytes = entries[1]["response_bytes"]
+        .as_u64()
+        .expect("response_bytes");
+    assert!(bytes >= 64 << 10 && bytes < len as u64, "{bytes}");
+}
+
+#[test]
+fn an_http1_reader_that_stops_reading_is_cut_at_the_send_timeout() {
+    let len = 8 << 20;
+    let s = start(&big_body_config("send_timeout: 300ms", len));
+    let mut c = TcpStream::connect(s.addr).expect("connect");
+    small_receive_buffer(&c);
+    c.write_all(b"GET /big HTTP/1.1\r\nhost: x\r\n\r\n")
+        .expect("a request");
+    // Nothing is read: the server's writes stall until it gives up.
+    let entries = s.entries_for("/big", 1, Duration::from_secs(30));
+    assert_eq!(entries.len(), 1, "the server gave up on the stalled answer");
+    let e = &entries[0];
+    assert_eq!(e["outcome"], "send_timeout", "{e}");
+    let bytes = e["response_bytes"].as_u64().expect("response_bytes");
+    assert!(bytes > 0 && bytes < len as u64, "{bytes}");
+    assert_eq!(s.stats()["by_outcome"]["send_timeout"], 1);
+    drop(c);
+}
+
+/// Sends an upload of `total` bytes the way curl does: the body in pieces, looking for an early
+/// answer between them, giving up at the first failed write. The answer's status line, or the
+/// error that ended it.
+fn upload_like_curl(
+    addr: std::net::SocketAddr,
+    chunked: bool,
+    expect: bool,
+) -> Result<String, String> {
+    let total: u64 = 256 << 20;
+    let mut c = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    c.set_read_timeout(Some(Duration::from_secs(20))).ok();
+    let framing = if chunked {
+        "transfer-encoding: chunked\r\n".to_string()
+    } else {
+        format!("content-length: {total}\r\n")
+    };
+    let expect_header = if expect {
+        "expect: 100-continue\r\n"
+    } else {
+        ""
+    };
+    c.write_all(
+        format!("PUT /upload HTTP/1.1\r\nhost: x\r\n{framing}{expect_header}\r\n").as_bytes(),
+    )
+    .map_err(|e| e.to_string())?;
+    let answer = |c: &mut TcpStream| -> Result<String, String> {
+        let mut head = Vec::new();
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n") {
+            match c.read(&mut b) {
+                Ok(1) => head.push(b[0]),
+                Ok(_) => return Err(format!("closed after {:?}", String::from_utf8_lossy(&head))),
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Ok(String::from_utf8_lossy(&head).trim().to_string())
+    };
+    if expect {
+        // An early final answer comes instead of `100 Continue` when the length is refused.
+        c.set_read_timeout(Some(Duration::from_secs(1))).ok();
+        let mut peek = [0u8; 16];
+        if let Ok(n) = c.peek(&mut peek) {
+            let line = answer(&mut c)?;
+            if !line.contains(" 100 ") || n == 0 {
+                return Ok(line);
+            }
+            let mut blank = [0u8; 2];
+            c.read_exact(&mut blank).map_err(|e| e.to_string())?;
+        }
+        c.set_read_timeout(Some(Duration::from_secs(20))).ok();
+    }
+    let piece = vec![b'z'; 64 << 10];
+    let mut sent = 0u64;
+    c.set_nonblocking(false).ok();
+    while sent < total {
+        let wrote = if chunked {
+            c.write_all(format!("{:x}\r\n", piece.len()).as_bytes())
+                .and_then(|_| c.write_all(&piece))
+                .and_then(|_| c.write_all(b"\r\n"))
+        } else {
+            c.write_all(&piece)
+        };
+        if let Err(e) = wrote {
+            return Err(format!("send failed after {sent} bytes: {e}"));
+        }
+        sent += piece.len() as u64;
+        c.set_nonblocking(true).ok();
+        let mut peek = [0u8; 1];
+        let early = matches!(c.peek(&mut peek), Ok(1));
+        c.set_nonblocking(false).ok();
+        if early {
+            return answer(&mut c);
+        }
+    }
+    answer(&mut c)
+}
+
+#[test]
+fn an_oversized_upload_reads_its_413_chunked_or_not_with_or_without_expect() {
+    let s = start("limits: { max_body: 1MiB }");
+    for round in 0..3 {
+        for (chunked, expect) in [(true, false), (true, true), (false, false), (false, true)] {
+            let got = upload_like_curl(s.addr, chunked, expect);
+            assert!(
+                got.as_deref().is_ok_and(|l| l.starts_with("HTTP/1.1 413")),
+                "round {round}, chunked {chunked}, expect {expect}: {got:?}"
+            );
+        }
     }
     assert!(s.healthy());
 }

@@ -534,3 +534,181 @@ async fn an_unreachable_database_is_named_without_its_password() {
     );
     assert!(!err.contains("s3cret"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_table_is_answered_503_with_retry_after_not_waited_on() {
+    let Some(db) =
+        TestDb::new("a_locked_table_is_answered_503_with_retry_after_not_waited_on").await
+    else {
+        return;
+    };
+    let server = common::start(&format!(
+        "orders: {{ database: \"{}\", lock_timeout: 300ms, statement_timeout: 2s }}",
+        db.url
+    ))
+    .await;
+    // A second connection holds ACCESS EXCLUSIVE on the tables a creation writes.
+    let (locker, conn) = tokio_postgres::connect(&db.url, NoTls)
+        .await
+        .expect("the locking connection");
+    tokio::spawn(conn);
+    locker
+        .batch_execute("BEGIN; LOCK TABLE idempotency_keys, orders IN ACCESS EXCLUSIVE MODE;")
+        .await
+        .expect("the lock");
+    // Twenty concurrent creations, more than the pool's sixteen connections. The lock is held
+    // until every one has its answer (or a minute passes: then the test has failed anyway).
+    let replies = tokio::time::timeout(
+        Duration::from_secs(60),
+        common::burst(server.addr(), 20, |i| {
+            request_bytes(
+                "POST",
+                "/orders",
+                Some(&format!("locked-{i}")),
+                r#"{"sku":"L"}"#,
+            )
+        }),
+    )
+    .await;
+    locker.batch_execute("ROLLBACK").await.expect("unlock");
+    let replies = replies.expect("every request is answered while the lock is held");
+    for r in &replies {
+        assert_eq!(r.status, 503, "{r:?}");
+        assert_eq!(r.header("retry-after"), Some("1"), "{r:?}");
+        assert_eq!(
+            r.json()["type"],
+            "urn:fault-server:problem:store-unavailable",
+            "{r:?}"
+        );
+    }
+    let j = journal(&server).await;
+    assert_eq!(j.len(), 20);
+    for e in &j {
+        assert_eq!(e.outcome, history::Outcome::Rejected, "{e:?}");
+        assert_eq!(e.rejected.as_deref(), Some("store-unavailable"));
+        assert_eq!(e.status, Some(503));
+        assert_eq!(e.created, None);
+    }
+    // Unlocked, the same keys create their orders: the refused attempts left nothing behind.
+    let again = send(
+        server.addr(),
+        &request_bytes("POST", "/orders", Some("locked-0"), r#"{"sku":"L"}"#),
+    )
+    .await;
+    assert_eq!(again.status, 201, "{again:?}");
+    assert_eq!(db.count("orders").await, 1);
+    db.drop().await;
+}
+
+/// A TCP relay to the database that the test can cut and restore: what a database restart or a
+/// partition looks like to the server.
+struct Cuttable {
+    addr: SocketAddr,
+    up: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    cut: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl Cuttable {
+    async fn to(target: SocketAddr) -> Cuttable {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the relay");
+        let addr = listener.local_addr().expect("its address");
+        let up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let cut = std::sync::Arc::new(tokio::sync::Notify::new());
+        {
+            let (up, cut) = (up.clone(), cut.clone());
+            tokio::spawn(async move {
+                while let Ok((mut client, _)) = listener.accept().await {
+                    if !up.load(Ordering::SeqCst) {
+                        continue; // dropped: refused
+                    }
+                    let cut = cut.clone();
+                    tokio::spawn(async move {
+                        let Ok(mut server) = tokio::net::TcpStream::connect(target).await else {
+                            return;
+                        };
+                        tokio::select! {
+                            _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                            () = cut.notified() => {}
+                        }
+                    });
+                }
+            });
+        }
+        Cuttable { addr, up, cut }
+    }
+
+    fn set(&self, up: bool) {
+        self.up.store(up, std::sync::atomic::Ordering::SeqCst);
+        if !up {
+            self.cut.notify_waiters();
+        }
+    }
+}
+
+async fn health(addr: SocketAddr) -> serde_json::Value {
+    let raw = send(
+        addr,
+        b"GET /__harness/health HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(
+        raw.status, 200,
+        "health answers 200 whatever the store: {raw:?}"
+    );
+    raw.json()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_says_degraded_while_the_store_cannot_be_reached() {
+    let Some(db) = TestDb::new("health_says_degraded_while_the_store_cannot_be_reached").await
+    else {
+        return;
+    };
+    let cfg: tokio_postgres::Config = db.url.parse().expect("the test URL parses");
+    let port = cfg.get_ports().first().copied().unwrap_or(5432);
+    let relay = Cuttable::to(SocketAddr::from(([127, 0, 0, 1], port))).await;
+    let (_, rest) = db.url.split_once('@').expect("a URL with credentials");
+    let (_, path) = rest.split_once('/').expect("a database name");
+    let (creds, _) = db.url.split_once('@').expect("credentials");
+    let via = format!("{creds}@{}/{path}", relay.addr);
+    let server = common::start(&format!(
+        "orders: {{ database: \"{via}\", statement_timeout: 1s }}"
+    ))
+    .await;
+    let h = health(server.addr()).await;
+    assert_eq!(h["status"], "ok", "{h}");
+    assert_eq!(h["store"]["status"], "ok", "{h}");
+
+    relay.set(false);
+    let h = health(server.addr()).await;
+    assert_eq!(h["status"], "degraded", "{h}");
+    assert_eq!(h["store"]["status"], "unreachable", "{h}");
+    let refused = send(
+        server.addr(),
+        &request_bytes("POST", "/orders", Some("cut-1"), r#"{"sku":"C"}"#),
+    )
+    .await;
+    assert_eq!(refused.status, 503, "{refused:?}");
+    assert_eq!(refused.header("retry-after"), Some("1"));
+
+    relay.set(true);
+    let mut h = health(server.addr()).await;
+    for _ in 0..100 {
+        if h["status"] == "ok" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        h = health(server.addr()).await;
+    }
+    assert_eq!(h["status"], "ok", "recovered without a restart: {h}");
+    let created = send(
+        server.addr(),
+        &request_bytes("POST", "/orders", Some("cut-2"), r#"{"sku":"C"}"#),
+    )
+    .await;
+    assert_eq!(created.status, 201, "{created:?}");
+    db.drop().await;
+}

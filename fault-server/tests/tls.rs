@@ -176,3 +176,49 @@ fn unusable_certificate_files_are_bad_input() {
     assert!(err.contains("junk.pem"), "{err}");
     assert_eq!(err.lines().count(), 1, "one line: {err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offer_of_only_unknown_protocols_gets_the_no_application_protocol_alert() {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    use std::sync::Arc;
+
+    let s = start("tls: self-signed").await;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in
+        CertificateDer::pem_slice_iter(s.certificate_pem().expect("a certificate").as_bytes())
+    {
+        roots
+            .add(cert.expect("a PEM certificate"))
+            .expect("a usable root");
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    // Neither h2 nor http/1.1: RFC 7301 §3.2 says the server answers with a fatal alert.
+    cfg.alpn_protocols = vec![b"spdy/3.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(cfg));
+    let tcp = tokio::net::TcpStream::connect(s.addr())
+        .await
+        .expect("connect");
+    let name = ServerName::try_from("127.0.0.1").expect("a server name");
+    let err = match connector.connect(name, tcp).await {
+        Ok(_) => panic!("a handshake without a common protocol succeeded"),
+        Err(e) => e,
+    };
+    let tls = err
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<rustls::Error>());
+    assert!(
+        matches!(
+            tls,
+            Some(rustls::Error::AlertReceived(
+                rustls::AlertDescription::NoApplicationProtocol
+            ))
+        ),
+        "{err:?}"
+    );
+}

@@ -27,6 +27,11 @@ pub enum Outcome {
     Rejected,
     /// A proxied request whose upstream failed (refused, timed out, broken).
     UpstreamError,
+    /// The response was being written when writing made no progress for the server's
+    /// `send_timeout` (the client's flow-control window stayed closed, or its socket stayed
+    /// full): the server ended the stream (HTTP/2) or the connection (HTTP/1.1) with the response
+    /// unfinished; `response_bytes` says how much of it was written.
+    SendTimeout,
 }
 
 impl Outcome {
@@ -40,6 +45,7 @@ impl Outcome {
             Outcome::ClientClosed => "client_closed",
             Outcome::Rejected => "rejected",
             Outcome::UpstreamError => "upstream_error",
+            Outcome::SendTimeout => "send_timeout",
         }
     }
 }
@@ -174,6 +180,13 @@ pub struct Entry {
     /// Retry-After was sent" from "headers were not recorded".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_headers: Option<BTreeMap<String, String>>,
+    /// Bytes of the response written to the connection (before TLS): on HTTP/1.1 its status
+    /// line, header fields and body as framed; on HTTP/2 its HEADERS, CONTINUATION and DATA
+    /// frames, frame headers included. For a `responded` entry, the whole response; for one the
+    /// client left (`client_closed`) or stopped reading (`send_timeout`), what got out before.
+    /// Absent where the observer did not count (no response was begun, or an older journal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_bytes: Option<u64>,
 }
 
 fn is_zero(v: &u64) -> bool {

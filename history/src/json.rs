@@ -98,6 +98,7 @@ impl Entry {
             w.raw(b",\"response_headers\":");
             w.map(v);
         }
+        w.some_uint(b",\"response_bytes\":", self.response_bytes);
         w.raw(b"}");
     }
 }
@@ -256,6 +257,7 @@ mod tests {
             upstream_status: Some(201),
             upstream_us: Some(717),
             response_headers: Some(headers),
+            response_bytes: Some(1_048_576),
         };
         same_as_serde(&full);
         for draw in [0.0, -0.0, 1e-300, 0.5, 1e21, f64::NAN, f64::INFINITY] {

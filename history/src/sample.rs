@@ -60,6 +60,7 @@ pub fn entry(seq: u64, t_recv_ms: impl Into<f64>) -> EntryBuilder {
         upstream_status: None,
         upstream_us: None,
         response_headers: None,
+        response_bytes: None,
     })
 }
 

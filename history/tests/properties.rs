@@ -15,6 +15,7 @@ fn outcome() -> impl Strategy<Value = Outcome> {
         Just(Outcome::ClientClosed),
         Just(Outcome::Rejected),
         Just(Outcome::UpstreamError),
+        Just(Outcome::SendTimeout),
     ]
 }
 
@@ -61,10 +62,11 @@ prop_compose! {
         (created, transition, resource) in (proptest::option::of(text()), proptest::option::of(text()), proptest::option::of(text())),
         (body_len, conn_id) in (any::<u64>(), any::<u64>()),
         draw in proptest::option::of(any::<f64>()),
+        response_bytes in proptest::option::of(any::<u64>()),
     ) -> Entry {
         Entry {
             t_body_us, t_wire_us, unix_us, replica, body_sha256, rule, fault, created, transition,
-            resource, body_len, conn_id, draw,
+            resource, body_len, conn_id, draw, response_bytes,
             ..e
         }
     }

@@ -143,11 +143,37 @@ impl H1Conn {
         release: Option<&Release>,
         last_byte: bool,
     ) -> Result<Reply, AttemptError> {
+        self.send_within(req, timeout, release, last_byte, &mut |_| true)
+            .await
+    }
+
+    /// Like [`H1Conn::send`], with the response body's memory granted by `meter`: before the
+    /// body may hold `n` bytes in all it is asked `meter(n)` (once with the length a
+    /// `Content-Length` announces, else as a chunked or close-delimited body grows); when it
+    /// answers `false` the exchange stops there, fails, and the connection is closed. A proxy
+    /// counts the answers it holds against one budget this way, before it reads them.
+    pub async fn send_metered(
+        &mut self,
+        req: &Outgoing,
+        timeout: Duration,
+        meter: &mut (dyn FnMut(u64) -> bool + Send),
+    ) -> Result<Reply, AttemptError> {
+        self.send_within(req, timeout, None, false, meter).await
+    }
+
+    async fn send_within(
+        &mut self,
+        req: &Outgoing,
+        timeout: Duration,
+        release: Option<&Release>,
+        last_byte: bool,
+        meter: &mut (dyn FnMut(u64) -> bool + Send),
+    ) -> Result<Reply, AttemptError> {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut timer = std::mem::take(&mut self.timer);
         let result = tokio::select! {
             biased;
-            r = self.exchange(req, release, last_byte) => Some(r),
+            r = self.exchange(req, release, last_byte, meter) => Some(r),
             () = timer.until(deadline) => None,
         };
         self.timer = timer;
@@ -173,6 +199,7 @@ impl H1Conn {
         req: &Outgoing,
         release: Option<&Release>,
         last_byte: bool,
+        meter: &mut (dyn FnMut(u64) -> bool + Send),
     ) -> Result<Reply, AttemptError> {
         let ready = match self.open().await {
             Ok(()) => encode(&mut self.out, req, self.host.as_bytes()),
@@ -204,7 +231,7 @@ impl H1Conn {
             None => write_request(stream, &self.out, tls).await?,
         }
         let max = self.target.max_body;
-        let (reply, reusable) = read_response(stream, &mut self.buf, head_only, max).await?;
+        let (reply, reusable) = read_response(stream, &mut self.buf, head_only, max, meter).await?;
         // Bytes after a complete response answer no request of ours: the connection's framing
         // can no longer be trusted, so it is not reused.
         if !reusable || asked_close || !self.buf.is_empty() {
@@ -346,6 +373,7 @@ async fn read_response(
     buf: &mut BytesMut,
     head_only: bool,
     max: u64,
+    meter: &mut (dyn FnMut(u64) -> bool + Send),
 ) -> Result<(Reply, bool), AttemptError> {
     let head = loop {
         let head = read_head(stream, buf).await?;
@@ -365,22 +393,25 @@ async fn read_response(
         if !last_token_is(headers, http::header::TRANSFER_ENCODING, "chunked") {
             // Not chunked at the end: the body ends when the connection does.
             reusable = false;
-            read_to_close(stream, buf, max).await?
+            read_to_close(stream, buf, max, meter).await?
         } else {
             if headers.contains_key(http::header::CONTENT_LENGTH) {
                 // Both framings: chunked wins, and the connection is not trusted afterwards.
                 reusable = false;
             }
-            read_chunked(stream, buf, max).await?
+            read_chunked(stream, buf, max, meter).await?
         }
     } else if let Some(len) = content_length(headers)? {
         if len > max {
             return Err(over_limit(max));
         }
+        if !meter(len) {
+            return Err(refused_by_meter(len));
+        }
         read_sized(stream, buf, len).await?
     } else {
         reusable = false;
-        read_to_close(stream, buf, max).await?
+        read_to_close(stream, buf, max, meter).await?
     };
     let reply = Reply {
         status: head.status,
@@ -509,6 +540,7 @@ async fn read_chunked(
     stream: &mut Stream,
     buf: &mut BytesMut,
     max: u64,
+    meter: &mut (dyn FnMut(u64) -> bool + Send),
 ) -> Result<Bytes, AttemptError> {
     const CUT: &str = "connection closed in the middle of a chunked body";
     let mut body = BytesMut::new();
@@ -544,8 +576,12 @@ async fn read_chunked(
                 return Err(closed(CUT));
             }
             let take = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
-            if (body.len() + take) as u64 > max {
+            let grown = (body.len() + take) as u64;
+            if grown > max {
                 return Err(over_limit(max));
+            }
+            if !meter(grown) {
+                return Err(refused_by_meter(grown));
             }
             body.extend_from_slice(&buf[..take]);
             buf.advance(take);
@@ -595,13 +631,25 @@ async fn read_to_close(
     stream: &mut Stream,
     buf: &mut BytesMut,
     max: u64,
+    meter: &mut (dyn FnMut(u64) -> bool + Send),
 ) -> Result<Bytes, AttemptError> {
     while fill(stream, buf, READ_CHUNK).await? > 0 {
         if buf.len() as u64 > max {
             return Err(over_limit(max));
         }
+        if !meter(buf.len() as u64) {
+            return Err(refused_by_meter(buf.len() as u64));
+        }
     }
     Ok(buf.split().freeze())
+}
+
+/// The error of a body its caller's meter refused to grow to `n` bytes.
+fn refused_by_meter(n: u64) -> AttemptError {
+    AttemptError {
+        kind: ErrorKind::Other,
+        message: format!("response body of {n} bytes refused by the caller's memory budget"),
+    }
 }
 
 /// Reads what the socket has into `buf`, first growing it by up to `want` bytes if it is low on
@@ -635,6 +683,69 @@ mod tests {
             uri: uri.to_string(),
             headers: h,
             body: Bytes::copy_from_slice(body),
+        }
+    }
+
+    /// A server that answers every request on one connection with `answer`.
+    async fn answering(answer: Vec<u8>) -> Arc<Target> {
+        let answer: Arc<[u8]> = answer.into();
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("its address");
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let answer = answer.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {
+                        if s.write_all(&answer).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Arc::new(
+            Target::with(&format!("http://{addr}"), &crate::Connect::default()).expect("a target"),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_metered_body_is_asked_for_before_it_is_read_and_refused_when_denied() {
+        for answer in [
+            &b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n"[..],
+            &b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n40\r\n"[..],
+        ] {
+            let mut body = answer.to_vec();
+            if answer.ends_with(b"40\r\n") {
+                body.extend_from_slice(&[b'x'; 64]);
+                body.extend_from_slice(b"\r\n24\r\n");
+                body.extend_from_slice(&[b'x'; 36]);
+                body.extend_from_slice(b"\r\n0\r\n\r\n");
+            } else {
+                body.extend_from_slice(&[b'x'; 100]);
+            }
+            let target = answering(body).await;
+            let req = outgoing(Method::GET, "/", &[], b"");
+            let mut conn = H1Conn::new(target.clone());
+            let mut asked = Vec::new();
+            let reply = conn
+                .send_metered(&req, Duration::from_secs(10), &mut |n| {
+                    asked.push(n);
+                    true
+                })
+                .await
+                .expect("granted");
+            assert_eq!(reply.body.len(), 100);
+            assert_eq!(asked.last(), Some(&100), "{asked:?}");
+            let mut conn = H1Conn::new(target);
+            let denied = conn
+                .send_metered(&req, Duration::from_secs(10), &mut |n| n <= 50)
+                .await
+                .expect_err("denied past 50 bytes");
+            assert!(denied.message.contains("memory budget"), "{denied}");
         }
     }
 

@@ -71,8 +71,17 @@ pub(crate) struct PgStore {
 }
 
 impl PgStore {
-    /// Connects, and creates the schema when it is missing.
-    pub(super) async fn open(url: &PostgresUrl, pool_size: u32) -> Result<PgStore, StoreError> {
+    /// Connects, and creates the schema when it is missing. Every connection runs with
+    /// `statement_timeout` and `lock_timeout` set, and a request waits at most
+    /// `statement_timeout` for a connection of the pool: a blocked database (a lock held, a
+    /// server that stopped answering) costs a request a bounded wait, answered `503`, never a
+    /// hang as long as the lock.
+    pub(super) async fn open(
+        url: &PostgresUrl,
+        pool_size: u32,
+        statement_timeout: Duration,
+        lock_timeout: Duration,
+    ) -> Result<PgStore, StoreError> {
         let mut cfg = url.pg_config().map_err(|source| StoreError::PostgresUrl {
             url: url.redacted(),
             source,
@@ -80,6 +89,14 @@ impl PgStore {
         if cfg.get_connect_timeout().is_none() {
             cfg.connect_timeout(Duration::from_secs(10));
         }
+        // Server settings for every connection, after whatever options the URL gives.
+        let options = format!(
+            "{} -c statement_timeout={} -c lock_timeout={}",
+            cfg.get_options().unwrap_or(""),
+            statement_timeout.as_millis().max(1),
+            lock_timeout.as_millis().max(1),
+        );
+        cfg.options(options.trim_start());
         if cfg.get_application_name().is_none() {
             cfg.application_name("fault-server");
         }
@@ -93,8 +110,8 @@ impl PgStore {
         let pool = Pool::builder(manager)
             .max_size(pool_size as usize)
             .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(Duration::from_secs(30)))
-            .create_timeout(Some(Duration::from_secs(15)))
+            .wait_timeout(Some(statement_timeout))
+            .create_timeout(Some(statement_timeout.max(Duration::from_secs(1))))
             .build()
             .map_err(|e| StoreError::PoolBuild(e.to_string()))?;
         let mut client = pool.get().await.map_err(|source| StoreError::Connect {
@@ -118,6 +135,13 @@ impl PgStore {
 
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
         Ok(self.pool.get().await?)
+    }
+
+    /// A connection of the pool answers a trivial query.
+    pub(super) async fn ping(&self) -> Result<(), StoreError> {
+        let c = self.client().await?;
+        c.simple_query("SELECT 1").await?;
+        Ok(())
     }
 
     /// Open connections of the pool.

@@ -161,6 +161,7 @@ pub(crate) fn ok_reply() -> ResourceReply {
         replayed: false,
         transition: None,
         resource: None,
+        refused: None,
     }
 }
 

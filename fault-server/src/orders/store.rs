@@ -41,6 +41,9 @@ pub struct ResourceReply {
     pub transition: Option<String>,
     /// The order the request acted on.
     pub resource: Option<String>,
+    /// Why the store refused the request without acting on it (`store-unavailable`: the
+    /// database did not answer within its timeouts); the journal records it as `rejected`.
+    pub refused: Option<&'static str>,
 }
 
 impl ResourceReply {
@@ -54,6 +57,7 @@ impl ResourceReply {
             replayed: false,
             transition: None,
             resource: None,
+            refused: None,
         }
     }
 
@@ -71,6 +75,27 @@ impl ResourceReply {
     fn header(mut self, name: &'static str, value: String) -> ResourceReply {
         self.headers.push((name, value));
         self
+    }
+
+    /// The answer to a request the store failed: `503` with `Retry-After` (journaled `rejected:
+    /// store-unavailable`) when the database did not answer within its timeouts or could not be
+    /// reached — the request had no effect, and a retry later may succeed — else `500`.
+    pub fn store_failed(e: &StoreError, title: &str) -> ResourceReply {
+        if e.is_unavailable() {
+            tracing::warn!("{title}: {e}");
+            return ResourceReply {
+                refused: Some("store-unavailable"),
+                ..ResourceReply::problem(
+                    503,
+                    "store-unavailable",
+                    "The orders database did not answer in time",
+                    e.to_string(),
+                )
+            }
+            .header("retry-after", "1".to_string());
+        }
+        tracing::error!("{title}: {e}");
+        ResourceReply::problem(500, "store-error", title, e.to_string())
     }
 }
 
@@ -132,6 +157,30 @@ pub enum StoreError {
     PoolBuild(String),
 }
 
+impl StoreError {
+    /// Whether the database did not answer in time or could not be reached — a pool wait, a
+    /// statement or a lock that timed out, a connection refused or lost — rather than refusing
+    /// the statement itself. Such a request had no effect (a timed-out statement is rolled back).
+    pub fn is_unavailable(&self) -> bool {
+        use tokio_postgres::error::SqlState;
+        match self {
+            StoreError::PostgresPool(_) | StoreError::Pool(_) => true,
+            StoreError::Postgres(e) => {
+                e.is_closed()
+                    || e.code().is_some_and(|c| {
+                        *c == SqlState::QUERY_CANCELED
+                            || *c == SqlState::LOCK_NOT_AVAILABLE
+                            || *c == SqlState::ADMIN_SHUTDOWN
+                            || *c == SqlState::CANNOT_CONNECT_NOW
+                    })
+                    || std::error::Error::source(e)
+                        .is_some_and(|s| s.downcast_ref::<std::io::Error>().is_some())
+            }
+            _ => false,
+        }
+    }
+}
+
 /// The orders store and its selected implementations.
 #[derive(Clone)]
 pub struct Orders {
@@ -191,9 +240,15 @@ impl Orders {
     /// fresh temporary one) or PostgreSQL, as `orders.database` says.
     pub async fn open(cfg: &OrdersConfig) -> Result<Orders, StoreError> {
         let backend = match &cfg.database {
-            Some(Database::Postgres(url)) => {
-                Backend::Postgres(PgStore::open(url, cfg.pool_size).await?)
-            }
+            Some(Database::Postgres(url)) => Backend::Postgres(
+                PgStore::open(
+                    url,
+                    cfg.pool_size,
+                    cfg.statement_timeout.0,
+                    cfg.lock_timeout.0,
+                )
+                .await?,
+            ),
             Some(Database::Sqlite(path)) => {
                 let (path, size) = (path.clone(), cfg.pool_size);
                 Backend::Sqlite(
@@ -245,6 +300,28 @@ impl Orders {
         match &self.inner.backend {
             Backend::Postgres(p) => Some(p.connections()),
             Backend::Sqlite(_) => None,
+        }
+    }
+
+    /// Whether the database answers now: on PostgreSQL a connection of the pool and a
+    /// `SELECT 1` within `within`; SQLite, a file of this process, always does. The reason when
+    /// it does not.
+    pub async fn reachable(&self, within: std::time::Duration) -> Result<(), String> {
+        match &self.inner.backend {
+            Backend::Sqlite(_) => Ok(()),
+            Backend::Postgres(p) => match tokio::time::timeout(within, p.ping()).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err(format!("no answer within {within:?}")),
+            },
+        }
+    }
+
+    /// Which database holds the orders: `sqlite` or `postgres`.
+    pub fn backend(&self) -> &'static str {
+        match &self.inner.backend {
+            Backend::Sqlite(_) => "sqlite",
+            Backend::Postgres(_) => "postgres",
         }
     }
 
@@ -307,15 +384,7 @@ impl Orders {
             }
             (_, k) => self.insert_order(k, order).await,
         };
-        result.unwrap_or_else(|e| {
-            tracing::error!("POST /orders failed: {e}");
-            ResourceReply::problem(
-                500,
-                "store-error",
-                "The order could not be stored",
-                e.to_string(),
-            )
-        })
+        result.unwrap_or_else(|e| ResourceReply::store_failed(&e, "The order could not be stored"))
     }
 
     async fn insert_order(
@@ -429,12 +498,7 @@ impl Orders {
                 }
             }
             Ok(None) => not_found(&id),
-            Err(e) => ResourceReply::problem(
-                500,
-                "store-error",
-                "The order could not be read",
-                e.to_string(),
-            ),
+            Err(e) => ResourceReply::store_failed(&e, "The order could not be read"),
         };
         reply.resource = Some(id);
         reply
@@ -447,12 +511,7 @@ impl Orders {
                 200,
                 json!({ "idempotency_key": key, "count": ids.len(), "ids": ids }),
             ),
-            Err(e) => ResourceReply::problem(
-                500,
-                "store-error",
-                "The orders could not be listed",
-                e.to_string(),
-            ),
+            Err(e) => ResourceReply::store_failed(&e, "The orders could not be listed"),
         }
     }
 
@@ -462,14 +521,8 @@ impl Orders {
             PayImpl::Conditional => self.pay_conditional(&id).await,
             PayImpl::ReadThenWrite => self.pay_read_then_write(&id).await,
         };
-        let mut reply = result.unwrap_or_else(|e| {
-            ResourceReply::problem(
-                500,
-                "store-error",
-                "The payment could not be stored",
-                e.to_string(),
-            )
-        });
+        let mut reply = result
+            .unwrap_or_else(|e| ResourceReply::store_failed(&e, "The payment could not be stored"));
         reply.resource = Some(id);
         reply
     }

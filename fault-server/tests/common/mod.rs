@@ -1,6 +1,9 @@
 //! Shared by the fault server's integration tests: a server on 127.0.0.1:0 and raw HTTP helpers.
 #![allow(dead_code)]
 
+pub mod binary;
+pub mod frames;
+
 use std::time::Duration;
 
 use fault_server::{Config, FaultServer, ServerOptions};

@@ -1,0 +1,491 @@
+//! HTTP/2 at the frame level against the real binary, with a client that writes the frames
+//! itself (`common::frames`): slow and stalled readers, answers nobody received, bodies the h2
+//! layer refuses, frames of the wrong size, and the attacks the server must keep holding against
+//! (rapid reset, a CONTINUATION flood, an HPACK bomb, streams over the limit).
+//!
+//! Nothing here asserts how fast anything happens: a test waits for the frames and journal
+//! entries it expects, within generous bounds for a loaded machine.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::binary::{big_body_config, start};
+use common::frames::*;
+
+#[test]
+fn a_slow_reader_whose_window_keeps_opening_gets_the_whole_answer() {
+    // The idle timeout (300 ms) is far shorter than the time the reader takes: a connection
+    // with a stream still being written is not idle.
+    let len = 256 << 10;
+    let s = start(&big_body_config(
+        "header_timeout: 300ms, send_timeout: 60s",
+        len,
+    ));
+    let mut c = Client::connect(s.addr, &[(SETTINGS_INITIAL_WINDOW_SIZE, 16384)]);
+    c.request(1, "GET", "/big", &[], true);
+    let (mut body, mut wire, mut ended) = (0usize, 0u64, false);
+    let mut unacked = 0u32;
+    while !ended {
+        let f = c.next().expect("the answer goes on until its end");
+        assert_ne!(
+            f.kind, GOAWAY,
+            "the connection was ended under a reader: {f:?}"
+        );
+        if f.stream != 1 {
+            continue;
+        }
+        wire += f.wire_len();
+        if f.kind == DATA {
+            body += f.payload.len();
+            unacked += f.payload.len() as u32;
+            ended = f.flags & END_STREAM != 0;
+            if unacked >= 16384 && !ended {
+                // A slow reader: a pause, then room for one more window.
+                std::thread::sleep(Duration::from_millis(150));
+                c.window_update(1, unacked);
+                c.window_update(0, unacked);
+                unacked = 0;
+            }
+        }
+    }
+    assert_eq!(body, len);
+    let e = &s.entries_for("/big", 1, Duration::from_secs(20))[0];
+    assert_eq!(e["outcome"], "responded", "{e}");
+    assert_eq!(e["status"], 200);
+    assert_eq!(e["response_bytes"], wire, "every byte the client read: {e}");
+}
+
+#[test]
+fn answers_whose_window_never_opened_are_client_closed_with_what_got_out() {
+    let s = start(&big_body_config("send_timeout: 60s", 64 << 10));
+    let mut c = Client::connect(s.addr, &[(SETTINGS_INITIAL_WINDOW_SIZE, 0)]);
+    let streams: Vec<u32> = (0..20).map(|i| 2 * i + 1).collect();
+    for id in &streams {
+        c.request(*id, "GET", "/big", &[], true);
+    }
+    // Every answer's head arrives (HEADERS are not flow-controlled); not one byte of a body can.
+    let mut head_bytes = std::collections::HashMap::new();
+    while head_bytes.len() < streams.len() {
+        let f = c.next().expect("the answers' heads");
+        assert_ne!(f.kind, DATA, "no window, no data: {f:?}");
+        if f.kind == HEADERS {
+            head_bytes.insert(f.stream, f.wire_len());
+        }
+    }
+    for id in &streams {
+        c.reset(*id, CANCEL);
+    }
+    let entries = s.entries_for("/big", streams.len(), Duration::from_secs(20));
+    assert_eq!(entries.len(), streams.len());
+    for e in &entries {
+        assert_eq!(e["outcome"], "client_closed", "nobody got this answer: {e}");
+    }
+    // Each entry counts its answer's head and no more (which head is whose: the order the
+    // handlers ran in, not the streams').
+    let mut journaled: Vec<u64> = entries
+        .iter()
+        .map(|e| e["response_bytes"].as_u64().expect("response_bytes"))
+        .collect();
+    let mut received: Vec<u64> = head_bytes.values().copied().collect();
+    journaled.sort_unstable();
+    received.sort_unstable();
+    assert_eq!(journaled, received);
+    assert_eq!(
+        s.stats()["by_outcome"]["responded"],
+        serde_json::Value::Null
+    );
+}
+
+#[test]
+fn an_answer_that_makes_no_progress_is_reset_at_the_send_timeout() {
+    let s = start(&format!(
+        "{}  - match: {{ path: /small }}\n    fault: {{ status: 204 }}\n",
+        big_body_config("send_timeout: 300ms", 64 << 10)
+    ));
+    let mut c = Client::connect(s.addr, &[(SETTINGS_INITIAL_WINDOW_SIZE, 0)]);
+    c.request(1, "GET", "/big", &[], true);
+    c.request(3, "GET", "/big", &[], true);
+    let mut heads = std::collections::HashMap::new();
+    let mut resets = std::collections::HashMap::new();
+    while resets.len() < 2 {
+        let f = c
+            .next()
+            .expect("the server gives up on the stalled answers");
+        match f.kind {
+            HEADERS => {
+                heads.insert(f.stream, f.wire_len());
+            }
+            RST_STREAM => {
+                resets.insert(f.stream, f.error_code());
+            }
+            GOAWAY => panic!("only the stalled streams end, not the connection: {f:?}"),
+            _ => {}
+        }
+    }
+    assert_eq!(resets[&1], Some(CANCEL));
+    assert_eq!(resets[&3], Some(CANCEL));
+    // The connection goes on.
+    c.request(5, "GET", "/small", &[], true);
+    let answered = std::iter::from_fn(|| c.next())
+        .find(|f| f.stream == 5 && f.kind == HEADERS)
+        .expect("another stream on the same connection is answered");
+    assert_eq!(
+        status(&c.fields(&answered).expect("a header block")),
+        Some(204)
+    );
+    let entries = s.entries_for("/big", 2, Duration::from_secs(20));
+    assert_eq!(entries.len(), 2);
+    for e in &entries {
+        assert_eq!(e["outcome"], "send_timeout", "{e}");
+    }
+    let mut journaled: Vec<u64> = entries
+        .iter()
+        .map(|e| e["response_bytes"].as_u64().expect("response_bytes"))
+        .collect();
+    let mut received: Vec<u64> = heads.values().copied().collect();
+    journaled.sort_unstable();
+    received.sort_unstable();
+    assert_eq!(journaled, received, "the heads, no more");
+    assert_eq!(s.stats()["by_outcome"]["send_timeout"], 2);
+}
+
+#[test]
+fn a_body_that_disagrees_with_its_content_length_is_journaled_rejected() {
+    let s = start("{}");
+    let mut c = Client::connect(s.addr, &[]);
+    c.request(
+        1,
+        "POST",
+        "/orders",
+        &[
+            ("content-type", "application/json"),
+            ("content-length", "10"),
+            ("idempotency-key", "cl-1"),
+        ],
+        false,
+    );
+    // Once the request is in a handler (the server has counted it), the body ends short.
+    let end = Instant::now() + Duration::from_secs(20);
+    while !s.get("/__harness/health").contains("\"received\":1") && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    c.send(DATA, END_STREAM, 1, b"{\"a\":1}");
+    let reset = std::iter::from_fn(|| c.next())
+        .find(|f| f.kind == RST_STREAM && f.stream == 1)
+        .expect("the stream is reset");
+    assert_eq!(reset.error_code(), Some(PROTOCOL_ERROR));
+    let e = &s.entries_for("/orders", 1, Duration::from_secs(20))[0];
+    assert_eq!(e["outcome"], "rejected", "{e}");
+    assert_eq!(e["rejected"], "bad-body");
+    assert_eq!(e["status"], serde_json::Value::Null, "nothing was answered");
+}
+
+#[test]
+fn requests_the_h2_layer_refuses_are_counted_not_journaled() {
+    let s = start("{}");
+    let mut c = Client::connect(s.addr, &[]);
+    // A header list over the server's 64 KiB limit: 36 fields of 2 KB.
+    let mut block = c.encode(&[
+        (":method", "GET"),
+        (":scheme", "http"),
+        (":path", "/list"),
+        (":authority", "x"),
+    ]);
+    for i in 0..36 {
+        block.extend(literal(&format!("x-big-{i}"), &"b".repeat(2000)));
+    }
+    c.send_block(1, &block, true);
+    // A connection-specific header, a missing :path.
+    c.request(3, "GET", "/conn", &[("connection", "keep-alive")], true);
+    let block = c.encode(&[(":method", "GET"), (":scheme", "http"), (":authority", "x")]);
+    c.send_block(5, &block, true);
+    c.request(7, "GET", "/fine", &[], true);
+    let (mut answered_fine, mut too_large) = (false, None);
+    let mut refused = std::collections::HashMap::new();
+    while !(answered_fine && too_large.is_some() && refused.len() >= 2) {
+        let f = c
+            .next()
+            .unwrap_or_else(|| panic!("every stream gets an answer or a reset: {refused:?}"));
+        match f.kind {
+            RST_STREAM => {
+                refused.insert(f.stream, f.error_code());
+            }
+            HEADERS if f.stream == 7 => answered_fine = true,
+            HEADERS if f.stream == 1 => too_large = f.fields.as_deref().and_then(status),
+            _ => {}
+        }
+    }
+    assert_eq!(
+        too_large,
+        Some(431),
+        "h2 answers an oversize header list itself"
+    );
+    assert_eq!(refused[&3], Some(PROTOCOL_ERROR));
+    assert_eq!(refused[&5], Some(PROTOCOL_ERROR));
+    // An upper-case field name: h2 ends the whole connection (GOAWAY PROTOCOL_ERROR) where RFC
+    // 9113 §8.2.1 makes it a malformed request, a stream error; counted as what it was.
+    let mut upper = Client::connect(s.addr, &[]);
+    let block = upper.encode(&[
+        (":method", "GET"),
+        (":scheme", "http"),
+        (":path", "/upper"),
+        (":authority", "x"),
+        ("X-Upper", "1"),
+    ]);
+    upper.send_block(1, &block, true);
+    let goaway = std::iter::from_fn(|| upper.next())
+        .find(|f| f.kind == GOAWAY)
+        .expect("the connection ends");
+    assert_eq!(goaway.error_code(), Some(PROTOCOL_ERROR));
+    let stats = {
+        let end = Instant::now() + Duration::from_secs(20);
+        loop {
+            let st = s.stats();
+            if st["requests"] == 1 || Instant::now() > end {
+                break st;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let counted = &stats["http2_refused_streams"];
+    assert_eq!(counted["header_list_too_large"], 1, "{stats}");
+    assert_eq!(counted["protocol_error"], 2, "{stats}");
+    assert_eq!(
+        stats["http2_connection_errors"]["protocol_error"], 1,
+        "{stats}"
+    );
+    let paths: Vec<String> = s
+        .journal()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(
+        paths,
+        ["/fine"],
+        "only the request a handler saw is journaled"
+    );
+    let metrics = s.get("/__harness/metrics");
+    assert!(
+        metrics.contains("fault_server_http2_refused_streams_total{reason=\"protocol_error\"} 2"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn frames_of_the_wrong_size_are_frame_size_errors() {
+    let s = start("{}");
+    for (kind, flags, len) in [(SETTINGS, 0, 5), (PING, 0, 7), (WINDOW_UPDATE, 0, 3)] {
+        let mut c = Client::connect(s.addr, &[]);
+        c.send(kind, flags, 0, &vec![0u8; len]);
+        let goaway = std::iter::from_fn(|| c.next())
+            .find(|f| f.kind == GOAWAY)
+            .unwrap_or_else(|| panic!("frame type {kind} of {len} bytes: no GOAWAY"));
+        assert_eq!(
+            goaway.error_code(),
+            Some(FRAME_SIZE_ERROR),
+            "frame type {kind} of {len} bytes"
+        );
+    }
+    assert!(s.healthy());
+    let stats = s.stats();
+    assert_eq!(
+        stats["http2_connection_errors"]["frame_size_error"], 3,
+        "{stats}"
+    );
+}
+
+#[test]
+fn rapid_reset_ends_the_connection_with_enhance_your_calm() {
+    let s = start("{}");
+    let mut c = Client::connect(s.addr, &[]);
+    // Streams opened and cancelled at once, a thousand of them in one write.
+    let mut burst = Vec::new();
+    for i in 0..1000u32 {
+        let id = 2 * i + 1;
+        let block = c.encode(&[
+            (":method", "GET"),
+            (":scheme", "http"),
+            (":path", "/"),
+            (":authority", "x"),
+        ]);
+        burst.extend(frame(HEADERS, END_HEADERS | END_STREAM, id, &block));
+        burst.extend(frame(RST_STREAM, 0, id, &CANCEL.to_be_bytes()));
+    }
+    let _ = c.send_raw(&burst);
+    let goaway = std::iter::from_fn(|| c.next())
+        .find(|f| f.kind == GOAWAY)
+        .expect("the server ends the connection");
+    assert_eq!(goaway.error_code(), Some(ENHANCE_YOUR_CALM));
+    assert!(s.healthy());
+    assert_eq!(s.stats()["http2_connection_errors"]["enhance_your_calm"], 1);
+}
+
+#[test]
+fn a_continuation_flood_is_cut_and_costs_bounded_memory() {
+    let s = start("{}");
+    let before = s.rss_kb();
+    let mut c = Client::connect(s.addr, &[]);
+    let block = c.encode(&[
+        (":method", "GET"),
+        (":scheme", "http"),
+        (":path", "/"),
+        (":authority", "x"),
+    ]);
+    c.send(HEADERS, 0, 1, &block);
+    // Header fields without end: 16 KiB CONTINUATION frames, never END_HEADERS, up to 256 MiB.
+    let mut junk = Vec::new();
+    for i in 0..400u32 {
+        let field = c.encode(&[(&format!("x-{i}"), &"v".repeat(40))]);
+        junk.extend(field);
+    }
+    junk.truncate(16 << 10);
+    let cont = frame(CONTINUATION, 0, 1, &junk);
+    let mut sent = 0usize;
+    while sent < (256 << 20) && c.send_raw(&cont).is_ok() {
+        sent += cont.len();
+    }
+    assert!(sent < (256 << 20), "the server stopped reading the flood");
+    let growth = s.rss_kb().saturating_sub(before);
+    assert!(growth < 64 * 1024, "RSS grew by {growth} kB");
+    assert!(s.healthy());
+    assert!(s.journal().is_empty(), "no request came of it");
+}
+
+#[test]
+fn an_hpack_bomb_is_refused_without_being_expanded() {
+    let s = start("{}");
+    let before = s.rss_kb();
+    let mut c = Client::connect(s.addr, &[]);
+    // One 4 KiB field into the dynamic table (literal with incremental indexing, new name),
+    // then 4,000 one-byte references to it: 16 MB of header list from 8 KB of block.
+    let mut block = c.encode(&[
+        (":method", "GET"),
+        (":scheme", "http"),
+        (":path", "/bomb"),
+        (":authority", "x"),
+    ]);
+    let value = "v".repeat(4000);
+    block.push(0x40);
+    block.push(6);
+    block.extend_from_slice(b"x-bomb");
+    block.push(0x7f);
+    let mut n = value.len() - 127;
+    while n >= 128 {
+        block.push((n % 128) as u8 | 0x80);
+        n /= 128;
+    }
+    block.push(n as u8);
+    block.extend_from_slice(value.as_bytes());
+    // Index 62: the newest entry of the dynamic table.
+    block.extend(std::iter::repeat_n(0x80 | 62, 4000));
+    assert!(block.len() < 16 << 10, "one frame");
+    c.send(HEADERS, END_HEADERS | END_STREAM, 1, &block);
+    let answer = std::iter::from_fn(|| c.next())
+        .find(|f| (f.stream == 1 && matches!(f.kind, RST_STREAM | HEADERS)) || f.kind == GOAWAY)
+        .expect("the bomb is answered");
+    assert_ne!(answer.kind, DATA);
+    let growth = s.rss_kb().saturating_sub(before);
+    assert!(growth < 64 * 1024, "RSS grew by {growth} kB");
+    assert!(s.healthy());
+    assert!(
+        s.journal().iter().all(|e| e["path"] != "/bomb"),
+        "no handler saw it"
+    );
+}
+
+#[test]
+fn streams_over_the_limit_are_refused_and_counted() {
+    let s = start("rules:\n  - match: { path: /hold }\n    fault: { hang: { cap: 60s } }\n");
+    let mut c = Client::connect(s.addr, &[]);
+    for i in 0..300u32 {
+        c.request(2 * i + 1, "GET", "/hold", &[], true);
+    }
+    let mut refused = 0;
+    while refused < 44 {
+        let f = c.next().expect("the streams over the limit are refused");
+        if f.kind == RST_STREAM {
+            assert_eq!(f.error_code(), Some(REFUSED_STREAM), "{f:?}");
+            refused += 1;
+        }
+    }
+    let end = Instant::now() + Duration::from_secs(20);
+    while s.stats()["http2_refused_streams"]["refused_stream"] != 44 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(s.stats()["http2_refused_streams"]["refused_stream"], 44);
+    assert!(s.healthy());
+}
+
+#[test]
+fn a_configured_body_is_shared_by_every_answer_waiting_to_be_written() {
+    let s = start(&big_body_config("send_timeout: 60s", 1 << 20));
+    let before = s.rss_kb();
+    // Forty answers of 1 MiB, none of which can move: a copy each would be 40 MiB.
+    let mut c = Client::connect(s.addr, &[(SETTINGS_INITIAL_WINDOW_SIZE, 0)]);
+    for i in 0..40u32 {
+        c.request(2 * i + 1, "GET", "/big", &[], true);
+    }
+    let mut heads = 0;
+    while heads < 40 {
+        let f = c.next().expect("the answers' heads");
+        if f.kind == HEADERS {
+            heads += 1;
+        }
+    }
+    let growth = s.rss_kb().saturating_sub(before);
+    assert!(
+        growth < 16 * 1024,
+        "forty waiting answers of one configured 1 MiB body hold {growth} kB"
+    );
+}
+
+#[test]
+fn the_journal_read_slowly_over_http2_arrives_whole() {
+    let s = start("limits: { header_timeout: 300ms }");
+    for _ in 0..20 {
+        assert!(s.get("/fill").starts_with("HTTP/1.0 200"));
+    }
+    assert_eq!(
+        s.entries_for("/fill", 20, Duration::from_secs(20)).len(),
+        20
+    );
+    let expected = s.get("/__harness/journal");
+    let expected = expected
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    assert!(
+        expected.len() > 4 << 10,
+        "{} bytes of journal",
+        expected.len()
+    );
+    let mut c = Client::connect(s.addr, &[(SETTINGS_INITIAL_WINDOW_SIZE, 1024)]);
+    c.request(
+        1,
+        "GET",
+        "/__harness/journal",
+        &[("host", "127.0.0.1")],
+        true,
+    );
+    let mut body = Vec::new();
+    loop {
+        let f = c.next().expect("the journal goes on until its end");
+        assert_ne!(f.kind, GOAWAY, "the connection was ended under a reader");
+        if f.stream == 1 && f.kind == DATA {
+            body.extend_from_slice(&f.payload);
+            if f.flags & END_STREAM != 0 {
+                break;
+            }
+            if !f.payload.is_empty() {
+                std::thread::sleep(Duration::from_millis(100));
+                c.window_update(1, f.payload.len() as u32);
+                c.window_update(0, f.payload.len() as u32);
+            }
+        }
+    }
+    assert!(
+        String::from_utf8_lossy(&body) == expected,
+        "the journal, whole"
+    );
+}
