@@ -9,13 +9,24 @@ use http::{HeaderName, Method};
 use serde::Deserialize;
 use yaml_config::{from_yaml_str, ConfigError, Dur};
 
+mod burst;
+mod clients;
+mod fleet;
+mod policy;
+mod rate;
+
+pub use burst::BurstFile;
+pub use clients::ClientsFile;
+pub use fleet::FleetFile;
+use policy::merge_policy;
+pub use policy::{resolve_policy, BackoffFile, BreakerFile, BudgetFile, PolicyFile, RetryOnFile};
+pub use rate::{RateFile, StageFile};
+
 use crate::http::Connect;
-use crate::plan::{PhaseKind, PhasePlan, Plan, SyncMode, TierSpec, RELAY_TIER_HEADER};
+use crate::plan::{PhaseKind, PhasePlan, Plan, TierSpec, RELAY_TIER_HEADER};
 use crate::template::{RequestTemplate, Text};
 use crate::tls::TlsOptions;
 use checks::ChecksConfig;
-use history::ErrorKind;
-use retry_policy::{Backoff, BackoffKind, BreakerSpec, BudgetSpec, Jitter, KeyMode, Policy};
 
 /// A scenario as written.
 #[derive(Debug, Clone, Deserialize)]
@@ -106,131 +117,6 @@ pub struct ReportFile {
     pub window: Option<Dur>,
 }
 
-/// A client retry policy as written; every field optional so a phase can override a few.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PolicyFile {
-    /// Attempts per operation, first included (1 = no retries).
-    #[serde(default)]
-    pub max_attempts: Option<u32>,
-    /// Per-attempt timeout.
-    #[serde(default)]
-    pub timeout: Option<Dur>,
-    /// Budget for all attempts of an operation, backoff included.
-    #[serde(default)]
-    pub total_timeout: Option<Dur>,
-    #[serde(default)]
-    /// The wait before each retry, before jitter.
-    pub backoff: Option<BackoffFile>,
-    #[serde(default)]
-    /// How the wait is randomized: `none`, `full`, `equal`, `decorrelated`.
-    pub jitter: Option<Jitter>,
-    /// Which failures are retried.
-    #[serde(default)]
-    pub retry_on: Option<RetryOnFile>,
-    /// Wait at least the server's Retry-After.
-    #[serde(default)]
-    pub honor_retry_after: Option<bool>,
-    /// The longest Retry-After worth waiting for (default 120 s); a longer one ends the
-    /// operation (`wait_too_long`).
-    #[serde(default)]
-    pub retry_after_max: Option<Dur>,
-    /// `per_operation` (correct) or `per_attempt` (the bug).
-    #[serde(default)]
-    pub key: Option<KeyMode>,
-    #[serde(default)]
-    /// A retry budget shared by the clients of a phase.
-    pub budget: Option<BudgetFile>,
-    #[serde(default)]
-    /// A circuit breaker shared by the clients of a phase.
-    pub breaker: Option<BreakerFile>,
-    /// Send `X-Deadline` (absolute unix ms) derived from `total_timeout`.
-    #[serde(default)]
-    pub deadline_header: Option<bool>,
-    /// Send `x-client-id: c<N>` so the journal can group a client's attempts (default true).
-    #[serde(default)]
-    pub client_id_header: Option<bool>,
-}
-
-/// Backoff as written.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BackoffFile {
-    #[serde(default)]
-    /// `fixed`, `linear` or `exponential`.
-    pub kind: BackoffKind,
-    /// The first wait.
-    pub base: Dur,
-    #[serde(default)]
-    /// The longest wait (default 1 h).
-    pub cap: Option<Dur>,
-    #[serde(default)]
-    /// Growth per retry of an exponential backoff (default 2).
-    pub factor: Option<f64>,
-}
-
-/// Retry classification as written.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RetryOnFile {
-    #[serde(default)]
-    /// Statuses worth a retry.
-    pub statuses: Option<Vec<u16>>,
-    #[serde(default)]
-    /// Failures without a response worth a retry.
-    pub errors: Option<Vec<ErrorKind>>,
-}
-
-/// A retry budget as written: `{ ratio: 0.1, reserve: 10 }` or `{ capacity: 10, refill_per_s: 1 }`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BudgetFile {
-    #[serde(default)]
-    /// Retries allowed per first attempt.
-    pub ratio: Option<f64>,
-    #[serde(default)]
-    /// Retries allowed besides the ratio.
-    pub reserve: Option<f64>,
-    #[serde(default)]
-    /// Tokens of a bucket.
-    pub capacity: Option<f64>,
-    #[serde(default)]
-    /// Tokens added per second.
-    pub refill_per_s: Option<f64>,
-}
-
-/// A circuit breaker as written.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BreakerFile {
-    #[serde(default = "half")]
-    /// Failure ratio over the window that opens the breaker.
-    pub failure_ratio: f64,
-    #[serde(default = "ten")]
-    /// Requests in the window before it may open.
-    pub min_requests: u32,
-    /// The window failures are counted over.
-    pub window: Dur,
-    /// How long it stays open.
-    pub open_for: Dur,
-    #[serde(default = "one")]
-    /// Calls let through when half open.
-    pub half_open_probes: u32,
-    /// Status reported for operations the fallback answered (default 503).
-    #[serde(default)]
-    pub fallback_status: Option<u16>,
-}
-
-fn half() -> f64 {
-    0.5
-}
-fn ten() -> u32 {
-    10
-}
-fn one() -> u32 {
-    1
-}
-
 /// A phase as written: a name, exactly one executor, a request, an optional policy override.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -258,89 +144,6 @@ pub struct PhaseFile {
     /// `{{var.NAME}}`: `{ NAME: field }` (a top-level field, or a dotted path like `order.sku`).
     #[serde(default)]
     pub capture: BTreeMap<String, String>,
-}
-
-/// `burst`: N requests released together on connections opened beforehand, R rounds.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BurstFile {
-    #[serde(default = "ten")]
-    /// Requests per round (default 10).
-    pub size: u32,
-    #[serde(default = "one")]
-    /// Rounds (default 1).
-    pub rounds: u32,
-    /// Pause between rounds.
-    #[serde(default)]
-    pub pause: Option<Dur>,
-    /// Rounds on the clock instead: round k goes at the phase's start + (k − 1) × every. A run
-    /// split into shards needs it (default 1s there) so that every shard fires a round together.
-    #[serde(default)]
-    pub every: Option<Dur>,
-    /// How the round's requests are made to arrive together: `release` (default over HTTP/1.1),
-    /// `last-byte` (HTTP/1.1), `single-packet` (HTTP/2, its default).
-    #[serde(default)]
-    pub sync: Option<SyncMode>,
-}
-
-/// `rate`: open model, constant or in stages (linear ramps between stage targets).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RateFile {
-    #[serde(default)]
-    /// Requests per second, constant.
-    pub rps: Option<f64>,
-    #[serde(default)]
-    /// How long.
-    pub duration: Option<Dur>,
-    #[serde(default)]
-    /// Or stages, each a linear ramp.
-    pub stages: Option<Vec<StageFile>>,
-    /// Connections (workers) available; a request that finds none free starts late.
-    #[serde(default)]
-    pub connections: Option<u32>,
-}
-
-/// One stage of a ramp: reach `rps` by the end of `duration`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StageFile {
-    /// The rate reached at the stage's end.
-    pub rps: f64,
-    /// How long the ramp takes.
-    pub duration: Dur,
-}
-
-/// `clients`: closed model.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ClientsFile {
-    /// Clients.
-    pub concurrency: u32,
-    #[serde(default)]
-    /// How long.
-    pub duration: Option<Dur>,
-    #[serde(default)]
-    /// Operations in all.
-    pub requests: Option<u64>,
-    #[serde(default)]
-    /// Pause between a client's operations.
-    pub think: Option<Dur>,
-}
-
-/// `fleet`: N clients that start together, each running operations under the retry policy.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FleetFile {
-    /// Clients.
-    pub clients: u32,
-    /// Operations per client, one after another.
-    #[serde(default = "one_u64")]
-    pub operations: u64,
-}
-
-fn one_u64() -> u64 {
-    1
 }
 
 /// A request template as written.
@@ -431,6 +234,39 @@ fn invalid(origin: &str, field: impl Into<String>, message: impl Into<String>) -
         column: None,
         field: Some(field.into()),
         message: message.into(),
+    }
+}
+
+/// What every phase's resolver needs: where its errors point, the time scale, how the target is
+/// reached, and this process's shard of the run.
+struct PhaseScope<'a> {
+    /// The scenario file, as messages name it.
+    origin: &'a str,
+    /// The phase's index in `phases`.
+    index: usize,
+    /// The time scale.
+    scaling: Scale<'a>,
+    /// Whether the target is spoken to over HTTP/2.
+    http2: bool,
+    /// This process's part of the run.
+    shard: crate::shard::Shard,
+}
+
+impl PhaseScope<'_> {
+    /// `field` of this phase, as messages name it: `phases[2].burst.size`.
+    fn at(&self, field: &str) -> String {
+        format!("phases[{}].{field}", self.index)
+    }
+
+    /// `d` as it runs.
+    fn scale(&self, d: Duration) -> Duration {
+        self.scaling.of(d)
+    }
+
+    /// A phase's length or pause as it runs, refused above the bound of a phase.
+    fn pause(&self, d: Duration, field: String) -> Result<Duration, ConfigError> {
+        self.scaling
+            .within(d, field, bounds::PHASE, bounds::PHASE_NAME)
     }
 }
 
@@ -583,109 +419,11 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
         factor: time_scale,
         origin: &origin,
     };
-    let scale = |d: Duration| scaling.of(d);
-    let phase_pause =
-        |d: Duration, field: String| scaling.within(d, field, bounds::PHASE, bounds::PHASE_NAME);
     let connect = resolve_connect(&f, o, &origin)?;
 
-    let mut server = match (f.server, &f.server_config) {
-        (Some(_), Some(_)) => {
-            return Err(invalid(
-                &origin,
-                "server_config",
-                "give `server` (inline) or `server_config` (a file), not both",
-            ))
-        }
-        (Some(mut s), None) => {
-            if let Some(url) = &o.upstream {
-                s.set_upstream(url.clone());
-            }
-            s.validate(&origin).map_err(|e| e.within("server"))?;
-            Some(s)
-        }
-        (None, Some(p)) => {
-            let p = path.parent().unwrap_or(Path::new(".")).join(p);
-            Some(fault_server::Config::load_with(&p, |s| {
-                if let Some(url) = &o.upstream {
-                    s.set_upstream(url.clone());
-                }
-            })?)
-        }
-        (None, None) => {
-            if o.upstream.is_some() {
-                return Err(invalid(
-                    &origin,
-                    "server",
-                    "--upstream puts the embedded fault server in front of a dependency, and this scenario has no `server`",
-                ));
-            }
-            None
-        }
-    };
-    if let Some(s) = &mut server {
-        s.scale_durations(time_scale);
-        let too_long = s
-            .durations()
-            .into_iter()
-            .find(|(_, d)| **d > bounds::DURATION)
-            .map(|(field, d)| (field, d.div_f64(time_scale)));
-        if let Some((field, written)) = too_long {
-            let message = format!(
-                "{}; give at most {}",
-                scaling.describe(written),
-                bounds::DURATION_NAME
-            );
-            return Err(match &f.server_config {
-                None => invalid(&origin, format!("server.{field}"), message),
-                // Placed in the file that says it.
-                Some(p) => {
-                    let p = path.parent().unwrap_or(Path::new(".")).join(p);
-                    let text = std::fs::read_to_string(&p).unwrap_or_default();
-                    invalid(&p.display().to_string(), field, message).located(&text)
-                }
-            });
-        }
-    }
+    let mut server = resolve_server(f.server, f.server_config.as_deref(), path, o, scaling)?;
     let target = o.target.clone().or(f.target);
-    let mut relay = Vec::new();
-    if let Some(r) = &f.relay {
-        if server.is_none() {
-            return Err(invalid(
-                &origin,
-                "relay",
-                "relay tiers need an embedded `server` at the bottom",
-            ));
-        }
-        if target.is_some() {
-            return Err(invalid(
-                &origin,
-                "relay",
-                "with relay tiers the load goes to the top tier; remove `target`",
-            ));
-        }
-        if r.tiers.is_empty() {
-            return Err(invalid(&origin, "relay.tiers", "give at least one tier"));
-        }
-        for (i, t) in r.tiers.iter().enumerate() {
-            let policy = resolve_policy(
-                &t.client,
-                time_scale,
-                &origin,
-                &format!("relay.tiers[{i}].client"),
-            )?;
-            relay.push(TierSpec {
-                name: t.name.clone(),
-                policy,
-            });
-        }
-        // The bottom's journal tells which tier sent each request.
-        if let Some(s) = &mut server {
-            let h = RELAY_TIER_HEADER.to_string();
-            if !s.capture_headers.contains(&h) {
-                s.capture_headers.push(h);
-            }
-        }
-    }
+    let relay = resolve_relay(f.relay.as_ref(), server.as_mut(), target.is_some(), scaling)?;
     if server.is_none() && target.is_none() {
         return Err(invalid(
             &origin,
@@ -712,243 +450,21 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
                 "a phase has exactly one of `burst`, `rate`, `clients`, `fleet`",
             ));
         }
+        let scope = PhaseScope {
+            origin: &origin,
+            index: i,
+            scaling,
+            http2: connect.http2,
+            shard: o.shard,
+        };
         let kind = if let Some(b) = &p.burst {
-            if b.size == 0 || b.size > bounds::WORKERS {
-                return Err(invalid(
-                    &origin,
-                    at("burst.size"),
-                    format!("{}; give 1 to {}", b.size, bounds::WORKERS),
-                ));
-            }
-            if b.rounds == 0 || b.rounds > bounds::ROUNDS {
-                return Err(invalid(
-                    &origin,
-                    at("burst.rounds"),
-                    format!("{}; give 1 to {}", b.rounds, bounds::ROUNDS),
-                ));
-            }
-            let requests = u64::from(b.size) * u64::from(b.rounds);
-            if requests > bounds::OPERATIONS {
-                return Err(invalid(
-                    &origin,
-                    at("burst.rounds"),
-                    format!(
-                        "{} rounds of {} make {requests} requests in one phase; at most {}",
-                        b.rounds,
-                        b.size,
-                        bounds::OPERATIONS
-                    ),
-                ));
-            }
-            let sync = match (b.sync, connect.http2) {
-                (None, false) => SyncMode::Release,
-                (None, true) => SyncMode::SinglePacket,
-                (Some(SyncMode::SinglePacket), false) => {
-                    return Err(invalid(
-                        &origin,
-                        at("burst.sync"),
-                        "single-packet needs HTTP/2 (`http: { version: 2 }` or --http2); over HTTP/1.1 use last-byte",
-                    ))
-                }
-                (Some(SyncMode::LastByte), true) => {
-                    return Err(invalid(
-                        &origin,
-                        at("burst.sync"),
-                        "last-byte is for HTTP/1.1; over HTTP/2 use single-packet",
-                    ))
-                }
-                (Some(s), _) => s,
-            };
-            if b.pause.is_some() && b.every.is_some() {
-                return Err(invalid(
-                    &origin,
-                    at("burst.every"),
-                    "give `pause` (after each round) or `every` (rounds on the clock), not both",
-                ));
-            }
-            let every = match b
-                .every
-                .map(|d| phase_pause(d.0, at("burst.every")))
-                .transpose()?
-            {
-                Some(e) if e.is_zero() => {
-                    return Err(invalid(&origin, at("burst.every"), "0; give at least 1ms"))
-                }
-                Some(e) => Some(e),
-                // Shards fire each round together only on the clock.
-                None if o.shard.is_split() && b.pause.is_none() => {
-                    Some(scale(Duration::from_secs(1)))
-                }
-                None => None,
-            };
-            if o.shard.is_split() && every.is_none() {
-                return Err(invalid(
-                    &origin,
-                    at("burst.pause"),
-                    "a burst split into shards runs its rounds on the clock: replace `pause` with `every`",
-                ));
-            }
-            PhaseKind::Burst {
-                size: b.size,
-                rounds: b.rounds,
-                pause: phase_pause(b.pause.map_or(Duration::ZERO, |d| d.0), at("burst.pause"))?,
-                every,
-                sync,
-            }
+            burst::resolve(b, &scope)?
         } else if let Some(r) = &p.rate {
-            let stages = match (&r.stages, r.rps, r.duration) {
-                (Some(st), None, None) if !st.is_empty() => {
-                    let mut prev = 0.0;
-                    st.iter()
-                        .map(|s| {
-                            let x = (prev, s.rps, scale(s.duration.0));
-                            prev = s.rps;
-                            x
-                        })
-                        .collect::<Vec<_>>()
-                }
-                (None, Some(rps), Some(d)) => vec![(rps, rps, scale(d.0))],
-                (None, Some(_), None) => {
-                    return Err(invalid(
-                        &origin,
-                        at("rate.duration"),
-                        "this phase never ends: give `duration`",
-                    ))
-                }
-                _ => {
-                    return Err(invalid(
-                        &origin,
-                        at("rate"),
-                        "give `rps` and `duration`, or a non-empty list of `stages`",
-                    ))
-                }
-            };
-            let in_bounds = |x: f64| x.is_finite() && (0.0..=bounds::RPS).contains(&x);
-            let single = r.stages.is_none();
-            for (i, (_, rps, d)) in stages.iter().enumerate() {
-                let field = if single {
-                    String::from("rate.")
-                } else {
-                    format!("rate.stages[{i}].")
-                };
-                if !in_bounds(*rps) || (single && *rps <= 0.0) {
-                    return Err(invalid(
-                        &origin,
-                        at(&format!("{field}rps")),
-                        format!(
-                            "{rps}; give {} to {} requests per second",
-                            if single { "more than 0" } else { "0" },
-                            bounds::RPS
-                        ),
-                    ));
-                }
-                if d.is_zero() || *d > bounds::PHASE {
-                    return Err(invalid(
-                        &origin,
-                        at(&format!("{field}duration")),
-                        format!(
-                            "{}; give more than 0, at most {}",
-                            scaling.describe(d.div_f64(time_scale)),
-                            bounds::PHASE_NAME
-                        ),
-                    ));
-                }
-            }
-            let total: f64 = stages
-                .iter()
-                .map(|(a, b, d)| (a + b) / 2.0 * d.as_secs_f64())
-                .sum();
-            if total < 1.0 {
-                return Err(invalid(
-                    &origin,
-                    at("rate"),
-                    "this phase would send no request: give a rate above 0",
-                ));
-            }
-            if total > bounds::OPERATIONS as f64 {
-                return Err(invalid(
-                    &origin,
-                    at("rate"),
-                    format!(
-                        "{total:.0} requests in one phase; at most {}",
-                        bounds::OPERATIONS
-                    ),
-                ));
-            }
-            let connections = r.connections.unwrap_or(64);
-            if connections == 0 || connections > bounds::WORKERS {
-                return Err(invalid(
-                    &origin,
-                    at("rate.connections"),
-                    format!("{connections}; give 1 to {}", bounds::WORKERS),
-                ));
-            }
-            PhaseKind::Rate {
-                stages,
-                connections,
-            }
+            rate::resolve(r, &scope)?
         } else if let Some(c) = &p.clients {
-            if c.duration.is_none() && c.requests.is_none() {
-                return Err(invalid(
-                    &origin,
-                    at("clients"),
-                    "this phase never ends: give `duration` or `requests`",
-                ));
-            }
-            if c.concurrency == 0 || c.concurrency > bounds::WORKERS {
-                return Err(invalid(
-                    &origin,
-                    at("clients.concurrency"),
-                    format!("{}; give 1 to {}", c.concurrency, bounds::WORKERS),
-                ));
-            }
-            if c.requests.is_some_and(|n| n == 0 || n > bounds::OPERATIONS) {
-                return Err(invalid(
-                    &origin,
-                    at("clients.requests"),
-                    format!("give 1 to {}", bounds::OPERATIONS),
-                ));
-            }
-            if c.duration.is_some_and(|d| d.0.is_zero()) {
-                return Err(invalid(
-                    &origin,
-                    at("clients.duration"),
-                    format!("0; give more than 0, at most {}", bounds::PHASE_NAME),
-                ));
-            }
-            PhaseKind::Clients {
-                concurrency: c.concurrency,
-                duration: c
-                    .duration
-                    .map(|d| phase_pause(d.0, at("clients.duration")))
-                    .transpose()?,
-                requests: c.requests,
-                think: phase_pause(c.think.map_or(Duration::ZERO, |d| d.0), at("clients.think"))?,
-            }
+            clients::resolve(c, &scope)?
         } else if let Some(fl) = &p.fleet {
-            if fl.clients == 0 || fl.clients > bounds::WORKERS {
-                return Err(invalid(
-                    &origin,
-                    at("fleet.clients"),
-                    format!("{}; give 1 to {}", fl.clients, bounds::WORKERS),
-                ));
-            }
-            if fl.operations == 0
-                || u64::from(fl.clients).saturating_mul(fl.operations) > bounds::OPERATIONS
-            {
-                return Err(invalid(
-                    &origin,
-                    at("fleet.operations"),
-                    format!(
-                        "give at least 1, and at most {} operations for the whole fleet",
-                        bounds::OPERATIONS
-                    ),
-                ));
-            }
-            PhaseKind::Fleet {
-                clients: fl.clients,
-                operations: fl.operations,
-            }
+            fleet::resolve(fl, &scope)?
         } else {
             return Err(invalid(&origin, format!("phases[{i}]"), "missing executor"));
         };
@@ -1005,6 +521,131 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
         shard: o.shard,
         start_at_unix_ms: o.start_at_unix_ms,
     })
+}
+
+/// The embedded fault server of a scenario: `server` (inline) or `server_config` (a file beside
+/// the scenario), the `--upstream` override applied, validated, and its durations scaled and
+/// held to their bounds.
+fn resolve_server(
+    inline: Option<fault_server::Config>,
+    file: Option<&Path>,
+    path: &Path,
+    o: &Overrides,
+    scaling: Scale<'_>,
+) -> Result<Option<fault_server::Config>, ConfigError> {
+    let mut server = match (inline, file) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                scaling.origin,
+                "server_config",
+                "give `server` (inline) or `server_config` (a file), not both",
+            ))
+        }
+        (Some(mut s), None) => {
+            if let Some(url) = &o.upstream {
+                s.set_upstream(url.clone());
+            }
+            s.validate(scaling.origin).map_err(|e| e.within("server"))?;
+            Some(s)
+        }
+        (None, Some(p)) => {
+            let p = path.parent().unwrap_or(Path::new(".")).join(p);
+            Some(fault_server::Config::load_with(&p, |s| {
+                if let Some(url) = &o.upstream {
+                    s.set_upstream(url.clone());
+                }
+            })?)
+        }
+        (None, None) => {
+            if o.upstream.is_some() {
+                return Err(invalid(
+                    scaling.origin,
+                    "server",
+                    "--upstream puts the embedded fault server in front of a dependency, and this scenario has no `server`",
+                ));
+            }
+            None
+        }
+    };
+    if let Some(s) = &mut server {
+        s.scale_durations(scaling.factor);
+        let too_long = s
+            .durations()
+            .into_iter()
+            .find(|(_, d)| **d > bounds::DURATION)
+            .map(|(field, d)| (field, d.div_f64(scaling.factor)));
+        if let Some((field, written)) = too_long {
+            let message = format!(
+                "{}; give at most {}",
+                scaling.describe(written),
+                bounds::DURATION_NAME
+            );
+            return Err(match file {
+                None => invalid(scaling.origin, format!("server.{field}"), message),
+                // Placed in the file that says it.
+                Some(p) => {
+                    let p = path.parent().unwrap_or(Path::new(".")).join(p);
+                    let text = std::fs::read_to_string(&p).unwrap_or_default();
+                    invalid(&p.display().to_string(), field, message).located(&text)
+                }
+            });
+        }
+    }
+    Ok(server)
+}
+
+/// The relay tiers between the load and the embedded server, each with its own client policy;
+/// the bottom server is told to capture the header that says which tier sent a request.
+fn resolve_relay(
+    relay_file: Option<&RelayFile>,
+    server: Option<&mut fault_server::Config>,
+    has_target: bool,
+    scaling: Scale<'_>,
+) -> Result<Vec<TierSpec>, ConfigError> {
+    let mut relay = Vec::new();
+    if let Some(r) = relay_file {
+        if server.is_none() {
+            return Err(invalid(
+                scaling.origin,
+                "relay",
+                "relay tiers need an embedded `server` at the bottom",
+            ));
+        }
+        if has_target {
+            return Err(invalid(
+                scaling.origin,
+                "relay",
+                "with relay tiers the load goes to the top tier; remove `target`",
+            ));
+        }
+        if r.tiers.is_empty() {
+            return Err(invalid(
+                scaling.origin,
+                "relay.tiers",
+                "give at least one tier",
+            ));
+        }
+        for (i, t) in r.tiers.iter().enumerate() {
+            let policy = resolve_policy(
+                &t.client,
+                scaling.factor,
+                scaling.origin,
+                &format!("relay.tiers[{i}].client"),
+            )?;
+            relay.push(TierSpec {
+                name: t.name.clone(),
+                policy,
+            });
+        }
+        // The bottom's journal tells which tier sent each request.
+        if let Some(s) = server {
+            let h = RELAY_TIER_HEADER.to_string();
+            if !s.capture_headers.contains(&h) {
+                s.capture_headers.push(h);
+            }
+        }
+    }
+    Ok(relay)
 }
 
 /// The chart's window, scaled: at least [`bounds::MIN_WINDOW`], and wide enough that the phases'
@@ -1174,174 +815,10 @@ fn compile_request(
     })
 }
 
-fn merge_policy(base: &PolicyFile, over: Option<&PolicyFile>) -> PolicyFile {
-    let Some(o) = over else { return base.clone() };
-    PolicyFile {
-        max_attempts: o.max_attempts.or(base.max_attempts),
-        timeout: o.timeout.or(base.timeout),
-        total_timeout: o.total_timeout.or(base.total_timeout),
-        backoff: o.backoff.clone().or_else(|| base.backoff.clone()),
-        jitter: o.jitter.or(base.jitter),
-        retry_on: o.retry_on.clone().or_else(|| base.retry_on.clone()),
-        honor_retry_after: o.honor_retry_after.or(base.honor_retry_after),
-        retry_after_max: o.retry_after_max.or(base.retry_after_max),
-        key: o.key.or(base.key),
-        budget: o.budget.clone().or_else(|| base.budget.clone()),
-        breaker: o.breaker.clone().or_else(|| base.breaker.clone()),
-        deadline_header: o.deadline_header.or(base.deadline_header),
-        client_id_header: o.client_id_header.or(base.client_id_header),
-    }
-}
-
-/// Resolves a policy, scaling its durations.
-pub fn resolve_policy(
-    p: &PolicyFile,
-    time_scale: f64,
-    origin: &str,
-    at: &str,
-) -> Result<Policy, ConfigError> {
-    let scaling = Scale {
-        factor: time_scale,
-        origin,
-    };
-    let scale = |d: Duration| scaling.of(d);
-    let bounded = |d: Duration, field: &str| {
-        scaling.within(
-            d,
-            format!("{at}.{field}"),
-            bounds::DURATION,
-            bounds::DURATION_NAME,
-        )
-    };
-    let mut out = Policy {
-        retry_after_scale: time_scale,
-        ..Policy::default()
-    };
-    if let Some(n) = p.max_attempts {
-        if n == 0 || n > bounds::ATTEMPTS {
-            return Err(invalid(
-                origin,
-                format!("{at}.max_attempts"),
-                format!("{n}; give 1 (no retries) to {}", bounds::ATTEMPTS),
-            ));
-        }
-        out.max_attempts = n;
-    }
-    if let Some(t) = p.timeout {
-        if t.0.is_zero() {
-            return Err(invalid(
-                origin,
-                format!("{at}.timeout"),
-                "an attempt needs more than 0 to get an answer",
-            ));
-        }
-        out.timeout = bounded(t.0, "timeout")?;
-    }
-    if p.total_timeout.is_some_and(|t| t.0.is_zero()) {
-        return Err(invalid(
-            origin,
-            format!("{at}.total_timeout"),
-            "an operation needs more than 0 to get an answer",
-        ));
-    }
-    out.total_timeout = p
-        .total_timeout
-        .map(|d| bounded(d.0, "total_timeout"))
-        .transpose()?;
-    if let Some(b) = &p.backoff {
-        let factor = b.factor.unwrap_or(2.0);
-        if !(factor.is_finite() && factor >= 1.0) {
-            return Err(invalid(
-                origin,
-                format!("{at}.backoff.factor"),
-                "must be a number ≥ 1",
-            ));
-        }
-        out.backoff = Backoff {
-            kind: b.kind,
-            base: bounded(b.base.0, "backoff.base")?,
-            cap: bounded(
-                b.cap.map_or(Duration::from_secs(3600), |c| c.0),
-                "backoff.cap",
-            )?,
-            factor,
-        };
-    } else {
-        out.backoff.base = scale(out.backoff.base);
-        out.backoff.cap = scale(out.backoff.cap);
-    }
-    if let Some(j) = p.jitter {
-        out.jitter = j;
-    }
-    if let Some(r) = &p.retry_on {
-        if let Some(s) = &r.statuses {
-            out.retry_statuses = s.clone();
-        }
-        if let Some(e) = &r.errors {
-            out.retry_errors = e.clone();
-        }
-    }
-    if let Some(h) = p.honor_retry_after {
-        out.honor_retry_after = h;
-    }
-    if let Some(m) = p.retry_after_max {
-        out.retry_after_max = m.0;
-    }
-    if let Some(k) = p.key {
-        out.key = k;
-    }
-    if let Some(b) = &p.budget {
-        out.budget = Some(match (b.ratio, b.capacity, b.refill_per_s) {
-            (Some(ratio), None, None) if (0.0..=1.0).contains(&ratio) => BudgetSpec::Ratio {
-                ratio,
-                reserve: b.reserve.unwrap_or(0.0).max(0.0),
-            },
-            (None, Some(capacity), Some(refill)) if capacity >= 0.0 && refill >= 0.0 => {
-                BudgetSpec::TokenBucket {
-                    capacity,
-                    refill_per_s: refill / time_scale,
-                }
-            }
-            _ => {
-                return Err(invalid(
-                    origin,
-                    format!("{at}.budget"),
-                    "give `ratio` (0..1, optional `reserve`) or `capacity` with `refill_per_s`",
-                ))
-            }
-        });
-    }
-    if let Some(b) = &p.breaker {
-        if !(0.0..=1.0).contains(&b.failure_ratio) || b.half_open_probes == 0 {
-            return Err(invalid(
-                origin,
-                format!("{at}.breaker"),
-                "`failure_ratio` in 0..1 and `half_open_probes` ≥ 1",
-            ));
-        }
-        out.breaker = Some(BreakerSpec {
-            failure_ratio: b.failure_ratio,
-            min_requests: b.min_requests,
-            window: bounded(b.window.0, "breaker.window")?,
-            open_for: bounded(b.open_for.0, "breaker.open_for")?,
-            half_open_probes: b.half_open_probes,
-        });
-        out.fallback_status = b.fallback_status.unwrap_or(503);
-    }
-    out.deadline_header = p.deadline_header.unwrap_or(false);
-    if out.deadline_header && out.total_timeout.is_none() {
-        return Err(invalid(
-            origin,
-            format!("{at}.deadline_header"),
-            "needs `total_timeout` (the deadline it carries)",
-        ));
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use retry_policy::Jitter;
 
     fn resolve_text(text: &str, o: &Overrides) -> Result<Plan, ConfigError> {
         let file: ScenarioFile = from_yaml_str(text, "s.yaml")?;
