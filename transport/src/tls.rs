@@ -395,11 +395,7 @@ impl ServerCertVerifier for GivenOrWebPki {
         if !self.given.iter().any(|c| c.as_ref() == end_entity.as_ref()) {
             return Err(refused);
         }
-        if !names(end_entity, server_name) {
-            return Err(rustls::Error::InvalidCertificate(
-                CertificateError::NotValidForName,
-            ));
-        }
+        check_given(end_entity, server_name, now).map_err(rustls::Error::InvalidCertificate)?;
         Ok(ServerCertVerified::assertion())
     }
 
@@ -424,6 +420,30 @@ impl ServerCertVerifier for GivenOrWebPki {
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.webpki.supported_verify_schemes()
     }
+}
+
+/// What a certificate given with `--cacert` is still held to when it is the server's own: its
+/// dates, and its names.
+fn check_given(
+    cert: &CertificateDer<'_>,
+    server_name: &ServerName<'_>,
+    now: UnixTime,
+) -> Result<(), CertificateError> {
+    let Ok((_, parsed)) = x509_parser::parse_x509_certificate(cert.as_ref()) else {
+        return Err(CertificateError::BadEncoding);
+    };
+    let now = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
+    let validity = parsed.validity();
+    if now < validity.not_before.timestamp() {
+        return Err(CertificateError::NotValidYet);
+    }
+    if now > validity.not_after.timestamp() {
+        return Err(CertificateError::Expired);
+    }
+    if !names(cert, server_name) {
+        return Err(CertificateError::NotValidForName);
+    }
+    Ok(())
 }
 
 /// Whether `cert`'s subjectAltName names `server_name`: an IP address exactly, a DNS name
