@@ -1,289 +1,145 @@
 //! One entry point per parser that faces outside input: the scenario loader, the fault server's
-//! config and schedule, a journal, the client's response parser, the server's request handling.
+//! config and schedule, a journal, the client's response parser, the server's request handling,
+//! the client's HTTP/2 frame reader and its HPACK decoder (the latter differential: against the
+//! `hpack` crate, an independent decoder, field for field).
 //!
 //! Each takes arbitrary bytes and must return — no panic, no hang, no unbounded memory — and
 //! checks what the parser promises where it promises something. The cargo-fuzz targets in `fuzz/`
 //! call these; `tests/corpus.rs` replays the saved corpus and every past crash through them on the
 //! stable toolchain, so a crash once found stays fixed.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
-
-use fault_server::schedule::{RequestFacts, Schedule};
+#[cfg(feature = "app")]
+mod app;
+#[cfg(feature = "app")]
+pub use app::*;
 
 /// A target: arbitrary bytes in, a return (or a panic that is a finding).
 pub type Target = fn(&[u8]);
 
 /// The targets, by the name their corpus directory has.
-pub const TARGETS: [(&str, Target); 6] = [
+#[cfg(feature = "app")]
+pub const TARGETS: [(&str, Target); 8] = [
     ("scenario", scenario),
     ("fault_config", fault_config),
     ("schedule", schedule),
     ("journal", journal),
     ("response", response),
     ("request", request),
+    ("h2_frames", h2_frames),
+    ("hpack", hpack),
 ];
 
-/// An error message must say where: it is non-empty and names the origin it was given.
-fn check_message(message: &str, origin: &str) {
-    assert!(!message.is_empty(), "an empty error message");
-    assert!(
-        message.contains(origin),
-        "the message does not name {origin:?}: {message}"
-    );
-}
+/// The targets, by the name their corpus directory has.
+#[cfg(not(feature = "app"))]
+pub const TARGETS: [(&str, Target); 2] = [("h2_frames", h2_frames), ("hpack", hpack)];
 
-/// A scenario file: loads and resolves, or says what is wrong and where.
-pub fn scenario(data: &[u8]) {
-    let Ok(text) = std::str::from_utf8(data) else {
+/// The client's HTTP/2 frame reader: five streams open (see `transport::fuzz::h2_frames`), the
+/// input read as the server's bytes, in pieces of a size its first byte says. Whatever came, every
+/// answer that is whole keeps within the client's limits, no interim answer is taken for the
+/// final one, and what the client wrote is whole frames.
+pub fn h2_frames(data: &[u8]) {
+    let Some((&piece, server)) = data.split_first() else {
         return;
     };
-    let o = harness::scenario::Overrides::default();
-    if let Err(e) = harness::scenario::load_str(text, Path::new("fuzz.yaml"), &o) {
-        check_message(&e.to_string(), "fuzz.yaml");
-    }
-}
-
-/// A fault-server config: parses, or says what is wrong; a valid one compiles into a schedule
-/// that decides requests without failing.
-pub fn fault_config(data: &[u8]) {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
+    let r = transport::fuzz::h2_frames(server, usize::from(piece) * 7 + 1);
+    let list = |h: &http::HeaderMap| -> usize {
+        h.iter().map(|(n, v)| n.as_str().len() + v.len() + 32).sum()
     };
-    match fault_server::Config::from_yaml(text, "fuzz.yaml") {
-        Ok(cfg) => decide_some(&cfg.rules),
-        Err(e) => check_message(&e.to_string(), "fuzz.yaml"),
-    }
-}
-
-/// A schedule as `PUT /__harness/schedule` receives it.
-pub fn schedule(data: &[u8]) {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    match fault_server::config::ScheduleConfig::from_yaml(text, "schedule") {
-        Ok(cfg) => decide_some(&cfg.rules),
-        Err(e) => check_message(&e.to_string(), "schedule"),
-    }
-}
-
-/// Runs a few requests through two schedules of `rules` with one seed: they decide alike (a
-/// schedule is reproducible).
-fn decide_some(rules: &[fault_server::config::RuleConfig]) {
-    let start = Instant::now();
-    let mut headers = http::HeaderMap::new();
-    headers.insert("x-client-id", http::HeaderValue::from_static("c1"));
-    let requests = [
-        (http::Method::GET, "/", None),
-        (http::Method::POST, "/orders", Some("k1")),
-        (http::Method::POST, "/orders", Some("k1")),
-        (http::Method::PUT, "/fault/503", None),
-    ];
-    let run = || {
-        let schedule = Schedule::new(rules, 7, start);
-        requests
-            .iter()
-            .enumerate()
-            .map(|(i, (method, path, key))| {
-                let facts = RequestFacts {
-                    method,
-                    path,
-                    headers: &headers,
-                    seq: i as u64 + 1,
-                    idempotency_key: *key,
-                    key_attempt: key.map(|_| i as u32),
-                    now: start + Duration::from_millis(i as u64 * 10),
-                };
-                schedule
-                    .decide(&facts)
-                    .map(|d| (d.rule.to_string(), d.draw.map(f64::to_bits)))
-            })
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(run(), run(), "one seed, two different schedules");
-}
-
-/// A journal as `harness analyze` reads it: judged, or refused with the line it broke on.
-pub fn journal(data: &[u8]) {
-    let cfg = checks::ChecksConfig::default();
-    if let Err(e) =
-        harness::analyze::analyze_reader(std::io::Cursor::new(data.to_vec()), "fuzz.jsonl", &cfg)
-    {
-        check_message(&e.to_string(), "fuzz.jsonl");
-    }
-}
-
-/// The runtime the network targets share.
-fn runtime() -> &'static tokio::runtime::Runtime {
-    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RT.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("a runtime")
-    })
-}
-
-/// Longest any one exchange may take: far beyond what a loopback answer needs, and short enough
-/// that a hang is a finding, not a stall.
-const EXCHANGE: Duration = Duration::from_secs(5);
-
-/// A server that answers every connection with the bytes it is given, then closes.
-struct Scripted {
-    addr: SocketAddr,
-    next: std::sync::mpsc::SyncSender<Vec<u8>>,
-}
-
-fn scripted() -> &'static Scripted {
-    static S: OnceLock<Scripted> = OnceLock::new();
-    S.get_or_init(|| {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("a port");
-        let addr = listener.local_addr().expect("its address");
-        let (next, answers) = std::sync::mpsc::sync_channel::<Vec<u8>>(1);
-        std::thread::spawn(move || {
-            for answer in answers {
-                let Ok((mut c, _)) = listener.accept() else {
-                    continue;
-                };
-                let _ = c.set_read_timeout(Some(EXCHANGE));
-                // Read the request's head, then answer and close.
-                let mut head = Vec::new();
-                let mut buf = [0u8; 4096];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match c.read(&mut buf) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
+    for (i, answer) in r.answers.iter().enumerate() {
+        match answer {
+            Ok(reply) => {
+                assert!(
+                    !reply.status.is_informational(),
+                    "stream {i}: an interim answer kept"
+                );
+                assert!(reply.body.len() as u64 <= transport::fuzz::MAX_BODY);
+                assert!(list(&reply.headers) <= transport::fuzz::MAX_HEADER_LIST);
+                if let Some(t) = &reply.trailers {
+                    assert!(list(t) <= transport::fuzz::MAX_HEADER_LIST);
                 }
-                let _ = c.write_all(&answer);
-                let _ = c.shutdown(std::net::Shutdown::Write);
-                // Drain until the client closes, so the answer is not cut by a reset.
-                while matches!(c.read(&mut buf), Ok(n) if n > 0) {}
+                if i == 1 {
+                    assert!(reply.body.is_empty(), "a body in the answer to HEAD");
+                }
+                for (name, _) in &reply.headers {
+                    assert!(
+                        !name.as_str().bytes().any(|b| b.is_ascii_uppercase()),
+                        "an uppercase name kept"
+                    );
+                }
             }
-        });
-        Scripted { addr, next }
-    })
+            Err(e) => assert!(!e.message.is_empty(), "an error without a message"),
+        }
+    }
+    let mut w = &r.written[..];
+    while !w.is_empty() {
+        assert!(w.len() >= 9, "a partial frame head written");
+        // Up to the server's SETTINGS_MAX_FRAME_SIZE, which it may have raised: whole frames.
+        let len = (usize::from(w[0]) << 16) | (usize::from(w[1]) << 8) | usize::from(w[2]);
+        assert!(w.len() >= 9 + len, "a partial frame written");
+        w = &w[9 + len..];
+    }
 }
 
-/// The client's HTTP/1.1 response parser, on real TCP: a server answers a GET with `data`. The
-/// client returns a reply or an error within its timeout, and a reply's body is whole.
-pub fn response(data: &[u8]) {
-    let s = scripted();
-    if s.next.send(data.to_vec()).is_err() {
-        return;
+/// Header blocks (the input cut where two length bytes say) decoded with the client's HPACK
+/// decoder and with the `hpack` crate's, block after block on one table each: where both decode
+/// a block, they agree field for field. The client's may refuse what RFC 7541 forbids and the
+/// other takes (a table size update after a field, or over the size this side allows); it
+/// may not accept what the other refuses. The `hpack` crate's static table names entry 15
+/// `accept-` where RFC 7541 says `accept-charset`; that one name is read as the RFC's.
+pub fn hpack(data: &[u8]) {
+    let mut blocks = Vec::new();
+    let mut rest = data;
+    while rest.len() >= 2 {
+        let len = usize::from(u16::from_be_bytes([rest[0], rest[1]])) % 4096;
+        let block = &rest[2..(2 + len).min(rest.len())];
+        rest = &rest[2 + block.len()..];
+        blocks.push(block);
     }
-    let url = format!("http://{}/", s.addr);
-    runtime().block_on(async {
-        let Ok(target) = harness::http::Target::parse(&url) else {
-            return;
-        };
-        let mut conn = harness::http::Conn::new(Arc::new(target));
-        let req = harness::http::Outgoing {
-            method: http::Method::GET,
-            uri: "/".into(),
-            headers: http::HeaderMap::new(),
-            body: bytes::Bytes::new(),
-        };
-        let started = Instant::now();
-        let result = conn.send(req, EXCHANGE).await;
-        assert!(
-            started.elapsed() < EXCHANGE * 2,
-            "the client outlived its timeout"
-        );
-        if let Ok(reply) = result {
-            assert!(
-                reply.body.len() <= data.len(),
-                "a body longer than what was sent"
-            );
+    let ours = transport::fuzz::hpack_blocks(blocks.iter().copied());
+    // The other decoder panics on some inputs (a size update cut short): those are not compared,
+    // and its panic is not the fuzzer's finding (whose hook aborts on any), so it is silenced
+    // for that call alone.
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let theirs = std::panic::catch_unwind(|| {
+        let mut d = hpack::Decoder::new();
+        let mut out = Vec::new();
+        for block in &blocks {
+            match d.decode(block) {
+                Ok(fields) => out.push(Ok(fields)),
+                Err(e) => {
+                    out.push(Err(format!("{e:?}")));
+                    break;
+                }
+            }
         }
+        out
     });
-}
-
-/// A fault server with orders, a few faults and tight limits, shared by every run of
-/// [`request`].
-struct Served {
-    addr: SocketAddr,
-    _server: fault_server::FaultServer,
-}
-
-fn target() -> &'static Served {
-    static T: OnceLock<Served> = OnceLock::new();
-    T.get_or_init(|| {
-        let cfg = fault_server::Config::from_yaml(
-            r#"
-orders: { idempotency: unique }
-limits: { header_timeout: 300ms, max_body: 64KiB, max_head: 8KiB }
-rules:
-  - { id: unavailable, match: { path: /fault/503 }, fault: { status: { code: 503, retry_after: 1 } } }
-  - { id: bad, match: { path: /fault/400 }, fault: { status: 400 } }
-  - { id: reset, match: { path: /fault/reset }, fault: reset }
-  - { id: drop, match: { path: /fault/drop }, fault: drop }
-  - { id: malformed, match: { path: /fault/malformed }, fault: malformed }
-  - { id: slow, match: { path: /fault/delay }, fault: { delay: 5ms } }
-  - { id: hang, match: { path: /fault/hang }, fault: { hang: { cap: 50ms } } }
-"#,
-            "fuzz-target",
-        )
-        .expect("the target's config");
-        let server = runtime()
-            .block_on(fault_server::FaultServer::start(
-                cfg,
-                fault_server::ServerOptions::default(),
-            ))
-            .expect("a fault server");
-        let addr = server.addr();
-        Served {
-            addr,
-            _server: server,
-        }
-    })
-}
-
-/// Sends raw bytes on a new connection and reads until the server closes or `EXCHANGE` passes.
-/// With `half_close`, the sending side is shut after the bytes (the server then sees the end of
-/// the request stream at once instead of waiting out its header timeout).
-fn raw_exchange(addr: SocketAddr, data: &[u8], half_close: bool) -> Vec<u8> {
-    let Ok(mut c) = TcpStream::connect(addr) else {
-        return Vec::new();
+    std::panic::set_hook(hook);
+    let Ok(theirs) = theirs else {
+        return;
     };
-    let _ = c.set_read_timeout(Some(EXCHANGE));
-    let _ = c.set_write_timeout(Some(EXCHANGE));
-    let _ = c.write_all(data);
-    if half_close {
-        let _ = c.shutdown(std::net::Shutdown::Write);
-    }
-    let mut out = Vec::new();
-    let _ = c.take(1 << 20).read_to_end(&mut out);
-    out
-}
-
-/// The fault server's request handling, on real TCP: whatever arrives, the server answers or
-/// closes, and its health endpoint still answers afterwards.
-pub fn request(data: &[u8]) {
-    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let t = target();
-    // The answer may be anything: a fault, HTTP/2 frames, nothing. What matters is below.
-    let _ = raw_exchange(t.addr, data, true);
-    let health = raw_exchange(
-        t.addr,
-        b"GET /__harness/health HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n",
-        false,
-    );
-    assert!(
-        health.starts_with(b"HTTP/1.1 200"),
-        "health stopped answering: {:?}",
-        String::from_utf8_lossy(&health)
-    );
-    // The journal and the orders grow with every run: start afresh now and then.
-    if RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 5000 == 4999 {
-        let _ = raw_exchange(
-            t.addr,
-            b"POST /__harness/reset HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-            false,
-        );
+    let rfc = |fields: &Vec<(Vec<u8>, Vec<u8>)>| -> Vec<(Vec<u8>, Vec<u8>)> {
+        fields
+            .iter()
+            .map(|(n, v)| match &n[..] {
+                b"accept-" => (b"accept-charset".to_vec(), v.clone()),
+                _ => (n.clone(), v.clone()),
+            })
+            .collect()
+    };
+    for (i, (a, b)) in ours.iter().zip(&theirs).enumerate() {
+        match (a, b) {
+            (Ok(a), Ok(b)) => assert_eq!(rfc(a), rfc(b), "block {i}: the decoders disagree"),
+            (Err(a), Ok(_)) => assert!(
+                a.contains("table size update"),
+                "block {i}: refused ({a}), which the other decoder takes"
+            ),
+            (Ok(_), Err(b)) => panic!("block {i}: accepted, which the other decoder refuses: {b}"),
+            (Err(_), Err(_)) => {}
+        }
+        if a.is_err() || b.is_err() {
+            break;
+        }
     }
 }

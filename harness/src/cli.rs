@@ -209,7 +209,7 @@ impl ConnectArgs {
             http2: self.http2,
             streams,
             source: self.source_addr,
-            max_body: None,
+            ..Connect::default()
         })
     }
 }

@@ -27,7 +27,7 @@ use crate::stop::StopWait;
 use fault_server::draw::splitmix64;
 use retry_policy::Limits;
 
-use crate::http::http2::{H2Conn, SinglePacketRound, Slot};
+use crate::http::http2::{Burst, H2Conn, SinglePacketRound, Slot};
 use crate::http::release::Release as ReleasePoint;
 use crate::http::{AttemptError, Conn, Reply, Target};
 use crate::metrics::{AttemptIds, Recorder, Sink};
@@ -449,12 +449,25 @@ async fn burst(
     if members == 0 {
         return (total, keys);
     }
-    let mut conns: Vec<Conn> = (0..members)
-        .map(|_| Conn::new(ctx.target.clone()))
-        .collect();
-    // Single-packet: the round's requests share one HTTP/2 connection of their own.
-    let joint_slot =
-        (sync == SyncMode::SinglePacket).then(|| Arc::new(Slot::new(ctx.target.clone())));
+    // Over HTTP/2 a burst has connections of its own, as many as a round needs at the server's
+    // stream limit (and `streams` per connection at most, but for single-packet rounds).
+    let h2 = ctx.target.http2.as_ref().map(|pool| {
+        let most = if sync == SyncMode::SinglePacket {
+            crate::http::http2::OWN_STREAM_CAP
+        } else {
+            pool.streams()
+        };
+        (Arc::new(Burst::new(ctx.target.clone())), most)
+    });
+    let member_conn = |i: usize| match &h2 {
+        Some((b, _)) => Conn::H2(H2Conn::on(b.slot(i))),
+        None => Conn::new(ctx.target.clone()),
+    };
+    let mut conns: Vec<Conn> = Vec::new();
+    let joint_slot = h2
+        .as_ref()
+        .filter(|_| sync == SyncMode::SinglePacket)
+        .map(|(b, _)| b.clone());
     for round in 1..=u64::from(rounds) {
         if ctx.stop.is_cancelled() {
             break;
@@ -462,12 +475,16 @@ async fn burst(
         let key = ctx.keys.key(ctx.index, round);
         keys.push(key.clone());
         // Connections first, so the release is not spread by TCP handshakes.
-        match &joint_slot {
-            Some(slot) => {
-                if let Err(e) = slot.open().await {
-                    tracing::warn!("burst connection failed: {e}");
-                }
+        if let Some((b, most)) = &h2 {
+            if let Err(e) = b.open(members as usize, *most, plan.policy.timeout).await {
+                tracing::error!("burst connections: {e}");
             }
+        }
+        if conns.is_empty() {
+            conns = (0..members as usize).map(member_conn).collect();
+        }
+        match &joint_slot {
+            Some(_) => {}
             None => {
                 for c in &mut conns {
                     if let Err(e) = c.open().await {
@@ -539,7 +556,7 @@ async fn burst(
             }
         }
         while conns.len() < members as usize {
-            conns.push(Conn::new(ctx.target.clone()));
+            conns.push(member_conn(conns.len()));
         }
         if let Rounds::Pause(pause) = timing {
             if round < u64::from(rounds) && !pause.is_zero() {

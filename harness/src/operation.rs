@@ -214,6 +214,7 @@ mod tests {
                         status: StatusCode::from_u16(s).expect("a status"),
                         headers: HeaderMap::new(),
                         body: Bytes::new(),
+                        trailers: None,
                     }),
                     Err(kind) => Err(AttemptError {
                         kind,

@@ -432,8 +432,9 @@ async fn unparseable_responses_are_malformed() {
     assert_eq!(&ok(&mut s.conn(), get("/")).await.body[..], b"ok");
 }
 
+/// A head past the header list's limit (64 KiB) is the error kind `protocol`: a limit exceeded.
 #[tokio::test]
-async fn a_head_that_never_ends_is_malformed() {
+async fn a_head_that_never_ends_is_over_the_limit() {
     let s = scripted(|mut peer| async move {
         if peer.request().await {
             peer.send(b"HTTP/1.1 200 OK\r\n").await;
@@ -446,7 +447,7 @@ async fn a_head_that_never_ends_is_malformed() {
     })
     .await;
     let e = fails(&mut s.conn(), get("/")).await;
-    assert_eq!(e.kind, ErrorKind::Malformed, "{e}");
+    assert_eq!(e.kind, ErrorKind::Protocol, "{e}");
 }
 
 #[tokio::test]
@@ -788,4 +789,49 @@ async fn http2_faults_per_stream_and_bodies_past_every_window() {
         .expect("the next request");
     assert_eq!(ok.status.as_u16(), 200);
     s.shutdown().await;
+}
+
+/// A single-packet HTTP/2 burst of 300 against the embedded fault server, which allows 256
+/// concurrent streams: each round is spread over two connections and every request of both
+/// rounds is answered and journaled (it stalled until every request timed out when a round
+/// shared one connection).
+#[test]
+fn a_single_packet_burst_over_the_servers_stream_limit_completes() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let scenario = dir.path().join("burst.yaml");
+    std::fs::write(
+        &scenario,
+        r#"
+name: h2-burst-over-the-stream-limit
+server: { orders: { idempotency: unique } }
+http: { version: 2 }
+phases:
+  - name: race
+    burst: { size: 300, rounds: 2, sync: single-packet }
+    request: { method: POST, path: /orders, headers: { Idempotency-Key: "{{key}}" }, json: { sku: a } }
+checks: { duplicates: {} }
+"#,
+    )
+    .expect("write the scenario");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_harness"))
+        .arg("run")
+        .arg(&scenario)
+        .args(["--format", "json", "--report-dir"])
+        .arg(dir.path())
+        .output()
+        .expect("the harness runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let report: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("report.json")).expect("report.json"),
+    )
+    .expect("a JSON report");
+    assert_eq!(out.status.code(), Some(0), "{stderr}\n{report}");
+    assert_eq!(report["requests"]["sent"], 600, "{report}");
+    assert_eq!(report["requests"]["errors"], 0, "{report}");
+    let checks = report["checks"].as_array().expect("checks");
+    let duplicates = checks
+        .iter()
+        .find(|c| c["name"] == "duplicates")
+        .expect("the duplicates check");
+    assert_eq!(duplicates["passed"], true, "{duplicates}");
 }

@@ -11,9 +11,20 @@
 //!
 //! What the peer can do is handled: SETTINGS (concurrency, window and frame sizes) acknowledged,
 //! PING answered, WINDOW_UPDATE for request bodies, the receive windows given back as answers are
-//! read, RST_STREAM failing its stream, GOAWAY failing the streams it did not take and refusing new
-//! ones (the slot then opens a new connection), CONTINUATION, padding, trailers and informational
-//! answers. Anything else malformed ends the connection as a protocol error.
+//! read, RST_STREAM failing its stream (REFUSED_STREAM as `refused`), GOAWAY failing the streams it
+//! did not take as `refused` and refusing new ones (the slot then opens a new connection),
+//! CONTINUATION, padding, trailers (kept on the reply) and informational answers (skipped).
+//!
+//! Why strict: the client is the instrument a verdict is read from, and it faces whatever a server
+//! sends. Every MUST of RFC 9113 and RFC 7541 that an answer can break is checked where its bytes
+//! arrive, and each limit is counted before anything is kept: the decoded header list against
+//! SETTINGS_MAX_HEADER_LIST_SIZE (RFC 7541 §4.1 sizes, field by field, before a `HeaderMap`
+//! holds it), a body against its content-length, the receive windows against what was given. A
+//! breach that concerns one stream fails that stream (RST_STREAM) as `protocol`; one that leaves
+//! the connection's state unknown — a header block that cannot be decoded, a frame of the wrong
+//! size, a flow-control window overrun — ends the connection (GOAWAY) and fails every stream on
+//! it as `protocol`. A keep-alive PING finds a peer that went silent under open streams; an idle
+//! connection is closed.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -56,17 +67,29 @@ const NO_ERROR: u32 = 0x0;
 const PROTOCOL_ERROR: u32 = 0x1;
 const CANCEL: u32 = 0x8;
 
+const FLOW_CONTROL_ERROR: u32 = 0x3;
+const FRAME_SIZE_ERROR: u32 = 0x6;
+const REFUSED_STREAM: u32 = 0x7;
+const COMPRESSION_ERROR: u32 = 0x9;
+
 /// The receive window each stream is given (SETTINGS_INITIAL_WINDOW_SIZE), and the connection's.
 const STREAM_WINDOW: u32 = 1 << 20;
 const CONN_WINDOW: u32 = 1 << 24;
 /// The largest frame this side accepts (the protocol's default; never raised).
 const MAX_FRAME: usize = 16_384;
-/// The most header-block bytes one answer may carry (HEADERS and its CONTINUATIONs).
-const MAX_HEADER_BLOCK: usize = 256 << 10;
-/// Concurrent streams assumed until the server's SETTINGS say (RFC 9113 recommends at least 100).
+/// The fewest header-block bytes one answer may carry (HEADERS and its CONTINUATIONs) whatever
+/// the header list's limit: a block's representations are never much larger than the list they
+/// decode to, so twice the list's limit, or this, bounds a block still waiting for its end.
+const MIN_HEADER_BLOCK: usize = 256 << 10;
+/// Concurrent streams assumed until the server's first SETTINGS say (RFC 9113 §6.5.2 recommends
+/// a server allow at least 100).
 const ASSUMED_CONCURRENCY: usize = 100;
-/// The largest stream id.
+/// Concurrent streams opened when the server sets no limit (RFC 9113: unlimited): this side's
+/// own bound.
+pub(crate) const OWN_STREAM_CAP: usize = 10_000;
+/// The largest stream id, and the largest flow-control window.
 const MAX_STREAM_ID: u32 = (1 << 31) - 1;
+const MAX_WINDOW: i64 = (1 << 31) - 1;
 
 /// Hashes a stream id with one multiplication: the ids are this side's own, odd and increasing,
 /// and the table is looked up a few times per request, where the default hasher's cost showed.
@@ -89,11 +112,34 @@ impl Hasher for StreamIdHasher {
     }
 }
 
+/// What one connection allows an answer, and how it watches an idle or silent peer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// Max body per answer.
+    pub(crate) max_body: u64,
+    /// SETTINGS_MAX_HEADER_LIST_SIZE: the most an answer's header list (or its trailers) may
+    /// decode to, in RFC 7541 §4.1 sizes.
+    pub(crate) max_header_list: usize,
+    /// How often the connection is looked at: a PING goes out when nothing arrived for this long
+    /// under open streams, and the connection fails when the next look finds it unanswered.
+    pub(crate) keepalive: std::time::Duration,
+    /// A connection with no stream for this long is closed (GOAWAY).
+    pub(crate) idle_timeout: std::time::Duration,
+}
+
 /// A request's stream: what its answer has brought so far.
 struct Slot {
     status: Option<StatusCode>,
     headers: HeaderMap,
+    trailers: Option<HeaderMap>,
     body: Body,
+    /// The length the answer's content-length announced, when its DATA must add up to it (not
+    /// for HEAD, 204 or 304, RFC 9113 §8.1.1).
+    expect_len: Option<u64>,
+    /// The request is HEAD: its answer's content-length describes no DATA.
+    head_request: bool,
+    /// The answer has no content (HEAD's, 204, 304): DATA with bytes is a breach.
+    no_content: bool,
     /// Set once the answer is whole, or failed.
     done: Option<Result<(), AttemptError>>,
     waker: Option<Waker>,
@@ -172,8 +218,10 @@ struct Inner {
     send_window: i64,
     /// Received on the connection since its window was last given back.
     unacked: u32,
-    /// Requests waiting for a stream under the server's concurrency limit.
+    /// Requests waiting for a stream under the server's concurrency limit, or for its SETTINGS.
     waiting: Vec<Waker>,
+    /// The server's first SETTINGS came (its limits are known).
+    settings_seen: bool,
     /// The connection failed; every stream has been failed with it.
     broken: Option<AttemptError>,
     /// GOAWAY came (or ids ran out): no new stream may start.
@@ -187,8 +235,13 @@ struct Inner {
     writing: bool,
     /// Handles alive (the driver ends, saying GOAWAY, once none is left).
     handles: usize,
-    /// Max body per answer.
-    max_body: u64,
+    limits: Limits,
+    /// The largest header block waited for (see [`MIN_HEADER_BLOCK`]).
+    block_cap: usize,
+    /// A keep-alive PING is out and unanswered.
+    ping_out: bool,
+    /// How long the connection has had no stream, in keep-alive looks.
+    idle_looks: u32,
 }
 
 /// One HTTP/2 connection, shared by the workers on it and its driver.
@@ -226,39 +279,22 @@ impl Conn {
 
 /// Opens HTTP/2 on `stream`: the returned handle sends requests, the driver must be polled for
 /// anything to move.
-pub(crate) fn start(stream: Stream, max_body: u64) -> (Handle, Driver) {
+pub(crate) fn start(stream: Stream, limits: Limits) -> (Handle, Driver) {
     let mut out = BytesMut::with_capacity(16 << 10);
     out.extend_from_slice(PREFACE);
-    // SETTINGS: no push, our stream window, then the connection's window raised.
-    frame_head(&mut out, 12, SETTINGS, 0, 0);
+    // SETTINGS: no push, our stream window, the header list we accept; then the connection's
+    // window raised.
+    frame_head(&mut out, 18, SETTINGS, 0, 0);
     out.put_u16(0x2);
     out.put_u32(0);
     out.put_u16(0x4);
     out.put_u32(STREAM_WINDOW);
+    out.put_u16(0x6);
+    out.put_u32(u32::try_from(limits.max_header_list).unwrap_or(u32::MAX));
     frame_head(&mut out, 4, WINDOW_UPDATE, 0, 0);
     out.put_u32(CONN_WINDOW - 65_535);
-    let decoder = super::hpack::Decoder::new();
     let conn = Arc::new(Conn {
-        inner: Mutex::new(Inner {
-            out,
-            driver: None,
-            streams: HashMap::default(),
-            next_id: 1,
-            max_concurrent: ASSUMED_CONCURRENCY,
-            initial_window: 65_535,
-            max_frame: MAX_FRAME,
-            send_window: 65_535,
-            unacked: 0,
-            waiting: Vec::new(),
-            broken: None,
-            draining: false,
-            decoder,
-            partial: None,
-            flushed: Vec::new(),
-            writing: false,
-            handles: 1,
-            max_body,
-        }),
+        inner: Mutex::new(Inner::new(out, limits)),
     });
     let driver = Driver {
         conn: conn.clone(),
@@ -267,6 +303,9 @@ pub(crate) fn start(stream: Stream, max_body: u64) -> (Handle, Driver) {
         wbuf: BytesMut::new(),
         written: 0,
         closing: false,
+        heard: false,
+        look: None,
+        every: limits.keepalive,
     };
     (Handle(conn), driver)
 }
@@ -301,7 +340,15 @@ impl Handle {
             return Poll::Ready(Err(e.clone()));
         }
         if inner.draining {
-            return Poll::Ready(Err(closed("connection ended by GOAWAY")));
+            return Poll::Ready(Err(refused(
+                "the connection was ending (GOAWAY) before this request was sent",
+            )));
+        }
+        if inner.settings_seen && inner.max_concurrent == 0 {
+            return Poll::Ready(Err(refused(
+                "the server allows 0 concurrent streams (SETTINGS_MAX_CONCURRENT_STREAMS = 0): \
+                 it takes no request on this connection",
+            )));
         }
         if inner.streams.len() >= inner.max_concurrent {
             if !inner.waiting.iter().any(|w| w.will_wake(cx.waker())) {
@@ -325,7 +372,11 @@ impl Handle {
         let mut slot = Slot {
             status: None,
             headers: HeaderMap::new(),
+            trailers: None,
             body: Body::Empty,
+            expect_len: None,
+            head_request: req.method == Method::HEAD,
+            no_content: false,
             done: None,
             waker: None,
             send_window: inner.initial_window,
@@ -364,6 +415,26 @@ impl Handle {
             inner.streams.insert(id, slot);
         }
         inner.wake_driver();
+    }
+
+    /// The server's limit of concurrent streams, once its first SETTINGS came (this side's own
+    /// bound when it sets none); the connection's error if it failed first.
+    pub(crate) async fn concurrency(&self) -> Result<usize, AttemptError> {
+        std::future::poll_fn(|cx| {
+            let mut inner = self.0.lock();
+            if let Some(e) = &inner.broken {
+                return Poll::Ready(Err(e.clone()));
+            }
+            if inner.settings_seen {
+                return Poll::Ready(Ok(inner.max_concurrent));
+            }
+            if !inner.waiting.iter().any(|w| w.will_wake(cx.waker())) {
+                inner.waiting.push(cx.waker().clone());
+            }
+            inner.wake_driver();
+            Poll::Pending
+        })
+        .await
     }
 
     /// Resolves once everything queued so far has been written to the socket (or the connection
@@ -406,6 +477,7 @@ impl Handle {
                             status,
                             headers: slot.headers,
                             body: slot.body.freeze(),
+                            trailers: slot.trailers,
                         }),
                         None => Err(malformed("HTTP/2 answer without :status".into())),
                     }))
@@ -443,6 +515,33 @@ impl Drop for Cancel<'_> {
 }
 
 impl Inner {
+    fn new(out: BytesMut, limits: Limits) -> Inner {
+        Inner {
+            out,
+            driver: None,
+            streams: HashMap::default(),
+            next_id: 1,
+            max_concurrent: ASSUMED_CONCURRENCY,
+            initial_window: 65_535,
+            max_frame: MAX_FRAME,
+            send_window: 65_535,
+            unacked: 0,
+            waiting: Vec::new(),
+            settings_seen: false,
+            broken: None,
+            draining: false,
+            decoder: super::hpack::Decoder::new(),
+            partial: None,
+            flushed: Vec::new(),
+            writing: false,
+            handles: 1,
+            limits,
+            block_cap: (limits.max_header_list.saturating_mul(2)).max(MIN_HEADER_BLOCK),
+            ping_out: false,
+            idle_looks: 0,
+        }
+    }
+
     fn wake_driver(&mut self) {
         if let Some(w) = self.driver.take() {
             w.wake();
@@ -518,19 +617,52 @@ impl Inner {
         }
     }
 
+    /// Fails stream `id` for a breach of the protocol that concerns it alone: RST_STREAM with
+    /// `code`, the request failed as `protocol`.
+    fn stream_error(&mut self, id: u32, code: u32, what: &str) {
+        frame_head(&mut self.out, 4, RST_STREAM, 0, id);
+        self.out.put_u32(code);
+        self.complete(id, Err(protocol(what)));
+    }
+
     /// Handles one frame; an error is the connection's.
-    fn on_frame(&mut self, kind: u8, flags: u8, id: u32, mut p: Bytes) -> Result<(), AttemptError> {
+    fn on_frame(&mut self, kind: u8, flags: u8, id: u32, mut p: Bytes) -> Result<(), ConnError> {
         if let Some((pid, _, _)) = &self.partial {
             if kind != CONTINUATION || id != *pid {
-                return Err(protocol("a header block was interrupted"));
+                return Err(ConnError::protocol(
+                    "a header block was interrupted by another frame",
+                ));
             }
+        }
+        if !self.settings_seen && (kind != SETTINGS || flags & ACK != 0) {
+            return Err(ConnError::protocol(
+                "the server's first frame is not SETTINGS (RFC 9113 §3.4)",
+            ));
+        }
+        // The server opens no stream (push is off): a frame on one this side never opened is a
+        // broken connection (RFC 9113 §5.1), whatever it says.
+        let on_stream = matches!(
+            kind,
+            DATA | HEADERS | RST_STREAM | WINDOW_UPDATE | CONTINUATION | PUSH_PROMISE
+        );
+        if on_stream && id != 0 && (id.is_multiple_of(2) || id >= self.next_id) {
+            return Err(ConnError::protocol(&format!(
+                "{} on stream {id}, which this side never opened",
+                frame_name(kind)
+            )));
         }
         match kind {
             DATA => {
                 if id == 0 {
-                    return Err(protocol("DATA on stream 0"));
+                    return Err(ConnError::protocol("DATA on stream 0"));
                 }
                 let whole = p.len() as u32;
+                if self.unacked + whole > CONN_WINDOW {
+                    return Err(ConnError::new(
+                        FLOW_CONTROL_ERROR,
+                        "DATA beyond the connection's receive window",
+                    ));
+                }
                 let data = unpad(&mut p, flags)?;
                 self.unacked += whole;
                 if self.unacked >= CONN_WINDOW / 2 {
@@ -538,43 +670,19 @@ impl Inner {
                     self.out.put_u32(self.unacked);
                     self.unacked = 0;
                 }
-                let max_body = self.max_body;
-                let mut too_large = false;
-                let mut give_back = None;
-                if let Some(slot) = self.streams.get_mut(&id) {
-                    if slot.done.is_none() {
-                        if (slot.body.len() + data.len()) as u64 > max_body {
-                            too_large = true;
-                        } else {
-                            slot.body.push(&data);
-                            slot.unacked += whole;
-                            if flags & END_STREAM == 0 && slot.unacked >= STREAM_WINDOW / 2 {
-                                give_back = Some(slot.unacked);
-                                slot.unacked = 0;
-                            }
-                        }
-                    }
-                }
-                if too_large {
-                    frame_head(&mut self.out, 4, RST_STREAM, 0, id);
-                    self.out.put_u32(CANCEL);
-                    self.complete(id, Err(over_limit(max_body)));
-                } else if let Some(n) = give_back {
-                    frame_head(&mut self.out, 4, WINDOW_UPDATE, 0, id);
-                    self.out.put_u32(n);
-                }
-                if flags & END_STREAM != 0 {
-                    self.complete(id, Ok(()));
-                }
+                self.on_data(id, flags & END_STREAM != 0, whole, &data);
             }
             HEADERS => {
                 if id == 0 {
-                    return Err(protocol("HEADERS on stream 0"));
+                    return Err(ConnError::protocol("HEADERS on stream 0"));
                 }
                 let mut block = unpad(&mut p, flags)?;
                 if flags & PRIORITY_FLAG != 0 {
                     if block.len() < 5 {
-                        return Err(protocol("HEADERS too short for its priority"));
+                        return Err(ConnError::new(
+                            FRAME_SIZE_ERROR,
+                            "HEADERS too short for its priority",
+                        ));
                     }
                     block.advance(5);
                 }
@@ -586,62 +694,121 @@ impl Inner {
             }
             CONTINUATION => {
                 let Some((pid, pflags, mut block)) = self.partial.take() else {
-                    return Err(protocol("CONTINUATION without HEADERS"));
+                    return Err(ConnError::protocol("CONTINUATION without HEADERS"));
                 };
-                block.extend_from_slice(&p);
-                if block.len() > MAX_HEADER_BLOCK {
-                    return Err(protocol("header block over 256 KiB"));
+                if block.len() + p.len() > self.block_cap {
+                    return Err(ConnError::protocol(&format!(
+                        "a header block over {} bytes",
+                        self.block_cap
+                    )));
                 }
+                block.extend_from_slice(&p);
                 if flags & END_HEADERS == 0 {
                     self.partial = Some((pid, pflags, block));
                 } else {
                     self.on_header_block(pid, pflags, &block)?;
                 }
             }
-            PRIORITY => {}
+            PRIORITY => {
+                if id == 0 {
+                    return Err(ConnError::protocol("PRIORITY on stream 0"));
+                }
+                if p.len() != 5 && self.streams.get(&id).is_some_and(|s| s.done.is_none()) {
+                    self.stream_error(id, FRAME_SIZE_ERROR, "PRIORITY of the wrong size");
+                }
+            }
             RST_STREAM => {
+                if id == 0 {
+                    return Err(ConnError::protocol("RST_STREAM on stream 0"));
+                }
                 if p.len() != 4 {
-                    return Err(protocol("RST_STREAM of the wrong size"));
+                    return Err(ConnError::new(
+                        FRAME_SIZE_ERROR,
+                        "RST_STREAM of the wrong size",
+                    ));
                 }
                 let code = p.get_u32();
-                self.complete(
-                    id,
-                    Err(AttemptError {
+                let error = if code == REFUSED_STREAM {
+                    refused("the server refused the stream (REFUSED_STREAM) before processing it")
+                } else {
+                    AttemptError {
                         kind: ErrorKind::Reset,
-                        message: format!("stream reset: {}", error_name(code)),
-                    }),
-                );
+                        message: format!("stream reset by the server: {}", error_name(code)),
+                    }
+                };
+                self.complete(id, Err(error));
             }
             SETTINGS => {
+                if id != 0 {
+                    return Err(ConnError::protocol("SETTINGS on a stream"));
+                }
                 if flags & ACK != 0 {
+                    if !p.is_empty() {
+                        return Err(ConnError::new(
+                            FRAME_SIZE_ERROR,
+                            "a SETTINGS acknowledgement with a payload",
+                        ));
+                    }
                     return Ok(());
                 }
-                if !p.len().is_multiple_of(6) || id != 0 {
-                    return Err(protocol("malformed SETTINGS"));
+                if !p.len().is_multiple_of(6) {
+                    return Err(ConnError::new(
+                        FRAME_SIZE_ERROR,
+                        "SETTINGS of a length not a multiple of 6",
+                    ));
                 }
+                let first = !self.settings_seen;
+                self.settings_seen = true;
+                let mut concurrency = None;
                 while p.has_remaining() {
                     let key = p.get_u16();
                     let value = p.get_u32();
                     match key {
-                        0x3 => self.max_concurrent = value as usize,
+                        0x2 if value != 0 => {
+                            return Err(ConnError::protocol(&format!(
+                                "SETTINGS_ENABLE_PUSH {value} from a server"
+                            )))
+                        }
+                        0x3 => concurrency = Some(value),
                         0x4 => {
-                            if value > MAX_STREAM_ID {
-                                return Err(protocol("initial window over 2^31-1"));
+                            if i64::from(value) > MAX_WINDOW {
+                                return Err(ConnError::new(
+                                    FLOW_CONTROL_ERROR,
+                                    "SETTINGS_INITIAL_WINDOW_SIZE over 2^31-1",
+                                ));
                             }
                             let delta = i64::from(value) - self.initial_window;
                             self.initial_window = i64::from(value);
                             for slot in self.streams.values_mut() {
                                 slot.send_window += delta;
+                                if slot.send_window > MAX_WINDOW {
+                                    return Err(ConnError::new(
+                                        FLOW_CONTROL_ERROR,
+                                        "SETTINGS_INITIAL_WINDOW_SIZE overflows a stream's window",
+                                    ));
+                                }
                             }
                         }
                         0x5 => {
                             if !(16_384..=16_777_215).contains(&value) {
-                                return Err(protocol("max frame size out of range"));
+                                return Err(ConnError::protocol(&format!(
+                                    "SETTINGS_MAX_FRAME_SIZE {value} out of range"
+                                )));
                             }
                             self.max_frame = value as usize;
                         }
+                        0x8 if value > 1 => {
+                            return Err(ConnError::protocol(&format!(
+                                "SETTINGS_ENABLE_CONNECT_PROTOCOL {value}"
+                            )))
+                        }
                         _ => {}
                     }
+                }
+                match concurrency {
+                    Some(n) => self.max_concurrent = (n as usize).min(OWN_STREAM_CAP),
+                    None if first => self.max_concurrent = OWN_STREAM_CAP,
+                    None => {}
                 }
                 frame_head(&mut self.out, 0, SETTINGS, ACK, 0);
                 self.resume_bodies();
@@ -649,30 +816,39 @@ impl Inner {
                     w.wake();
                 }
             }
-            PUSH_PROMISE => return Err(protocol("PUSH_PROMISE, with push disabled")),
+            PUSH_PROMISE => return Err(ConnError::protocol("PUSH_PROMISE, with push disabled")),
             PING => {
+                if id != 0 {
+                    return Err(ConnError::protocol("PING on a stream"));
+                }
                 if p.len() != 8 {
-                    return Err(protocol("PING of the wrong size"));
+                    return Err(ConnError::new(FRAME_SIZE_ERROR, "PING of the wrong size"));
                 }
                 if flags & ACK == 0 {
                     frame_head(&mut self.out, 8, PING, ACK, 0);
                     self.out.extend_from_slice(&p);
+                } else {
+                    self.ping_out = false;
                 }
             }
             GOAWAY => {
+                if id != 0 {
+                    return Err(ConnError::protocol("GOAWAY on a stream"));
+                }
                 if p.len() < 8 {
-                    return Err(protocol("GOAWAY too short"));
+                    return Err(ConnError::new(FRAME_SIZE_ERROR, "GOAWAY too short"));
                 }
                 let last = p.get_u32() & MAX_STREAM_ID;
                 let code = p.get_u32();
                 self.draining = true;
-                let refused: Vec<u32> =
+                let refused_ids: Vec<u32> =
                     self.streams.keys().copied().filter(|&s| s > last).collect();
-                for s in refused {
+                for s in refused_ids {
                     self.complete(
                         s,
-                        Err(closed(&format!(
-                            "connection ended by GOAWAY ({}) before this stream",
+                        Err(refused(&format!(
+                            "the server's GOAWAY ({}, last stream {last}) says it did not \
+                             process this stream",
                             error_name(code)
                         ))),
                     );
@@ -683,19 +859,104 @@ impl Inner {
             }
             WINDOW_UPDATE => {
                 if p.len() != 4 {
-                    return Err(protocol("WINDOW_UPDATE of the wrong size"));
+                    return Err(ConnError::new(
+                        FRAME_SIZE_ERROR,
+                        "WINDOW_UPDATE of the wrong size",
+                    ));
                 }
                 let inc = i64::from(p.get_u32() & MAX_STREAM_ID);
                 if id == 0 {
+                    if inc == 0 {
+                        return Err(ConnError::protocol(
+                            "a WINDOW_UPDATE of 0 on the connection",
+                        ));
+                    }
+                    if self.send_window + inc > MAX_WINDOW {
+                        return Err(ConnError::new(
+                            FLOW_CONTROL_ERROR,
+                            "WINDOW_UPDATE past 2^31-1 on the connection",
+                        ));
+                    }
                     self.send_window += inc;
                 } else if let Some(slot) = self.streams.get_mut(&id) {
-                    slot.send_window += inc;
+                    if slot.done.is_none() {
+                        if inc == 0 {
+                            self.stream_error(id, PROTOCOL_ERROR, "a WINDOW_UPDATE of 0");
+                        } else if slot.send_window + inc > MAX_WINDOW {
+                            self.stream_error(
+                                id,
+                                FLOW_CONTROL_ERROR,
+                                "WINDOW_UPDATE past 2^31-1 on the stream",
+                            );
+                        } else {
+                            slot.send_window += inc;
+                        }
+                    }
                 }
                 self.resume_bodies();
             }
             _ => {}
         }
         Ok(())
+    }
+
+    /// A DATA frame's `data` (`whole` bytes with padding) for stream `id`.
+    fn on_data(&mut self, id: u32, end: bool, whole: u32, data: &[u8]) {
+        let max_body = self.limits.max_body;
+        let Some(slot) = self.streams.get_mut(&id) else {
+            // A stream of ours already finished (answered, reset or given up).
+            return;
+        };
+        if slot.done.is_some() {
+            return;
+        }
+        let problem = if !slot.head_done {
+            Some((PROTOCOL_ERROR, "DATA before the answer's head".to_string()))
+        } else if slot.no_content && !data.is_empty() {
+            Some((
+                PROTOCOL_ERROR,
+                "DATA in an answer that has no content (to HEAD, or 204 or 304)".to_string(),
+            ))
+        } else if slot.unacked + whole > STREAM_WINDOW {
+            Some((
+                FLOW_CONTROL_ERROR,
+                "DATA beyond the stream's receive window".to_string(),
+            ))
+        } else {
+            let len = (slot.body.len() + data.len()) as u64;
+            match slot.expect_len {
+                Some(n) if len > n => Some((
+                    PROTOCOL_ERROR,
+                    format!("DATA longer than the content-length of {n}"),
+                )),
+                Some(n) if end && len < n => Some((
+                    PROTOCOL_ERROR,
+                    format!("the answer ended after {len} of its content-length of {n} bytes"),
+                )),
+                _ => None,
+            }
+        };
+        if let Some((code, what)) = problem {
+            self.stream_error(id, code, &what);
+            return;
+        }
+        if (slot.body.len() + data.len()) as u64 > max_body {
+            frame_head(&mut self.out, 4, RST_STREAM, 0, id);
+            self.out.put_u32(CANCEL);
+            self.complete(id, Err(over_limit(max_body)));
+            return;
+        }
+        slot.body.push(data);
+        slot.unacked += whole;
+        if !end && slot.unacked >= STREAM_WINDOW / 2 {
+            let n = slot.unacked;
+            slot.unacked = 0;
+            frame_head(&mut self.out, 4, WINDOW_UPDATE, 0, id);
+            self.out.put_u32(n);
+        }
+        if end {
+            self.complete(id, Ok(()));
+        }
     }
 
     /// Sends what bodies the windows now allow.
@@ -715,82 +976,281 @@ impl Inner {
     }
 
     /// A whole header block for stream `id`: decoded always (the decoder's table must follow the
-    /// server's), kept when the stream is ours and waiting.
-    fn on_header_block(&mut self, id: u32, flags: u8, block: &[u8]) -> Result<(), AttemptError> {
-        let mut status: Option<u16> = None;
-        let mut headers = HeaderMap::new();
-        let mut bad = None;
-        self.decoder
-            .decode(block, |f| {
-                if f.name.first() == Some(&b':') {
-                    if f.name == b":status" {
-                        status = std::str::from_utf8(f.value)
-                            .ok()
-                            .and_then(|s| s.parse().ok());
-                    }
-                    return;
-                }
-                match f.typed {
-                    Some((n, v)) => {
-                        headers.append(n, v);
-                    }
-                    None => bad = Some(String::from_utf8_lossy(f.name).into_owned()),
-                }
-            })
-            .map_err(|e| protocol(&format!("HPACK: {}", e.0)))?;
+    /// server's), its fields checked and counted as they come, kept when the stream is ours and
+    /// waiting.
+    fn on_header_block(&mut self, id: u32, flags: u8, block: &[u8]) -> Result<(), ConnError> {
         let end = flags & END_STREAM != 0;
+        let part = match self.streams.get(&id) {
+            Some(s) if s.done.is_none() && s.head_done => Part::Trailers,
+            Some(s) if s.done.is_none() => Part::Head,
+            _ => Part::Ignored,
+        };
+        let mut list = FieldList::new(self.limits.max_header_list, part);
+        self.decoder
+            .decode(block, |f| list.push(f))
+            .map_err(|e| ConnError::new(COMPRESSION_ERROR, &format!("HPACK: {}", e.0)))?;
+        if part == Part::Ignored {
+            return Ok(());
+        }
+        if let Some(what) = list.error {
+            self.stream_error(id, PROTOCOL_ERROR, &what);
+            return Ok(());
+        }
         let Some(slot) = self.streams.get_mut(&id) else {
             return Ok(());
         };
-        if slot.done.is_some() {
-            return Ok(());
-        }
-        if !slot.head_done {
-            if let Some(name) = bad {
-                self.complete(id, Err(malformed(format!("invalid header {name:?}"))));
+        if part == Part::Trailers {
+            if !end {
+                self.stream_error(id, PROTOCOL_ERROR, "trailers without END_STREAM");
                 return Ok(());
             }
-            match status.and_then(|s| StatusCode::from_u16(s).ok()) {
-                // An informational answer: the real one follows.
-                Some(s) if s.is_informational() => return Ok(()),
-                Some(s) => {
-                    slot.status = Some(s);
-                    slot.headers = headers;
-                    slot.head_done = true;
-                }
-                None => {
-                    self.complete(id, Err(malformed("HTTP/2 answer without :status".into())));
-                    return Ok(());
-                }
+            let len = slot.body.len() as u64;
+            if let Some(n) = slot.expect_len.filter(|&n| n != len) {
+                let what =
+                    format!("the answer ended after {len} of its content-length of {n} bytes");
+                self.stream_error(id, PROTOCOL_ERROR, &what);
+                return Ok(());
             }
+            slot.trailers = Some(list.headers);
+            self.complete(id, Ok(()));
+            return Ok(());
         }
-        // A second block is the trailers: read, not kept.
+        let Some(status) = list.status else {
+            self.stream_error(id, PROTOCOL_ERROR, "an answer without :status");
+            return Ok(());
+        };
+        if status.is_informational() {
+            // An interim answer (100, 103…): the final one follows, on the same stream.
+            let what = if status == StatusCode::SWITCHING_PROTOCOLS {
+                Some("101 Switching Protocols, which HTTP/2 does not have")
+            } else if end {
+                Some("an informational answer with END_STREAM")
+            } else {
+                None
+            };
+            if let Some(what) = what {
+                self.stream_error(id, PROTOCOL_ERROR, &format!("{what} ({status})"));
+            }
+            return Ok(());
+        }
+        let bodiless = slot.head_request
+            || status == StatusCode::NO_CONTENT
+            || status == StatusCode::NOT_MODIFIED;
+        let expect_len = list.content_length.filter(|_| !bodiless);
+        slot.status = Some(status);
+        slot.headers = list.headers;
+        slot.head_done = true;
+        slot.expect_len = expect_len;
+        slot.no_content = bodiless;
         if end {
+            if let Some(n) = expect_len.filter(|&n| n != 0) {
+                let what = format!("the answer ended after 0 of its content-length of {n} bytes");
+                self.stream_error(id, PROTOCOL_ERROR, &what);
+                return Ok(());
+            }
             self.complete(id, Ok(()));
         }
         Ok(())
     }
 }
 
+/// Which header block of a stream is being read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// The answer's head (or an interim one).
+    Head,
+    /// The trailers, after the head and the body.
+    Trailers,
+    /// For no stream awaited: decoded for the table's sake only.
+    Ignored,
+}
+
+/// An answer's header list as its fields are decoded: checked field by field against RFC 9113
+/// §8.2–8.3 and counted against the list's limit before anything is kept, so that a breach
+/// costs no more than the limit, and a `HeaderMap` is never asked to hold more than it can.
+struct FieldList {
+    part: Part,
+    limit: usize,
+    /// The list's size so far (RFC 7541 §4.1: name, value and 32 per field).
+    size: usize,
+    status: Option<StatusCode>,
+    /// A regular field came (a pseudo-header may no longer).
+    regular: bool,
+    content_length: Option<u64>,
+    headers: HeaderMap,
+    /// The first breach: the stream fails with it; the rest of the block is only decoded.
+    error: Option<String>,
+}
+
+impl FieldList {
+    fn new(limit: usize, part: Part) -> FieldList {
+        FieldList {
+            part,
+            limit,
+            size: 0,
+            status: None,
+            regular: false,
+            content_length: None,
+            headers: HeaderMap::new(),
+            error: None,
+        }
+    }
+
+    fn push(&mut self, f: crate::hpack::Field<'_>) {
+        if self.error.is_some() || self.part == Part::Ignored {
+            return;
+        }
+        self.size += f.name.len() + f.value.len() + 32;
+        if self.size > self.limit {
+            self.headers = HeaderMap::new();
+            self.error = Some(format!(
+                "the answer's header list is over the limit of {} bytes \
+                 (SETTINGS_MAX_HEADER_LIST_SIZE)",
+                self.limit
+            ));
+            return;
+        }
+        if f.name.first() == Some(&b':') {
+            self.error = self.pseudo(f.name, f.value).err();
+            return;
+        }
+        self.regular = true;
+        let Some((name, value)) = f.typed else {
+            self.error = Some(field_problem(f.name, f.value));
+            return;
+        };
+        if name == http::header::CONTENT_LENGTH {
+            let n = std::str::from_utf8(f.value)
+                .ok()
+                .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|v| v.parse::<u64>().ok());
+            match (n, self.content_length) {
+                (None, _) => {
+                    self.error = Some(format!(
+                        "invalid content-length {:?}",
+                        String::from_utf8_lossy(f.value)
+                    ));
+                    return;
+                }
+                (Some(n), Some(m)) if n != m => {
+                    self.error = Some(format!("conflicting content-lengths {m} and {n}"));
+                    return;
+                }
+                (n, _) => self.content_length = n,
+            }
+        }
+        if self.headers.try_append(name, value).is_err() {
+            self.headers = HeaderMap::new();
+            self.error = Some("more header fields than a header map can hold".into());
+        }
+    }
+
+    /// A pseudo-header: only `:status`, once, first, and not in trailers (RFC 9113 §8.3).
+    fn pseudo(&mut self, name: &[u8], value: &[u8]) -> Result<(), String> {
+        let shown = String::from_utf8_lossy(name);
+        if self.part == Part::Trailers {
+            return Err(format!("pseudo-header {shown} in trailers"));
+        }
+        if self.regular {
+            return Err(format!("pseudo-header {shown} after a regular field"));
+        }
+        if name != b":status" {
+            return Err(format!("pseudo-header {shown} in an answer"));
+        }
+        if self.status.is_some() {
+            return Err("a second :status".into());
+        }
+        let status = (value.len() == 3 && value.iter().all(u8::is_ascii_digit))
+            .then(|| std::str::from_utf8(value).ok()?.parse::<u16>().ok())
+            .flatten()
+            .and_then(|s| StatusCode::from_u16(s).ok())
+            .ok_or_else(|| format!(":status {:?}", String::from_utf8_lossy(value)))?;
+        self.status = Some(status);
+        Ok(())
+    }
+}
+
+/// Why a regular field has no typed form: what RFC 9113 §8.2 it breaks.
+fn field_problem(name: &[u8], value: &[u8]) -> String {
+    let shown = String::from_utf8_lossy(name);
+    if name.iter().any(u8::is_ascii_uppercase) {
+        format!("field name {shown:?} has uppercase letters (RFC 9113 §8.2.1)")
+    } else if http::HeaderName::from_bytes(name).is_err() {
+        format!("invalid field name {shown:?}")
+    } else if crate::hpack::field_name(name).is_none() {
+        format!("connection-specific field {shown} (RFC 9113 §8.2.2)")
+    } else {
+        let _ = value;
+        format!("invalid value of {shown} (a control character, or whitespace at an end)")
+    }
+}
+
+/// A breach that ends the connection: the GOAWAY code it is answered with, and every stream's
+/// error.
+#[derive(Debug)]
+struct ConnError {
+    code: u32,
+    error: AttemptError,
+}
+
+impl ConnError {
+    fn new(code: u32, what: &str) -> ConnError {
+        ConnError {
+            code,
+            error: protocol(&format!("{what} ({})", error_name(code))),
+        }
+    }
+
+    fn protocol(what: &str) -> ConnError {
+        ConnError::new(PROTOCOL_ERROR, what)
+    }
+}
+
 /// Strips a PADDED frame's padding.
-fn unpad(p: &mut Bytes, flags: u8) -> Result<Bytes, AttemptError> {
+fn unpad(p: &mut Bytes, flags: u8) -> Result<Bytes, ConnError> {
     if flags & PADDED == 0 {
         return Ok(p.clone());
     }
     if p.is_empty() {
-        return Err(protocol("padded frame without its pad length"));
+        return Err(ConnError::new(
+            FRAME_SIZE_ERROR,
+            "padded frame without its pad length",
+        ));
     }
     let pad = usize::from(p.get_u8());
     if pad > p.len() {
-        return Err(protocol("padding longer than the frame"));
+        return Err(ConnError::protocol("padding longer than the frame"));
     }
     Ok(p.slice(..p.len() - pad))
 }
 
 fn protocol(what: &str) -> AttemptError {
     AttemptError {
-        kind: ErrorKind::Malformed,
+        kind: ErrorKind::Protocol,
         message: format!("HTTP/2 protocol error: {what}"),
+    }
+}
+
+fn refused(what: &str) -> AttemptError {
+    AttemptError {
+        kind: ErrorKind::Refused,
+        message: what.to_string(),
+    }
+}
+
+fn frame_name(kind: u8) -> &'static str {
+    match kind {
+        DATA => "DATA",
+        HEADERS => "HEADERS",
+        PRIORITY => "PRIORITY",
+        RST_STREAM => "RST_STREAM",
+        SETTINGS => "SETTINGS",
+        PUSH_PROMISE => "PUSH_PROMISE",
+        PING => "PING",
+        GOAWAY => "GOAWAY",
+        WINDOW_UPDATE => "WINDOW_UPDATE",
+        CONTINUATION => "CONTINUATION",
+        _ => "a frame",
     }
 }
 
@@ -982,8 +1442,13 @@ pub(crate) struct Driver {
     /// What is being written, and how much of it has been.
     wbuf: BytesMut,
     written: usize,
-    /// Every handle is gone: GOAWAY written, then the driver ends.
+    /// Every handle is gone, or the connection stayed idle: GOAWAY written, then the driver ends.
     closing: bool,
+    /// Something arrived since the last keep-alive look.
+    heard: bool,
+    /// The next keep-alive look, and the time between two.
+    look: Option<Pin<Box<tokio::time::Sleep>>>,
+    every: std::time::Duration,
 }
 
 impl Future for Driver {
@@ -1012,12 +1477,13 @@ impl Future for Driver {
                         // SAFETY: `n` bytes of the spare capacity were just written by the read.
                         unsafe { this.rbuf.set_len(this.rbuf.len() + n) };
                         progressed = true;
+                        this.heard = true;
                         if let Err(e) = this.handle_frames() {
                             let mut inner = this.conn.lock();
                             frame_head(&mut inner.out, 8, GOAWAY, 0, 0);
                             inner.out.put_u32(0);
-                            inner.out.put_u32(PROTOCOL_ERROR);
-                            inner.fail(e);
+                            inner.out.put_u32(e.code);
+                            inner.fail(e.error);
                             let out = inner.out.split();
                             drop(inner);
                             // A last word to the server, not waited for.
@@ -1033,6 +1499,9 @@ impl Future for Driver {
                     }
                     Poll::Pending => break,
                 }
+            }
+            if this.poll_look(cx) {
+                return Poll::Ready(());
             }
             // Write what the workers and the frames queued.
             {
@@ -1079,6 +1548,50 @@ impl Future for Driver {
 }
 
 impl Driver {
+    /// Looks at the connection when the keep-alive timer fires: a PING left unanswered since the
+    /// last look fails it (true: the driver ends); under open streams, a PING goes out if nothing
+    /// arrived since; a connection idle for its idle timeout says GOAWAY and closes.
+    fn poll_look(&mut self, cx: &mut Context<'_>) -> bool {
+        let every = self.every;
+        let look = self
+            .look
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(every)));
+        if look.as_mut().poll(cx).is_pending() {
+            return false;
+        }
+        look.as_mut().reset(tokio::time::Instant::now() + every);
+        let _ = look.as_mut().poll(cx);
+        let heard = std::mem::take(&mut self.heard);
+        let mut inner = self.conn.lock();
+        if inner.ping_out {
+            inner.fail(closed(&format!(
+                "the server answered no PING within {every:?}: the connection is taken for dead"
+            )));
+            return true;
+        }
+        if inner.streams.is_empty() {
+            inner.idle_looks += 1;
+            let idle = every.saturating_mul(inner.idle_looks);
+            if idle >= inner.limits.idle_timeout && !self.closing {
+                // Closed as when the last handle goes; the next request opens a new one.
+                inner.draining = true;
+                self.closing = true;
+                frame_head(&mut inner.out, 8, GOAWAY, 0, 0);
+                inner.out.put_u32(0);
+                inner.out.put_u32(NO_ERROR);
+                inner.wake_driver();
+            }
+        } else {
+            inner.idle_looks = 0;
+            if !heard {
+                frame_head(&mut inner.out, 8, PING, 0, 0);
+                inner.out.put_u64(0x6861_726e_6573_7321);
+                inner.ping_out = true;
+            }
+        }
+        false
+    }
+
     /// Writes `wbuf` until it is out or the socket is full.
     fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         while self.written < self.wbuf.len() {
@@ -1098,30 +1611,85 @@ impl Driver {
     }
 
     /// Handles every whole frame in the read buffer.
-    fn handle_frames(&mut self) -> Result<(), AttemptError> {
-        let mut inner = self.conn.lock();
-        loop {
-            if self.rbuf.len() < 9 {
-                return Ok(());
-            }
-            let h = &self.rbuf[..9];
-            let len = (usize::from(h[0]) << 16) | (usize::from(h[1]) << 8) | usize::from(h[2]);
-            if len > MAX_FRAME {
-                return Err(AttemptError {
-                    kind: ErrorKind::Malformed,
-                    message: format!("HTTP/2 frame of {len} bytes, over the {MAX_FRAME} allowed"),
-                });
-            }
-            if self.rbuf.len() < 9 + len {
-                return Ok(());
-            }
-            let (kind, flags) = (h[3], h[4]);
-            let id = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & MAX_STREAM_ID;
-            self.rbuf.advance(9);
-            let payload = self.rbuf.split_to(len).freeze();
-            inner.on_frame(kind, flags, id, payload)?;
+    fn handle_frames(&mut self) -> Result<(), ConnError> {
+        read_frames(&mut self.rbuf, &mut self.conn.lock())
+    }
+}
+
+/// Handles every whole frame in `rbuf`, leaving a partial one there.
+fn read_frames(rbuf: &mut BytesMut, inner: &mut Inner) -> Result<(), ConnError> {
+    loop {
+        if rbuf.len() < 9 {
+            return Ok(());
+        }
+        let h = &rbuf[..9];
+        let len = (usize::from(h[0]) << 16) | (usize::from(h[1]) << 8) | usize::from(h[2]);
+        if len > MAX_FRAME {
+            return Err(ConnError::new(
+                FRAME_SIZE_ERROR,
+                &format!("a frame of {len} bytes, over the {MAX_FRAME} allowed"),
+            ));
+        }
+        if rbuf.len() < 9 + len {
+            return Ok(());
+        }
+        let (kind, flags) = (h[3], h[4]);
+        let id = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & MAX_STREAM_ID;
+        rbuf.advance(9);
+        let payload = rbuf.split_to(len).freeze();
+        inner.on_frame(kind, flags, id, payload)?;
+    }
+}
+
+/// What [`replay`] saw: each request's outcome, and every byte the client would have written.
+pub(crate) struct Replayed {
+    pub(crate) answers: Vec<Result<Reply, AttemptError>>,
+    pub(crate) written: Bytes,
+}
+
+/// The frame reader without a socket, for the fuzz target: `requests` opened on a connection
+/// with `limits`, then `server`'s bytes read `piece` bytes at a time as if they had arrived.
+pub(crate) fn replay(
+    server: &[u8],
+    piece: usize,
+    requests: &[Outgoing],
+    limits: Limits,
+) -> Replayed {
+    let conn = Arc::new(Conn {
+        inner: Mutex::new(Inner::new(BytesMut::new(), limits)),
+    });
+    let handle = Handle(conn.clone());
+    let origin = Origin::new(false, "127.0.0.1");
+    let mut cx = Context::from_waker(Waker::noop());
+    let ids: Vec<Result<u32, AttemptError>> = requests
+        .iter()
+        .map(|r| match handle.poll_open(&mut cx, r, &origin, true) {
+            Poll::Ready(r) => r,
+            Poll::Pending => Err(closed("no stream free")),
+        })
+        .collect();
+    let mut rbuf = BytesMut::new();
+    for bytes in server.chunks(piece.max(1)) {
+        rbuf.extend_from_slice(bytes);
+        let mut inner = conn.lock();
+        if let Err(e) = read_frames(&mut rbuf, &mut inner) {
+            inner.fail(e.error);
+            break;
         }
     }
+    let answers = ids
+        .into_iter()
+        .map(|id| {
+            let id = id?;
+            let mut answer = std::pin::pin!(handle.answer(id));
+            match answer.as_mut().poll(&mut cx) {
+                Poll::Ready(r) => r,
+                Poll::Pending => Err(closed("no answer in what the server sent")),
+            }
+        })
+        .collect();
+    let written = conn.lock().out.split().freeze();
+    Replayed { answers, written }
 }
 
 #[cfg(test)]

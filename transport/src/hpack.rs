@@ -123,15 +123,38 @@ impl Entry {
     }
 }
 
-/// `name: value` as HTTP types, unless it is a pseudo-header or not valid HTTP.
+/// `name: value` as HTTP types, unless it is a pseudo-header or not a field HTTP/2 allows.
 fn typed(name: &[u8], value: &[u8]) -> Option<(HeaderName, HeaderValue)> {
-    if name.first() == Some(&b':') {
+    Some((field_name(name)?, field_value(value)?))
+}
+
+/// `name` as a regular field's name, when RFC 9113 §8.2 allows it in an answer: a token in
+/// lowercase (`HeaderName` would quietly lowercase it), and none of the connection-specific
+/// fields HTTP/2 forbids (§8.2.2). Checked once per table entry, so that an indexed field costs
+/// no check.
+pub(crate) fn field_name(name: &[u8]) -> Option<HeaderName> {
+    if name.first() == Some(&b':') || name.iter().any(u8::is_ascii_uppercase) {
         return None;
     }
-    Some((
-        HeaderName::from_bytes(name).ok()?,
-        HeaderValue::from_bytes(value).ok()?,
-    ))
+    let n = HeaderName::from_bytes(name).ok()?;
+    let forbidden = [
+        http::header::CONNECTION,
+        http::header::TRANSFER_ENCODING,
+        http::header::UPGRADE,
+    ];
+    if forbidden.contains(&n) || n == "keep-alive" || n == "proxy-connection" {
+        return None;
+    }
+    Some(n)
+}
+
+/// `value` as a field value, when RFC 9113 §8.2.1 allows it: no NUL, CR, LF or other control
+/// character, and no whitespace at either end.
+pub(crate) fn field_value(value: &[u8]) -> Option<HeaderValue> {
+    if matches!(value.first(), Some(b' ' | b'\t')) || matches!(value.last(), Some(b' ' | b'\t')) {
+        return None;
+    }
+    HeaderValue::from_bytes(value).ok()
 }
 
 /// The static table's entries, made once.
@@ -205,7 +228,12 @@ impl Decoder {
         mut block: &[u8],
         mut field: impl FnMut(Field<'_>),
     ) -> Result<(), DecodeError> {
+        // Table size updates are allowed only before the block's first field (RFC 7541 §4.2).
+        let mut at_start = true;
         while let Some(&first) = block.first() {
+            if first & 0xe0 != 0x20 {
+                at_start = false;
+            }
             if first & 0x80 != 0 {
                 let i = int(&mut block, 7)?;
                 field(self.entry(i)?.field());
@@ -221,6 +249,11 @@ impl Decoder {
                 field(e.field());
                 self.insert(e);
             } else if first & 0xe0 == 0x20 {
+                if !at_start {
+                    return Err(DecodeError(
+                        "a table size update after the block's first field",
+                    ));
+                }
                 let max = int(&mut block, 5)?;
                 if max > TABLE_SIZE {
                     return Err(DecodeError("a table size update over the allowed size"));
@@ -248,9 +281,7 @@ impl Decoder {
                 };
                 let typed = match (name_typed, &lit.typed) {
                     (Some(n), Some(v)) => Some((n, v.clone())),
-                    (None, Some(v)) if name.first() != Some(&b':') => {
-                        HeaderName::from_bytes(name).ok().map(|n| (n, v.clone()))
-                    }
+                    (None, Some(v)) => field_name(name).map(|n| (n, v.clone())),
                     _ => None,
                 };
                 field(Field {
@@ -306,7 +337,7 @@ impl Decoder {
         let lit = Literal {
             huffman,
             sent: sent.to_vec(),
-            typed: HeaderValue::from_bytes(&value).ok(),
+            typed: field_value(&value),
             value,
         };
         // Short values take the remembered slots in turn; a long one the one slot kept for
@@ -597,5 +628,57 @@ mod tests {
         ] {
             assert!(d.decode(bad, |_| {}).is_err(), "{bad:?}");
         }
+    }
+
+    /// A table size update is allowed before a block's first field (two in a row included), and
+    /// nowhere else (RFC 7541 §4.2).
+    #[test]
+    fn a_table_size_update_only_at_the_start_of_a_block() {
+        let mut d = Decoder::new();
+        assert_eq!(
+            all(&mut d, &[0x20, 0x3f, 0xe1, 0x1f, 0x88]),
+            pairs(&[(":status", "200")])
+        );
+        assert_eq!(d.max, 4096);
+        let e = d
+            .decode(&[0x88, 0x20], |_| {})
+            .expect_err("an update after a field");
+        assert!(e.0.contains("after the block's first field"), "{}", e.0);
+    }
+
+    /// Fields HTTP/2 forbids in an answer have no typed form, whether indexed or literal: an
+    /// uppercase name, a connection-specific field, a value with whitespace at an end or a
+    /// control character.
+    #[test]
+    fn fields_http2_forbids_have_no_typed_form() {
+        for (name, value) in [
+            ("X-Upper", "v"),
+            ("connection", "close"),
+            ("keep-alive", "5"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "h2c"),
+            ("proxy-connection", "x"),
+            ("x-pad", " v"),
+            ("x-pad", "v\t"),
+            ("x-nul", "a\0b"),
+            ("bad name", "v"),
+        ] {
+            for first in [0x00u8, 0x40] {
+                let mut block = vec![first, name.len() as u8];
+                block.extend_from_slice(name.as_bytes());
+                block.push(value.len() as u8);
+                block.extend_from_slice(value.as_bytes());
+                let mut d = Decoder::new();
+                let mut seen = Vec::new();
+                d.decode(&block, |f| seen.push((f.name.to_vec(), f.typed.is_some())))
+                    .expect("a well-formed block");
+                assert_eq!(
+                    seen,
+                    [(name.as_bytes().to_vec(), false)],
+                    "{name}: {value:?}"
+                );
+            }
+        }
+        assert!(field_name(b"x-ok").is_some() && field_value(b"a b").is_some());
     }
 }

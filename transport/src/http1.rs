@@ -16,14 +16,17 @@ use super::release::Release;
 use super::stream::Stream;
 use super::timer::Timer;
 use super::{
-    closed, has_token, io_failure, last_token_is, malformed, over_limit, AttemptError, Outgoing,
-    Reply, Target,
+    closed, has_token, io_failure, last_token_is, malformed, over_limit, protocol, AttemptError,
+    Outgoing, Reply, Target,
 };
 
-/// Most header fields a response head (or a chunked body's trailer section) may have.
+/// Header fields a response head is parsed with in place; a head with more is parsed again with
+/// as many as its header list's limit can hold.
 const MAX_HEADERS: usize = 64;
-/// Largest response head accepted (status line and header fields); a longer one is `Malformed`.
-const MAX_HEAD: usize = 64 * 1024;
+/// What a head may take besides its header list (the status line): the head's bytes are bounded
+/// by the list's limit (a field counts 32 more than its name and value, more than its `: ` and
+/// CRLF) plus this.
+const HEAD_SLACK: usize = 8 * 1024;
 /// Longest chunk-size line accepted (size and chunk extensions).
 const MAX_CHUNK_LINE: usize = 16 * 1024;
 /// The read buffer grows by at least this much when it runs low.
@@ -230,8 +233,9 @@ impl H1Conn {
             }
             None => write_request(stream, &self.out, tls).await?,
         }
-        let max = self.target.max_body;
-        let (reply, reusable) = read_response(stream, &mut self.buf, head_only, max, meter).await?;
+        let limits = (self.target.max_body, self.target.max_header_list);
+        let (reply, reusable) =
+            read_response(stream, &mut self.buf, head_only, limits, meter).await?;
         // Bytes after a complete response answer no request of ours: the connection's framing
         // can no longer be trusted, so it is not reused.
         if !reusable || asked_close || !self.buf.is_empty() {
@@ -366,17 +370,18 @@ struct Head {
     headers: HeaderMap,
 }
 
-/// Reads one response to a request (`head_only` for `HEAD`), skipping interim `1xx` responses.
-/// Returns it and whether the connection may carry another request.
+/// Reads one response to a request (`head_only` for `HEAD`), skipping interim `1xx` responses
+/// (`103 Early Hints` among them), within `(max, list)`: the body's limit and the header
+/// list's. Returns it and whether the connection may carry another request.
 async fn read_response(
     stream: &mut Stream,
     buf: &mut BytesMut,
     head_only: bool,
-    max: u64,
+    (max, list): (u64, usize),
     meter: &mut (dyn FnMut(u64) -> bool + Send),
 ) -> Result<(Reply, bool), AttemptError> {
     let head = loop {
-        let head = read_head(stream, buf).await?;
+        let head = read_head(stream, buf, list).await?;
         let code = head.status.as_u16();
         if !(100..200).contains(&code) || code == 101 {
             break head;
@@ -387,6 +392,7 @@ async fn read_response(
     let mut reusable = code != 101
         && !has_token(headers, http::header::CONNECTION, "close")
         && (!head.http10 || has_token(headers, http::header::CONNECTION, "keep-alive"));
+    let mut trailers = None;
     let body = if head_only || code < 200 || code == 204 || code == 304 {
         Bytes::new()
     } else if headers.contains_key(http::header::TRANSFER_ENCODING) {
@@ -399,7 +405,9 @@ async fn read_response(
                 // Both framings: chunked wins, and the connection is not trusted afterwards.
                 reusable = false;
             }
-            read_chunked(stream, buf, max, meter).await?
+            let (body, t) = read_chunked(stream, buf, max, list, meter).await?;
+            trailers = t;
+            body
         }
     } else if let Some(len) = content_length(headers)? {
         if len > max {
@@ -417,21 +425,25 @@ async fn read_response(
         status: head.status,
         headers: head.headers,
         body,
+        trailers,
     };
     Ok((reply, reusable))
 }
 
-/// Reads until a complete head is in `buf`, then splits it off.
-async fn read_head(stream: &mut Stream, buf: &mut BytesMut) -> Result<Head, AttemptError> {
+/// Reads until a complete head is in `buf`, then splits it off; its header list at most
+/// `list` bytes.
+async fn read_head(
+    stream: &mut Stream,
+    buf: &mut BytesMut,
+    list: usize,
+) -> Result<Head, AttemptError> {
     loop {
         if !buf.is_empty() {
-            if let Some(head) = parse_head(buf)? {
+            if let Some(head) = parse_head(buf, list)? {
                 return Ok(head);
             }
-            if buf.len() >= MAX_HEAD {
-                return Err(malformed(format!(
-                    "response head longer than {MAX_HEAD} bytes"
-                )));
+            if buf.len() >= list + HEAD_SLACK {
+                return Err(over_list(list));
             }
         }
         if fill(stream, buf, READ_CHUNK).await? == 0 {
@@ -444,9 +456,31 @@ async fn read_head(stream: &mut Stream, buf: &mut BytesMut) -> Result<Head, Atte
     }
 }
 
+/// A head or trailer section over the header list's limit.
+fn over_list(list: usize) -> AttemptError {
+    protocol(format!(
+        "the response's header list is over the limit of {list} bytes"
+    ))
+}
+
+/// The header list's size as HTTP/2 counts it (RFC 7541 §4.1), so that one limit means the
+/// same under both protocols.
+fn list_size(headers: &[httparse::Header<'_>]) -> usize {
+    headers
+        .iter()
+        .map(|h| h.name.len() + h.value.len() + 32)
+        .sum()
+}
+
+/// How many fields a list of `list` bytes can hold (each counts at least 33).
+fn fields_within(list: usize) -> usize {
+    list / 33 + 1
+}
+
 /// Parses the head at the start of `buf` in place; when it is complete, splits it off `buf` and
 /// builds the header map from slices of it (no copy of the values). `None` while incomplete.
-fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, AttemptError> {
+/// A head of more than [`MAX_HEADERS`] fields is parsed again by [`parse_long_head`].
+fn parse_head(buf: &mut BytesMut, list: usize) -> Result<Option<Head>, AttemptError> {
     // Left uninitialized: the parser writes the slots it uses, and a head is parsed per response.
     let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
     // Offsets of each header's name and value in `buf`, kept past the parser's borrow of it.
@@ -457,6 +491,9 @@ fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, AttemptError> {
         .parse_response_with_uninit_headers(&mut res, buf, &mut slots);
     let (len, code, minor, count) = match parsed {
         Ok(httparse::Status::Complete(len)) => {
+            if list_size(res.headers) > list {
+                return Err(over_list(list));
+            }
             for (span, h) in spans.iter_mut().zip(res.headers.iter()) {
                 let name = h.name.as_ptr() as usize - base;
                 let value = h.value.as_ptr() as usize - base;
@@ -470,6 +507,7 @@ fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, AttemptError> {
             )
         }
         Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return parse_long_head(buf, list),
         Err(e) => return Err(malformed(format!("invalid response head: {e}"))),
     };
     let status =
@@ -488,6 +526,50 @@ fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, AttemptError> {
         http10: minor == 0,
         headers,
     }))
+}
+
+/// [`parse_head`] for a head of more than [`MAX_HEADERS`] fields: parsed with as many as the
+/// header list's limit allows, its values copied.
+fn parse_long_head(buf: &mut BytesMut, list: usize) -> Result<Option<Head>, AttemptError> {
+    let mut slots = vec![httparse::EMPTY_HEADER; fields_within(list)];
+    let mut res = httparse::Response::new(&mut slots);
+    let len = match res.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(over_list(list)),
+        Err(e) => return Err(malformed(format!("invalid response head: {e}"))),
+    };
+    if list_size(res.headers) > list {
+        return Err(over_list(list));
+    }
+    let code = res.code.unwrap_or(0);
+    let status =
+        StatusCode::from_u16(code).map_err(|_| malformed(format!("invalid status code {code}")))?;
+    let http10 = res.version == Some(0);
+    let headers = header_map(res.headers)?;
+    buf.advance(len);
+    Ok(Some(Head {
+        status,
+        http10,
+        headers,
+    }))
+}
+
+/// Parsed fields as a header map, their values copied.
+fn header_map(fields: &[httparse::Header<'_>]) -> Result<HeaderMap, AttemptError> {
+    // Not sized by the fields: a map's capacity past its limit panics, and the fields' count is
+    // the peer's to choose.
+    let mut headers = HeaderMap::with_capacity(fields.len().min(MAX_HEADERS));
+    for h in fields {
+        let name = HeaderName::from_bytes(h.name.as_bytes())
+            .map_err(|e| malformed(format!("invalid header name: {e}")))?;
+        let value = HeaderValue::from_bytes(h.value)
+            .map_err(|e| malformed(format!("invalid value of {name}: {e}")))?;
+        headers
+            .try_append(name, value)
+            .map_err(|_| protocol("more header fields than a header map can hold".into()))?;
+    }
+    Ok(headers)
 }
 
 /// The body length a `Content-Length` announces. Repeated fields (or a list) must agree; anything
@@ -534,14 +616,15 @@ async fn read_sized(
     Ok(buf.split_to(len).freeze())
 }
 
-/// Reads and decodes a chunked body, up to and including its trailer section (which is
-/// discarded).
+/// Reads and decodes a chunked body, up to and including its trailer section (kept when it has
+/// fields; its header list at most `list` bytes).
 async fn read_chunked(
     stream: &mut Stream,
     buf: &mut BytesMut,
     max: u64,
+    list: usize,
     meter: &mut (dyn FnMut(u64) -> bool + Send),
-) -> Result<Bytes, AttemptError> {
+) -> Result<(Bytes, Option<HeaderMap>), AttemptError> {
     const CUT: &str = "connection closed in the middle of a chunked body";
     let mut body = BytesMut::new();
     loop {
@@ -598,27 +681,36 @@ async fn read_chunked(
         buf.advance(2);
     }
     loop {
+        // The common case, no trailer field, needs no parser.
+        if buf.starts_with(b"\r\n") {
+            buf.advance(2);
+            return Ok((body.freeze(), None));
+        }
         // In its own scope so that the slots are not kept in the future across the read.
-        let parsed = {
-            let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let parsed = if buf.len() < 2 {
+            Ok(None)
+        } else {
+            let mut slots = vec![httparse::EMPTY_HEADER; fields_within(list)];
             match httparse::parse_headers(buf, &mut slots) {
-                Ok(httparse::Status::Complete((len, _))) => Ok(Some(len)),
+                Ok(httparse::Status::Complete((len, fields))) if list_size(fields) > list => {
+                    let _ = len;
+                    Err(over_list(list))
+                }
+                Ok(httparse::Status::Complete((len, fields))) => {
+                    header_map(fields).map(|t| Some((len, t)))
+                }
                 Ok(httparse::Status::Partial) => Ok(None),
-                Err(e) => Err(e),
+                Err(httparse::Error::TooManyHeaders) => Err(over_list(list)),
+                Err(e) => Err(malformed(format!("invalid trailer section: {e}"))),
             }
         };
-        match parsed {
-            Ok(Some(len)) => {
+        match parsed? {
+            Some((len, trailers)) => {
                 buf.advance(len);
-                return Ok(body.freeze());
+                return Ok((body.freeze(), Some(trailers)));
             }
-            Ok(None) if buf.len() > MAX_HEAD => {
-                return Err(malformed(format!(
-                    "trailer section longer than {MAX_HEAD} bytes"
-                )))
-            }
-            Ok(None) => {}
-            Err(e) => return Err(malformed(format!("invalid trailer section: {e}"))),
+            None if buf.len() > list + HEAD_SLACK => return Err(over_list(list)),
+            None => {}
         }
         if fill(stream, buf, READ_CHUNK).await? == 0 {
             return Err(closed(CUT));
@@ -837,6 +929,7 @@ mod tests {
             status: StatusCode::SERVICE_UNAVAILABLE,
             headers,
             body: Bytes::new(),
+            trailers: None,
         };
         assert_eq!(reply.retry_after(), Some(Duration::from_secs(7)));
         let later = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(60));

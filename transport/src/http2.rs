@@ -14,6 +14,14 @@
 //! Why not the `h2` crate, which this was first written on: its per-stream state machine,
 //! flow-control accounting and task hand-offs cost about 19,000 instructions per request under
 //! this load, twice what h2load spends on everything (BENCHMARKS.md).
+//!
+//! Why a burst has connections of its own ([`Burst`]): a synchronized round opens every one of
+//! its streams before any completes, so a round larger than the server's limit of concurrent
+//! streams would wait for a slot only a completion can free. A burst learns the limit from the
+//! first connection's SETTINGS and spreads its round over as many connections as the limit needs
+//! (one when the server sets none: RFC 9113's unlimited, bounded by this side's own cap); their
+//! drivers run in one task, so that the round's final frames, queued on every connection at
+//! once, leave in back-to-back writes from one thread.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -26,7 +34,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use history::ErrorKind;
 
-use super::h2conn::{self, Handle, Origin};
+use super::h2conn::{self, Handle, Limits, Origin};
 use super::stream::Stream;
 use super::timer::Timer;
 use super::{AttemptError, Outgoing, Reply, Target};
@@ -72,6 +80,8 @@ pub struct Slot {
     target: Arc<Target>,
     origin: Origin,
     conn: tokio::sync::Mutex<Option<Handle>>,
+    /// The task that drives this connection, when it is a burst's (see [`Burst`]).
+    group: Option<tokio::sync::mpsc::UnboundedSender<Driver>>,
 }
 
 impl std::fmt::Debug for Slot {
@@ -97,6 +107,7 @@ impl Slot {
             origin: Origin::new(target.tls.is_some(), &target.authority),
             target,
             conn: tokio::sync::Mutex::new(None),
+            group: None,
         }
     }
 
@@ -117,9 +128,31 @@ impl Slot {
                 ),
             });
         }
-        let (handle, driver) = h2conn::start(stream, self.target.max_body);
+        let limits = Limits {
+            max_body: self.target.max_body,
+            max_header_list: self.target.max_header_list,
+            keepalive: self.target.keepalive,
+            idle_timeout: self.target.idle_timeout,
+        };
+        let (handle, driver) = h2conn::start(stream, limits);
         let driver: Driver = Box::pin(driver);
-        // In a task that drives its own connections (see `drive`), it polls this one too.
+        let driver = match &self.group {
+            Some(group) => match group.send(driver) {
+                Ok(()) => None,
+                Err(e) => Some(e.0),
+            },
+            None => Some(driver),
+        };
+        if let Some(driver) = driver {
+            Self::drive_somewhere(driver);
+        }
+        *guard = Some(handle.clone());
+        Ok(handle)
+    }
+
+    /// Has `driver` polled: in a task that drives its own connections (see `drive`), by it;
+    /// else by a task of its own.
+    fn drive_somewhere(driver: Driver) {
         if DRIVERS.try_with(|_| ()).is_ok() {
             if let Err(e) = DRIVERS.with(|d| d.send(driver)) {
                 tokio::spawn(e.0);
@@ -127,8 +160,6 @@ impl Slot {
         } else {
             tokio::spawn(driver);
         }
-        *guard = Some(handle.clone());
-        Ok(handle)
     }
 
     /// Connects now, when not connected.
@@ -147,57 +178,6 @@ impl Slot {
             Ok(r) => r,
             Err(_) => Err(timed_out(timeout)),
         }
-    }
-
-    /// A burst in single-packet mode: opens a stream per request and sends all of each but its
-    /// last body byte (or holds back its END_STREAM when it has no body); once that is written,
-    /// the last frames all at once, in one write. Returns the replies in order and when the last
-    /// frames were queued.
-    pub async fn single_packet(
-        &self,
-        reqs: Vec<Outgoing>,
-        timeout: Duration,
-    ) -> (Vec<Result<Reply, AttemptError>>, Instant) {
-        let h = match self.handle().await {
-            Ok(h) => h,
-            Err(e) => {
-                return (
-                    reqs.iter().map(|_| Err(e.clone())).collect(),
-                    Instant::now(),
-                )
-            }
-        };
-        let mut opened = Vec::with_capacity(reqs.len());
-        for req in &reqs {
-            opened.push(h.open_stream(req, &self.origin, false).await);
-        }
-        // Every stream is open and all but its last frame queued: written first, on their own.
-        h.flushed().await;
-        let ends = opened
-            .iter()
-            .zip(&reqs)
-            .filter_map(|(id, req)| {
-                let last = if req.body.is_empty() {
-                    Bytes::new()
-                } else {
-                    req.body.slice(req.body.len() - 1..)
-                };
-                id.as_ref().ok().map(|&id| (id, last))
-            })
-            .collect();
-        h.finish(ends);
-        let released = Instant::now();
-        let answers = opened.into_iter().map(|id| {
-            let h = &h;
-            async move {
-                let id = id?;
-                match tokio::time::timeout(timeout, h.answer(id)).await {
-                    Ok(r) => r,
-                    Err(_) => Err(timed_out(timeout)),
-                }
-            }
-        });
-        (futures_util::future::join_all(answers).await, released)
     }
 }
 
@@ -322,13 +302,234 @@ impl H2Conn {
     }
 }
 
+/// Concurrent streams one connection opens when the server sets no limit (RFC 9113: unlimited).
+pub const OWN_STREAM_CAP: usize = h2conn::OWN_STREAM_CAP;
+
+/// The most connections one burst opens: a round that would need more at the server's stream
+/// limit is refused before anything is sent.
+pub const MAX_BURST_CONNECTIONS: usize = 1000;
+
+/// A burst's HTTP/2 connections (see the module doc): as many as its rounds need at the server's
+/// limit of concurrent streams, driven together in one task of their own.
+pub struct Burst {
+    target: Arc<Target>,
+    group: tokio::sync::mpsc::UnboundedSender<Driver>,
+    slots: Mutex<Vec<Arc<Slot>>>,
+    /// Requests per connection, as the last [`Burst::open`] found.
+    per_conn: AtomicUsize,
+}
+
+impl std::fmt::Debug for Burst {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Burst")
+            .field("target", &self.target.url)
+            .finish()
+    }
+}
+
+impl Burst {
+    /// A burst's connections to `target`, none open yet.
+    pub fn new(target: Arc<Target>) -> Burst {
+        Burst {
+            target,
+            group: group(),
+            slots: Mutex::new(Vec::new()),
+            per_conn: AtomicUsize::new(1),
+        }
+    }
+
+    fn slots(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Slot>>> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Connection `i`, made (not connected) when it is new.
+    fn slot_at(&self, i: usize) -> Arc<Slot> {
+        let mut slots = self.slots();
+        while slots.len() <= i {
+            slots.push(Arc::new(Slot {
+                origin: Origin::new(self.target.tls.is_some(), &self.target.authority),
+                target: self.target.clone(),
+                conn: tokio::sync::Mutex::new(None),
+                group: Some(self.group.clone()),
+            }));
+        }
+        slots[i].clone()
+    }
+
+    /// Opens the connections a round of `members` requests needs, at most `most` of them on one
+    /// connection (`--streams`) and never more than the server allows: the first connection's
+    /// SETTINGS say its limit, then the others open. Fails at once when the server allows no
+    /// stream, and before anything is sent when the round would need more than
+    /// [`MAX_BURST_CONNECTIONS`]; `timeout` bounds each connection's opening.
+    pub async fn open(
+        &self,
+        members: usize,
+        most: usize,
+        timeout: Duration,
+    ) -> Result<(), AttemptError> {
+        let members = members.max(1);
+        let mut per = most.clamp(1, h2conn::OWN_STREAM_CAP);
+        // Should the opening fail, members still share connections as `most` says.
+        self.per_conn.store(per, Ordering::Relaxed);
+        let mut opened = 0;
+        loop {
+            let need = members.div_ceil(per);
+            if need > MAX_BURST_CONNECTIONS {
+                return Err(AttemptError {
+                    kind: ErrorKind::Other,
+                    message: format!(
+                        "a burst round of {members} requests needs {need} HTTP/2 connections at \
+                         {per} concurrent streams each (the server's SETTINGS_MAX_CONCURRENT_STREAMS \
+                         or --streams), more than the {MAX_BURST_CONNECTIONS} a burst opens: make \
+                         the round at most {} requests",
+                        MAX_BURST_CONNECTIONS * per
+                    ),
+                });
+            }
+            if opened >= need {
+                self.per_conn.store(per, Ordering::Relaxed);
+                return Ok(());
+            }
+            let limits = (opened..need).map(|i| {
+                let slot = self.slot_at(i);
+                async move {
+                    let settled = async {
+                        let h = slot.handle().await?;
+                        h.concurrency().await
+                    };
+                    match tokio::time::timeout(timeout, settled).await {
+                        Ok(r) => r,
+                        Err(_) => Err(AttemptError {
+                            kind: ErrorKind::Timeout,
+                            message: format!(
+                                "no HTTP/2 connection with its SETTINGS within {timeout:?}"
+                            ),
+                        }),
+                    }
+                }
+            });
+            for limit in futures_util::future::join_all(limits).await {
+                let limit = limit?;
+                if limit == 0 {
+                    return Err(AttemptError {
+                        kind: ErrorKind::Refused,
+                        message: "the server allows 0 concurrent streams \
+                                  (SETTINGS_MAX_CONCURRENT_STREAMS = 0): it takes no request"
+                            .into(),
+                    });
+                }
+                per = per.min(limit);
+            }
+            opened = need;
+        }
+    }
+
+    /// The connection of member `i` of a round, `per` members to a connection as the last
+    /// [`Burst::open`] found.
+    pub fn slot(&self, i: usize) -> Arc<Slot> {
+        self.slot_at(i / self.per_conn.load(Ordering::Relaxed).max(1))
+    }
+
+    /// A round in single-packet mode: spread over the connections it needs, a stream per
+    /// request with all of each but its body's last byte (or its END_STREAM, with no body) sent;
+    /// once every connection has written that, the final frames of all queued at once, in one
+    /// write per connection, back to back. Returns the replies in order and when the final
+    /// frames were queued.
+    pub async fn single_packet(
+        &self,
+        reqs: Vec<Outgoing>,
+        timeout: Duration,
+    ) -> (Vec<Result<Reply, AttemptError>>, Instant) {
+        let all = |e: AttemptError| -> (Vec<Result<Reply, AttemptError>>, Instant) {
+            (
+                reqs.iter().map(|_| Err(e.clone())).collect(),
+                Instant::now(),
+            )
+        };
+        if let Err(e) = self.open(reqs.len(), h2conn::OWN_STREAM_CAP, timeout).await {
+            return all(e);
+        }
+        let per = self.per_conn.load(Ordering::Relaxed).max(1);
+        let mut handles = Vec::new();
+        for i in 0..reqs.len().div_ceil(per) {
+            match self.slot_at(i).handle().await {
+                Ok(h) => handles.push(h),
+                Err(e) => return all(e),
+            }
+        }
+        // Every connection of a burst has the same origin.
+        let origin = self.slot_at(0).origin.clone();
+        let mut opened = Vec::with_capacity(reqs.len());
+        for (i, req) in reqs.iter().enumerate() {
+            opened.push(handles[i / per].open_stream(req, &origin, false).await);
+        }
+        // Every stream is open and all but its last frame queued: written first, on their own.
+        futures_util::future::join_all(handles.iter().map(Handle::flushed)).await;
+        let mut ends: Vec<Vec<(u32, Bytes)>> = vec![Vec::new(); handles.len()];
+        for (i, (id, req)) in opened.iter().zip(&reqs).enumerate() {
+            let last = if req.body.is_empty() {
+                Bytes::new()
+            } else {
+                req.body.slice(req.body.len() - 1..)
+            };
+            if let Ok(id) = id {
+                ends[i / per].push((*id, last));
+            }
+        }
+        // Queued on every connection before any driver runs: the drivers share one task, which
+        // writes them one after the other when it next runs.
+        for (h, ends) in handles.iter().zip(ends) {
+            h.finish(ends);
+        }
+        let released = Instant::now();
+        let answers = opened.into_iter().enumerate().map(|(i, id)| {
+            let h = &handles[i / per];
+            async move {
+                let id = id?;
+                match tokio::time::timeout(timeout, h.answer(id)).await {
+                    Ok(r) => r,
+                    Err(_) => Err(timed_out(timeout)),
+                }
+            }
+        });
+        (futures_util::future::join_all(answers).await, released)
+    }
+}
+
+/// A task that drives the connections sent to it, until the sender is gone and they have ended.
+fn group() -> tokio::sync::mpsc::UnboundedSender<Driver> {
+    use futures_util::stream::{FuturesUnordered, StreamExt};
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Driver>();
+    tokio::spawn(async move {
+        let mut conns: FuturesUnordered<Driver> = FuturesUnordered::new();
+        let mut open = true;
+        std::future::poll_fn(|cx| {
+            while open {
+                match rx.poll_recv(cx) {
+                    Poll::Ready(Some(d)) => conns.push(d),
+                    Poll::Ready(None) => open = false,
+                    Poll::Pending => break,
+                }
+            }
+            while let Poll::Ready(Some(())) = conns.poll_next_unpin(cx) {}
+            if !open && conns.is_empty() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+    });
+    tx
+}
+
 /// Where a submitted request's reply goes.
 type ReplyTo = tokio::sync::oneshot::Sender<Result<Reply, AttemptError>>;
 
 /// One burst round in single-packet mode: each member submits its first attempt; when the last
 /// one has, the round goes out on its connection as one write, and each member gets its reply.
 pub struct SinglePacketRound {
-    slot: Arc<Slot>,
+    burst: Arc<Burst>,
     size: usize,
     waiting: Mutex<Vec<(Outgoing, ReplyTo)>>,
     /// When the round's last frames left, once they have.
@@ -336,10 +537,10 @@ pub struct SinglePacketRound {
 }
 
 impl SinglePacketRound {
-    /// A round of `size` requests on `slot`'s connection.
-    pub fn new(slot: Arc<Slot>, size: usize) -> SinglePacketRound {
+    /// A round of `size` requests on `burst`'s connections.
+    pub fn new(burst: Arc<Burst>, size: usize) -> SinglePacketRound {
         SinglePacketRound {
-            slot,
+            burst,
             size: size.max(1),
             waiting: Mutex::new(Vec::with_capacity(size)),
             released_at: Mutex::new(None),
@@ -357,7 +558,7 @@ impl SinglePacketRound {
         };
         if let Some(all) = full {
             let (reqs, txs): (Vec<_>, Vec<_>) = all.into_iter().unzip();
-            let (replies, at) = self.slot.single_packet(reqs, timeout).await;
+            let (replies, at) = self.burst.single_packet(reqs, timeout).await;
             *self.released_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(at);
             for (tx, reply) in txs.into_iter().zip(replies) {
                 let _ = tx.send(reply);

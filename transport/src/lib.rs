@@ -19,14 +19,26 @@
 
 //!
 //! - [`http1`]: HTTP/1.1, the hot path: one request in flight per connection.
-//! - [`http2`]: HTTP/2 on the `h2` crate, `--streams` workers per connection.
+//! - [`http2`]: HTTP/2, framed here (`h2conn.rs`) with answers' headers decoded here (`hpack.rs`,
+//!   the Huffman code `loona-hpack`'s), `--streams` workers per connection; a burst's streams
+//!   spread over as many connections as the server's stream limit needs ([`http2::Burst`]).
+//! - [`release`]: the instant a burst's members send together.
 //! - [`stream`]: the byte stream under it — plain TCP, or TLS through rustls ([`tls`]).
+//!
+//! Why the client is strict: it is the instrument a verdict is read from. An answer that breaks
+//! a MUST of HTTP/1.1, HTTP/2 or HPACK, or one of the client's limits (the header list size,
+//! SETTINGS_MAX_HEADER_LIST_SIZE, 64 KiB by default; a body against its content-length; the
+//! flow-control windows), fails its attempt as `protocol`, never a panic and never more memory
+//! than the limit; a stream the server provably did not process (REFUSED_STREAM, above a
+//! GOAWAY's last stream) fails as `refused`, which is safe to retry whatever the method.
 //!
 //! *Invariant:* knows nothing of scenarios, policies, checks or servers; `history` only for the
 //! error kinds a report counts.
 
 #![warn(missing_docs)]
 
+#[doc(hidden)]
+pub mod fuzz;
 mod h2conn;
 mod hpack;
 pub mod http1;
@@ -70,6 +82,15 @@ pub struct Target {
     pub http2: Option<Arc<http2::Pool>>,
     /// Largest response body read; a longer one fails its attempt as `malformed`.
     pub max_body: u64,
+    /// Largest header list an answer's head (or trailers) may decode to, in RFC 7541 §4.1
+    /// sizes; advertised as HTTP/2's SETTINGS_MAX_HEADER_LIST_SIZE. A larger one fails its
+    /// attempt as `protocol`.
+    pub max_header_list: usize,
+    /// HTTP/2: how often a connection is looked at (a PING when it went silent under open
+    /// streams; failed when the PING is still unanswered at the next look).
+    pub keepalive: Duration,
+    /// HTTP/2: a connection with no open stream for this long is closed.
+    pub idle_timeout: Duration,
 }
 
 /// How to reach a target besides its URL: TLS settings and the protocol.
@@ -87,6 +108,14 @@ pub struct Connect {
     /// Largest response body read ([`DEFAULT_MAX_BODY`] when `None`): a server that answers
     /// without end must not take the client's memory with it.
     pub max_body: Option<u64>,
+    /// Largest header list an answer may have ([`DEFAULT_MAX_HEADER_LIST`] when `None`; at most
+    /// [`MAX_HEADER_LIST`]): HTTP/2's SETTINGS_MAX_HEADER_LIST_SIZE, and the same bound on an
+    /// HTTP/1.1 head.
+    pub max_header_list: Option<usize>,
+    /// HTTP/2 keep-alive look interval ([`DEFAULT_KEEPALIVE`] when `None`).
+    pub keepalive: Option<Duration>,
+    /// HTTP/2 idle timeout ([`DEFAULT_IDLE_TIMEOUT`] when `None`).
+    pub idle_timeout: Option<Duration>,
 }
 
 /// A target URL that cannot be used.
@@ -111,6 +140,9 @@ pub enum TargetError {
     /// The TLS settings cannot be used.
     #[error(transparent)]
     Tls(#[from] TlsSetupError),
+    /// A limit of [`Connect`] out of its bounds.
+    #[error("{0}")]
+    Limit(String),
 }
 
 impl Target {
@@ -152,6 +184,20 @@ impl Target {
         if host.is_empty() {
             return Err(invalid("missing host"));
         }
+        let max_header_list = how.max_header_list.unwrap_or(DEFAULT_MAX_HEADER_LIST);
+        if !(1024..=MAX_HEADER_LIST).contains(&max_header_list) {
+            return Err(TargetError::Limit(format!(
+                "a header list limit of {max_header_list} bytes: give 1 KiB to {} MiB",
+                MAX_HEADER_LIST >> 20
+            )));
+        }
+        let keepalive = how.keepalive.unwrap_or(DEFAULT_KEEPALIVE);
+        let idle_timeout = how.idle_timeout.unwrap_or(DEFAULT_IDLE_TIMEOUT);
+        if keepalive.is_zero() || idle_timeout.is_zero() {
+            return Err(TargetError::Limit(
+                "the HTTP/2 keep-alive interval and idle timeout must be longer than 0".into(),
+            ));
+        }
         let addr = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
             .map_err(|source| TargetError::Resolve {
                 url: url.to_string(),
@@ -169,6 +215,9 @@ impl Target {
             source: how.source,
             http2: how.http2.then(|| Arc::new(http2::Pool::new(how.streams))),
             max_body: how.max_body.unwrap_or(DEFAULT_MAX_BODY),
+            max_header_list,
+            keepalive,
+            idle_timeout,
         })
     }
 
@@ -315,6 +364,9 @@ pub struct Reply {
     pub headers: HeaderMap,
     /// The whole body.
     pub body: Bytes,
+    /// The trailer fields after the body, when the answer had any (HTTP/2 trailers, or a
+    /// chunked HTTP/1.1 body's trailer section): gRPC's status is there.
+    pub trailers: Option<HeaderMap>,
 }
 
 impl Reply {
@@ -376,6 +428,18 @@ pub(crate) fn last_token_is(
 /// Largest response body read when [`Connect::max_body`] does not say.
 pub const DEFAULT_MAX_BODY: u64 = 64 << 20;
 
+/// Largest header list an answer may have when [`Connect::max_header_list`] does not say.
+pub const DEFAULT_MAX_HEADER_LIST: usize = 64 << 10;
+
+/// The largest header list limit [`Connect::max_header_list`] may set.
+pub const MAX_HEADER_LIST: usize = 16 << 20;
+
+/// HTTP/2 keep-alive look interval when [`Connect::keepalive`] does not say.
+pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(20);
+
+/// HTTP/2 idle timeout when [`Connect::idle_timeout`] does not say.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
 /// How an over-long body's error message starts (see [`AttemptError::is_over_limit`]).
 const OVER_LIMIT: &str = "response body over the limit of";
 
@@ -386,6 +450,13 @@ pub(crate) fn over_limit(max: u64) -> AttemptError {
 pub(crate) fn malformed(message: String) -> AttemptError {
     AttemptError {
         kind: ErrorKind::Malformed,
+        message,
+    }
+}
+
+pub(crate) fn protocol(message: String) -> AttemptError {
+    AttemptError {
+        kind: ErrorKind::Protocol,
         message,
     }
 }

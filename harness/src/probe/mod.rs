@@ -42,7 +42,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use reports::CheckResult;
 use serde::Serialize;
 
-use crate::http::http2::Slot;
+use crate::http::http2::Burst;
 use crate::http::{AttemptError, Conn, Connect, Outgoing, Reply, Target};
 use crate::plan::SyncMode;
 use record::Recording;
@@ -517,15 +517,16 @@ impl ProbePlan {
     /// release skew as the client measured it.
     async fn burst(&self, key: &str, body: Bytes, rec: &mut Recording) -> u64 {
         if self.sync == SyncMode::SinglePacket {
-            let slot = Slot::new(self.target.clone());
-            if let Err(e) = slot.open().await {
+            let conns = Burst::new(self.target.clone());
+            let most = crate::http::http2::OWN_STREAM_CAP;
+            if let Err(e) = conns.open(self.concurrency, most, self.timeout).await {
                 tracing::warn!("probe connection failed: {e}");
             }
             let reqs = (0..self.concurrency)
                 .map(|_| self.request(Some(key), body.clone()))
                 .collect();
             let t0 = Instant::now();
-            let (replies, released) = slot.single_packet(reqs, self.timeout).await;
+            let (replies, released) = conns.single_packet(reqs, self.timeout).await;
             let t1 = Instant::now();
             for r in &replies {
                 rec.exchange(Some(key), &body, released.max(t0), t1, r);

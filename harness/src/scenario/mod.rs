@@ -738,7 +738,7 @@ fn resolve_connect(f: &ScenarioFile, o: &Overrides, origin: &str) -> Result<Conn
         http2,
         streams,
         source: o.source,
-        max_body: None,
+        ..Connect::default()
     })
 }
 
