@@ -9,7 +9,8 @@
 //!    compared by position, not by name): the value is the response body's field named like the
 //!    parameter (`orderId`, `order_id`, `id`, …, found in the success response's schema, one level
 //!    of wrapping such as `data` allowed), else the `Location` header's segment at the
-//!    parameter's place;
+//!    parameter's place, else the field of the POST's own request body named like it (a name
+//!    the client chose);
 //! 3. a `PUT` on the resource itself (`PUT /things/{name}`, the client names it): the value the
 //!    PUT was sent with.
 //!
@@ -47,6 +48,9 @@ pub enum ValueSource {
     },
     /// The same path parameter of the producer's own request.
     RequestPath(String),
+    /// A field of the producer's own JSON request body (a name the client chose, such as a
+    /// user's `username`).
+    RequestBodyField(String),
 }
 
 impl std::fmt::Display for ValueSource {
@@ -58,6 +62,7 @@ impl std::fmt::Display for ValueSource {
             ValueSource::BodyField(p) => write!(f, "body field {p}"),
             ValueSource::Location { .. } => f.write_str("Location header"),
             ValueSource::RequestPath(n) => write!(f, "the request's path parameter `{n}`"),
+            ValueSource::RequestBodyField(p) => write!(f, "the request's body field {p}"),
         }
     }
 }
@@ -318,22 +323,40 @@ fn properties(doc: &Value, at: &str, depth: usize) -> BTreeMap<String, String> {
     out
 }
 
-/// The pointer of the field of `producer`'s success answer that carries `param`.
-fn body_field(doc: &Value, producer: &Operation, param: &str, collection: &str) -> Option<String> {
+/// The pointer of the field of the first of `schemas` that has one that carries `param`.
+fn field_in<'s>(
+    doc: &Value,
+    schemas: impl Iterator<Item = &'s str>,
+    param: &str,
+    collection: &str,
+    sent: bool,
+) -> Option<String> {
     let candidates = candidate_fields(param, collection);
-    for response in producer.success_responses() {
-        let Some(schema) = response.json_schema() else {
-            continue;
-        };
-        let top = properties(doc, schema, 0);
+    // A request never carries a `readOnly` property: the server assigns it.
+    let keep = |at: &String| {
+        !sent || doc.pointer(at).and_then(|s| s.get("readOnly")) != Some(&Value::Bool(true))
+    };
+    for schema in schemas {
+        let mut top = properties(doc, schema, 0);
+        top.retain(|_, at| keep(at));
         for c in &candidates {
             if top.contains_key(c) {
                 return Some(pointer::push("", c));
             }
         }
-        // One level of wrapping: `{"data": {"id": …}}`.
-        for (name, inner) in &top {
-            let nested = properties(doc, inner, 0);
+        // One level of wrapping: `{"data": {"id": …}}`; only a wrapper's fields, as the `id`
+        // of any other object inside (a pet's `category`) names something else.
+        let wrappers = [
+            "data",
+            "item",
+            "result",
+            "resource",
+            "object",
+            &singular(collection),
+        ];
+        for (name, inner) in top.iter().filter(|(n, _)| wrappers.contains(&n.as_str())) {
+            let mut nested = properties(doc, inner, 0);
+            nested.retain(|_, at| keep(at));
             for c in &candidates {
                 if nested.contains_key(c) {
                     return Some(pointer::push(&pointer::push("", name), c));
@@ -342,6 +365,60 @@ fn body_field(doc: &Value, producer: &Operation, param: &str, collection: &str) 
         }
     }
     None
+}
+
+/// The pointer of the field of `producer`'s success answer that carries `param`.
+fn body_field(doc: &Value, producer: &Operation, param: &str, collection: &str) -> Option<String> {
+    let responses = producer.success_responses();
+    field_in(
+        doc,
+        responses.iter().filter_map(|r| r.json_schema()),
+        param,
+        collection,
+        false,
+    )
+}
+
+/// The pointer of the field of `producer`'s JSON request body that carries `param`.
+fn request_field(
+    doc: &Value,
+    producer: &Operation,
+    param: &str,
+    collection: &str,
+) -> Option<String> {
+    let media = producer
+        .body
+        .as_ref()?
+        .preferred()
+        .filter(|m| m.is_json())?;
+    field_in(
+        doc,
+        media.schema.as_deref().into_iter(),
+        param,
+        collection,
+        true,
+    )
+}
+
+/// The sources of a creation's answer (and request) for `param`, most trusted first.
+fn creation_sources(
+    doc: &Value,
+    producer: &Operation,
+    param: &str,
+    collection: &str,
+    resource: &str,
+) -> Vec<ValueSource> {
+    let mut sources = Vec::new();
+    if let Some(field) = body_field(doc, producer, param, collection) {
+        sources.push(ValueSource::BodyField(field));
+    }
+    sources.push(ValueSource::Location {
+        template: resource.to_string(),
+    });
+    if let Some(field) = request_field(doc, producer, param, collection) {
+        sources.push(ValueSource::RequestBodyField(field));
+    }
+    sources
 }
 
 impl LinkPlan {
@@ -434,13 +511,7 @@ impl LinkPlan {
                         .then_some(o)
                 });
                 if let Some(p) = creator {
-                    let mut sources = Vec::new();
-                    if let Some(field) = body_field(doc, p, name, segments[i - 1]) {
-                        sources.push(ValueSource::BodyField(field));
-                    }
-                    sources.push(ValueSource::Location {
-                        template: resource.clone(),
-                    });
+                    let sources = creation_sources(doc, p, name, segments[i - 1], &resource);
                     bindings.push(Binding {
                         consumer: consumer.id.clone(),
                         location: Location::Path,
@@ -706,6 +777,14 @@ fn read(
             .request?
             .param(Location::Path, name)
             .map(|p| p.value.clone()),
+        ValueSource::RequestBodyField(p) => recorded
+            .request?
+            .body
+            .as_ref()?
+            .value
+            .pointer(p)
+            .filter(|v| !v.is_null())
+            .cloned(),
         ValueSource::Link { expression, .. } => {
             let v = match expression {
                 Expression::ResponseBody(p) => recorded.body?.pointer(p).cloned(),
@@ -839,6 +918,8 @@ fn order(ops: &[Operation], bindings: &[Binding], notes: &mut Vec<String>) -> Ve
             }
         }
     }
+    // Producers by their bindings, before the ordering edges below are added.
+    let producers: BTreeSet<usize> = edges.iter().map(|(p, _)| *p).collect();
     // Of one producer's consumers, the others before the DELETEs.
     let mut by_producer: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for (p, c) in &edges {
@@ -853,7 +934,6 @@ fn order(ops: &[Operation], bindings: &[Binding], notes: &mut Vec<String>) -> Ve
             }
         }
     }
-    let producers: BTreeSet<usize> = edges.iter().map(|(p, _)| *p).collect();
     let phase = |i: usize| {
         if ops[i].method == Method::Delete {
             2
@@ -924,14 +1004,8 @@ fn verification(
                 .next()
                 .unwrap_or("");
             let param = last.trim_matches(|c| c == '{' || c == '}').to_string();
-            let mut sources = Vec::new();
             let collection = segments.last().copied().unwrap_or("");
-            if let Some(field) = body_field(doc, op, &param, collection) {
-                sources.push(ValueSource::BodyField(field));
-            }
-            sources.push(ValueSource::Location {
-                template: get.path.clone(),
-            });
+            let sources = creation_sources(doc, op, &param, collection, &get.path);
             v.get = Some((get.id.clone(), param, VerifyFrom::Response(sources)));
             v.list = get_of(&shape(&op.path)).map(|g| g.id.clone());
             return v;
