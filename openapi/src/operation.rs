@@ -479,7 +479,13 @@ pub(crate) fn read_operations(
     };
     let schemes = security::read_schemes(doc)?;
     let global_security = match doc.json().get("security") {
-        Some(s) => Some(security::read_requirements(doc, "/security", s, &schemes)?),
+        Some(s) => Some(security::read_requirements(
+            doc,
+            "/security",
+            s,
+            &schemes,
+            &mut warnings,
+        )?),
         None => None,
     };
     for (template, item) in paths {
@@ -604,9 +610,13 @@ fn read_operation(
         }
     }
     let security = match op.get("security") {
-        Some(s) => {
-            security::read_requirements(doc, &pointer::push(at, "security"), s, site.schemes)?
-        }
+        Some(s) => security::read_requirements(
+            doc,
+            &pointer::push(at, "security"),
+            s,
+            site.schemes,
+            warnings,
+        )?,
         None => site.global_security.cloned().unwrap_or_default(),
     };
     let declared = op.get("operationId").and_then(Value::as_str);

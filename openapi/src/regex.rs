@@ -16,7 +16,7 @@ use regex_syntax::hir::{
 pub(crate) fn compile(pattern: &str, max_repeat: u32) -> Result<rand_regex::Regex, String> {
     let hir = regex_syntax::ParserBuilder::new()
         .build()
-        .parse(pattern)
+        .parse(&literal_braces(pattern))
         .map_err(|e| first_line(&e.to_string()))?;
     rand_regex::Regex::with_hir(printable(hir), max_repeat).map_err(|e| e.to_string())
 }
@@ -24,7 +24,67 @@ pub(crate) fn compile(pattern: &str, max_repeat: u32) -> Result<rand_regex::Rege
 /// Whether `text` matches `pattern` (unanchored, as JSON Schema means it); a pattern this crate
 /// cannot read matches nothing.
 pub(crate) fn is_match(pattern: &str, text: &str) -> bool {
-    regex::Regex::new(pattern).is_ok_and(|r| r.is_match(text))
+    regex::Regex::new(&literal_braces(pattern)).is_ok_and(|r| r.is_match(text))
+}
+
+/// ECMA-262 reads a `{` that does not open a quantifier (`{4}`, `{2,}`, `{1,3}`) as a literal
+/// brace, and a `}` that closes none likewise; the Rust syntax wants both escaped.
+fn literal_braces(pattern: &str) -> String {
+    let chars: Vec<char> = pattern.chars().collect();
+    let mut out = String::with_capacity(pattern.len() + 4);
+    let mut i = 0;
+    let mut in_class = false;
+    while i < chars.len() {
+        let c = chars[i];
+        match c {
+            '\\' => {
+                out.push(c);
+                if let Some(next) = chars.get(i + 1) {
+                    out.push(*next);
+                }
+                i += 2;
+                continue;
+            }
+            '[' if !in_class => in_class = true,
+            ']' if in_class => in_class = false,
+            '{' if !in_class => {
+                let close = chars[i + 1..]
+                    .iter()
+                    .position(|c| *c == '}')
+                    .map(|p| i + 1 + p);
+                let quantifier = close.is_some_and(|end| {
+                    let inner: String = chars[i + 1..end].iter().collect();
+                    let mut parts = inner.splitn(2, ',');
+                    let low = parts.next().unwrap_or("");
+                    let high = parts.next();
+                    !low.is_empty()
+                        && low.chars().all(|c| c.is_ascii_digit())
+                        && high.is_none_or(|h| h.chars().all(|c| c.is_ascii_digit()))
+                });
+                match (quantifier, close) {
+                    (true, Some(end)) => {
+                        out.extend(&chars[i..=end]);
+                        i = end + 1;
+                        continue;
+                    }
+                    _ => {
+                        out.push_str("\\{");
+                        i += 1;
+                        continue;
+                    }
+                }
+            }
+            '}' if !in_class => {
+                out.push_str("\\}");
+                i += 1;
+                continue;
+            }
+            _ => {}
+        }
+        out.push(c);
+        i += 1;
+    }
+    out
 }
 
 fn first_line(message: &str) -> String {
@@ -100,6 +160,20 @@ mod tests {
                 );
                 assert!(check.is_match(&s), "{pattern}: {s:?}");
             }
+        }
+    }
+
+    #[test]
+    fn ecma_literal_braces_are_read_as_literals() {
+        assert_eq!(literal_braces(r"^{[0-9]{4}}$"), r"^\{[0-9]{4}\}$");
+        assert_eq!(literal_braces(r"a{2,}b{1,3}[{}]\{"), r"a{2,}b{1,3}[{}]\{");
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let pattern =
+            r"^(?:{[0-9a-fA-F]{4}(?:-?[0-9a-fA-F]{4}){7}}|[0-9a-fA-F]{4}(?:-?[0-9a-fA-F]{4}){7})$";
+        let r = compile(pattern, 8).unwrap();
+        for _ in 0..20 {
+            let s: String = rng.sample(&r);
+            assert!(is_match(pattern, &s), "{s}");
         }
     }
 

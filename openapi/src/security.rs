@@ -176,12 +176,15 @@ pub(crate) fn read_schemes(doc: &Document) -> Result<BTreeMap<String, Scheme>, L
     Ok(out)
 }
 
-/// A `security` list: its alternatives, each scheme turned into the credential it needs.
+/// A `security` list: its alternatives, each scheme turned into the credential it needs. A
+/// requirement naming a scheme the document does not define is a document error, but it does
+/// not stop a request from being built: it is dropped with a warning.
 pub(crate) fn read_requirements(
     doc: &Document,
     at: &str,
     list: &Value,
     schemes: &BTreeMap<String, Scheme>,
+    warnings: &mut Vec<String>,
 ) -> Result<Security, LoadError> {
     let Value::Array(items) = list else {
         return Err(doc.invalid(at, "`security` must be a list of requirement objects"));
@@ -195,13 +198,17 @@ pub(crate) fn read_requirements(
             ));
         };
         let mut all = Vec::new();
+        let mut unknown = false;
         for name in req.keys() {
-            let scheme = schemes.get(name).ok_or_else(|| {
-                doc.invalid(
-                    &pointer::push(&pointer::push(at, &i.to_string()), name),
-                    format!("security scheme `{name}` is not in components/securitySchemes"),
-                )
-            })?;
+            let Some(scheme) = schemes.get(name) else {
+                warnings.push(format!(
+                    "{}: security scheme `{name}` is not in components/securitySchemes; this \
+                     requirement is ignored",
+                    pointer::push(&pointer::push(at, &i.to_string()), name)
+                ));
+                unknown = true;
+                continue;
+            };
             let (carrier, hint) = match scheme {
                 Scheme::ApiKey { name, location } => (
                     match location {
@@ -231,7 +238,9 @@ pub(crate) fn read_requirements(
                 hint,
             });
         }
-        alternatives.push(all);
+        if !unknown {
+            alternatives.push(all);
+        }
     }
     Ok(Security { alternatives })
 }
@@ -259,11 +268,13 @@ mod tests {
     fn requirements_become_headers() {
         let d = doc();
         let schemes = read_schemes(&d).unwrap();
+        let w = &mut Vec::new();
         let s = read_requirements(
             &d,
             "/security",
             &json!([{"q": []}, {"bearer": []}]),
             &schemes,
+            w,
         )
         .unwrap();
         assert!(s.is_required());
@@ -281,25 +292,35 @@ mod tests {
             "/security",
             &json!([{"key": [], "oauth": []}]),
             &schemes,
+            w,
         )
         .unwrap();
         assert_eq!(both.headers(), ["X-API-Key", "Authorization"]);
         let optional =
-            read_requirements(&d, "/security", &json!([{}, {"key": []}]), &schemes).unwrap();
+            read_requirements(&d, "/security", &json!([{}, {"key": []}]), &schemes, w).unwrap();
         assert!(!optional.is_required());
         assert_eq!(optional.describe(), "none");
+        assert!(w.is_empty());
     }
 
     #[test]
-    fn an_unknown_scheme_is_named() {
+    fn an_unknown_scheme_is_a_warning_and_its_requirement_dropped() {
         let d = doc();
         let schemes = read_schemes(&d).unwrap();
-        let e = read_requirements(&d, "/security", &json!([{"nope": []}]), &schemes)
-            .unwrap_err()
-            .to_string();
+        let mut w = Vec::new();
+        let s = read_requirements(
+            &d,
+            "/security",
+            &json!([{"nope": []}, {"key": []}]),
+            &schemes,
+            &mut w,
+        )
+        .unwrap();
+        assert_eq!(s.headers(), ["X-API-Key"]);
         assert_eq!(
-            e,
-            "doc: at `/security/0/nope`: security scheme `nope` is not in components/securitySchemes"
+            w,
+            ["/security/0/nope: security scheme `nope` is not in components/securitySchemes; this \
+              requirement is ignored"]
         );
     }
 }
