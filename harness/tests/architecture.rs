@@ -156,6 +156,24 @@ fn the_grpc_crate_knows_no_scenario_check_or_server() {
 }
 
 #[test]
+fn the_openapi_reader_knows_no_scenario_check_server_or_socket() {
+    assert_free_of("openapi", RUNTIME_AND_IO);
+    assert_free_of(
+        "openapi",
+        &[
+            "harness",
+            "fault-server",
+            "checks",
+            "reports",
+            "history",
+            "transport",
+            "retry-policy",
+            "http",
+        ],
+    );
+}
+
+#[test]
 fn the_retry_policy_decides_and_sends_nothing() {
     assert_free_of("retry-policy", RUNTIME_AND_IO);
     assert_free_of("retry-policy", &["http", "harness", "fault-server"]);
