@@ -423,3 +423,69 @@ async fn a_seed_makes_the_keys_reproducible() {
     assert_ne!(runs[0], runs[2]);
     assert_ne!(runs[0][0], runs[0][1], "a fresh key per round");
 }
+
+/// A response's trailer fields are kept in the probe's record, as the journal keeps its headers:
+/// a server that answers with a chunked body and a trailer section (as gRPC-over-HTTP/1.1 bridges
+/// and streaming APIs do) has its trailers in every exchange.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trailers_are_kept_in_the_record() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                // The head, then as much body as it announces.
+                let (head_end, len) = loop {
+                    let n = s.read(&mut chunk).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&buf[..i]).to_ascii_lowercase();
+                        let len = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        break (i + 4, len);
+                    }
+                };
+                while buf.len() < head_end + len {
+                    let n = s.read(&mut chunk).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                }
+                let body = br#"{"id":"o1"}"#;
+                let answer = format!(
+                    "HTTP/1.1 201 Created\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\ntrailer: x-checksum\r\nconnection: close\r\n\r\n{:x}\r\n{}\r\n0\r\nx-checksum: sha256=abc\r\n\r\n",
+                    body.len(),
+                    String::from_utf8_lossy(body)
+                );
+                let _ = s.write_all(answer.as_bytes()).await;
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    let cfg = ProbeConfig {
+        rounds: 1,
+        concurrency: 2,
+        seed: Some(7),
+        ..ProbeConfig::new(format!("http://{addr}/orders"))
+    };
+    let o = probe(&cfg).await.expect("probe runs");
+    let answered: Vec<_> = o.exchanges.iter().filter(|e| e.status == Some(201)).collect();
+    assert!(!answered.is_empty(), "{:#?}", o.exchanges);
+    for e in answered {
+        let t = e.response_trailers.as_ref().expect("trailers recorded");
+        assert_eq!(t.get("x-checksum").map(String::as_str), Some("sha256=abc"), "{e:?}");
+    }
+}

@@ -187,6 +187,11 @@ pub struct Entry {
     /// Absent where the observer did not count (no response was begun, or an older journal).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_bytes: Option<u64>,
+    /// The response's trailer fields (lower-case names), when it had any: an HTTP/2 trailing
+    /// HEADERS block or a chunked HTTP/1.1 body's trailer section (`grpc-status`, say). Absent
+    /// when there were none or the observer did not record them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_trailers: Option<BTreeMap<String, String>>,
 }
 
 fn is_zero(v: &u64) -> bool {

@@ -99,6 +99,10 @@ impl Entry {
             w.map(v);
         }
         w.some_uint(b",\"response_bytes\":", self.response_bytes);
+        if let Some(v) = &self.response_trailers {
+            w.raw(b",\"response_trailers\":");
+            w.map(v);
+        }
         w.raw(b"}");
     }
 }
@@ -256,8 +260,9 @@ mod tests {
             forwarded: true,
             upstream_status: Some(201),
             upstream_us: Some(717),
-            response_headers: Some(headers),
+            response_headers: Some(headers.clone()),
             response_bytes: Some(1_048_576),
+            response_trailers: Some(headers),
         };
         same_as_serde(&full);
         for draw in [0.0, -0.0, 1e-300, 0.5, 1e21, f64::NAN, f64::INFINITY] {

@@ -61,6 +61,7 @@ pub fn entry(seq: u64, t_recv_ms: impl Into<f64>) -> EntryBuilder {
         upstream_us: None,
         response_headers: None,
         response_bytes: None,
+        response_trailers: None,
     })
 }
 
