@@ -98,6 +98,38 @@ pub fn journal(data: &[u8]) {
     }
 }
 
+/// A report as `harness merge`, `harness report` and `--compare` read it: parsed, rendered in every
+/// format, compared with itself, and merged (alone, and as two whole runs, so that every count
+/// is added) — or refused in words. A histogram whose header claims bytes it does not hold, or
+/// counts that add up past 2^64 − 1, are bad input, never an allocation or a wrapped number.
+pub fn report(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(r) = reports::from_json(text) else {
+        return;
+    };
+    for f in reports::Format::ALL {
+        let _ = reports::render(&r, f, false);
+    }
+    let _ = reports::compare::compare(&r, &r, &reports::compare::Tolerances::default());
+    let mut whole = r.clone();
+    whole.shard = None;
+    for pair in [
+        vec![("a.json".to_string(), r)],
+        vec![
+            ("a.json".to_string(), whole.clone()),
+            ("b.json".to_string(), whole),
+        ],
+    ] {
+        if let Err(e) = harness::merge::merge_reports(&pair) {
+            let m = e.to_string();
+            assert!(!m.is_empty(), "an empty error message");
+            assert!(!m.contains("Error {"), "a debug print: {m}");
+        }
+    }
+}
+
 /// The runtime the network targets share.
 fn runtime() -> &'static tokio::runtime::Runtime {
     static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();

@@ -1,5 +1,5 @@
 //! One entry point per parser that faces outside input: the scenario loader, the fault server's
-//! config and schedule, a journal, the client's response parser, the server's request handling,
+//! config and schedule, a journal, a saved report (`harness merge`/`report`), the client's response parser, the server's request handling,
 //! the client's HTTP/2 frame reader and its HPACK decoder (the latter differential: against the
 //! `hpack` crate, an independent decoder, field for field).
 //!
@@ -18,7 +18,7 @@ pub type Target = fn(&[u8]);
 
 /// The targets, by the name their corpus directory has.
 #[cfg(feature = "app")]
-pub const TARGETS: [(&str, Target); 8] = [
+pub const TARGETS: [(&str, Target); 9] = [
     ("scenario", scenario),
     ("fault_config", fault_config),
     ("schedule", schedule),
@@ -27,6 +27,7 @@ pub const TARGETS: [(&str, Target); 8] = [
     ("request", request),
     ("h2_frames", h2_frames),
     ("hpack", hpack),
+    ("report", report),
 ];
 
 /// The targets, by the name their corpus directory has.

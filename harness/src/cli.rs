@@ -830,6 +830,29 @@ fn analyze(journals: &[PathBuf], checks: Option<&Path>, output: &Output) -> Resu
     emit(&report, output)
 }
 
+/// Largest `report.json` read: a run's report is a few hundred KiB at most (nothing in it grows
+/// with the requests), so a bigger file is not one, and is refused before it is read.
+const REPORT_MAX_BYTES: u64 = 64 << 20;
+
+/// A saved report, read within [`REPORT_MAX_BYTES`]; bad input (exit 2) in words otherwise.
+fn read_report(p: &Path) -> Result<Report, CliError> {
+    use std::io::Read as _;
+    let bad = |m: String| CliError::Input(format!("{}: {m}", p.display()));
+    let file = std::fs::File::open(p).map_err(|e| bad(format!("cannot read: {e}")))?;
+    let mut text = String::new();
+    file.take(REPORT_MAX_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| bad(format!("cannot read: {e}")))?;
+    if text.len() as u64 > REPORT_MAX_BYTES {
+        return Err(bad(format!(
+            "more than {} MiB: not a report.json the harness wrote (a report holds histograms, \
+             not samples)",
+            REPORT_MAX_BYTES >> 20
+        )));
+    }
+    reports::from_json(&text).map_err(|e| bad(e.to_string()))
+}
+
 fn merge_error(e: crate::merge::MergeError) -> CliError {
     match e {
         crate::merge::MergeError::Input(m) => CliError::Input(m),
@@ -848,11 +871,7 @@ async fn merge(
 ) -> Result<u8, CliError> {
     let mut reports = Vec::with_capacity(paths.len());
     for p in paths {
-        let text = std::fs::read_to_string(p)
-            .map_err(|e| CliError::Input(format!("{}: cannot read: {e}", p.display())))?;
-        let r = reports::from_json(&text)
-            .map_err(|e| CliError::Input(format!("{}: {e}", p.display())))?;
-        reports.push((p.display().to_string(), r));
+        reports.push((p.display().to_string(), read_report(p)?));
     }
     let merged = crate::merge::merge_reports(&reports).map_err(merge_error)?;
     drop(reports);
@@ -899,15 +918,10 @@ fn report_cmd(
     tolerances: Option<&Path>,
     format: ReportFormat,
 ) -> Result<u8, CliError> {
-    let read = |p: &Path| -> Result<Report, CliError> {
-        let text = std::fs::read_to_string(p)
-            .map_err(|e| CliError::Input(format!("{}: cannot read: {e}", p.display())))?;
-        reports::from_json(&text).map_err(|e| CliError::Input(format!("{}: {e}", p.display())))
-    };
-    let base = read(path)?;
+    let base = read_report(path)?;
     let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     if let Some(new_path) = compare {
-        let new = read(new_path)?;
+        let new = read_report(new_path)?;
         let tol = match tolerances {
             Some(p) => {
                 let text = std::fs::read_to_string(p)

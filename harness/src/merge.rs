@@ -107,13 +107,33 @@ pub fn merge_reports(reports: &[(String, Report)]) -> Result<Merged, MergeError>
         .max()
         .unwrap_or(0);
     for ((name, r), m) in reports.iter().zip(&mergeables) {
-        add_hist(&mut latency, &hist(&m.latency_hdr, name, "latency_hdr")?);
-        add_requests(&mut requests, &r.requests);
-        for (k, v) in &r.errors_by_kind {
-            *errors_by_kind.entry(k.clone()).or_default() += v;
+        let h = hist(&m.latency_hdr, name, "latency_hdr")?;
+        // One latency sample per response: a histogram that disagrees with the counts beside it
+        // was not written by a run (an edited report would otherwise merge to a verdict).
+        if h.len() != r.requests.completed {
+            return Err(input(format!(
+                "{name}: its latency histogram holds {} samples but it says {} requests completed; \
+                 a report a run wrote has one sample per completed request",
+                h.len(),
+                r.requests.completed
+            )));
         }
-        operations += m.operations;
-        failed_operations += m.failed_operations;
+        if m.failed_operations > m.operations {
+            return Err(input(format!(
+                "{name}: {} failed operations of {} operations",
+                m.failed_operations, m.operations
+            )));
+        }
+        add_hist(&mut latency, &h);
+        add_requests(&mut requests, &r.requests).map_err(|f| input(format!("{name}: {f}")))?;
+        for (k, v) in &r.errors_by_kind {
+            let sum = errors_by_kind.entry(k.clone()).or_default();
+            *sum = add(*sum, *v, &format!("errors_by_kind.{k}")).map_err(|f| input(format!("{name}: {f}")))?;
+        }
+        operations = add(operations, m.operations, "mergeable.operations")
+            .map_err(|f| input(format!("{name}: {f}")))?;
+        failed_operations = add(failed_operations, m.failed_operations, "mergeable.failed_operations")
+            .map_err(|f| input(format!("{name}: {f}")))?;
         retry_delays
             .add_report(&r.retry_delays, &m.retry_delays, name)
             .map_err(input)?;
@@ -132,12 +152,23 @@ pub fn merge_reports(reports: &[(String, Report)]) -> Result<Merged, MergeError>
         let mut duration_ms = 0u64;
         for ((name, r), m) in reports.iter().zip(&mergeables) {
             let (p, h) = (&r.phases[i], &m.phases[i]);
-            add_hist(&mut lat, &hist(&h.latency_hdr, name, "phase latency_hdr")?);
+            let ph = hist(&h.latency_hdr, name, "phase latency_hdr")?;
+            if ph.len() != p.requests.completed {
+                return Err(input(format!(
+                    "{name}: phase {:?}'s latency histogram holds {} samples but it says {} \
+                     requests completed",
+                    p.name,
+                    ph.len(),
+                    p.requests.completed
+                )));
+            }
+            add_hist(&mut lat, &ph);
             if let Some(text) = &h.intended_hdr {
                 let h = hist(text, name, "phase intended_hdr")?;
                 add_hist(intended.get_or_insert_with(crate::metrics::histogram), &h);
             }
-            add_requests(&mut q, &p.requests);
+            add_requests(&mut q, &p.requests)
+                .map_err(|f| input(format!("{name}: phase {:?}: {f}", p.name)))?;
             duration_ms = duration_ms.max(p.duration_ms);
             merge_metrics(&mut metrics, &p.metrics);
         }
@@ -282,17 +313,27 @@ fn add_hist(into: &mut Histogram<u64>, h: &Histogram<u64>) {
     }
 }
 
-fn add_requests(into: &mut Requests, r: &Requests) {
-    into.sent += r.sent;
-    into.completed += r.completed;
-    into.errors += r.errors;
-    into.retries += r.retries;
-    into.late_starts += r.late_starts;
-    into.cancelled += r.cancelled;
-    into.not_started += r.not_started;
+/// `a + b`, or what overflowed, in words: counts from report files are input, and a sum past
+/// 2^64 − 1 is bad input, never a wrapped number.
+fn add(a: u64, b: u64, what: &str) -> Result<u64, String> {
+    a.checked_add(b).ok_or_else(|| {
+        format!("{what}: the reports' counts add up to more than {} (2^64 − 1)", u64::MAX)
+    })
+}
+
+fn add_requests(into: &mut Requests, r: &Requests) -> Result<(), String> {
+    into.sent = add(into.sent, r.sent, "requests.sent")?;
+    into.completed = add(into.completed, r.completed, "requests.completed")?;
+    into.errors = add(into.errors, r.errors, "requests.errors")?;
+    into.retries = add(into.retries, r.retries, "requests.retries")?;
+    into.late_starts = add(into.late_starts, r.late_starts, "requests.late_starts")?;
+    into.cancelled = add(into.cancelled, r.cancelled, "requests.cancelled")?;
+    into.not_started = add(into.not_started, r.not_started, "requests.not_started")?;
     for (k, v) in &r.by_status {
-        *into.by_status.entry(k.clone()).or_default() += v;
+        let sum = into.by_status.entry(k.clone()).or_default();
+        *sum = add(*sum, *v, &format!("requests.by_status.{k}"))?;
     }
+    Ok(())
 }
 
 /// A phase's extra figures across shards: counts add up, maxima take the largest, a shard's
@@ -342,7 +383,7 @@ fn sum_timelines(reports: &[(String, Report)]) -> Option<Timeline> {
                         x.counts.resize(s.counts.len(), 0);
                     }
                     for (a, b) in x.counts.iter_mut().zip(&s.counts) {
-                        *a += b;
+                        *a = a.saturating_add(*b);
                     }
                 }
                 None => o.series.push(s.clone()),

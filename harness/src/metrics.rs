@@ -621,22 +621,96 @@ pub fn encode_hdr(h: &Histogram<u64>) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
+/// Longest base64 text [`decode_hdr`] reads: a recorder's histogram at 3 significant digits over
+/// 1 µs .. 1 h is a few KiB compressed even when every bucket holds counts.
+pub const HDR_MAX_TEXT: usize = 4 << 20;
+/// Most bytes a compressed histogram may inflate to (every bucket of the widest histogram the
+/// format allows, at 9 bytes a count).
+const HDR_MAX_INFLATED: u64 = 32 << 20;
+/// The V2 format's cookies (HdrHistogram's serialization spec, with the counter-width bits the
+/// `hdrhistogram` crate writes) and its header: cookie, payload length, normalizing offset,
+/// significant digits, lowest, highest, integer-to-double ratio.
+const V2_COOKIE: u32 = 0x1c84_9313;
+const V2_COMPRESSED_COOKIE: u32 = 0x1c84_9314;
+const V2_HEADER: usize = 40;
+
+fn be_u32(b: &[u8], at: usize) -> Option<u32> {
+    b.get(at..at + 4)
+        .and_then(|s| <[u8; 4]>::try_from(s).ok())
+        .map(u32::from_be_bytes)
+}
+
+/// The V2 bytes of a histogram, inflated when compressed, each length its header claims held
+/// against the bytes that are really there: a header cannot make the reader allocate what the
+/// input does not hold.
+fn hdr_v2_bytes(bytes: Vec<u8>) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    let v2 = match be_u32(&bytes, 0) {
+        Some(V2_COOKIE) => bytes,
+        Some(V2_COMPRESSED_COOKIE) => {
+            let claimed = be_u32(&bytes, 4).ok_or("cut short after its cookie")? as usize;
+            let held = bytes.len() - 8;
+            if claimed != held {
+                return Err(format!(
+                    "its header says {claimed} compressed bytes follow, but {held} do"
+                ));
+            }
+            let mut out = Vec::new();
+            flate2::read::ZlibDecoder::new(&bytes[8..])
+                .take(HDR_MAX_INFLATED + 1)
+                .read_to_end(&mut out)
+                .map_err(|e| format!("its compressed payload does not inflate: {e}"))?;
+            if out.len() as u64 > HDR_MAX_INFLATED {
+                return Err(format!(
+                    "it inflates to more than {} MiB, more than any histogram of the format",
+                    HDR_MAX_INFLATED >> 20
+                ));
+            }
+            out
+        }
+        _ => return Err("it does not start with an HdrHistogram V2 cookie".into()),
+    };
+    if be_u32(&v2, 0) != Some(V2_COOKIE) {
+        return Err("its compressed payload is not an HdrHistogram V2 histogram".into());
+    }
+    let claimed = be_u32(&v2, 4).ok_or("cut short in its header")? as usize;
+    let held = v2.len().saturating_sub(V2_HEADER);
+    if v2.len() < V2_HEADER || claimed > held {
+        return Err(format!(
+            "its header says {claimed} bytes of counts follow, but {held} do"
+        ));
+    }
+    Ok(v2)
+}
+
 /// Reads back what [`encode_hdr`] wrote (or any V2 histogram, compressed or not), into a
-/// histogram with the recorder's bounds, so histograms of several reports can be added.
+/// histogram with the recorder's bounds, so histograms of several reports can be added. The
+/// text comes from a report file a user may have edited: every length in it is checked against
+/// the bytes that hold it before anything is allocated for it, and errors are in words.
 pub fn decode_hdr(text: &str) -> Result<Histogram<u64>, String> {
     use base64::Engine as _;
     if text.is_empty() {
         return Ok(histogram());
     }
+    if text.len() > HDR_MAX_TEXT {
+        return Err(format!(
+            "{} characters; a histogram is at most {} MiB of base64",
+            text.len(),
+            HDR_MAX_TEXT >> 20
+        ));
+    }
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(text.trim())
         .map_err(|e| format!("not base64: {e}"))?;
+    let v2 = hdr_v2_bytes(bytes).map_err(|e| format!("not a usable HdrHistogram: {e}"))?;
     let h: Histogram<u64> = hdrhistogram::serialization::Deserializer::new()
-        .deserialize(&mut bytes.as_slice())
-        .map_err(|e| format!("not an HdrHistogram V2 histogram: {e:?}"))?;
+        .deserialize(&mut v2.as_slice())
+        .map_err(|e| format!("not a usable HdrHistogram: {e}"))?;
     let mut out = histogram();
-    out.add(&h)
-        .map_err(|e| format!("a histogram beyond 1 hour of microseconds: {e:?}"))?;
+    out.add(&h).map_err(|_| {
+        "a histogram with values beyond 1 hour of microseconds, which no recorder writes"
+            .to_string()
+    })?;
     Ok(out)
 }
 
@@ -676,8 +750,17 @@ impl AttemptStats {
     }
 
     /// Counts `n` delays from `min_us` to `max_us`, and lists `few` while every delay is known.
-    fn tally(&mut self, n: u64, min_us: u64, max_us: u64, few: Option<&[u64]>) {
-        self.count += n;
+    fn tally(
+        &mut self,
+        n: u64,
+        min_us: u64,
+        max_us: u64,
+        few: Option<&[u64]>,
+    ) -> Result<(), String> {
+        self.count = self
+            .count
+            .checked_add(n)
+            .ok_or("the retry delays' counts add up to more than 2^64 − 1")?;
         self.min_us = self.min_us.min(min_us);
         self.max_us = self.max_us.max(max_us);
         self.few = match (self.few.take(), few) {
@@ -689,6 +772,7 @@ impl AttemptStats {
             }
             _ => None,
         };
+        Ok(())
     }
 
     /// The delays to list: every one while there are few, else the delay at each percentile,
@@ -751,7 +835,8 @@ impl RetryDelays {
             .entry(attempt)
             .or_insert_with(AttemptStats::new);
         s.hist.saturating_record(delay_us);
-        s.tally(1, delay_us, delay_us, Some(&[delay_us]));
+        // Counting this process's own retries one by one cannot pass 2^64 − 1.
+        let _ = s.tally(1, delay_us, delay_us, Some(&[delay_us]));
     }
 
     /// Adds a report's retry delays: its histograms, or, for a report written before it carried
@@ -784,7 +869,12 @@ impl RetryDelays {
                     })?;
                     s.hist
                         .add(&h)
-                        .map_err(|e| format!("{name}: the retry delays: {e:?}"))?;
+                        .map_err(|_| {
+                            format!(
+                                "{name}: the retry delays before attempt {}: values beyond 1 hour",
+                                a.attempt
+                            )
+                        })?;
                 }
                 None if a.lists_every_delay() => {
                     for &d in &listed {
@@ -805,7 +895,8 @@ impl RetryDelays {
             } else {
                 (a.count(), None)
             };
-            s.tally(n, us(lo), us(hi), every);
+            s.tally(n, us(lo), us(hi), every)
+                .map_err(|e| format!("{name}: {e}"))?;
         }
         Ok(())
     }
@@ -845,7 +936,8 @@ impl RetryDelays {
                 .entry(attempt)
                 .or_insert_with(AttemptStats::new);
             let _ = s.hist.add(&theirs.hist);
-            s.tally(
+            // Recorders of this process: their counts are its own retries, far below 2^64 − 1.
+            let _ = s.tally(
                 theirs.count,
                 theirs.min_us,
                 theirs.max_us,
@@ -858,6 +950,48 @@ impl RetryDelays {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn b64(bytes: &[u8]) -> String {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    }
+
+    /// A report edited by hand whose histogram header claims gigabytes that are not there is
+    /// refused with a sentence, before anything is allocated for it.
+    #[test]
+    fn a_histogram_header_cannot_claim_bytes_it_does_not_hold() {
+        // Compressed: a 4 GB compressed payload claimed, 40 bytes held.
+        let mut compressed = V2_COMPRESSED_COOKIE.to_be_bytes().to_vec();
+        compressed.extend(0xffff_fff0u32.to_be_bytes());
+        compressed.extend([0u8; 32]);
+        let e = decode_hdr(&b64(&compressed)).expect_err("refused");
+        assert!(e.contains("4294967280 compressed bytes follow, but 32 do"), "{e}");
+        // Uncompressed: 4 GB of counts claimed after a well-formed header.
+        let mut plain = V2_COOKIE.to_be_bytes().to_vec();
+        plain.extend(0xffff_fff0u32.to_be_bytes());
+        plain.extend(0u32.to_be_bytes());
+        plain.extend(3u32.to_be_bytes());
+        plain.extend(1u64.to_be_bytes());
+        plain.extend(3_600_000_000u64.to_be_bytes());
+        plain.extend(1.0f64.to_be_bytes());
+        assert_eq!(plain.len(), V2_HEADER);
+        let e = decode_hdr(&b64(&plain)).expect_err("refused");
+        assert!(e.contains("4294967280 bytes of counts follow, but 0 do"), "{e}");
+        assert!(!e.contains("Error {"), "no debug print: {e}");
+        // Not a histogram at all, and too long a text.
+        let e = decode_hdr(&b64(b"hello, world")).expect_err("refused");
+        assert!(e.contains("V2 cookie"), "{e}");
+        let e = decode_hdr(&"A".repeat(HDR_MAX_TEXT + 4)).expect_err("refused");
+        assert!(e.contains("at most 4 MiB"), "{e}");
+        // What the recorder writes still reads back.
+        let mut h = histogram();
+        for v in [1, 250, 3_000, 1_000_000] {
+            h.record(v).expect("in range");
+        }
+        let back = decode_hdr(&encode_hdr(&h)).expect("round trip");
+        assert_eq!(back.len(), 4);
+        assert_eq!(back.max(), h.max());
+    }
 
     /// The reference the summary is checked against: the same figures computed from one record
     /// per attempt, as a run that keeps its attempts has them.
