@@ -732,8 +732,10 @@ fn duration_is_a_hard_stop() {
         .output()
         .unwrap();
     let (stdout, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    // Nothing finished, so the error-rate rule has nothing to judge: no verdict, exit 1.
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
     let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(r["checks"][0]["verdict"], "inconclusive", "{}", r["checks"]);
     // Nothing was answered; what was in flight at the end was cut (each worker's one request,
     // unless a stalled machine kept a worker from sending before the end).
     assert_eq!(r["requests"]["sent"], 0, "{stdout}");
@@ -971,4 +973,91 @@ fn a_timed_burst_round_waits_for_its_instant_outside_its_requests() {
         max < 1000.0,
         "round 2's requests did not wait 2 s for their instant: max latency {max} ms"
     );
+}
+
+/// `harness merge` and `harness report` read files a user may have edited: a histogram header
+/// that claims gigabytes, a histogram that disagrees with the counts beside it, counts that add
+/// up past 2^64 − 1, a file far larger than any report — each is bad input (exit 2) said in
+/// words, found before anything is allocated for it or any verdict is given.
+#[test]
+fn merge_checks_what_it_merges() {
+    use base64::Engine as _;
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = write(
+        &dir,
+        "s.yaml",
+        "name: small\nserver: {}\nphases:\n  - name: p\n    clients: { concurrency: 2, requests: 20 }\n    request: { path: /x }\n",
+    );
+    let out = harness()
+        .arg("run")
+        .arg(&scenario)
+        .arg("--report-dir")
+        .arg(dir.path().join("run"))
+        .output()
+        .unwrap();
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{:?}", text(&out));
+    let good: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("run/report.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(good["requests"]["completed"], 20);
+    let good_path = write(&dir, "good.json", &good.to_string());
+    let merge = |edited: &serde_json::Value| {
+        let p = write(&dir, "edited.json", &edited.to_string());
+        harness()
+            .args(["merge"])
+            .arg(&good_path)
+            .arg(&p)
+            .output()
+            .unwrap()
+    };
+    let refused = |out: &Output, says: &str| {
+        let (stdout, stderr) = text(out);
+        assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
+        assert!(stderr.contains(says), "wanted {says:?}: {stderr}");
+        assert!(!stderr.contains("Error {"), "a debug print: {stderr}");
+        assert!(stdout.is_empty(), "no verdict: {stdout}");
+    };
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+
+    // A 60-character histogram whose V2 header claims a 4 GB payload.
+    let mut bomb = 0x1c84_9314u32.to_be_bytes().to_vec();
+    bomb.extend(0xffff_fff0u32.to_be_bytes());
+    bomb.extend([0u8; 36]);
+    let mut edited = good.clone();
+    edited["mergeable"]["latency_hdr"] = b64(&bomb).into();
+    refused(&merge(&edited), "compressed bytes follow, but 36 do");
+
+    // A histogram of 2^62 samples beside `completed: 20`.
+    let mut h = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).unwrap();
+    h.record_n(1000, 1 << 62).unwrap();
+    let mut edited = good.clone();
+    edited["mergeable"]["latency_hdr"] = harness::metrics::encode_hdr(&h).into();
+    refused(&merge(&edited), "holds 4611686018427387904 samples but it says 20");
+
+    // Counts that would wrap: 2^64 − 1 sent, plus the good report's 20.
+    let mut edited = good.clone();
+    edited["requests"]["sent"] = u64::MAX.into();
+    refused(&merge(&edited), "requests.sent: the reports' counts add up to more than");
+
+    // A file far larger than any report, refused before it is parsed — by merge and by report.
+    let big = dir.path().join("big.json");
+    let f = std::fs::File::create(&big).unwrap();
+    f.set_len(65 << 20).unwrap();
+    let out = harness().arg("merge").arg(&good_path).arg(&big).output().unwrap();
+    refused(&out, "more than 64 MiB");
+    let out = harness().arg("report").arg(&big).output().unwrap();
+    refused(&out, "more than 64 MiB");
+
+    // The report as the run wrote it still merges with itself.
+    let out = harness()
+        .args(["merge", "--format", "json"])
+        .arg(&good_path)
+        .arg(&good_path)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{stderr}");
+    let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(r["requests"]["completed"], 40);
 }
