@@ -193,9 +193,6 @@ impl EntryBuilder {
         self.0.method = "POST".to_string();
         self.0.path = format!("/{method}");
         self.0.http_version = Some(crate::HttpVersion::Http2);
-        self.0
-            .headers
-            .insert("content-type".to_string(), "application/grpc".to_string());
         self.0.grpc_method = Some(method.to_string());
         self.0.status = Some(200);
         self.0.outcome = Outcome::Responded;
@@ -229,9 +226,6 @@ impl EntryBuilder {
     /// Carried `grpc-previous-rpc-attempts: n`.
     pub fn previous_attempts(mut self, n: u32) -> Self {
         self.0.grpc_previous_attempts = Some(n);
-        self.0
-            .headers
-            .insert("grpc-previous-rpc-attempts".to_string(), n.to_string());
         self
     }
 
