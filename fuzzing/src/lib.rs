@@ -96,6 +96,7 @@ fn decide_some(rules: &[fault_server::config::RuleConfig]) {
                     idempotency_key: *key,
                     key_attempt: key.map(|_| i as u32),
                     now: start + Duration::from_millis(i as u64 * 10),
+                    grpc: None,
                 };
                 schedule
                     .decide(&facts)

@@ -33,8 +33,14 @@ mod tests {
 
     #[test]
     fn the_built_in_text_is_the_shipped_file_and_compiles() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../proto/orders/v1/orders.proto");
-        assert_eq!(std::fs::read_to_string(path).expect("the shipped file"), PROTO);
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../proto/orders/v1/orders.proto"
+        );
+        assert_eq!(
+            std::fs::read_to_string(path).expect("the shipped file"),
+            PROTO
+        );
         let s = schema().expect("it compiles");
         assert_eq!(s.services(), [SERVICE]);
         assert!(s.method(CREATE_ORDER).expect("CreateOrder").is_unary());
