@@ -21,7 +21,7 @@ use h2::client::SendRequest;
 use http::header::{self, HeaderName};
 use http::{HeaderMap, Method, Request, Uri};
 use tokio::net::TcpStream;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use transport::tls::{ClientTls, TlsOptions};
 
 use super::UpstreamFailure;
@@ -59,6 +59,8 @@ pub(crate) struct H2Pool {
     conns: Mutex<Vec<Arc<Conn>>>,
     /// A permit per open connection (`upstream.max_connections`).
     open: Arc<Semaphore>,
+    /// Signalled when a connection opened or failed to, for forwards waiting for one.
+    changed: Notify,
     max_connections: usize,
 }
 
@@ -106,50 +108,56 @@ impl H2Pool {
             timeout: cfg.timeout.0,
             conns: Mutex::new(Vec::new()),
             open: Arc::new(Semaphore::new(max_connections.max(1))),
+            changed: Notify::new(),
             max_connections: max_connections.max(1),
         })
     }
 
     /// A connection with room for one more stream: the least busy open one, a new one when every
     /// open one is full and fewer than `max_connections` are open, else the least busy, whose
-    /// readiness the caller waits for.
+    /// readiness the caller waits for; while the only connections are still being opened, the
+    /// first of them to open (within `deadline`).
     async fn checkout(&self, deadline: tokio::time::Instant) -> Result<InFlight, UpstreamFailure> {
-        let pick = || {
-            let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
-            conns.retain(|c| !c.closed.load(Ordering::Acquire));
-            let least = conns
-                .iter()
-                .min_by_key(|c| c.in_flight.load(Ordering::Acquire))
-                .cloned();
-            let roomy = least.as_ref().is_some_and(|c| {
-                c.in_flight.load(Ordering::Acquire) < c.send.current_max_send_streams().max(1)
-            });
-            (least, roomy)
-        };
-        let (least, roomy) = pick();
-        let conn =
-            match (least, roomy) {
-                (Some(c), true) => c,
+        loop {
+            // Registered before looking, so a connection opened in between is not missed.
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let (least, roomy) = {
+                let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+                conns.retain(|c| !c.closed.load(Ordering::Acquire));
+                let least = conns
+                    .iter()
+                    .min_by_key(|c| c.in_flight.load(Ordering::Acquire))
+                    .cloned();
+                let roomy = least.as_ref().is_some_and(|c| {
+                    c.in_flight.load(Ordering::Acquire) < c.send.current_max_send_streams().max(1)
+                });
+                (least, roomy)
+            };
+            let conn = match (least, roomy) {
+                (Some(c), true) => Some(c),
                 (least, _) => match self.open.clone().try_acquire_owned() {
-                    Ok(permit) => self.connect(permit).await?,
-                    Err(_) => match least {
-                        Some(c) => c,
-                        // Every permit is held by a connection still being opened: wait for one.
-                        None => {
-                            let permit = tokio::time::timeout_at(
-                                deadline,
-                                self.open.clone().acquire_owned(),
-                            )
-                            .await
-                            .map_err(|_| UpstreamFailure::Busy(self.timeout, self.max_connections))?
-                            .map_err(|_| UpstreamFailure::Connect("the pool is closed".into()))?;
-                            self.connect(permit).await?
-                        }
-                    },
+                    Ok(permit) => {
+                        let opened = self.connect(permit).await;
+                        // Whether it opened or not, those waiting may look again.
+                        self.changed.notify_waiters();
+                        Some(opened?)
+                    }
+                    Err(_) => least,
                 },
             };
-        conn.in_flight.fetch_add(1, Ordering::AcqRel);
-        Ok(InFlight(conn))
+            if let Some(conn) = conn {
+                conn.in_flight.fetch_add(1, Ordering::AcqRel);
+                return Ok(InFlight(conn));
+            }
+            tokio::select! {
+                () = changed => {}
+                () = tokio::time::sleep_until(deadline) => {
+                    return Err(UpstreamFailure::Busy(self.timeout, self.max_connections));
+                }
+            }
+        }
     }
 
     /// Opens a connection (TCP, TLS with ALPN `h2` for `grpcs://`, the HTTP/2 handshake) and
