@@ -89,6 +89,13 @@ impl EntryBuilder {
     pub fn no_response(mut self, outcome: Outcome) -> Self {
         self.0.status = None;
         self.0.outcome = outcome;
+        // Nor any gRPC status (a call stays uncommitted unless said otherwise).
+        self.0.grpc_status = None;
+        self.0.grpc_message = None;
+        self.0.pushback_ms = None;
+        if self.0.is_grpc() {
+            self.0.committed = Some(false);
+        }
         self
     }
 
