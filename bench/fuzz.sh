@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes the parsers that face outside input, SECONDS each (default 60):
 #
-#   bench/fuzz.sh [SECONDS] [TARGET…]     targets: scenario fault_config schedule journal response request
+#   bench/fuzz.sh [SECONDS] [TARGET…]     targets: scenario fault_config schedule journal response request grpc_request
 #
 # The targets are in fuzz/fuzz_targets/ and call the entry points of the `fuzzing` crate. New
 # inputs that reach new code are kept in fuzz/corpus/TARGET/ (minimized after each run); an input
@@ -16,7 +16,7 @@ each="${1:-60}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(scenario fault_config schedule journal response request)
+  targets=(scenario fault_config schedule journal response request grpc_request)
 fi
 command -v cargo-fuzz > /dev/null || cargo install cargo-fuzz --locked || exit 3
 cd "$(dirname "$0")/../fuzz" || exit 3

@@ -1,5 +1,6 @@
 //! One entry point per parser that faces outside input: the scenario loader, the fault server's
-//! config and schedule, a journal, the client's response parser, the server's request handling.
+//! config and schedule, a journal, the client's response parser, the server's request handling,
+//! the server's decoding of a gRPC call.
 //!
 //! Each takes arbitrary bytes and must return — no panic, no hang, no unbounded memory — and
 //! checks what the parser promises where it promises something. The cargo-fuzz targets in `fuzz/`
@@ -18,13 +19,14 @@ use fault_server::schedule::{RequestFacts, Schedule};
 pub type Target = fn(&[u8]);
 
 /// The targets, by the name their corpus directory has.
-pub const TARGETS: [(&str, Target); 6] = [
+pub const TARGETS: [(&str, Target); 7] = [
     ("scenario", scenario),
     ("fault_config", fault_config),
     ("schedule", schedule),
     ("journal", journal),
     ("response", response),
     ("request", request),
+    ("grpc_request", grpc_request),
 ];
 
 /// An error message must say where: it is non-empty and names the origin it was given.
@@ -286,5 +288,67 @@ pub fn request(data: &[u8]) {
             b"POST /__harness/reset HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
             false,
         );
+    }
+}
+
+/// The largest message [`grpc_request`]'s services take: small, so the limit is reached.
+const GRPC_MAX_MESSAGE: u64 = 64 << 10;
+
+/// The services [`grpc_request`] decodes calls for: the built-in orders service.
+fn grpc_services() -> &'static fault_server::grpc::Services {
+    static S: OnceLock<fault_server::grpc::Services> = OnceLock::new();
+    S.get_or_init(|| {
+        fault_server::grpc::Services::new(&[], &[], &Default::default(), GRPC_MAX_MESSAGE)
+            .expect("the built-in services")
+    })
+}
+
+/// The fault server's decoding of a gRPC call: its head (the method, `grpc-timeout`,
+/// `grpc-previous-rpc-attempts`, `grpc-encoding`) and its messages, decoded as the method's
+/// request type. The input is the call as text a person can read and a fuzzer can splice: the
+/// `:path` on the first line, a header a line (`name: value`), an empty line, then the body's
+/// bytes. Whatever it is, decoding returns a call or the status a server answers with, holds no
+/// message over the limit, and a decoded call's messages encode again.
+pub fn grpc_request(data: &[u8]) {
+    let (head, body) = match data.windows(2).position(|w| w == b"\n\n") {
+        Some(i) => (&data[..i], &data[i + 2..]),
+        None => (data, &[][..]),
+    };
+    let mut lines = head.split(|b| *b == b'\n');
+    let path = String::from_utf8_lossy(lines.next().unwrap_or_default()).into_owned();
+    let mut headers = http::HeaderMap::new();
+    for line in lines {
+        let Some(colon) = line.iter().position(|b| *b == b':') else {
+            continue;
+        };
+        let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
+        if let (Ok(n), Ok(v)) = (
+            http::HeaderName::from_bytes(name.trim_ascii()),
+            http::HeaderValue::from_bytes(value),
+        ) {
+            headers.append(n, v);
+        }
+    }
+    let call = fault_server::grpc::CallHead::read(&path, &headers);
+    assert!(call.attempt() >= 1);
+    match grpc_services().decode(&call, body) {
+        Ok(decoded) => {
+            assert!(
+                !decoded.requests.is_empty(),
+                "a call decoded with no message"
+            );
+            for m in &decoded.requests {
+                let bytes = prost::Message::encode_to_vec(m);
+                assert!(
+                    bytes.len() as u64 <= GRPC_MAX_MESSAGE * 2,
+                    "a message far over the limit was decoded"
+                );
+            }
+            let _ = decoded.request_id();
+        }
+        Err(status) => {
+            assert_ne!(status.code, history::GrpcCode::Ok, "a refusal with OK");
+            assert!(!status.message.is_empty(), "a refusal without a reason");
+        }
     }
 }
