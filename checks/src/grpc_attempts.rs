@@ -15,7 +15,10 @@
 //! govern; it is flagged (`require_header`) and starts a new call for the other rules. The
 //! call's deadline is its first attempt's arrival plus its `grpc-timeout`; a later attempt
 //! arriving after it, or asking for more time than was left (`grpc-timeout` reaching past it),
-//! fails — within `tolerance_ms`, since the server stamps arrivals, not the client's sends.
+//! fails — within `tolerance_ms`, since the server stamps arrivals, not the client's sends, and
+//! within `timeout_rounding` of the timeout, which a client may encode rounded up (grpcio sends an
+//! earlier, slightly longer value again). So a client that gives each attempt the whole timeout again is
+//! caught once its attempts are further apart than those slacks.
 //!
 //! Metrics: `calls_retried`, `retries`, `over_max_attempts`, `missing_header`,
 //! `not_counting_up`, `after_deadline`, `deadline_extended`.
@@ -27,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use verdict::{CheckResult, Verdict};
 
 use super::evidence::{attach, Findings};
-use super::spec::{About, CheckSpec, Invalid};
+use super::spec::{non_negative, About, CheckSpec, Invalid};
 use super::{Attempt, Check, ClosedOperation, Context};
 
 /// Configuration of the `grpc_attempts` check.
@@ -38,8 +41,15 @@ pub struct GrpcAttemptsConfig {
     pub max_attempts: u32,
     /// A retry must carry `grpc-previous-rpc-attempts`.
     pub require_header: bool,
-    /// How far past the call's deadline an attempt may arrive, or reach (ms).
+    /// How far past the call's deadline an attempt may arrive, or reach (ms): the server stamps
+    /// arrivals, and a retry may take longer to arrive than the first attempt did.
     pub tolerance_ms: u64,
+    /// How much a client's `grpc-timeout` may be rounded up, as a fraction of it: C-core rounds
+    /// the timeout it encodes up ("encoding may round up arbitrarily"), and grpcio 1.85 was seen
+    /// sending a retry the first attempt's 10 s again with 9.75 s left (its header encoder reuses
+    /// an earlier value that is a little longer), so a correct retry may seem to reach this much
+    /// past the deadline.
+    pub timeout_rounding: f64,
 }
 
 impl Default for GrpcAttemptsConfig {
@@ -48,6 +58,7 @@ impl Default for GrpcAttemptsConfig {
             max_attempts: 5,
             require_header: true,
             tolerance_ms: 100,
+            timeout_rounding: 0.05,
         }
     }
 }
@@ -180,7 +191,8 @@ impl Check for GrpcAttemptsCheck {
                 );
             } else if let Some(ms) = e.grpc_timeout_ms {
                 let reach = e.t_recv_us.saturating_add(ms.saturating_mul(1000));
-                if reach > deadline.saturating_add(slack) {
+                let rounding = (ms as f64 * 1000.0 * self.cfg.timeout_rounding) as u64;
+                if reach > deadline.saturating_add(slack).saturating_add(rounding) {
                     self.extended.push(
                         format!(
                             "{} attempt {} (seq {}) asked for grpc-timeout {ms} ms, {:.0} ms past the call's deadline: the deadline was reset for the attempt",
@@ -273,14 +285,14 @@ impl CheckSpec for GrpcAttemptsConfig {
         catches: "a gRPC client that breaks A6's rules for a call's attempts",
         how: "more than `max_attempts` (5) attempts in a call, `grpc-previous-rpc-attempts` missing on a retry or not counting up, an attempt arriving after the call's deadline (its first attempt's arrival + `grpc-timeout`) or given a `grpc-timeout` reaching past it, fails",
         evidence: "a gRPC call was retried (an attempt with `grpc-previous-rpc-attempts`, or a later attempt after a failed one)",
-        limits: "needs attempts grouped (metadata `idempotency-key`, an operation header, or `x-client-id` + same message); an application's own retry loop is a new call to A6 and is flagged as a retry without the header unless `require_header: false`; deadlines are compared at the server, within `tolerance_ms`",
+        limits: "needs attempts grouped (metadata `idempotency-key`, an operation header, or `x-client-id` + same message); an application's own retry loop is a new call to A6 and is flagged as a retry without the header unless `require_header: false`; deadlines are compared at the server, within `tolerance_ms` and `timeout_rounding` of the timeout",
     };
 
     fn validate(&self) -> Result<(), Invalid> {
         if self.max_attempts == 0 {
             return Err(Invalid::new("max_attempts", "expected at least 1 attempt"));
         }
-        Ok(())
+        non_negative("timeout_rounding", self.timeout_rounding)
     }
 
     fn build(&self, ctx: Context) -> Box<dyn Check> {
