@@ -69,7 +69,8 @@ pub struct GrpcConfig {
     /// when it lies outside all of them.
     pub import_paths: Vec<PathBuf>,
     /// A canned answer per method, `pkg.Service/Method: { …proto3 JSON… }`; a method without one
-    /// answers its response type's default message (every field at its default).
+    /// answers its response type's default message (every field at its default). A canned
+    /// answer for a built-in method (`orders.v1.Orders/GetOrder`) replaces the store's.
     pub responses: BTreeMap<String, serde_json::Value>,
     /// Largest message a call may send or be sent (gRPC's default 4 MiB); a larger request
     /// message is answered RESOURCE_EXHAUSTED, as gRPC servers do.
@@ -2308,7 +2309,7 @@ rules:
             (
                 "grpc: { responses: { a.B/C: {} } }\n",
                 "cfg:1:",
-                "no .proto file is given",
+                "not a built-in method, and no .proto file is given",
             ),
         ];
         for (text, at, what) in cases {

@@ -106,7 +106,8 @@ pub enum ServicesError {
     /// The `.proto` files do not compile.
     #[error(transparent)]
     Schema(#[from] grpc::SchemaError),
-    /// A canned answer names no method of the `.proto` files, or does not fit its type.
+    /// A canned answer names no method of the `.proto` files (or of the built-in service), or
+    /// does not fit its type.
     #[error("{message}")]
     Response {
         /// The method, as written under `responses`.
@@ -114,8 +115,8 @@ pub enum ServicesError {
         /// What is wrong.
         message: String,
     },
-    /// `responses` names a method when no `.proto` file is given.
-    #[error("`responses` names {0:?}, but no .proto file is given (`grpc.protos`)")]
+    /// `responses` names a method of no built-in service when no `.proto` file is given.
+    #[error("`responses` names {0:?}, which is not a built-in method, and no .proto file is given (`grpc.protos`)")]
     NoProtos(String),
 }
 
@@ -180,14 +181,23 @@ impl Services {
         let max_message = usize::try_from(max_message).unwrap_or(usize::MAX);
         let mut canned = HashMap::new();
         for (name, json) in responses {
-            let Some(schema) = &user else {
-                return Err(ServicesError::NoProtos(name.clone()));
-            };
             let bad = |message: String| ServicesError::Response {
                 method: name.clone(),
                 message,
             };
-            let method = schema.method(name).map_err(|e| bad(e.to_string()))?;
+            // A built-in method's canned answer replaces the store's.
+            let method = match (orders.method(name), &user) {
+                (Ok(m), _) => m,
+                (Err(_), Some(schema)) => schema.method(name).map_err(|e| bad(e.to_string()))?,
+                (Err(e), None) => {
+                    return Err(match e {
+                        grpc::SchemaError::NoService { .. } => {
+                            ServicesError::NoProtos(name.clone())
+                        }
+                        e => bad(e.to_string()),
+                    })
+                }
+            };
             let encoded = grpc::schema::json_to_protobuf(&method.output(), &json.to_string())
                 .map_err(|e| bad(e.to_string()))?;
             if encoded.len() > max_message {
@@ -257,6 +267,9 @@ impl Services {
     /// The method named `name` and who answers it; UNIMPLEMENTED when no service has it.
     fn route(&self, name: &str) -> Result<(grpc::Method, Target), Status> {
         if let Ok(m) = self.orders.method(name) {
+            if let Some(answer) = self.canned.get(&m.path()[1..]) {
+                return Ok((m, Target::Canned(answer.clone())));
+            }
             let target = if m.descriptor().name() == "CreateOrder" {
                 Target::CreateOrder
             } else {
@@ -489,6 +502,50 @@ mod tests {
         assert!(e.message.contains("shop.v1.Shop"), "{}", e.message);
         let other = CallHead::read("/orders.v1.Orders/PayOrder", &HeaderMap::new());
         assert_eq!(code(&other, &body), GrpcCode::Unimplemented);
+    }
+
+    #[test]
+    fn a_canned_answer_for_a_built_in_method_replaces_the_store() {
+        let responses = BTreeMap::from([(
+            "orders.v1.Orders/GetOrder".to_string(),
+            serde_json::json!({"id": "ord_1", "status": "ORDER_STATUS_PAID"}),
+        )]);
+        let s = Services::new(&[], &[], &responses, 4 << 20).expect("canned built-in");
+        let get = grpc::orders::schema()
+            .unwrap()
+            .method(grpc::orders::GET_ORDER)
+            .unwrap();
+        let body = frame::encode(
+            &get.encode_request(r#"{"id":"x"}"#).unwrap(),
+            Encoding::Identity,
+        );
+        let head = CallHead::read("/orders.v1.Orders/GetOrder", &HeaderMap::new());
+        let Target::Canned(answer) = s.decode(&head, &body).unwrap().target else {
+            panic!("the canned answer, not the store");
+        };
+        assert_eq!(
+            get.decode_response(&answer).unwrap(),
+            r#"{"id":"ord_1","status":"ORDER_STATUS_PAID"}"#
+        );
+        // CreateOrder still goes to the store.
+        let head = CallHead::read("/orders.v1.Orders/CreateOrder", &HeaderMap::new());
+        let create = grpc::orders::schema()
+            .unwrap()
+            .method(grpc::orders::CREATE_ORDER)
+            .unwrap();
+        let body = frame::encode(&create.encode_request("{}").unwrap(), Encoding::Identity);
+        assert!(matches!(
+            s.decode(&head, &body).unwrap().target,
+            Target::CreateOrder
+        ));
+        let e = Services::new(
+            &[],
+            &[],
+            &BTreeMap::from([("a.B/C".into(), serde_json::json!({}))]),
+            1 << 20,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("no .proto file"), "{e}");
     }
 
     #[test]
