@@ -2,7 +2,7 @@
 # Fuzzes the parsers that face outside input, SECONDS each (default 60):
 #
 #   bench/fuzz.sh [SECONDS] [TARGET…]     targets: scenario fault_config schedule journal response request
-#                                         h2_frames hpack report
+#                                         h2_frames hpack report grpc_request
 #
 # The targets are in fuzz/fuzz_targets/ and call the entry points of the `fuzzing` crate. New
 # inputs that reach new code are kept in fuzz/corpus/TARGET/ (minimized after each run); an input
@@ -17,7 +17,7 @@ each="${1:-60}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(scenario fault_config schedule journal response request h2_frames hpack report)
+  targets=(scenario fault_config schedule journal response request h2_frames hpack report grpc_request)
 fi
 command -v cargo-fuzz > /dev/null || cargo install cargo-fuzz --locked || exit 3
 cd "$(dirname "$0")/../fuzz" || exit 3

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the real libraries the calibration suites drive, pinned, into the repo's .cache/: the retry
 # libraries (run.sh) and the webhook verification libraries (webhooks/tests/*.rs, calibration/webhooks/):
-#   .cache/calibration/venv   python3 -m venv with backoff, stamina, httpx, standardwebhooks, svix, stripe
-#                             (calibration/python/requirements.txt)
+#   .cache/calibration/venv   python3 -m venv with backoff, stamina, httpx, standardwebhooks, svix, stripe,
+#                             grpcio, grpcio-tools (calibration/python/requirements.txt)
 #   .cache/calibration/node   npm ci of calibration/node/package.json + package-lock.json
 # Idempotent: a stamp file per part records the hash of its pin file; when it matches, nothing runs.
 # Needs python3 (with venv) and node >= 20 with npm; installs Debian's packages when they are missing.
@@ -65,4 +65,4 @@ if [ "$(cat "$NODE_STAMP" 2>/dev/null)" != "$node_want" ] || [ ! -d "$NODE_DIR/n
     echo "$node_want" >"$NODE_STAMP"
 fi
 
-echo "calibration: ready ($("$CACHE/venv/bin/python" -c 'import backoff, stamina, httpx, standardwebhooks, svix, stripe, importlib.metadata as m; print(", ".join(f"{p} {m.version(p)}" for p in ("backoff","stamina","httpx","standardwebhooks","svix","stripe")))'); node $(node --version): $(cd "$NODE_DIR" && node -e 'for (const p of ["p-retry","ky","exponential-backoff","standardwebhooks","svix","@octokit/webhooks-methods"]) process.stdout.write(p+" "+require("./node_modules/"+p+"/package.json").version+"  ")'))"
+echo "calibration: ready ($("$CACHE/venv/bin/python" -c 'import backoff, stamina, httpx, standardwebhooks, svix, stripe, grpc, grpc_tools, importlib.metadata as m; print(", ".join(f"{p} {m.version(p)}" for p in ("backoff","stamina","httpx","standardwebhooks","svix","stripe","grpcio","grpcio-tools")))'); node $(node --version): $(cd "$NODE_DIR" && node -e 'for (const p of ["p-retry","ky","exponential-backoff","standardwebhooks","svix","@octokit/webhooks-methods","@grpc/grpc-js","@grpc/proto-loader"]) process.stdout.write(p+" "+require("./node_modules/"+p+"/package.json").version+"  ")'))"

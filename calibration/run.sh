@@ -7,7 +7,9 @@
 #   bash calibration/run.sh zero_delay      # only cases whose script path contains this
 #
 # Cases whose verdicts do not rest on timing run CALIB_JOBS at a time, first: first-400 (was a
-# 400 retried), lost-response (which key the retry carried), retry-after-2s (a client that waits
+# 400 retried), lost-response (which key the retry carried), the gRPC cases (which codes were
+# retried, whether the header counted up, whether a committed or a hedged call was sent again; a
+# client that waits a 1.5 s pushback cannot come back early), retry-after-2s (a client that waits
 # the Retry-After cannot come back early; those that ignore it wait 1.1 s at most, plus what a
 # busy machine adds, 0.7 s measured beside stress-ng). The others — jitter on first-two-503,
 # circuit_breaker on the outages: delays and rates measured in milliseconds — then run one at a
@@ -30,7 +32,7 @@ mkdir -p "$OUT"
 rm -f "$OUT"/*.run "$OUT"/*.json
 
 PY="$ROOT/.cache/calibration/venv/bin/python"
-TIMING_FREE=" first-400 lost-response retry-after-2s "
+TIMING_FREE=" first-400 lost-response retry-after-2s grpc-unavailable grpc-invalid-argument grpc-pushback grpc-committed grpc-hedging-none grpc-hedging-unique "
 cases=$(grep -v '^#' calibration/expected.tsv | awk -F'\t' 'NF>=4 {print $1"\t"$2}' | awk '!seen[$0]++')
 
 # Runs one case: its report in $OUT/NAME.json, the harness's exit code and the case's duration

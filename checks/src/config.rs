@@ -22,6 +22,10 @@
 //! total_timeout: { budget_ms: 10000 }
 //! state_transition: {}
 //! thresholds: { rules: ["p99 < 200ms", "error_rate < 1%", "throughput > 500/s"] }
+//! grpc_non_retryable: { codes: [INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED] }
+//! grpc_pushback: { tolerance_ms: 5 }
+//! grpc_committed: {}
+//! grpc_attempts: { max_attempts: 5, tolerance_ms: 100 }
 //! ```
 //!
 //! Each check's fields and defaults are documented with its config struct
@@ -33,6 +37,10 @@ use yaml_config::ConfigError;
 use super::amplification::AmplificationConfig;
 use super::circuit_breaker::CircuitBreakerConfig;
 use super::duplicates::DuplicatesConfig;
+use super::grpc_attempts::GrpcAttemptsConfig;
+use super::grpc_committed::GrpcCommittedConfig;
+use super::grpc_non_retryable::GrpcNonRetryableConfig;
+use super::grpc_pushback::GrpcPushbackConfig;
 use super::idempotency_semantics::IdempotencySemanticsConfig;
 use super::jitter::JitterConfig;
 use super::key_stability::KeyStabilityConfig;
@@ -180,6 +188,14 @@ check_table! {
     state_transition: StateTransitionConfig,
     /// Latency, error-rate and throughput rules such as `p99 < 200ms`.
     thresholds: ThresholdsConfig,
+    /// A gRPC call retried after a status retrying cannot fix (INVALID_ARGUMENT, NOT_FOUND, …).
+    grpc_non_retryable: GrpcNonRetryableConfig,
+    /// A gRPC retry sooner than the server's `grpc-retry-pushback-ms`, or after a negative one.
+    grpc_pushback: GrpcPushbackConfig,
+    /// A gRPC call retried after it was committed (its answer's headers had come).
+    grpc_committed: GrpcCommittedConfig,
+    /// A gRPC call's attempts: at most 5, `grpc-previous-rpc-attempts` counting up, one deadline.
+    grpc_attempts: GrpcAttemptsConfig,
 }
 
 fn default_max_evidence() -> usize {

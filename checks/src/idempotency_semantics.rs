@@ -482,6 +482,11 @@ impl Check for IdempotencySemanticsCheck {
 
     fn observe(&mut self, a: &Attempt<'_>) {
         let e = a.entry;
+        // The draft's protocol is HTTP's (201, replays, 409, 422); a gRPC call answers in its
+        // own status codes, which `duplicates` and the gRPC checks judge.
+        if e.is_grpc() {
+            return;
+        }
         self.now_us = self.now_us.max(e.t_recv_us);
         let mut expired = Vec::new();
         self.keys.expire(self.now_us, |k, v| expired.push((k, v)));
@@ -589,7 +594,7 @@ impl CheckSpec for IdempotencySemanticsConfig {
         catches: "a protocol that lies to the client",
         how: "per key: exactly one 201; replays `200` (`replayed`); races answered 409 or replay, never 5xx or silence; a retry after completion replayed; a different body with the same key refused (422; 2xx fails); a missing key refused (400) where `require_key_paths` says it is required; a 409 without Retry-After or an unflagged replay is weak",
         evidence: "a key was sent more than once (a retry, a race, a replay or a mismatch), or a request lacked a required key",
-        limits: "409's Retry-After is judged where response headers were recorded (`harness idempotency` records them); responses replaced by a fault are skipped",
+        limits: "409's Retry-After is judged where response headers were recorded (`harness idempotency` records them); responses replaced by a fault are skipped; HTTP only (gRPC calls are left to `duplicates` and the gRPC checks)",
     };
 
     fn build(&self, ctx: Context) -> Box<dyn Check> {

@@ -23,7 +23,7 @@
 
 use std::fmt;
 
-use history::{Entry, Outcome};
+use history::{Entry, GrpcCode, Outcome};
 use serde::{Deserialize, Serialize};
 
 use super::failure;
@@ -182,6 +182,16 @@ pub struct Previous {
     pub failed: bool,
     /// The client that sent it (`x-client-id`), when it said.
     pub client_id: Option<String>,
+    /// It was a gRPC call.
+    pub grpc: bool,
+    /// The gRPC status it was answered with.
+    pub grpc_status: Option<GrpcCode>,
+    /// The `grpc-retry-pushback-ms` it was answered with.
+    pub pushback_ms: Option<i64>,
+    /// Its answer's headers came before its status (gRFC A6: committed).
+    pub committed: bool,
+    /// Its `grpc-previous-rpc-attempts`.
+    pub grpc_previous_attempts: Option<u32>,
 }
 
 /// Where one journal entry sits in its operation (owned; see [`Attempt`] for the borrowed view).
@@ -354,6 +364,11 @@ impl OperationTracker {
             retry_after_s,
             failed,
             client_id: e.client_id.clone(),
+            grpc: e.is_grpc(),
+            grpc_status: e.grpc_status,
+            pushback_ms: e.pushback_ms,
+            committed: e.committed == Some(true),
+            grpc_previous_attempts: e.grpc_previous_attempts,
         };
         let Some(key) = self.key_for(e, reported_attempt) else {
             let op = self.new_op_id();

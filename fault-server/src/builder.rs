@@ -45,12 +45,14 @@ use yaml_config::{ConfigError, Dur, Size};
 
 use crate::config::{
     bounds, validate_rules, Config, CountSpec, Counts, Database, DelayFault, DelaySpec, DelayWhen,
-    FaultConfig, HangFault, IdempotencyImpl, LimitsConfig, MalformedFault, MalformedKind,
-    OneOrMany, OrdersConfig, PathPattern, PayImpl, Probability, ResetFault, RuleConfig, StateMode,
-    StatusCode, StatusFault, TlsConfig, UpstreamConfig, UpstreamUrl,
+    FaultConfig, GrpcAfterHeadersFault, GrpcConfig, GrpcFault, GrpcMethodPattern, H2ErrorCode,
+    HangFault, IdempotencyImpl, LimitsConfig, MalformedFault, MalformedKind, OneOrMany,
+    OrdersConfig, PathPattern, PayImpl, Probability, ResetFault, RuleConfig, StateMode, StatusCode,
+    StatusFault, TlsConfig, UpstreamConfig, UpstreamUrl,
 };
 use crate::orders::StoreError;
 use crate::server::{FaultServer, ServerOptions, StartError};
+use history::GrpcCode;
 
 /// How long [`TestServer::wait_for`] and [`TestServer::journal`] wait unless told otherwise.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
@@ -182,6 +184,13 @@ impl ServerBuilder {
     /// Proxy mode with every upstream option: timeouts, CA, pool size, `created_from`.
     pub fn upstream_config(mut self, upstream: UpstreamConfig) -> Self {
         self.config.upstream = Some(upstream);
+        self
+    }
+
+    /// gRPC: the services of `.proto` files served beside the built-in `orders.v1.Orders`,
+    /// their canned answers, the message limit (see [`GrpcConfig`]).
+    pub fn grpc(mut self, grpc: GrpcConfig) -> Self {
+        self.config.grpc = grpc;
         self
     }
 
@@ -427,6 +436,19 @@ impl RuleConfig {
         self
     }
 
+    /// Only gRPC calls of this method (`pkg.Service/Method`, or a glob: `pkg.Service/*`, `**`).
+    pub fn grpc_method(mut self, method: impl Into<String>) -> Self {
+        let m: String = method.into();
+        self.matcher.grpc_method = Some(GrpcMethodPattern(m.trim_start_matches('/').to_string()));
+        self
+    }
+
+    /// Only the Nth attempts of a gRPC call: 1 + its `grpc-previous-rpc-attempts`.
+    pub fn grpc_attempts(mut self, n: impl Into<Counts>) -> Self {
+        self.matcher.grpc_attempts = Some(n.into());
+        self
+    }
+
     /// Only this fraction of the requests that meet every other condition, drawn reproducibly
     /// from the seed, the rule, the key and the attempt.
     pub fn probability(mut self, p: f64) -> Self {
@@ -524,6 +546,101 @@ impl FaultConfig {
     }
 }
 
+impl FaultConfig {
+    /// gRPC: answer Trailers-Only with `code` (see [`GrpcFault`] for a message and a pushback).
+    pub fn grpc(code: GrpcCode) -> FaultConfig {
+        FaultConfig::Grpc(GrpcFault::from(code))
+    }
+
+    /// gRPC: Response-Headers and part of a message, then `code`: a committed call's failure
+    /// (see [`GrpcAfterHeadersFault`]).
+    pub fn grpc_after_headers(code: GrpcCode) -> FaultConfig {
+        FaultConfig::GrpcAfterHeaders(GrpcAfterHeadersFault::from(code))
+    }
+}
+
+impl GrpcFault {
+    /// `code`, with the default message and no pushback.
+    pub fn new(code: GrpcCode) -> GrpcFault {
+        GrpcFault::from(code)
+    }
+
+    /// `grpc-message`.
+    pub fn message(mut self, message: impl Into<String>) -> Self {
+        self.message = Some(message.into());
+        self
+    }
+
+    /// `grpc-retry-pushback-ms` (negative: do not retry).
+    pub fn pushback_ms(mut self, ms: i64) -> Self {
+        self.pushback_ms = Some(ms);
+        self
+    }
+}
+
+impl From<GrpcFault> for FaultConfig {
+    fn from(g: GrpcFault) -> FaultConfig {
+        FaultConfig::Grpc(g)
+    }
+}
+
+impl GrpcAfterHeadersFault {
+    /// `code` after the headers, the call not processed.
+    pub fn new(code: GrpcCode) -> GrpcAfterHeadersFault {
+        GrpcAfterHeadersFault::from(code)
+    }
+
+    /// `grpc-message`.
+    pub fn message(mut self, message: impl Into<String>) -> Self {
+        self.message = Some(message.into());
+        self
+    }
+
+    /// `grpc-retry-pushback-ms` in the trailers.
+    pub fn pushback_ms(mut self, ms: i64) -> Self {
+        self.pushback_ms = Some(ms);
+        self
+    }
+
+    /// Process the call (an order really is created) before failing it.
+    pub fn process(mut self) -> Self {
+        self.process = true;
+        self
+    }
+}
+
+impl From<GrpcAfterHeadersFault> for FaultConfig {
+    fn from(g: GrpcAfterHeadersFault) -> FaultConfig {
+        FaultConfig::GrpcAfterHeaders(g)
+    }
+}
+
+impl GrpcConfig {
+    /// Serve the services of this `.proto` file.
+    pub fn proto(mut self, path: impl Into<PathBuf>) -> Self {
+        self.protos.push(path.into());
+        self
+    }
+
+    /// Look imports up in this directory too.
+    pub fn import_path(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.import_paths.push(dir.into());
+        self
+    }
+
+    /// Answer `method` (`pkg.Service/Method`) with this message, in the proto3 JSON mapping.
+    pub fn response(mut self, method: impl Into<String>, json: serde_json::Value) -> Self {
+        self.responses.insert(method.into(), json);
+        self
+    }
+
+    /// Largest message a call may send or be sent.
+    pub fn max_message(mut self, bytes: u64) -> Self {
+        self.max_message = Size(bytes);
+        self
+    }
+}
+
 impl StatusFault {
     /// A response with this status, no extra headers, and a short problem description as body.
     pub fn new(code: u16) -> StatusFault {
@@ -591,6 +708,12 @@ impl ResetFault {
     /// Process the request before resetting the connection.
     pub fn process(mut self) -> Self {
         self.process = true;
+        self
+    }
+
+    /// HTTP/2: the RST_STREAM's error code.
+    pub fn code(mut self, code: H2ErrorCode) -> Self {
+        self.code = Some(code);
         self
     }
 }
@@ -793,6 +916,7 @@ fn validate_rule(r: &RuleConfig, at: &str) -> Result<(), ConfigError> {
         ("requests", &m.requests),
         ("hits", &m.hits),
         ("attempts", &m.attempts),
+        ("grpc_attempts", &m.grpc_attempts),
     ] {
         let Some(Counts(specs)) = counts else {
             continue;
@@ -821,8 +945,21 @@ fn validate_rule(r: &RuleConfig, at: &str) -> Result<(), ConfigError> {
         }) => {
             bounds::lognormal_sigma(*sigma).map_err(|e| ("fault.delay.lognormal.sigma", e.into()))
         }
+        FaultConfig::Grpc(GrpcFault {
+            pushback_ms: Some(ms),
+            ..
+        })
+        | FaultConfig::GrpcAfterHeaders(GrpcAfterHeadersFault {
+            pushback_ms: Some(ms),
+            ..
+        }) => bounds::pushback_ms(*ms).map_err(|e| ("fault.grpc.pushback_ms", e)),
         _ => Ok(()),
     };
+    if let Some(GrpcMethodPattern(p)) = &m.grpc_method {
+        if let Err(e) = bounds::grpc_method(p) {
+            return bad("match.grpc_method", e);
+        }
+    }
     checked.or_else(|(field, message)| bad(field, message))
 }
 

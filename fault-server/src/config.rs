@@ -48,9 +48,57 @@ pub struct Config {
     /// answer relayed. `upstream: http://host:port` or a map with `url` and options.
     #[serde(default)]
     pub upstream: Option<UpstreamConfig>,
+    /// gRPC: the services served beside the built-in `orders.v1.Orders`, from `.proto` files
+    /// (`protos`, `import_paths`), with a canned answer per method (`responses`), and the largest
+    /// message a call may carry.
+    #[serde(default)]
+    pub grpc: GrpcConfig,
     /// The fault schedule: rules evaluated in order, first match wins.
     #[serde(default)]
     pub rules: Vec<RuleConfig>,
+}
+
+/// The gRPC services a fault server serves besides the built-in `orders.v1.Orders` (which is
+/// always served, on the orders store).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GrpcConfig {
+    /// `.proto` files whose services are served (compiled at start, no protoc needed).
+    pub protos: Vec<PathBuf>,
+    /// Directories imports are looked up in (protoc's `-I`); a proto's own directory is added
+    /// when it lies outside all of them.
+    pub import_paths: Vec<PathBuf>,
+    /// A canned answer per method, `pkg.Service/Method: { …proto3 JSON… }`; a method without one
+    /// answers its response type's default message (every field at its default). A canned
+    /// answer for a built-in method (`orders.v1.Orders/GetOrder`) replaces the store's.
+    pub responses: BTreeMap<String, serde_json::Value>,
+    /// Largest message a call may send or be sent (gRPC's default 4 MiB); a larger request
+    /// message is answered RESOURCE_EXHAUSTED, as gRPC servers do.
+    pub max_message: Size,
+}
+
+impl GrpcConfig {
+    /// The services this section describes, built: the `.proto` files compiled, the canned
+    /// answers encoded.
+    pub fn services(&self) -> Result<crate::grpc::Services, crate::grpc::ServicesError> {
+        crate::grpc::Services::new(
+            &self.protos,
+            &self.import_paths,
+            &self.responses,
+            self.max_message.0,
+        )
+    }
+}
+
+impl Default for GrpcConfig {
+    fn default() -> Self {
+        GrpcConfig {
+            protos: Vec::new(),
+            import_paths: Vec::new(),
+            responses: BTreeMap::new(),
+            max_message: Size(4 << 20),
+        }
+    }
 }
 
 /// Bounds on what a client may cost the server. A request over one is refused — `413`, `408`,
@@ -230,8 +278,11 @@ impl Default for CreatedFrom {
 /// An upstream's URL, checked while it is read: `http` or `https`, a host, no query.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpstreamUrl {
-    /// `https` when true.
+    /// `https` (or `grpcs`) when true.
     pub tls: bool,
+    /// `grpc://` or `grpcs://`: requests are forwarded over HTTP/2 (prior knowledge over plain
+    /// TCP, ALPN `h2` over TLS), trailers and all, as gRPC needs; else over HTTP/1.1.
+    pub http2: bool,
     /// `host:port`, the port made explicit.
     pub authority: String,
     /// The host alone (the TLS server name), without brackets for IPv6.
@@ -241,17 +292,20 @@ pub struct UpstreamUrl {
 }
 
 impl UpstreamUrl {
-    /// Parses `http://host[:port][/prefix]` or `https://…`.
+    /// Parses `http://host[:port][/prefix]` or `https://…`; `grpc://host:port` and
+    /// `grpcs://…` forward over HTTP/2.
     pub fn parse(url: &str) -> Result<UpstreamUrl, String> {
         let uri: http::Uri = url
             .parse()
             .map_err(|e| format!("{url:?} is not a URL: {e}"))?;
-        let tls = match uri.scheme_str() {
-            Some("http") => false,
-            Some("https") => true,
+        let (tls, http2) = match uri.scheme_str() {
+            Some("http") => (false, false),
+            Some("https") => (true, false),
+            Some("grpc") => (false, true),
+            Some("grpcs") => (true, true),
             _ => {
                 return Err(format!(
-                    "{url:?}: an upstream is `http://host:port` or `https://host:port`"
+                    "{url:?}: an upstream is `http://host:port`, `https://host:port`, or for gRPC (HTTP/2) `grpc://host:port` or `grpcs://host:port`"
                 ))
             }
         };
@@ -282,6 +336,7 @@ impl UpstreamUrl {
         };
         Ok(UpstreamUrl {
             tls,
+            http2,
             authority,
             host,
             prefix: uri.path().trim_end_matches('/').to_string(),
@@ -291,7 +346,12 @@ impl UpstreamUrl {
 
 impl fmt::Display for UpstreamUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let scheme = if self.tls { "https" } else { "http" };
+        let scheme = match (self.tls, self.http2) {
+            (false, false) => "http",
+            (true, false) => "https",
+            (false, true) => "grpc",
+            (true, true) => "grpcs",
+        };
         write!(f, "{scheme}://{}{}", self.authority, self.prefix)
     }
 }
@@ -664,6 +724,28 @@ pub struct MatchConfig {
     /// Chance that a request meeting every other condition matches, in [0, 1].
     #[serde(default)]
     pub probability: Option<Probability>,
+    /// Only gRPC calls of this method, `pkg.Service/Method`, or a glob of it (`pkg.Service/*`,
+    /// `**` for every gRPC call); a request that is not a gRPC call never matches.
+    #[serde(default)]
+    pub grpc_method: Option<GrpcMethodPattern>,
+    /// Only the Nth attempt of a gRPC call, as the call counts them: 1 + its
+    /// `grpc-previous-rpc-attempts` (1 when it carries none). A request that is not a gRPC call
+    /// never matches.
+    #[serde(default)]
+    pub grpc_attempts: Option<Counts>,
+}
+
+/// A gRPC method name, `pkg.Service/Method`, or a glob of one: `*` within the service or the
+/// method name, `**` across both.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrpcMethodPattern(pub String);
+
+impl<'de> Deserialize<'de> for GrpcMethodPattern {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        bounds::grpc_method(&s).map_err(de::Error::custom)?;
+        Ok(GrpcMethodPattern(s.trim_start_matches('/').to_string()))
+    }
 }
 
 /// What a rule does: the fault, written `fault: drop` or `fault: { status: { code: 503 } }`.
@@ -687,6 +769,107 @@ pub enum FaultConfig {
     /// Forward the request to the upstream and relay its answer (proxy mode): what a request no
     /// rule matches gets anyway, written as a rule to exempt paths from the rules after it.
     Forward,
+    /// gRPC: answer Trailers-Only with this status (and `grpc-retry-pushback-ms`); the call is
+    /// not processed, and not committed.
+    Grpc(GrpcFault),
+    /// gRPC: send Response-Headers and part of a response message, then a failing status: the
+    /// call was committed (gRFC A6: its client may not retry it).
+    GrpcAfterHeaders(GrpcAfterHeadersFault),
+}
+
+/// A gRPC status to answer a call with, Trailers-Only.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrpcFault {
+    /// The status code, by name (`UNAVAILABLE`) or number (`14`).
+    pub code: history::GrpcCode,
+    /// `grpc-message`; a short note that the status was injected when absent.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// `grpc-retry-pushback-ms`: the client must wait this long before its next attempt; a
+    /// negative value asks it not to retry at all (gRFC A6). Not sent when absent.
+    #[serde(default, deserialize_with = "pushback")]
+    pub pushback_ms: Option<i64>,
+}
+
+/// A committed call's failure: Response-Headers, part of a message, then this status.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrpcAfterHeadersFault {
+    /// The status code the call ends with, by name or number.
+    pub code: history::GrpcCode,
+    /// `grpc-message`; a short note that the status was injected when absent.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// `grpc-retry-pushback-ms` in the trailers (which a client must ignore: the call is
+    /// committed).
+    #[serde(default, deserialize_with = "pushback")]
+    pub pushback_ms: Option<i64>,
+    /// Process the call first (an order really is created), then fail it after its headers.
+    #[serde(default)]
+    pub process: bool,
+}
+
+/// `pushback_ms`: a signed 32-bit number of milliseconds, as gRFC A6 reads the header.
+fn pushback<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    let v = i64::deserialize(d)?;
+    bounds::pushback_ms(v).map_err(de::Error::custom)?;
+    Ok(Some(v))
+}
+
+/// `grpc: UNAVAILABLE` or `grpc: { code: UNAVAILABLE, message, pushback_ms }`.
+struct GrpcShorthand<T>(T);
+
+impl<'de, T: Deserialize<'de> + From<history::GrpcCode>> Deserialize<'de> for GrpcShorthand<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de> + From<history::GrpcCode>> Visitor<'de> for V<T> {
+            type Value = GrpcShorthand<T>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a gRPC status code (UNAVAILABLE, or 14), or a map with `code` and optional `message`, `pushback_ms`")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                let code = v.parse::<history::GrpcCode>().map_err(E::custom)?;
+                Ok(GrpcShorthand(T::from(code)))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                let code = history::GrpcCode::from_number(v)
+                    .ok_or_else(|| E::custom(history::UnknownGrpcCode(v.to_string())))?;
+                Ok(GrpcShorthand(T::from(code)))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                match u64::try_from(v) {
+                    Ok(n) => self.visit_u64(n),
+                    Err(_) => Err(E::custom(history::UnknownGrpcCode(v.to_string()))),
+                }
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                T::deserialize(de::value::MapAccessDeserializer::new(map)).map(GrpcShorthand)
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+impl From<history::GrpcCode> for GrpcFault {
+    fn from(code: history::GrpcCode) -> GrpcFault {
+        GrpcFault {
+            code,
+            message: None,
+            pushback_ms: None,
+        }
+    }
+}
+
+impl From<history::GrpcCode> for GrpcAfterHeadersFault {
+    fn from(code: history::GrpcCode) -> GrpcAfterHeadersFault {
+        GrpcAfterHeadersFault {
+            code,
+            message: None,
+            pushback_ms: None,
+            process: false,
+        }
+    }
 }
 
 impl FaultConfig {
@@ -701,6 +884,8 @@ impl FaultConfig {
             FaultConfig::Reset(_) => "reset",
             FaultConfig::Malformed(_) => "malformed",
             FaultConfig::Forward => "forward",
+            FaultConfig::Grpc(_) => "grpc",
+            FaultConfig::GrpcAfterHeaders(_) => "grpc_after_headers",
         }
     }
 }
@@ -859,6 +1044,53 @@ pub struct ResetFault {
     /// Process the request before resetting.
     #[serde(default)]
     pub process: bool,
+    /// HTTP/2: the RST_STREAM's error code (`internal_error` when absent). gRPC clients read
+    /// it: `refused_stream` is UNAVAILABLE and safe to retry transparently (the server says it
+    /// did not process the call), `cancel` CANCELLED, `enhance_your_calm` RESOURCE_EXHAUSTED,
+    /// the others INTERNAL. Over HTTP/1.1 a reset is a TCP RST whatever this says.
+    #[serde(default)]
+    pub code: Option<H2ErrorCode>,
+}
+
+/// An HTTP/2 error code (RFC 9113 §7), by its name in lower case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum H2ErrorCode {
+    /// NO_ERROR (0x0).
+    NoError,
+    /// PROTOCOL_ERROR (0x1).
+    ProtocolError,
+    /// INTERNAL_ERROR (0x2).
+    InternalError,
+    /// FLOW_CONTROL_ERROR (0x3).
+    FlowControlError,
+    /// SETTINGS_TIMEOUT (0x4).
+    SettingsTimeout,
+    /// STREAM_CLOSED (0x5).
+    StreamClosed,
+    /// FRAME_SIZE_ERROR (0x6).
+    FrameSizeError,
+    /// REFUSED_STREAM (0x7).
+    RefusedStream,
+    /// CANCEL (0x8).
+    Cancel,
+    /// COMPRESSION_ERROR (0x9).
+    CompressionError,
+    /// CONNECT_ERROR (0xa).
+    ConnectError,
+    /// ENHANCE_YOUR_CALM (0xb).
+    EnhanceYourCalm,
+    /// INADEQUATE_SECURITY (0xc).
+    InadequateSecurity,
+    /// HTTP_1_1_REQUIRED (0xd).
+    Http11Required,
+}
+
+impl H2ErrorCode {
+    /// The code's number on the wire.
+    pub fn number(self) -> u32 {
+        self as u32
+    }
 }
 
 /// The kinds of broken response.
@@ -1083,12 +1315,14 @@ impl<'de> Deserialize<'de> for FaultConfig {
             "malformed",
             "goaway",
             "forward",
+            "grpc",
+            "grpc_after_headers",
         ];
         impl<'de> Visitor<'de> for V {
             type Value = FaultConfig;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str(
-                    "a fault: drop, reset, hang, malformed, goaway, forward, or a map with one of status, delay, hang, reset, malformed",
+                    "a fault: drop, reset, hang, malformed, goaway, forward, or a map with one of status, delay, hang, reset, malformed, grpc, grpc_after_headers",
                 )
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<FaultConfig, E> {
@@ -1099,9 +1333,13 @@ impl<'de> Deserialize<'de> for FaultConfig {
                     "reset" => Ok(FaultConfig::Reset(ResetFault::default())),
                     "hang" => Ok(FaultConfig::Hang(HangFault::default())),
                     "malformed" => Ok(FaultConfig::Malformed(MalformedFault::default())),
-                    "status" | "delay" => Err(E::custom(format!(
+                    "status" | "delay" | "grpc" | "grpc_after_headers" => Err(E::custom(format!(
                         "fault `{v}` needs options, e.g. `{v}: {}`",
-                        if v == "status" { "503" } else { "200ms" }
+                        match v {
+                            "status" => "503",
+                            "delay" => "200ms",
+                            _ => "UNAVAILABLE",
+                        }
                     ))),
                     other => Err(E::unknown_variant(other, KINDS)),
                 }
@@ -1109,7 +1347,7 @@ impl<'de> Deserialize<'de> for FaultConfig {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<FaultConfig, A::Error> {
                 let Some(kind) = map.next_key::<String>()? else {
                     return Err(de::Error::custom(
-                        "empty fault: name one of status, delay, hang, drop, reset, malformed",
+                        "empty fault: name one of status, delay, hang, drop, reset, malformed, goaway, forward, grpc, grpc_after_headers",
                     ));
                 };
                 let fault = match kind.as_str() {
@@ -1136,6 +1374,10 @@ impl<'de> Deserialize<'de> for FaultConfig {
                     "malformed" => FaultConfig::Malformed(
                         map.next_value::<Option<MalformedFault>>()?
                             .unwrap_or_default(),
+                    ),
+                    "grpc" => FaultConfig::Grpc(map.next_value::<GrpcShorthand<GrpcFault>>()?.0),
+                    "grpc_after_headers" => FaultConfig::GrpcAfterHeaders(
+                        map.next_value::<GrpcShorthand<GrpcAfterHeadersFault>>()?.0,
                     ),
                     other => return Err(de::Error::unknown_variant(other, KINDS)),
                 };
@@ -1279,6 +1521,7 @@ impl Config {
     pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
         validate_rules(&self.rules, origin)?;
         validate_limits(&self.limits, origin)?;
+        validate_grpc(&self.grpc, origin)?;
         match &self.upstream {
             None => {
                 if let Some(i) = forwarding_rule(&self.rules) {
@@ -1346,6 +1589,18 @@ impl Config {
         for (_, d) in self.durations() {
             *d = d.mul_f64(f);
         }
+        // A gRPC pushback is a wait in milliseconds, so it scales too (a negative one is a
+        // refusal, not a time).
+        for r in &mut self.rules {
+            let pushback = match &mut r.fault {
+                FaultConfig::Grpc(g) => &mut g.pushback_ms,
+                FaultConfig::GrpcAfterHeaders(g) => &mut g.pushback_ms,
+                _ => continue,
+            };
+            if let Some(ms) = pushback.as_mut().filter(|ms| **ms > 0) {
+                *ms = ((*ms as f64) * f).round().clamp(0.0, f64::from(i32::MAX)) as i64;
+            }
+        }
     }
 
     /// Every time-like setting of the schedule that [`Config::scale_durations`] scales, with its
@@ -1389,7 +1644,9 @@ impl Config {
                 | FaultConfig::Forward
                 | FaultConfig::GoAway
                 | FaultConfig::Reset(_)
-                | FaultConfig::Malformed(_) => {}
+                | FaultConfig::Malformed(_)
+                | FaultConfig::Grpc(_)
+                | FaultConfig::GrpcAfterHeaders(_) => {}
             }
         }
         out
@@ -1538,6 +1795,32 @@ pub fn validate_upstream(u: &UpstreamConfig, origin: &str) -> Result<(), ConfigE
     Ok(())
 }
 
+/// The gRPC services can be built: the `.proto` files compile, every canned answer names one of
+/// their methods and fits its response type; the message limit is in its bounds.
+pub fn validate_grpc(g: &GrpcConfig, origin: &str) -> Result<(), ConfigError> {
+    if g.max_message.0 < 1024 || g.max_message.0 > (1 << 30) {
+        return Err(ConfigError::at(
+            origin,
+            "grpc.max_message",
+            format!("{} bytes; give 1KiB to 1GiB", g.max_message.0),
+        ));
+    }
+    match g.services() {
+        Ok(_) => Ok(()),
+        Err(crate::grpc::ServicesError::Schema(e)) => {
+            Err(ConfigError::at(origin, "grpc.protos", e.to_string()))
+        }
+        Err(crate::grpc::ServicesError::Response { method, message }) => Err(ConfigError::at(
+            origin,
+            format!("grpc.responses.{method}"),
+            message,
+        )),
+        Err(e @ crate::grpc::ServicesError::NoProtos(_)) => {
+            Err(ConfigError::at(origin, "grpc.responses", e.to_string()))
+        }
+    }
+}
+
 /// The bounds of the limits themselves, each stated in its message.
 pub fn validate_limits(l: &LimitsConfig, origin: &str) -> Result<(), ConfigError> {
     let bad = |field: &str, message: String| {
@@ -1651,6 +1934,34 @@ pub(crate) mod bounds {
         } else {
             Err(format!(
                 "path {p:?} must start with '/' (e.g. \"/orders\" or \"/orders/*\")"
+            ))
+        }
+    }
+
+    /// A gRPC method pattern: `pkg.Service/Method` (a leading `/` allowed), globs allowed.
+    pub(crate) fn grpc_method(p: &str) -> Result<(), String> {
+        let name = p.strip_prefix('/').unwrap_or(p);
+        let ok = name
+            .split_once('/')
+            .is_some_and(|(s, m)| !s.is_empty() && !m.is_empty() && !m.contains('/'))
+            || name.contains("**");
+        if !ok || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(format!(
+                "gRPC method {p:?} is not `pkg.Service/Method` (globs: `pkg.Service/*`, `**` for every call)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// A pushback is a signed 32-bit number of milliseconds (gRFC A6).
+    pub(crate) fn pushback_ms(v: i64) -> Result<(), String> {
+        if i32::try_from(v).is_ok() {
+            Ok(())
+        } else {
+            Err(format!(
+                "pushback_ms {v} is out of range: gRFC A6 reads a signed 32-bit number of milliseconds ({} to {})",
+                i32::MIN,
+                i32::MAX
             ))
         }
     }
@@ -1900,6 +2211,176 @@ rules:
             assert!(err.starts_with(at), "{text:?} → {err}");
             assert!(err.contains(what), "{text:?} → {err}");
         }
+    }
+
+    #[test]
+    fn grpc_faults_matchers_and_services_are_read_and_checked_where_they_are() {
+        let cfg = Config::from_yaml(
+            r#"
+grpc: { max_message: 64KiB }
+rules:
+  - { match: { grpc_method: /orders.v1.Orders/CreateOrder, grpc_attempts: "1-2" }, fault: { grpc: UNAVAILABLE } }
+  - fault: { grpc: { code: 8, message: slow down, pushback_ms: -1 } }
+  - fault: { grpc_after_headers: { code: internal, process: true } }
+  - fault: { reset: { code: refused_stream } }
+"#,
+            "cfg",
+        )
+        .unwrap();
+        assert_eq!(cfg.grpc.max_message, Size(64 << 10));
+        let m = &cfg.rules[0].matcher;
+        assert_eq!(
+            m.grpc_method,
+            Some(GrpcMethodPattern("orders.v1.Orders/CreateOrder".into()))
+        );
+        assert!(m
+            .grpc_attempts
+            .as_ref()
+            .is_some_and(|c| c.contains(2) && !c.contains(3)));
+        assert_eq!(
+            cfg.rules[0].fault,
+            FaultConfig::Grpc(history::GrpcCode::Unavailable.into())
+        );
+        assert_eq!(
+            cfg.rules[1].fault,
+            FaultConfig::Grpc(GrpcFault {
+                code: history::GrpcCode::ResourceExhausted,
+                message: Some("slow down".into()),
+                pushback_ms: Some(-1),
+            })
+        );
+        assert_eq!(cfg.rules[2].fault.kind(), "grpc_after_headers");
+        assert!(matches!(
+            &cfg.rules[2].fault,
+            FaultConfig::GrpcAfterHeaders(g) if g.process && g.code == history::GrpcCode::Internal
+        ));
+        assert!(matches!(
+            &cfg.rules[3].fault,
+            FaultConfig::Reset(r) if r.code == Some(H2ErrorCode::RefusedStream)
+        ));
+
+        let cases = [
+            (
+                "rules:\n  - fault: { grpc: UNAVAILABLY }\n",
+                "cfg:2:",
+                "not a gRPC status code",
+            ),
+            (
+                "rules:\n  - fault: { grpc: 17 }\n",
+                "cfg:2:",
+                "not a gRPC status code",
+            ),
+            ("rules:\n  - fault: grpc\n", "cfg:2:", "needs options"),
+            (
+                "rules:\n  - fault: { grpc: { code: 14, pushback_ms: 3000000000 } }\n",
+                "cfg:2:",
+                "signed 32-bit",
+            ),
+            (
+                "rules:\n  - fault: { grpc: { code: 14, retry: 1 } }\n",
+                "cfg:2:",
+                "unknown field `retry`",
+            ),
+            (
+                "rules:\n  - match: { grpc_method: Orders }\n    fault: drop\n",
+                "cfg:2:",
+                "pkg.Service/Method",
+            ),
+            (
+                "rules:\n  - match: { grpc_attempts: 0 }\n    fault: drop\n",
+                "cfg:2:",
+                "invalid count",
+            ),
+            (
+                "rules:\n  - fault: { reset: { code: nope } }\n",
+                "cfg:2:",
+                "unknown variant `nope`",
+            ),
+            (
+                "grpc: { max_message: 10 }\n",
+                "cfg:1:22: at `grpc.max_message`",
+                "1KiB to 1GiB",
+            ),
+            (
+                "grpc: { protos: [/nonexistent/x.proto] }\n",
+                "cfg:1:",
+                "x.proto",
+            ),
+            (
+                "grpc: { responses: { a.B/C: {} } }\n",
+                "cfg:1:",
+                "not a built-in method, and no .proto file is given",
+            ),
+        ];
+        for (text, at, what) in cases {
+            let err = Config::from_yaml(text, "cfg").unwrap_err().to_string();
+            assert!(err.starts_with(at), "{text:?} → {err}");
+            assert!(err.contains(what), "{text:?} → {err}");
+        }
+        assert_eq!(
+            UpstreamUrl::parse("grpcs://h:9").map(|u| (u.tls, u.http2, u.to_string())),
+            Ok((true, true, "grpcs://h:9".to_string()))
+        );
+        assert!(UpstreamUrl::parse("grpc://h:9").is_ok_and(|u| u.http2 && !u.tls));
+    }
+
+    #[test]
+    fn canned_answers_must_fit_a_method_of_the_protos() {
+        let dir = tempfile::tempdir().unwrap();
+        let proto = dir.path().join("s.proto");
+        std::fs::write(
+            &proto,
+            "syntax = \"proto3\";\npackage s.v1;\nservice S { rpc Get(R) returns (R); }\nmessage R { int32 n = 1; }\n",
+        )
+        .unwrap();
+        let text = |responses: &str| {
+            format!(
+                "grpc:\n  protos: [{}]\n  responses:\n{responses}",
+                proto.display()
+            )
+        };
+        assert!(Config::from_yaml(&text("    s.v1.S/Get: { n: 3 }\n"), "cfg").is_ok());
+        for (responses, at, what) in [
+            (
+                "    s.v1.S/Put: {}\n",
+                "grpc.responses.s.v1.S/Put",
+                "no method \"Put\"",
+            ),
+            (
+                "    s.v1.S/Get: { n: x }\n",
+                "grpc.responses.s.v1.S/Get",
+                "n",
+            ),
+            (
+                "    s.v1.S/Get: { m: 1 }\n",
+                "grpc.responses.s.v1.S/Get",
+                "m",
+            ),
+        ] {
+            let err = Config::from_yaml(&text(responses), "cfg")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(at) && err.contains(what),
+                "{responses:?} → {err}"
+            );
+        }
+        // Scaling a scenario's time scales a pushback, and leaves a refusal alone.
+        let mut cfg = Config::from_yaml(
+            "rules:\n  - fault: { grpc: { code: 14, pushback_ms: 1000 } }\n  - fault: { grpc: { code: 14, pushback_ms: -1 } }\n",
+            "cfg",
+        )
+        .unwrap();
+        cfg.scale_durations(0.05);
+        let pushbacks: Vec<_> = cfg
+            .rules
+            .iter()
+            .map(|r| match &r.fault {
+                FaultConfig::Grpc(g) => g.pushback_ms,
+                _ => None,
+            })
+            .collect();
+        assert_eq!(pushbacks, [Some(50), Some(-1)]);
     }
 
     #[test]

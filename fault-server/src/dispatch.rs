@@ -16,27 +16,34 @@ use crate::body::{self, BodyRefused, ReadBody, ReqBody};
 use crate::config::{DelaySpec, DelayWhen, FaultConfig, MalformedKind};
 use crate::control;
 use crate::draw;
+use crate::grpc::{CallHead, Decoded, GrpcReply};
 use crate::journal::Pending;
 use crate::orders::routes::{is_resource_path, ok_reply, serve_resource, ResourceRequest};
 use crate::orders::{ResourceReply, StoreError};
 use crate::reply::{
-    plain, record_reply, record_upstream, reject, relay, respond, status_response, upstream_failed,
-    ResBody,
+    grpc_after_headers, grpc_respond, grpc_trailers_only, plain, record_grpc_reply, record_reply,
+    record_upstream, reject, relay, respond, status_response, upstream_failed, ResBody,
 };
-use crate::schedule::RequestFacts;
+use crate::schedule::{GrpcFacts, RequestFacts};
 use crate::socket::{peer_closed, ServedConn, SocketAction};
 use crate::state::State;
 use crate::upstream::{elapsed_us, UpstreamFailure, UpstreamReply};
 use history::{Entry, HttpVersion, Outcome};
 
-/// An HTTP/2 stream ended with RST_STREAM: what a handler returns for `reset` (and `malformed`,
-/// which has no half-written form in HTTP/2) and for a `hang` whose cap passed.
+/// An HTTP/2 stream ended with RST_STREAM and this error code: what a handler returns for
+/// `reset` (and `malformed`, which has no half-written form in HTTP/2) and for a `hang` whose
+/// cap (or, for a gRPC call, whose deadline) passed.
 #[derive(Debug)]
-pub(crate) struct StreamReset;
+pub(crate) struct StreamReset(pub(crate) h2::Reason);
+
+impl StreamReset {
+    /// INTERNAL_ERROR: the stream could not be answered.
+    const INTERNAL: StreamReset = StreamReset(h2::Reason::INTERNAL_ERROR);
+}
 
 impl std::fmt::Display for StreamReset {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("stream reset by the fault schedule")
+        write!(f, "stream reset ({}) by the fault schedule", self.0)
     }
 }
 
@@ -61,9 +68,11 @@ pub(crate) async fn handle(
     let t_recv_us = state.clock.us_at(now);
     let (parts, body) = req.into_parts();
     let read = ReadHeaders::of(&parts.headers, &state.capture);
-    let key = read.key.map(str::to_string);
+    let grpc_head = (conn.http2 && crate::grpc::is_grpc(&parts.headers))
+        .then(|| CallHead::read(parts.uri.path(), &parts.headers));
+    let mut key = read.key.map(str::to_string);
     // With shared counters the attempt is counted in the database, below.
-    let key_attempt = match state.shared {
+    let mut key_attempt = match state.shared {
         None => key.as_deref().map(|k| state.bump_attempt(k)),
         Some(_) => None,
     };
@@ -80,6 +89,11 @@ pub(crate) async fn handle(
     entry.http_version = Some(journal_version(parts.version));
     entry.tls = conn.io.is_tls();
     entry.key_attempt = key_attempt;
+    if let Some(g) = &grpc_head {
+        entry.grpc_method = Some(g.method.clone());
+        entry.grpc_previous_attempts = g.previous_attempts;
+        entry.grpc_timeout_ms = g.timeout_ms();
+    }
     let mut pending = Pending::with_emitter(conn.emitter.clone(), epoch, entry);
 
     if conn.over_limit {
@@ -139,6 +153,27 @@ pub(crate) async fn handle(
         }
         e.t_wire_us = wire_us;
     }
+    // A call the server answers itself is decoded now: a create's key may be its `request_id`.
+    let grpc = grpc_head.map(|head| {
+        let decoded = state
+            .upstream
+            .is_none()
+            .then(|| state.grpc.decode(&head, &body));
+        GrpcWork { head, decoded }
+    });
+    if key.is_none() {
+        if let Some(Some(Ok(d))) = grpc.as_ref().map(|g| g.decoded.as_ref()) {
+            if let Some(id) = d.request_id() {
+                if state.shared.is_none() {
+                    key_attempt = Some(state.bump_attempt(&id));
+                }
+                let e = pending.entry();
+                e.idempotency_key = Some(id.clone());
+                e.key_attempt = key_attempt;
+                key = Some(id);
+            }
+        }
+    }
 
     // With `state: shared`, the request's number and its key's attempt among every replica's.
     let (number, key_attempt) = match &state.shared {
@@ -165,6 +200,10 @@ pub(crate) async fn handle(
         idempotency_key: key.as_deref(),
         key_attempt,
         now,
+        grpc: grpc.as_ref().map(|g| GrpcFacts {
+            method: &g.head.method,
+            attempt: g.head.attempt(),
+        }),
     };
     let decision = match &state.shared {
         None => conn.with_schedule(|schedule| {
@@ -190,18 +229,21 @@ pub(crate) async fn handle(
             }
         }
     };
+    let deadline = grpc.as_ref().and_then(|g| g.head.timeout).map(|t| now + t);
     let work = Work {
         parts,
         key: key.clone(),
         body,
         body_sha256,
+        grpc,
         _reserved: reserved,
     };
+    let is_grpc = work.grpc.is_some();
     let Some((rule, prepared, draw)) = decision else {
         let (pending, done) = process(&conn, work, pending, Route::Default)
             .await
-            .ok_or(StreamReset)?;
-        return Ok(answer(state, done, pending));
+            .ok_or(StreamReset::INTERNAL)?;
+        return Ok(answer(state, done, pending, is_grpc));
     };
     let subject = key.clone().unwrap_or_else(|| seq.to_string());
     {
@@ -222,8 +264,8 @@ pub(crate) async fn handle(
         FaultConfig::Forward => {
             let (pending, done) = process(&conn, work, pending, Route::Upstream)
                 .await
-                .ok_or(StreamReset)?;
-            Ok(answer(state, done, pending))
+                .ok_or(StreamReset::INTERNAL)?;
+            Ok(answer(state, done, pending, is_grpc))
         }
         FaultConfig::Delay(d) => {
             let wait = sample_delay(d.spec, state.seed, &rule, &subject, attempt);
@@ -235,7 +277,7 @@ pub(crate) async fn handle(
             }
             let (pending, done) = process(&conn, work, pending, Route::Default)
                 .await
-                .ok_or(StreamReset)?;
+                .ok_or(StreamReset::INTERNAL)?;
             if d.when == DelayWhen::After {
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
@@ -243,19 +285,45 @@ pub(crate) async fn handle(
                     _ = peer_closed(stream) => ctl.hand_over(SocketAction::Abandon, pending).await,
                 }
             }
-            Ok(answer(state, done, pending))
+            Ok(answer(state, done, pending, is_grpc))
         }
         FaultConfig::Drop => {
             let (pending, _) = process(&conn, work, pending, Route::Default)
                 .await
-                .ok_or(StreamReset)?;
+                .ok_or(StreamReset::INTERNAL)?;
             ctl.hand_over(SocketAction::Drop, pending).await
+        }
+        FaultConfig::Grpc(g) => Ok(grpc_trailers_only(
+            g.code,
+            g.message.as_deref().unwrap_or(INJECTED),
+            g.pushback_ms,
+            pending,
+            &state.response_capture,
+            Outcome::Responded,
+        )),
+        FaultConfig::GrpcAfterHeaders(g) => {
+            let (pending, framed) = if g.process {
+                let (pending, done) = process(&conn, work, pending, Route::Default)
+                    .await
+                    .ok_or(StreamReset::INTERNAL)?;
+                (pending, framed_answer(&done))
+            } else {
+                (pending, empty_message())
+            };
+            Ok(grpc_after_headers(
+                g.code,
+                g.message.as_deref().unwrap_or(INJECTED),
+                g.pushback_ms,
+                framed,
+                pending,
+                &state.response_capture,
+            ))
         }
         FaultConfig::Reset(r) => {
             let pending = if r.process {
                 process(&conn, work, pending, Route::Default)
                     .await
-                    .ok_or(StreamReset)?
+                    .ok_or(StreamReset::INTERNAL)?
                     .0
             } else {
                 pending
@@ -263,7 +331,10 @@ pub(crate) async fn handle(
             if conn.http2 {
                 // RST_STREAM for this stream alone; the connection's other streams go on.
                 pending.finish(Outcome::Reset);
-                return Err(StreamReset);
+                let code = r
+                    .code
+                    .map_or(h2::Reason::INTERNAL_ERROR, |c| c.number().into());
+                return Err(StreamReset(code));
             }
             ctl.hand_over(SocketAction::Reset, pending).await
         }
@@ -271,7 +342,7 @@ pub(crate) async fn handle(
             let pending = if h.process {
                 process(&conn, work, pending, Route::Default)
                     .await
-                    .ok_or(StreamReset)?
+                    .ok_or(StreamReset::INTERNAL)?
                     .0
             } else {
                 pending
@@ -279,9 +350,16 @@ pub(crate) async fn handle(
             let cap = h.cap.map_or(state.hang_cap, |d| d.0);
             if conn.http2 {
                 // The stream waits; a client that cancels it drops this future (client_closed).
-                tokio::time::sleep(cap).await;
+                // A gRPC call is over at its deadline: there its stream is cancelled, as a
+                // server cancels a call whose deadline passed.
+                let until = tokio::time::Instant::from_std(now + cap);
+                let (until, reason) = match deadline.map(tokio::time::Instant::from_std) {
+                    Some(d) if d < until => (d, h2::Reason::CANCEL),
+                    _ => (until, h2::Reason::INTERNAL_ERROR),
+                };
+                tokio::time::sleep_until(until).await;
                 pending.finish(Outcome::Hung);
-                return Err(StreamReset);
+                return Err(StreamReset(reason));
             }
             ctl.hand_over(SocketAction::Hang(cap), pending).await
         }
@@ -289,14 +367,14 @@ pub(crate) async fn handle(
             let mut pending = if m.process {
                 process(&conn, work, pending, Route::Default)
                     .await
-                    .ok_or(StreamReset)?
+                    .ok_or(StreamReset::INTERNAL)?
                     .0
             } else {
                 pending
             };
             if conn.http2 {
                 pending.finish(Outcome::Reset);
-                return Err(StreamReset);
+                return Err(StreamReset::INTERNAL);
             }
             let (bytes, status) = MalformedKind::bytes(m.kind);
             pending.entry().status = status;
@@ -306,12 +384,24 @@ pub(crate) async fn handle(
     }
 }
 
+/// The `grpc-message` of an injected gRPC status that names none.
+const INJECTED: &str = "injected by the fault schedule";
+
+/// A gRPC call: its head, and, when this server answers it itself, its decoding.
+struct GrpcWork {
+    head: CallHead,
+    /// `None` in proxy mode: the upstream decodes what it is sent.
+    decoded: Option<Result<Decoded, grpc::Status>>,
+}
+
 /// A request read whole, ready to be processed.
 struct Work {
     parts: http::request::Parts,
     key: Option<String>,
     body: Bytes,
     body_sha256: String,
+    /// The request is a gRPC call.
+    grpc: Option<GrpcWork>,
     /// The body's share of `limits.body_memory`, given back when the request is done with it.
     _reserved: Option<tokio::sync::OwnedSemaphorePermit>,
 }
@@ -353,7 +443,7 @@ fn refuse_body(
             e.rejected = Some("bad-body".to_string());
             e.status = None;
             pending.finish(Outcome::Rejected);
-            return Err(StreamReset);
+            return Err(StreamReset::INTERNAL);
         }
     };
     Ok(reject(status, reason, text, pending))
@@ -376,6 +466,25 @@ enum Done {
     Upstream(UpstreamReply),
     /// The upstream gave none.
     UpstreamFailed(UpstreamFailure),
+    /// A gRPC call's answer, from the built-in services.
+    Grpc(GrpcReply),
+}
+
+/// The framed response message a processed call had (for a committed failure to send part of),
+/// or an empty one.
+fn framed_answer(done: &Done) -> Bytes {
+    match done {
+        Done::Grpc(GrpcReply {
+            response: Some(m), ..
+        }) => grpc::frame::encode(m, grpc::frame::Encoding::Identity),
+        Done::Upstream(u) if !u.body.is_empty() => u.body.clone(),
+        _ => empty_message(),
+    }
+}
+
+/// The default message, framed: five bytes, a length of zero.
+fn empty_message() -> Bytes {
+    Bytes::from_static(&[0, 0, 0, 0, 0])
 }
 
 /// Processes `work` — forwards it, or serves it from the built-in resource — and records in
@@ -403,7 +512,31 @@ async fn process(
             return Some((pending, Done::UpstreamFailed(failed)));
         }
     };
+    if let (Some(u), Some(_)) = (&upstream, &work.grpc) {
+        if !u.http2() {
+            pending.entry().forwarded = true;
+            let failed = UpstreamFailure::Connect(format!(
+                "a gRPC call cannot be forwarded over HTTP/1.1: the upstream {} needs the scheme grpc:// (or grpcs://)",
+                u.url()
+            ));
+            return Some((pending, Done::UpstreamFailed(failed)));
+        }
+    }
     let Some(upstream) = upstream else {
+        if let Some(g) = work.grpc {
+            let reply = match g.decoded {
+                Some(Ok(decoded)) => {
+                    crate::grpc::orders::serve(&state.orders, decoded, work.key).await
+                }
+                Some(Err(status)) => GrpcReply::status(status),
+                None => GrpcReply::status(grpc::Status::new(
+                    history::GrpcCode::Internal,
+                    "the call was not decoded",
+                )),
+            };
+            record_grpc_reply(&mut pending, &reply);
+            return Some((pending, Done::Grpc(reply)));
+        }
         if !is_resource_path(work.parts.uri.path()) {
             let reply = ok_reply();
             record_reply(&mut pending, &reply);
@@ -438,13 +571,26 @@ async fn process(
     }
 }
 
-/// The response for what processing gave.
-fn answer(state: &State, done: Done, pending: Pending) -> Response<ResBody> {
+/// The response for what processing gave; a gRPC call whose upstream failed is answered with a
+/// gRPC status, as a gRPC proxy answers it.
+fn answer(state: &State, done: Done, pending: Pending, is_grpc: bool) -> Response<ResBody> {
     let capture = &state.response_capture;
     match done {
         Done::Resource(reply) => respond(reply, pending, capture),
         Done::Upstream(reply) => relay(reply, pending, capture),
+        Done::UpstreamFailed(failure) if is_grpc => {
+            let (code, pushback) = failure.grpc_status();
+            grpc_trailers_only(
+                code,
+                &failure.detail(),
+                pushback,
+                pending,
+                capture,
+                Outcome::UpstreamError,
+            )
+        }
         Done::UpstreamFailed(failure) => upstream_failed(&failure, pending, capture),
+        Done::Grpc(reply) => grpc_respond(reply, pending, capture),
     }
 }
 

@@ -184,7 +184,7 @@ async fn stream(
     };
     match handled {
         None => {}
-        Some(Err(dispatch::StreamReset)) => respond.send_reset(Reason::INTERNAL_ERROR),
+        Some(Err(dispatch::StreamReset(reason))) => respond.send_reset(reason),
         Some(Ok(res)) => answer(&conn, &ledger, id, respond, res, head_only).await,
     }
     ledger.release(id);
@@ -276,7 +276,11 @@ fn prepare_headers(h: &mut HeaderMap, body: &ResBody) {
     if !h.contains_key(http::header::DATE) {
         h.insert(http::header::DATE, date_now());
     }
-    if let Some(n) = body.size_hint().exact() {
+    // A gRPC answer carries none, as gRPC servers send it (its length is in its messages).
+    let grpc = h
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+    if let (Some(n), false) = (body.size_hint().exact(), grpc) {
         if !h.contains_key(http::header::CONTENT_LENGTH) {
             h.insert(http::header::CONTENT_LENGTH, HeaderValue::from(n));
         }

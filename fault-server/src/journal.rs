@@ -865,6 +865,19 @@ impl Pending {
             {
                 e.status = None;
             }
+            if e.grpc_method.is_some() {
+                if !matches!(
+                    outcome,
+                    Outcome::Responded | Outcome::Rejected | Outcome::UpstreamError
+                ) {
+                    // No status reached the client.
+                    e.grpc_status = None;
+                    e.grpc_message = None;
+                    e.pushback_ms = None;
+                }
+                // A call no answer began for was not committed.
+                e.committed.get_or_insert(false);
+            }
             let _ = self.emitter.tx.send(Msg::Entry(self.epoch, e));
         }
     }

@@ -49,6 +49,7 @@ mod conn;
 mod control;
 mod dispatch;
 pub mod draw;
+pub mod grpc;
 mod http2;
 pub mod journal;
 pub mod orders;
@@ -63,9 +64,10 @@ mod wire;
 
 pub use builder::{BuildError, ServerBuilder, TestServer, WaitError};
 pub use config::{
-    Config, Counts, CreatedFrom, DelayFault, DelaySpec, DelayWhen, FaultConfig, HangFault,
-    IdempotencyImpl, LimitsConfig, MalformedFault, MalformedKind, OrdersConfig, PayImpl,
-    ResetFault, RuleConfig, StatusFault, UpstreamConfig, UpstreamUrl,
+    Config, Counts, CreatedFrom, DelayFault, DelaySpec, DelayWhen, FaultConfig,
+    GrpcAfterHeadersFault, GrpcConfig, GrpcFault, H2ErrorCode, HangFault, IdempotencyImpl,
+    LimitsConfig, MalformedFault, MalformedKind, OrdersConfig, PayImpl, ResetFault, RuleConfig,
+    StatusFault, UpstreamConfig, UpstreamUrl,
 };
-pub use history::{Entry, Outcome};
+pub use history::{Entry, GrpcCode, Outcome};
 pub use server::{FaultServer, ServerOptions, StartError};

@@ -72,6 +72,14 @@ struct Args {
     /// config's `upstream` URL and keeps its other upstream options.
     #[arg(long, value_name = "URL", value_parser = UpstreamUrl::parse)]
     upstream: Option<UpstreamUrl>,
+    /// Serve the gRPC services of this `.proto` file (repeatable), besides the built-in
+    /// orders.v1.Orders; added to the config's `grpc.protos`.
+    #[arg(long, value_name = "FILE")]
+    proto: Vec<PathBuf>,
+    /// A directory `.proto` imports are looked up in (repeatable), as protoc's -I; added to the
+    /// config's `grpc.import_paths`.
+    #[arg(long, value_name = "DIR")]
+    import_path: Vec<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -95,10 +103,13 @@ fn main() -> ExitCode {
         .init();
 
     let upstream = args.upstream.clone();
+    let (protos, import_paths) = (args.proto.clone(), args.import_path.clone());
     let adjust = |c: &mut Config| {
         if let Some(url) = upstream {
             c.set_upstream(url);
         }
+        c.grpc.protos.extend(protos);
+        c.grpc.import_paths.extend(import_paths);
     };
     let config = match &args.config {
         Some(path) => match Config::load_with(path, adjust) {
@@ -111,6 +122,10 @@ fn main() -> ExitCode {
         None => {
             let mut c = Config::default();
             adjust(&mut c);
+            if let Err(e) = c.validate("the command line") {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
             c
         }
     };
@@ -186,6 +201,7 @@ fn main() -> ExitCode {
                     StartError::Tls(TlsError::Read { .. } | TlsError::Pem { .. })
                     | StartError::NoControlToken { .. }
                     | StartError::SharedNeedsPostgres
+                    | StartError::Grpc(_)
                     | StartError::Upstream(_) => ExitCode::from(2),
                     StartError::Bind { .. }
                     | StartError::Store(_)

@@ -14,11 +14,14 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::config::StatusFault;
+use crate::grpc::GrpcReply;
 use crate::journal::Pending;
 use crate::orders::ResourceReply;
 use crate::socket::{Delivery, WriteWatch};
 use crate::upstream::{UpstreamFailure, UpstreamReply};
+use history::GrpcCode;
 use history::Outcome;
+use http::HeaderMap;
 
 /// What the server answers with: a journaled body, or the control API's.
 pub(crate) type ResBody = Either<JournaledBody, axum::body::Body>;
@@ -52,7 +55,10 @@ pub(crate) fn relay(
 ) -> Response<ResBody> {
     record_upstream(&mut pending, &reply);
     record_headers(&mut pending, &reply.headers, capture);
-    let mut body = JournaledBody::new(reply.body, pending);
+    if pending.entry().grpc_method.is_some() {
+        record_grpc_answer(&mut pending, &reply.headers, reply.trailers.as_ref());
+    }
+    let mut body = JournaledBody::new(reply.body, pending).with_trailers(reply.trailers);
     body.hold(reply.held);
     let mut res = Response::new(Either::Left(body));
     *res.status_mut() = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::BAD_GATEWAY);
@@ -92,6 +98,170 @@ pub(crate) fn upstream_failed(
         reply.headers.push(("retry-after", "1".to_string()));
     }
     respond_as(reply, pending, capture, Outcome::UpstreamError)
+}
+
+/// The header block that ends a gRPC call: its status, message and pushback.
+fn grpc_status_fields(code: GrpcCode, message: &str, pushback_ms: Option<i64>) -> HeaderMap {
+    let mut h = HeaderMap::with_capacity(3);
+    h.insert(GRPC_STATUS, HeaderValue::from(u16::from(code.number())));
+    if !message.is_empty() {
+        if let Ok(v) = HeaderValue::from_str(&grpc::status::percent_encode(message)) {
+            h.insert(GRPC_MESSAGE, v);
+        }
+    }
+    if let Some(ms) = pushback_ms {
+        h.insert(GRPC_PUSHBACK, HeaderValue::from(ms));
+    }
+    h
+}
+
+const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+const GRPC_PUSHBACK: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
+
+/// Records the status a gRPC answer carries.
+pub(crate) fn record_grpc(
+    pending: &mut Pending,
+    code: GrpcCode,
+    message: &str,
+    pushback_ms: Option<i64>,
+    committed: bool,
+) {
+    let e = pending.entry();
+    e.status = Some(200);
+    e.grpc_status = Some(code);
+    e.grpc_message = (!message.is_empty()).then(|| message.to_string());
+    e.pushback_ms = pushback_ms;
+    e.committed = Some(committed);
+}
+
+fn grpc_head() -> http::HeaderMap {
+    let mut h = HeaderMap::with_capacity(4);
+    h.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static(grpc::call::CONTENT_TYPE_GRPC),
+    );
+    h
+}
+
+/// A gRPC call answered with `code` alone, Trailers-Only: one header block that ends the
+/// stream. Not committed. Finished as `outcome` once delivered.
+pub(crate) fn grpc_trailers_only(
+    code: GrpcCode,
+    message: &str,
+    pushback_ms: Option<i64>,
+    mut pending: Pending,
+    capture: &[HeaderName],
+    outcome: Outcome,
+) -> Response<ResBody> {
+    record_grpc(&mut pending, code, message, pushback_ms, false);
+    let mut h = grpc_head();
+    h.extend(grpc_status_fields(code, message, pushback_ms));
+    record_headers(&mut pending, &h, capture);
+    let body = JournaledBody::finishing(Bytes::new(), pending, outcome);
+    let mut res = Response::new(Either::Left(body));
+    *res.headers_mut() = h;
+    res
+}
+
+/// Records what processing a gRPC call did (before any fault decides what the client sees).
+pub(crate) fn record_grpc_reply(pending: &mut Pending, reply: &GrpcReply) {
+    let e = pending.entry();
+    e.created.clone_from(&reply.created);
+    e.replayed = reply.replayed;
+    e.resource.clone_from(&reply.resource);
+    if let Some(why) = reply.refused {
+        e.rejected = Some(why.to_string());
+    }
+}
+
+/// A processed gRPC call's answer: Response-Headers, the message and the status in trailers when
+/// it succeeded; Trailers-Only when it failed.
+pub(crate) fn grpc_respond(
+    reply: GrpcReply,
+    mut pending: Pending,
+    capture: &[HeaderName],
+) -> Response<ResBody> {
+    record_grpc_reply(&mut pending, &reply);
+    let outcome = if reply.refused.is_some() {
+        Outcome::Rejected
+    } else {
+        Outcome::Responded
+    };
+    let Some(message) = reply.response.filter(|_| reply.code == GrpcCode::Ok) else {
+        return grpc_trailers_only(
+            reply.code,
+            &reply.message,
+            reply.pushback_ms,
+            pending,
+            capture,
+            outcome,
+        );
+    };
+    record_grpc(
+        &mut pending,
+        reply.code,
+        &reply.message,
+        reply.pushback_ms,
+        true,
+    );
+    let h = grpc_head();
+    record_headers(&mut pending, &h, capture);
+    let trailers = grpc_status_fields(reply.code, &reply.message, reply.pushback_ms);
+    let framed = grpc::frame::encode(&message, grpc::frame::Encoding::Identity);
+    let body = JournaledBody::finishing(framed, pending, outcome).with_trailers(Some(trailers));
+    let mut res = Response::new(Either::Left(body));
+    *res.headers_mut() = h;
+    res
+}
+
+/// A committed call's failure: Response-Headers, the first half of `framed` (a response
+/// message with its prefix), then `code` in trailers.
+pub(crate) fn grpc_after_headers(
+    code: GrpcCode,
+    message: &str,
+    pushback_ms: Option<i64>,
+    framed: Bytes,
+    mut pending: Pending,
+    capture: &[HeaderName],
+) -> Response<ResBody> {
+    record_grpc(&mut pending, code, message, pushback_ms, true);
+    let h = grpc_head();
+    record_headers(&mut pending, &h, capture);
+    let part = framed.slice(..framed.len().div_ceil(2));
+    let trailers = grpc_status_fields(code, message, pushback_ms);
+    let body = JournaledBody::new(part, pending).with_trailers(Some(trailers));
+    let mut res = Response::new(Either::Left(body));
+    *res.headers_mut() = h;
+    res
+}
+
+/// Records a relayed gRPC answer's status: from its trailers, or from its only header block.
+pub(crate) fn record_grpc_answer(
+    pending: &mut Pending,
+    headers: &HeaderMap,
+    trailers: Option<&HeaderMap>,
+) {
+    let (fields, committed) = match trailers {
+        Some(t) => (t, true),
+        None => (headers, false),
+    };
+    let Some(status) = grpc::Status::from_fields(fields) else {
+        return;
+    };
+    // As gRFC A6 reads it: a signed 32-bit number; anything else asks for no retry, -1.
+    let pushback = fields.get(GRPC_PUSHBACK).map(|v| {
+        std::str::from_utf8(v.as_bytes())
+            .ok()
+            .filter(|t| !t.starts_with('+'))
+            .and_then(|t| t.parse::<i32>().ok())
+            .map_or(-1, i64::from)
+    });
+    let e = pending.entry();
+    e.grpc_status = Some(status.code);
+    e.grpc_message = (!status.message.is_empty()).then_some(status.message);
+    e.pushback_ms = pushback;
+    e.committed = Some(committed);
 }
 
 /// Response headers every journal entry records when the response has them.
@@ -206,6 +376,7 @@ pub(crate) fn status_response(
 pub(crate) fn plain(code: StatusCode, text: &'static str) -> Response<ResBody> {
     let body = JournaledBody {
         data: Some(Bytes::from_static(text.as_bytes())),
+        trailers: None,
         settle: None,
         h1: None,
     };
@@ -233,7 +404,13 @@ impl Settle {
             outcome,
             held,
         } = self;
-        pending.entry().response_bytes = Some(bytes);
+        let e = pending.entry();
+        e.response_bytes = Some(bytes);
+        if cut.is_some() && bytes == 0 && e.committed == Some(true) {
+            // Nothing of the answer got out: its client saw no headers, the call was not
+            // committed.
+            e.committed = Some(false);
+        }
         pending.finish(cut.unwrap_or(outcome));
         drop(held);
     }
@@ -248,6 +425,8 @@ impl Settle {
 /// handed over whole was not delivered: `client_closed` (or `send_timeout`).
 pub(crate) struct JournaledBody {
     data: Option<Bytes>,
+    /// Trailers after the data (a gRPC call's status).
+    trailers: Option<HeaderMap>,
     settle: Option<Settle>,
     /// HTTP/1.1: the connection's write watch, and what it had written when the request came.
     h1: Option<(Arc<WriteWatch>, u64)>,
@@ -262,6 +441,7 @@ impl JournaledBody {
     pub(crate) fn finishing(data: Bytes, pending: Pending, outcome: Outcome) -> Self {
         JournaledBody {
             data: (!data.is_empty()).then_some(data),
+            trailers: None,
             settle: Some(Settle {
                 pending,
                 outcome,
@@ -276,6 +456,12 @@ impl JournaledBody {
         if let Some(s) = &mut self.settle {
             s.held = permit;
         }
+    }
+
+    /// Sends `trailers` after the data.
+    pub(crate) fn with_trailers(mut self, trailers: Option<HeaderMap>) -> Self {
+        self.trailers = trailers;
+        self
     }
 
     /// The entry, for a writer that tells delivery itself (an HTTP/2 stream's task).
@@ -344,15 +530,25 @@ impl Body for JournaledBody {
         mut self: Pin<&mut Self>,
         _cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        Poll::Ready(self.data.take().map(|d| Ok(Frame::data(d))))
+        if let Some(d) = self.data.take() {
+            return Poll::Ready(Some(Ok(Frame::data(d))));
+        }
+        Poll::Ready(self.trailers.take().map(|t| Ok(Frame::trailers(t))))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.data.is_none()
+        self.data.is_none() && self.trailers.is_none()
     }
 
     fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.data.as_ref().map_or(0, |d| d.len() as u64))
+        let len = self.data.as_ref().map_or(0, |d| d.len() as u64);
+        if self.trailers.is_some() {
+            // Trailers follow: the length is the data's, but no `content-length` is owed.
+            let mut h = SizeHint::new();
+            h.set_lower(len);
+            return h;
+        }
+        SizeHint::with_exact(len)
     }
 }
 
@@ -361,7 +557,7 @@ impl Drop for JournaledBody {
         let Some(s) = self.settle.take() else {
             return;
         };
-        match (&self.h1, self.data.is_none()) {
+        match (&self.h1, self.data.is_none() && self.trailers.is_none()) {
             // Taken whole by hyper: delivered at the flush that writes it.
             (Some((watch, start)), true) => {
                 watch.deliver(Delivery::new(*start, s.pending, s.outcome, s.held));
@@ -416,6 +612,7 @@ mod tests {
                 idempotency_key: None,
                 key_attempt: None,
                 now: Instant::now(),
+                grpc: None,
             };
             let d = schedule.decide(&facts).expect("the rule fires");
             let FaultConfig::Status(s) = d.fault else {

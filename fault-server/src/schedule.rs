@@ -36,6 +36,8 @@ struct Rule {
     requests: Option<Counts>,
     hits: Option<Counts>,
     attempts: Option<Counts>,
+    grpc_method: Option<Glob>,
+    grpc_attempts: Option<Counts>,
     probability: Option<f64>,
     fault: Arc<PreparedFault>,
     hit_count: AtomicU64,
@@ -99,6 +101,17 @@ pub struct RequestFacts<'a> {
     pub key_attempt: Option<u32>,
     /// When it arrived.
     pub now: Instant,
+    /// What a gRPC call says of itself; `None` for a request that is not one.
+    pub grpc: Option<GrpcFacts<'a>>,
+}
+
+/// What the schedule needs to know about a gRPC call.
+#[derive(Debug, Clone, Copy)]
+pub struct GrpcFacts<'a> {
+    /// `pkg.Service/Method`.
+    pub method: &'a str,
+    /// Which attempt of its call: 1 + `grpc-previous-rpc-attempts`.
+    pub attempt: u32,
 }
 
 /// The schedule's verdict for one request.
@@ -154,6 +167,11 @@ impl Schedule {
                     requests: m.requests.clone(),
                     hits: m.hits.clone(),
                     attempts: m.attempts.clone(),
+                    grpc_method: m
+                        .grpc_method
+                        .as_ref()
+                        .map(|p| Glob::new(&format!("/{}", p.0))),
+                    grpc_attempts: m.grpc_attempts.clone(),
                     probability: m.probability.map(|p| p.0),
                     fault: Arc::new(PreparedFault::new(&r.fault)),
                     hit_count: AtomicU64::new(0),
@@ -300,6 +318,25 @@ impl Rule {
                 _ => return false,
             }
         }
+        if self.grpc_method.is_some() || self.grpc_attempts.is_some() {
+            let Some(g) = req.grpc else {
+                return false;
+            };
+            if let Some(m) = &self.grpc_method {
+                // The glob reads paths; a method is matched as its `:path`.
+                let mut path = String::with_capacity(g.method.len() + 1);
+                path.push('/');
+                path.push_str(g.method);
+                if !m.matches(&path) {
+                    return false;
+                }
+            }
+            if let Some(a) = &self.grpc_attempts {
+                if !a.contains(u64::from(g.attempt)) {
+                    return false;
+                }
+            }
+        }
         true
     }
 }
@@ -392,7 +429,58 @@ mod tests {
             idempotency_key: key,
             key_attempt: attempt,
             now,
+            grpc: None,
         }
+    }
+
+    #[test]
+    fn grpc_calls_match_by_method_and_attempt_and_nothing_else_does() {
+        let cfg = Config::from_yaml(
+            r#"
+rules:
+  - { id: retries, match: { grpc_method: "orders.v1.Orders/*", grpc_attempts: "2-" }, fault: { grpc: UNAVAILABLE } }
+  - { id: create, match: { grpc_method: /orders.v1.Orders/CreateOrder }, fault: { grpc: { code: ABORTED, pushback_ms: -1 } } }
+  - { id: any, match: { grpc_method: "**", headers: { x-tenant: t1 } }, fault: { grpc_after_headers: INTERNAL } }
+"#,
+            "t",
+        )
+        .unwrap();
+        let now = Instant::now();
+        let s = Schedule::new(&cfg.rules, 1, now);
+        let (m, none) = (Method::POST, HeaderMap::new());
+        let mut tenant = HeaderMap::new();
+        tenant.insert("x-tenant", http::HeaderValue::from_static("t1"));
+        let decide = |method: &str, attempt: u32, headers: &HeaderMap| {
+            let path = format!("/{method}");
+            let mut f = facts(&m, &path, headers, 1, None, None, now);
+            f.grpc = Some(GrpcFacts { method, attempt });
+            s.decide(&f).map(|d| d.rule.to_string())
+        };
+        assert_eq!(
+            decide("orders.v1.Orders/GetOrder", 2, &none).as_deref(),
+            Some("retries")
+        );
+        assert_eq!(decide("orders.v1.Orders/GetOrder", 1, &none), None);
+        assert_eq!(
+            decide("orders.v1.Orders/CreateOrder", 1, &none).as_deref(),
+            Some("create")
+        );
+        assert_eq!(
+            decide("shop.v1.Shop/Buy", 1, &tenant).as_deref(),
+            Some("any")
+        );
+        assert_eq!(decide("shop.v1.Shop/Buy", 1, &none), None);
+        // The same path over plain HTTP is no gRPC call.
+        let f = facts(
+            &m,
+            "/orders.v1.Orders/CreateOrder",
+            &tenant,
+            1,
+            None,
+            None,
+            now,
+        );
+        assert_eq!(s.decide(&f).map(|d| d.rule), None);
     }
 
     /// Runs a future that never waits (the counters below answer at once).

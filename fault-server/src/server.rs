@@ -77,6 +77,10 @@ pub enum StartError {
     /// The upstream's TLS settings are unusable.
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
+    /// The config's `.proto` files or canned gRPC answers are unusable (the config's
+    /// validation says so first).
+    #[error("grpc: {0}")]
+    Grpc(#[from] crate::grpc::ServicesError),
     /// `state: shared` needs the orders on PostgreSQL (the config's validation says so first).
     #[error("`state: shared` keeps the schedule's counters in the orders' database, which must be PostgreSQL (`orders.database: postgres://…`)")]
     SharedNeedsPostgres,
@@ -146,6 +150,7 @@ impl FaultServer {
                 .map_or_else(|| default_upstream_connections(files), |n| n as usize),
             _ => 0,
         };
+        let grpc = config.grpc.services()?;
         let orders = Orders::open(&config.orders).await?;
         let shared = match config.state {
             StateMode::Local => None,
@@ -219,6 +224,7 @@ impl FaultServer {
             empty_body_sha256: hex::encode(Sha256::digest(b"")),
             tls,
             upstream,
+            grpc,
         });
         let routes = Arc::new(Routes {
             control: crate::control::router(state.clone()),

@@ -130,6 +130,8 @@ pub(crate) struct State {
     pub(crate) replica: Option<String>,
     /// The real dependency requests are forwarded to (proxy mode).
     pub(crate) upstream: Option<Arc<crate::upstream::Upstream>>,
+    /// The gRPC services: the built-in orders and the config's `.proto` files'.
+    pub(crate) grpc: crate::grpc::Services,
 }
 
 impl State {

@@ -5,6 +5,8 @@ use std::process::{Command, Stdio};
 
 use assert_cmd::cargo::CommandCargoExt;
 
+mod common;
+
 fn bin() -> Command {
     Command::cargo_bin("fault-server").unwrap()
 }
@@ -260,4 +262,77 @@ fn the_replica_is_named_by_the_flag_the_environment_or_the_host_name() {
         replica_of_a_request(&["--replica-id", "from-flag"], Some("from-env")).as_deref(),
         Some("from-flag")
     );
+}
+
+#[test]
+fn protos_given_on_the_command_line_are_checked_and_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let proto = write(
+        &dir,
+        "shop.proto",
+        "syntax = \"proto3\";\npackage shop.v1;\nservice Shop { rpc Buy(Req) returns (Req); }\nmessage Req { string sku = 1; }\n",
+    );
+    let out = bin()
+        .arg("--check")
+        .arg("--proto")
+        .arg(&proto)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let broken = write(&dir, "broken.proto", "syntax = \"proto3\";\nmessage {\n");
+    let out = bin()
+        .arg("--check")
+        .arg("--proto")
+        .arg(&broken)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("grpc.protos") && err.contains("broken.proto"),
+        "{err}"
+    );
+
+    let mut child = bin()
+        .args(["--bind", "127.0.0.1:0", "--proto"])
+        .arg(&proto)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr: std::net::SocketAddr = line
+        .trim()
+        .trim_start_matches("listening on http://")
+        .parse()
+        .unwrap_or_else(|_| panic!("{line}"));
+    let answered = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let mut c = common::grpc::Client::connect(addr).await;
+        let (_, r) = c
+            .call(
+                "shop.v1.Shop/Buy",
+                bytes::Bytes::from_static(b"\x0a\x01A"),
+                &[],
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        r
+    });
+    child.kill().unwrap();
+    let _ = child.wait();
+    assert_eq!(
+        answered.status.code,
+        fault_server::GrpcCode::Ok,
+        "{:?}",
+        answered.status
+    );
+    assert_eq!(answered.messages.len(), 1);
 }

@@ -1,5 +1,6 @@
 //! The targets of the application's parsers: the scenario loader, the fault server's config and
-//! schedule, a journal, the client's HTTP/1.1 response parser, the server's request handling.
+//! schedule, a journal, a saved report, the client's HTTP/1.1 response parser, the server's request
+//! handling and its decoding of a gRPC call.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -78,6 +79,7 @@ fn decide_some(rules: &[fault_server::config::RuleConfig]) {
                     idempotency_key: *key,
                     key_attempt: key.map(|_| i as u32),
                     now: start + Duration::from_millis(i as u64 * 10),
+                    grpc: None,
                 };
                 schedule
                     .decide(&facts)
@@ -126,6 +128,68 @@ pub fn report(data: &[u8]) {
             let m = e.to_string();
             assert!(!m.is_empty(), "an empty error message");
             assert!(!m.contains("Error {"), "a debug print: {m}");
+        }
+    }
+}
+
+/// The largest message [`grpc_request`]'s services take: small, so the limit is reached.
+const GRPC_MAX_MESSAGE: u64 = 64 << 10;
+
+/// The services [`grpc_request`] decodes calls for: the built-in orders service.
+fn grpc_services() -> &'static fault_server::grpc::Services {
+    static S: OnceLock<fault_server::grpc::Services> = OnceLock::new();
+    S.get_or_init(|| {
+        fault_server::grpc::Services::new(&[], &[], &Default::default(), GRPC_MAX_MESSAGE)
+            .expect("the built-in services")
+    })
+}
+
+/// The fault server's decoding of a gRPC call: its head (the method, `grpc-timeout`,
+/// `grpc-previous-rpc-attempts`, `grpc-encoding`) and its messages, decoded as the method's
+/// request type. The input is the call as text a person can read and a fuzzer can splice: the
+/// `:path` on the first line, a header a line (`name: value`), an empty line, then the body's
+/// bytes. Whatever it is, decoding returns a call or the status a server answers with, holds no
+/// message over the limit, and a decoded call's messages encode again.
+pub fn grpc_request(data: &[u8]) {
+    let (head, body) = match data.windows(2).position(|w| w == b"\n\n") {
+        Some(i) => (&data[..i], &data[i + 2..]),
+        None => (data, &[][..]),
+    };
+    let mut lines = head.split(|b| *b == b'\n');
+    let path = String::from_utf8_lossy(lines.next().unwrap_or_default()).into_owned();
+    let mut headers = http::HeaderMap::new();
+    for line in lines {
+        let Some(colon) = line.iter().position(|b| *b == b':') else {
+            continue;
+        };
+        let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
+        if let (Ok(n), Ok(v)) = (
+            http::HeaderName::from_bytes(name.trim_ascii()),
+            http::HeaderValue::from_bytes(value),
+        ) {
+            headers.append(n, v);
+        }
+    }
+    let call = fault_server::grpc::CallHead::read(&path, &headers);
+    assert!(call.attempt() >= 1);
+    match grpc_services().decode(&call, body) {
+        Ok(decoded) => {
+            assert!(
+                !decoded.requests.is_empty(),
+                "a call decoded with no message"
+            );
+            for m in &decoded.requests {
+                let bytes = prost::Message::encode_to_vec(m);
+                assert!(
+                    bytes.len() as u64 <= GRPC_MAX_MESSAGE * 2,
+                    "a message far over the limit was decoded"
+                );
+            }
+            let _ = decoded.request_id();
+        }
+        Err(status) => {
+            assert_ne!(status.code, history::GrpcCode::Ok, "a refusal with OK");
+            assert!(!status.message.is_empty(), "a refusal without a reason");
         }
     }
 }

@@ -1,6 +1,6 @@
 //! One entry point per parser that faces outside input: the scenario loader, the fault server's
-//! config and schedule, a journal, a saved report (`harness merge`/`report`), the client's response parser, the server's request handling,
-//! the client's HTTP/2 frame reader and its HPACK decoder (the latter differential: against the
+//! config and schedule, a journal, a saved report (`harness merge`/`report`), the client's response
+//! parser, the server's request handling and its decoding of a gRPC call, the client's HTTP/2 frame reader and its HPACK decoder (the latter differential: against the
 //! `hpack` crate, an independent decoder, field for field).
 //!
 //! Each takes arbitrary bytes and must return — no panic, no hang, no unbounded memory — and
@@ -18,7 +18,7 @@ pub type Target = fn(&[u8]);
 
 /// The targets, by the name their corpus directory has.
 #[cfg(feature = "app")]
-pub const TARGETS: [(&str, Target); 9] = [
+pub const TARGETS: [(&str, Target); 10] = [
     ("scenario", scenario),
     ("fault_config", fault_config),
     ("schedule", schedule),
@@ -28,6 +28,7 @@ pub const TARGETS: [(&str, Target); 9] = [
     ("h2_frames", h2_frames),
     ("hpack", hpack),
     ("report", report),
+    ("grpc_request", grpc_request),
 ];
 
 /// The targets, by the name their corpus directory has.

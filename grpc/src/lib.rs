@@ -2,6 +2,7 @@
 //!
 //! - [`schema`]: `.proto` files compiled at run time (protox), methods looked up by name, JSON ↔
 //!   protobuf by the proto3 JSON mapping (prost-reflect);
+//! - [`orders`]: the shipped `orders.v1.Orders` service, built in;
 //! - [`reflection`]: server reflection's messages, for a target that describes itself;
 //! - [`frame`]: the Length-Prefixed-Message framing, bounded;
 //! - [`status`]: status codes, `grpc-status` and `grpc-message`, and the status made of an HTTP
@@ -25,6 +26,7 @@
 pub mod call;
 pub mod frame;
 pub mod metadata;
+pub mod orders;
 pub mod reflection;
 pub mod schema;
 pub mod service_config;

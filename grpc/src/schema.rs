@@ -123,6 +123,25 @@ impl Schema {
         })
     }
 
+    /// Compiles one `.proto` file given as text, named `name` (as an import would name it); it
+    /// may import the well-known types only.
+    pub fn from_source(name: &str, source: &str) -> Result<Schema, SchemaError> {
+        let failed = |e: protox::Error| SchemaError::Compile {
+            files: name.to_string(),
+            message: e.to_string(),
+        };
+        let file = protox::file::File::from_source(name, source).map_err(failed)?;
+        let mut resolver = protox::file::ChainFileResolver::new();
+        resolver.add(Single(file));
+        resolver.add(protox::file::GoogleFileResolver::new());
+        let mut compiler = protox::Compiler::with_file_resolver(resolver);
+        compiler.include_imports(true).include_source_info(false);
+        compiler.open_file(name).map_err(failed)?;
+        Ok(Schema {
+            pool: compiler.descriptor_pool(),
+        })
+    }
+
     /// A schema of the descriptors in `pool` (from server reflection, or built elsewhere).
     pub fn from_pool(pool: DescriptorPool) -> Schema {
         Schema { pool }
@@ -172,6 +191,19 @@ impl Schema {
     /// The message type named `name` (`pkg.Message`), if there is one.
     pub fn message(&self, name: &str) -> Option<MessageDescriptor> {
         self.pool.get_message_by_name(name)
+    }
+}
+
+/// A resolver that knows one file, given as text.
+struct Single(protox::file::File);
+
+impl protox::file::FileResolver for Single {
+    fn open_file(&self, name: &str) -> Result<protox::file::File, protox::Error> {
+        if name == self.0.name() {
+            Ok(self.0.clone())
+        } else {
+            Err(protox::Error::file_not_found(name))
+        }
     }
 }
 

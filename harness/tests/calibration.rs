@@ -1,5 +1,6 @@
 //! The checks on clients this project did not write: fleets of real retry libraries (Python
-//! `backoff`, `stamina`; Node `p-retry`, `ky`, `exponential-backoff`; plain event-loop loops) run
+//! `backoff`, `stamina`; Node `p-retry`, `ky`, `exponential-backoff`; plain event-loop loops) and
+//! the real gRPC clients (grpcio, @grpc/grpc-js, under their own retry and hedging policies) run
 //! under the real `harness exec`, each check's verdict against the one the library's own source
 //! implies (`calibration/expected.tsv`, reasons and citations in `calibration/RESULTS.md`).
 //!

@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::GrpcCode;
+
 /// What finally happened to a request's connection.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -192,6 +194,35 @@ pub struct Entry {
     /// when there were none or the observer did not record them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_trailers: Option<BTreeMap<String, String>>,
+    /// gRPC: the method the call named, `pkg.Service/Method` (its `:path` without the leading
+    /// `/`); absent for a request that is not a gRPC call (`content-type: application/grpc`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc_method: Option<String>,
+    /// gRPC: the status the call was answered with, by name (`UNAVAILABLE`), in the trailers or
+    /// a Trailers-Only answer; absent when none was sent (a reset, a drop, a hang, an HTTP
+    /// status fault).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc_status: Option<GrpcCode>,
+    /// gRPC: the `grpc-message` sent with the status, decoded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc_message: Option<String>,
+    /// gRPC: the call's `grpc-previous-rpc-attempts` (gRFC A6: how many attempts of the same
+    /// call came before this one); absent when the request did not carry it (a first attempt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc_previous_attempts: Option<u32>,
+    /// gRPC: the call's `grpc-timeout`, in milliseconds (rounded up): what was left of its
+    /// deadline when the attempt was sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc_timeout_ms: Option<u64>,
+    /// gRPC: the `grpc-retry-pushback-ms` the answer carried, as gRFC A6 reads it: a delay the
+    /// client must wait before its next attempt, or a negative number (an unparseable value
+    /// counts as -1) asking it not to retry at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pushback_ms: Option<i64>,
+    /// gRPC: the answer's Response-Headers were sent before its status, so the call was
+    /// committed (gRFC A6: no retry after that); false for a Trailers-Only answer or none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub committed: Option<bool>,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -226,6 +257,11 @@ impl Entry {
             seq,
             ..Entry::default()
         }
+    }
+
+    /// Whether the request was a gRPC call.
+    pub fn is_grpc(&self) -> bool {
+        self.grpc_method.is_some()
     }
 
     /// The value of a captured request header (lower-case name).

@@ -131,6 +131,29 @@ impl GrpcCode {
     }
 }
 
+impl GrpcCode {
+    /// The HTTP status `google/rpc/code.proto` maps the code to (its "HTTP Mapping" lines, as
+    /// gRPC-to-HTTP gateways answer): 499 for CANCELLED, 400 for INVALID_ARGUMENT, 503 for
+    /// UNAVAILABLE, … So a check that classifies HTTP answers — a client error, a server error, a
+    /// transient failure — classifies a call's status the same way.
+    pub fn http_equivalent(self) -> u16 {
+        match self {
+            GrpcCode::Ok => 200,
+            GrpcCode::Cancelled => 499,
+            GrpcCode::Unknown | GrpcCode::Internal | GrpcCode::DataLoss => 500,
+            GrpcCode::InvalidArgument | GrpcCode::FailedPrecondition | GrpcCode::OutOfRange => 400,
+            GrpcCode::DeadlineExceeded => 504,
+            GrpcCode::NotFound => 404,
+            GrpcCode::AlreadyExists | GrpcCode::Aborted => 409,
+            GrpcCode::PermissionDenied => 403,
+            GrpcCode::Unauthenticated => 401,
+            GrpcCode::ResourceExhausted => 429,
+            GrpcCode::Unimplemented => 501,
+            GrpcCode::Unavailable => 503,
+        }
+    }
+}
+
 impl fmt::Display for GrpcCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -210,6 +233,33 @@ mod tests {
         assert_eq!(GrpcCode::Unavailable.as_str(), "UNAVAILABLE");
         assert_eq!(GrpcCode::Unauthenticated.number(), 16);
         assert_eq!(GrpcCode::DeadlineExceeded.to_string(), "DEADLINE_EXCEEDED");
+    }
+
+    #[test]
+    fn http_equivalents_are_code_protos() {
+        let table = [
+            (GrpcCode::Ok, 200),
+            (GrpcCode::Cancelled, 499),
+            (GrpcCode::Unknown, 500),
+            (GrpcCode::InvalidArgument, 400),
+            (GrpcCode::DeadlineExceeded, 504),
+            (GrpcCode::NotFound, 404),
+            (GrpcCode::AlreadyExists, 409),
+            (GrpcCode::PermissionDenied, 403),
+            (GrpcCode::ResourceExhausted, 429),
+            (GrpcCode::FailedPrecondition, 400),
+            (GrpcCode::Aborted, 409),
+            (GrpcCode::OutOfRange, 400),
+            (GrpcCode::Unimplemented, 501),
+            (GrpcCode::Internal, 500),
+            (GrpcCode::Unavailable, 503),
+            (GrpcCode::DataLoss, 500),
+            (GrpcCode::Unauthenticated, 401),
+        ];
+        assert_eq!(table.len(), GrpcCode::ALL.len());
+        for (code, http) in table {
+            assert_eq!(code.http_equivalent(), http, "{code}");
+        }
     }
 
     #[test]

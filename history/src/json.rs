@@ -103,6 +103,25 @@ impl Entry {
             w.raw(b",\"response_trailers\":");
             w.map(v);
         }
+        w.some_str(b",\"grpc_method\":", self.grpc_method.as_deref());
+        w.some_str(b",\"grpc_status\":", self.grpc_status.map(|c| c.as_str()));
+        w.some_str(b",\"grpc_message\":", self.grpc_message.as_deref());
+        w.some_uint(
+            b",\"grpc_previous_attempts\":",
+            self.grpc_previous_attempts.map(u64::from),
+        );
+        w.some_uint(b",\"grpc_timeout_ms\":", self.grpc_timeout_ms);
+        if let Some(v) = self.pushback_ms {
+            w.raw(b",\"pushback_ms\":");
+            w.int(v);
+        }
+        if let Some(v) = self.committed {
+            w.raw(if v {
+                b",\"committed\":true"
+            } else {
+                b",\"committed\":false"
+            });
+        }
         w.raw(b"}");
     }
 }
@@ -117,6 +136,10 @@ impl Writer<'_> {
     }
 
     fn uint(&mut self, v: u64) {
+        self.raw(itoa::Buffer::new().format(v).as_bytes());
+    }
+
+    fn int(&mut self, v: i64) {
         self.raw(itoa::Buffer::new().format(v).as_bytes());
     }
 
@@ -263,6 +286,13 @@ mod tests {
             response_headers: Some(headers.clone()),
             response_bytes: Some(1_048_576),
             response_trailers: Some(headers),
+            grpc_method: Some("orders.v1.Orders/CreateOrder".into()),
+            grpc_status: Some(crate::GrpcCode::Unavailable),
+            grpc_message: Some("back \"end\"\n down".into()),
+            grpc_previous_attempts: Some(u32::MAX),
+            grpc_timeout_ms: Some(u64::MAX),
+            pushback_ms: Some(i64::MIN),
+            committed: Some(false),
         };
         same_as_serde(&full);
         for draw in [0.0, -0.0, 1e-300, 0.5, 1e21, f64::NAN, f64::INFINITY] {

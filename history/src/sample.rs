@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::{Entry, Outcome};
+use crate::{Entry, GrpcCode, Outcome};
 
 /// Wall clock of server start in the test journals.
 pub const EPOCH_MS: u64 = 1_700_000_000_000;
@@ -62,6 +62,13 @@ pub fn entry(seq: u64, t_recv_ms: impl Into<f64>) -> EntryBuilder {
         response_headers: None,
         response_bytes: None,
         response_trailers: None,
+        grpc_method: None,
+        grpc_status: None,
+        grpc_message: None,
+        grpc_previous_attempts: None,
+        grpc_timeout_ms: None,
+        pushback_ms: None,
+        committed: None,
     })
 }
 
@@ -83,6 +90,13 @@ impl EntryBuilder {
     pub fn no_response(mut self, outcome: Outcome) -> Self {
         self.0.status = None;
         self.0.outcome = outcome;
+        // Nor any gRPC status (a call stays uncommitted unless said otherwise).
+        self.0.grpc_status = None;
+        self.0.grpc_message = None;
+        self.0.pushback_ms = None;
+        if self.0.is_grpc() {
+            self.0.committed = Some(false);
+        }
         self
     }
 
@@ -124,10 +138,10 @@ impl EntryBuilder {
         self
     }
 
-    /// Created resource `id` (and answered 201).
+    /// Created resource `id` (and answered 201; a gRPC call, OK).
     pub fn created(mut self, id: &str) -> Self {
         self.0.created = Some(id.to_string());
-        if self.0.outcome == Outcome::Responded {
+        if self.0.outcome == Outcome::Responded && !self.0.is_grpc() {
             self.0.status = Some(201);
         }
         self
@@ -178,6 +192,54 @@ impl EntryBuilder {
     /// Wall-clock arrival, ms since the Unix epoch.
     pub fn unix_ms(mut self, unix_ms: u64) -> Self {
         self.0.unix_ms = unix_ms;
+        self
+    }
+
+    /// A gRPC call of `method` (`pkg.Service/Method`) over HTTP/2, answered OK after its
+    /// Response-Headers (committed).
+    pub fn grpc(mut self, method: &str) -> Self {
+        self.0.method = "POST".to_string();
+        self.0.path = format!("/{method}");
+        self.0.http_version = Some(crate::HttpVersion::Http2);
+        self.0.grpc_method = Some(method.to_string());
+        self.0.status = Some(200);
+        self.0.outcome = Outcome::Responded;
+        self.0.grpc_status = Some(GrpcCode::Ok);
+        self.0.committed = Some(true);
+        self
+    }
+
+    /// Answered with gRPC status `code`: OK after Response-Headers, any other code
+    /// Trailers-Only (not committed), as a server that fails a call before answering does.
+    pub fn grpc_status(mut self, code: GrpcCode) -> Self {
+        self.0.status = Some(200);
+        self.0.outcome = Outcome::Responded;
+        self.0.grpc_status = Some(code);
+        self.0.committed = Some(code == GrpcCode::Ok);
+        self
+    }
+
+    /// The answer's Response-Headers went out before its status: the call was committed.
+    pub fn committed(mut self) -> Self {
+        self.0.committed = Some(true);
+        self
+    }
+
+    /// Answered with `grpc-retry-pushback-ms: ms`.
+    pub fn pushback(mut self, ms: i64) -> Self {
+        self.0.pushback_ms = Some(ms);
+        self
+    }
+
+    /// Carried `grpc-previous-rpc-attempts: n`.
+    pub fn previous_attempts(mut self, n: u32) -> Self {
+        self.0.grpc_previous_attempts = Some(n);
+        self
+    }
+
+    /// Carried a `grpc-timeout` of `ms`.
+    pub fn grpc_timeout(mut self, ms: u64) -> Self {
+        self.0.grpc_timeout_ms = Some(ms);
         self
     }
 

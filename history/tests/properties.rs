@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use history::{Entry, HttpVersion, Outcome};
+use history::{Entry, GrpcCode, HttpVersion, Outcome};
 use proptest::prelude::*;
 
 fn outcome() -> impl Strategy<Value = Outcome> {
@@ -63,10 +63,14 @@ prop_compose! {
         (body_len, conn_id) in (any::<u64>(), any::<u64>()),
         draw in proptest::option::of(any::<f64>()),
         response_bytes in proptest::option::of(any::<u64>()),
+        (grpc_method, grpc_status, grpc_message) in (proptest::option::of(text()), proptest::option::of(0u64..17), proptest::option::of(text())),
+        (grpc_previous_attempts, grpc_timeout_ms, pushback_ms, committed) in (proptest::option::of(any::<u32>()), proptest::option::of(any::<u64>()), proptest::option::of(any::<i64>()), proptest::option::of(any::<bool>())),
     ) -> Entry {
         Entry {
             t_body_us, t_wire_us, unix_us, replica, body_sha256, rule, fault, created, transition,
-            resource, body_len, conn_id, draw, response_bytes,
+            resource, body_len, conn_id, draw, response_bytes, grpc_method,
+            grpc_status: grpc_status.and_then(GrpcCode::from_number), grpc_message,
+            grpc_previous_attempts, grpc_timeout_ms, pushback_ms, committed,
             ..e
         }
     }

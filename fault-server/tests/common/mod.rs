@@ -3,6 +3,7 @@
 
 pub mod binary;
 pub mod frames;
+pub mod grpc;
 
 use std::time::Duration;
 

@@ -45,11 +45,19 @@ use transport::{AttemptError, Connect, Outgoing, Target};
 
 use crate::config::{CreatedFrom, UpstreamConfig, UpstreamUrl};
 
+mod h2;
+
 /// The upstream could not be prepared: its address does not resolve, or its `ca` file or TLS
 /// settings are unusable.
 #[derive(Debug, thiserror::Error)]
-#[error("upstream: {0}")]
-pub struct UpstreamError(#[from] transport::TargetError);
+pub enum UpstreamError {
+    /// Its address or TLS settings.
+    #[error("upstream: {0}")]
+    Target(#[from] transport::TargetError),
+    /// Its TLS settings, for HTTP/2.
+    #[error("upstream: {0}")]
+    Tls(#[from] transport::tls::TlsSetupError),
+}
 
 /// How long an idle pooled connection is kept.
 const IDLE_FOR: Duration = Duration::from_secs(60);
@@ -73,6 +81,8 @@ pub(crate) struct Upstream {
     max_body: u64,
     /// Bytes of answers that may be held at once (`limits.response_memory`).
     memory: Arc<Semaphore>,
+    /// `grpc://` and `grpcs://`: the HTTP/2 connections every forward takes instead.
+    h2: Option<h2::H2Pool>,
 }
 
 /// A connection to the upstream and its place among the `max_connections`.
@@ -87,6 +97,8 @@ pub(crate) struct UpstreamReply {
     pub(crate) status: u16,
     pub(crate) headers: HeaderMap,
     pub(crate) body: Bytes,
+    /// Its trailers (HTTP/2: a gRPC call's status).
+    pub(crate) trailers: Option<HeaderMap>,
     /// The resource it created, read as `created_from` says.
     pub(crate) created: Option<String>,
     /// The body's share of `limits.response_memory`, held until the client has it.
@@ -119,6 +131,20 @@ impl UpstreamFailure {
             UpstreamFailure::Timeout(_) | UpstreamFailure::Busy(..) => 504,
             UpstreamFailure::Memory(_) => 503,
             _ => 502,
+        }
+    }
+
+    /// The status a gRPC call is answered with, as a gRPC proxy answers it, with a pushback for
+    /// an answer that did not fit in memory (as the HTTP answer's `Retry-After: 1`).
+    pub(crate) fn grpc_status(&self) -> (history::GrpcCode, Option<i64>) {
+        use history::GrpcCode;
+        match self {
+            UpstreamFailure::Timeout(_) => (GrpcCode::DeadlineExceeded, None),
+            UpstreamFailure::Memory(_) => (GrpcCode::Unavailable, Some(1000)),
+            UpstreamFailure::TooLarge(_) => (GrpcCode::ResourceExhausted, None),
+            UpstreamFailure::Connect(_)
+            | UpstreamFailure::Broken(_)
+            | UpstreamFailure::Busy(..) => (GrpcCode::Unavailable, None),
         }
     }
 
@@ -179,7 +205,12 @@ impl Upstream {
             ..Connect::default()
         };
         let target = Target::with(&format!("{scheme}://{}", cfg.url.authority), &how)?;
+        let h2 = match cfg.url.http2 {
+            true => Some(h2::H2Pool::new(cfg, max_connections)?),
+            false => None,
+        };
         Ok(Upstream {
+            h2,
             target: Arc::new(target),
             url: cfg.url.clone(),
             timeout: cfg.timeout.0,
@@ -250,6 +281,16 @@ impl Upstream {
         path
     }
 
+    /// Whether requests go over HTTP/2 (`grpc://`, `grpcs://`).
+    pub(crate) fn http2(&self) -> bool {
+        self.h2.is_some()
+    }
+
+    /// The upstream's URL.
+    pub(crate) fn url(&self) -> &UpstreamUrl {
+        &self.url
+    }
+
     /// Sends the request and reads the whole answer, within `upstream.timeout`.
     pub(crate) async fn forward(
         &self,
@@ -259,6 +300,31 @@ impl Upstream {
         body: Bytes,
         tls: bool,
     ) -> Result<UpstreamReply, UpstreamFailure> {
+        if let Some(pool) = &self.h2 {
+            let deadline = tokio::time::Instant::now() + self.timeout;
+            let a = pool
+                .forward(
+                    method,
+                    uri,
+                    headers,
+                    body,
+                    deadline,
+                    self.max_body,
+                    &self.memory,
+                )
+                .await?;
+            let mut headers = a.headers;
+            headers.remove(header::CONTENT_LENGTH);
+            let created = self.created(a.status, &headers, &a.body);
+            return Ok(UpstreamReply {
+                status: a.status,
+                headers,
+                body: a.body,
+                trailers: a.trailers,
+                created,
+                held: a.held,
+            });
+        }
         let pq = uri.path_and_query().map_or("/", |p| p.as_str());
         // Headers the client's `Connection` names are hop-by-hop too (RFC 9110 §7.6.1).
         let named: Vec<String> = headers
@@ -363,6 +429,7 @@ impl Upstream {
             status,
             headers,
             body: reply.body,
+            trailers: None,
             created,
             held,
         })
