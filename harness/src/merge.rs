@@ -128,12 +128,17 @@ pub fn merge_reports(reports: &[(String, Report)]) -> Result<Merged, MergeError>
         add_requests(&mut requests, &r.requests).map_err(|f| input(format!("{name}: {f}")))?;
         for (k, v) in &r.errors_by_kind {
             let sum = errors_by_kind.entry(k.clone()).or_default();
-            *sum = add(*sum, *v, &format!("errors_by_kind.{k}")).map_err(|f| input(format!("{name}: {f}")))?;
+            *sum = add(*sum, *v, &format!("errors_by_kind.{k}"))
+                .map_err(|f| input(format!("{name}: {f}")))?;
         }
         operations = add(operations, m.operations, "mergeable.operations")
             .map_err(|f| input(format!("{name}: {f}")))?;
-        failed_operations = add(failed_operations, m.failed_operations, "mergeable.failed_operations")
-            .map_err(|f| input(format!("{name}: {f}")))?;
+        failed_operations = add(
+            failed_operations,
+            m.failed_operations,
+            "mergeable.failed_operations",
+        )
+        .map_err(|f| input(format!("{name}: {f}")))?;
         retry_delays
             .add_report(&r.retry_delays, &m.retry_delays, name)
             .map_err(input)?;
@@ -317,7 +322,10 @@ fn add_hist(into: &mut Histogram<u64>, h: &Histogram<u64>) {
 /// 2^64 − 1 is bad input, never a wrapped number.
 fn add(a: u64, b: u64, what: &str) -> Result<u64, String> {
     a.checked_add(b).ok_or_else(|| {
-        format!("{what}: the reports' counts add up to more than {} (2^64 − 1)", u64::MAX)
+        format!(
+            "{what}: the reports' counts add up to more than {} (2^64 − 1)",
+            u64::MAX
+        )
     })
 }
 

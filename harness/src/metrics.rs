@@ -965,7 +965,10 @@ mod tests {
         compressed.extend(0xffff_fff0u32.to_be_bytes());
         compressed.extend([0u8; 32]);
         let e = decode_hdr(&b64(&compressed)).expect_err("refused");
-        assert!(e.contains("4294967280 compressed bytes follow, but 32 do"), "{e}");
+        assert!(
+            e.contains("4294967280 compressed bytes follow, but 32 do"),
+            "{e}"
+        );
         // Uncompressed: 4 GB of counts claimed after a well-formed header.
         let mut plain = V2_COOKIE.to_be_bytes().to_vec();
         plain.extend(0xffff_fff0u32.to_be_bytes());
@@ -976,7 +979,10 @@ mod tests {
         plain.extend(1.0f64.to_be_bytes());
         assert_eq!(plain.len(), V2_HEADER);
         let e = decode_hdr(&b64(&plain)).expect_err("refused");
-        assert!(e.contains("4294967280 bytes of counts follow, but 0 do"), "{e}");
+        assert!(
+            e.contains("4294967280 bytes of counts follow, but 0 do"),
+            "{e}"
+        );
         assert!(!e.contains("Error {"), "no debug print: {e}");
         // Not a histogram at all, and too long a text.
         let e = decode_hdr(&b64(b"hello, world")).expect_err("refused");

@@ -996,10 +996,9 @@ fn merge_checks_what_it_merges() {
         .output()
         .unwrap();
     assert!(matches!(out.status.code(), Some(0 | 1)), "{:?}", text(&out));
-    let good: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.path().join("run/report.json")).unwrap(),
-    )
-    .unwrap();
+    let good: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("run/report.json")).unwrap())
+            .unwrap();
     assert_eq!(good["requests"]["completed"], 20);
     let good_path = write(&dir, "good.json", &good.to_string());
     let merge = |edited: &serde_json::Value| {
@@ -1033,18 +1032,29 @@ fn merge_checks_what_it_merges() {
     h.record_n(1000, 1 << 62).unwrap();
     let mut edited = good.clone();
     edited["mergeable"]["latency_hdr"] = harness::metrics::encode_hdr(&h).into();
-    refused(&merge(&edited), "holds 4611686018427387904 samples but it says 20");
+    refused(
+        &merge(&edited),
+        "holds 4611686018427387904 samples but it says 20",
+    );
 
     // Counts that would wrap: 2^64 − 1 sent, plus the good report's 20.
     let mut edited = good.clone();
     edited["requests"]["sent"] = u64::MAX.into();
-    refused(&merge(&edited), "requests.sent: the reports' counts add up to more than");
+    refused(
+        &merge(&edited),
+        "requests.sent: the reports' counts add up to more than",
+    );
 
     // A file far larger than any report, refused before it is parsed — by merge and by report.
     let big = dir.path().join("big.json");
     let f = std::fs::File::create(&big).unwrap();
     f.set_len(65 << 20).unwrap();
-    let out = harness().arg("merge").arg(&good_path).arg(&big).output().unwrap();
+    let out = harness()
+        .arg("merge")
+        .arg(&good_path)
+        .arg(&big)
+        .output()
+        .unwrap();
     refused(&out, "more than 64 MiB");
     let out = harness().arg("report").arg(&big).output().unwrap();
     refused(&out, "more than 64 MiB");

@@ -482,10 +482,18 @@ async fn trailers_are_kept_in_the_record() {
         ..ProbeConfig::new(format!("http://{addr}/orders"))
     };
     let o = probe(&cfg).await.expect("probe runs");
-    let answered: Vec<_> = o.exchanges.iter().filter(|e| e.status == Some(201)).collect();
+    let answered: Vec<_> = o
+        .exchanges
+        .iter()
+        .filter(|e| e.status == Some(201))
+        .collect();
     assert!(!answered.is_empty(), "{:#?}", o.exchanges);
     for e in answered {
         let t = e.response_trailers.as_ref().expect("trailers recorded");
-        assert_eq!(t.get("x-checksum").map(String::as_str), Some("sha256=abc"), "{e:?}");
+        assert_eq!(
+            t.get("x-checksum").map(String::as_str),
+            Some("sha256=abc"),
+            "{e:?}"
+        );
     }
 }

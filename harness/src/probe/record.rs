@@ -112,7 +112,10 @@ impl Recording {
                 e.response_trailers = reply.trailers.as_ref().filter(|t| !t.is_empty()).map(|t| {
                     t.iter()
                         .map(|(k, v)| {
-                            (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned())
+                            (
+                                k.as_str().to_string(),
+                                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                            )
                         })
                         .collect()
                 });
