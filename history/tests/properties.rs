@@ -63,10 +63,13 @@ prop_compose! {
         (body_len, conn_id) in (any::<u64>(), any::<u64>()),
         draw in proptest::option::of(any::<f64>()),
         response_bytes in proptest::option::of(any::<u64>()),
+        (event_type, event_seq, forged) in (proptest::option::of(text()), proptest::option::of(any::<u32>()), proptest::option::of(text())),
+        (delivery_attempt, answer_dropped) in (proptest::option::of(any::<u32>()), any::<bool>()),
     ) -> Entry {
         Entry {
             t_body_us, t_wire_us, unix_us, replica, body_sha256, rule, fault, created, transition,
-            resource, body_len, conn_id, draw, response_bytes,
+            resource, body_len, conn_id, draw, response_bytes, event_type, event_seq, forged,
+            delivery_attempt, answer_dropped,
             ..e
         }
     }
