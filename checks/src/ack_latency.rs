@@ -41,7 +41,7 @@ impl AckLatencyConfig {
     }
 }
 
-/// Latency samples kept for the percentiles (a reservoir beyond, by stride).
+/// Most latency samples kept for the percentiles (an even thinning beyond).
 const SAMPLES_KEPT: usize = 100_000;
 
 /// The `ack_latency` check.
@@ -49,6 +49,7 @@ pub(crate) struct AckLatencyCheck {
     timeout_us: u64,
     samples_us: Vec<u64>,
     seen: u64,
+    stride: u64,
     max_us: u64,
     acknowledged: u64,
     slow: u64,
@@ -62,6 +63,7 @@ impl AckLatencyCheck {
             timeout_us: cfg.timeout().saturating_mul(1000),
             samples_us: Vec::new(),
             seen: 0,
+            stride: 1,
             max_us: 0,
             acknowledged: 0,
             slow: 0,
@@ -105,11 +107,19 @@ impl Check for AckLatencyCheck {
         }
         self.acknowledged += 1;
         self.max_us = self.max_us.max(took);
-        // Every sample while few; then every k-th, so the percentiles still see the whole run.
+        // Every `stride`-th sample: when the kept ones reach their bound, every other one is
+        // dropped and the stride doubles, so they stay an even thinning of the whole run.
         self.seen += 1;
-        let stride = (self.seen as usize).div_ceil(SAMPLES_KEPT).max(1);
-        if self.seen as usize % stride == 0 && self.samples_us.len() < SAMPLES_KEPT * 2 {
+        if self.seen.is_multiple_of(self.stride) {
             self.samples_us.push(took);
+            if self.samples_us.len() >= SAMPLES_KEPT {
+                let mut i = 0u64;
+                self.samples_us.retain(|_| {
+                    i += 1;
+                    i.is_multiple_of(2)
+                });
+                self.stride *= 2;
+            }
         }
         if took > self.timeout_us {
             self.slow += 1;

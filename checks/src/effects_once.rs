@@ -162,8 +162,8 @@ impl Check for EffectsOnceCheck {
             counted += 1;
             match n {
                 1 => once += 1,
-                0 => match state.acknowledged {
-                    Some(seq) => {
+                0 => {
+                    if let Some(seq) = state.acknowledged {
                         lost += 1;
                         findings.push(
                             format!(
@@ -175,8 +175,7 @@ impl Check for EffectsOnceCheck {
                             vec![seq],
                         );
                     }
-                    None => {}
-                },
+                }
                 n => {
                     duplicated += 1;
                     extra += n - 1;
