@@ -26,6 +26,11 @@
 //! grpc_pushback: { tolerance_ms: 5 }
 //! grpc_committed: {}
 //! grpc_attempts: { max_attempts: 5, tolerance_ms: 100 }
+//! effects_once: { verify: { url: "/effects/{event_id}", count_field: count } }
+//! forged_rejected: {}
+//! duplicate_ack: { on_failure: fail }
+//! ack_latency: { timeout_ms: 10000 }
+//! ordering: { verify_state: { url: "/state/{subject}", field: type } }
 //! ```
 //!
 //! Each check's fields and defaults are documented with its config struct
@@ -34,9 +39,13 @@
 use serde::{Deserialize, Deserializer, Serialize};
 use yaml_config::ConfigError;
 
+use super::ack_latency::AckLatencyConfig;
 use super::amplification::AmplificationConfig;
 use super::circuit_breaker::CircuitBreakerConfig;
+use super::duplicate_ack::DuplicateAckConfig;
 use super::duplicates::DuplicatesConfig;
+use super::effects_once::EffectsOnceConfig;
+use super::forged_rejected::ForgedRejectedConfig;
 use super::grpc_attempts::GrpcAttemptsConfig;
 use super::grpc_committed::GrpcCommittedConfig;
 use super::grpc_non_retryable::GrpcNonRetryableConfig;
@@ -45,6 +54,7 @@ use super::idempotency_semantics::IdempotencySemanticsConfig;
 use super::jitter::JitterConfig;
 use super::key_stability::KeyStabilityConfig;
 use super::operations::GroupingConfig;
+use super::ordering::OrderingConfig;
 use super::retry_after::RetryAfterConfig;
 use super::retry_on_4xx::RetryOn4xxConfig;
 use super::spec::{scale_ms, About, CheckSpec};
@@ -196,6 +206,16 @@ check_table! {
     grpc_committed: GrpcCommittedConfig,
     /// A gRPC call's attempts: at most 5, `grpc-previous-rpc-attempts` counting up, one deadline.
     grpc_attempts: GrpcAttemptsConfig,
+    /// A webhook event that took more or less than one effect at the consumer.
+    effects_once: EffectsOnceConfig,
+    /// A forged, stale or replayed webhook delivery accepted or acted on.
+    forged_rejected: ForgedRejectedConfig,
+    /// A redelivery of a processed webhook event answered anything but 2xx.
+    duplicate_ack: DuplicateAckConfig,
+    /// A webhook delivery acknowledged later than the provider's timeout, or not at all.
+    ack_latency: AckLatencyConfig,
+    /// A subject delivered out of order that ended in the wrong state.
+    ordering: OrderingConfig,
 }
 
 fn default_max_evidence() -> usize {

@@ -55,12 +55,12 @@ impl Default for DuplicatesConfig {
     }
 }
 
-/// Where to count resources per key.
+/// Where to count resources (or a webhook event's effects) per key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VerifyConfig {
-    /// A URL (or a path on the target) with `{key}`, answering JSON with a count, e.g. the fault
-    /// server's `/orders?idempotency_key={key}`.
+    /// A URL (or a path on the target) with `{key}` (or, for webhook events, `{event_id}`),
+    /// answering JSON with a count, e.g. the fault server's `/orders?idempotency_key={key}`.
     #[serde(default)]
     pub url: Option<String>,
     /// The JSON field holding the count.
@@ -69,9 +69,34 @@ pub struct VerifyConfig {
     /// An SQLite database file to query instead.
     #[serde(default)]
     pub sqlite: Option<PathBuf>,
-    /// The SQL returning the count for one key, which is bound to `?1`.
+    /// A PostgreSQL database (`postgres://…`) to query instead.
+    #[serde(default)]
+    pub postgres: Option<String>,
+    /// The SQL returning the count for one key: the key is bound where the query says `{key}`
+    /// or `{event_id}` (or `?1` for SQLite, `$1` for PostgreSQL), never pasted into the text.
     #[serde(default)]
     pub query: Option<String>,
+}
+
+impl VerifyConfig {
+    /// A lookup by URL: `url` with `{key}` or `{event_id}`, the count in the field `count`.
+    pub fn url(url: impl Into<String>) -> VerifyConfig {
+        VerifyConfig {
+            url: Some(url.into()),
+            count_field: count_field(),
+            sqlite: None,
+            postgres: None,
+            query: None,
+        }
+    }
+
+    /// Whether exactly one source is named: a URL, or a database with its query.
+    pub fn is_complete(&self) -> bool {
+        let sql = self.sqlite.is_some() || self.postgres.is_some();
+        !(self.sqlite.is_some() && self.postgres.is_some())
+            && self.url.is_some() != sql
+            && sql == self.query.is_some()
+    }
 }
 
 fn count_field() -> String {
@@ -450,7 +475,7 @@ impl CheckSpec for DuplicatesConfig {
         catches: "one click, two orders",
         how: "distinct `created` ids per Idempotency-Key; and per request followed across *new* keys by fingerprint (a client that makes a new key per attempt creates one order per key — each key looks clean)",
         evidence: "a keyed request created a resource (or `verify` read every key's count)",
-        limits: "from the journal it sees only creations the server records; `verify` counts in the system of record after a `harness run` — `verify: { url: \"/orders?idempotency_key={key}\", count_field: count }` (a GET per key, path relative to the target) or `verify: { sqlite: FILE, query: \"SELECT COUNT(*) FROM orders WHERE idempotency_key = ?1\" }` — for the keys the journal (or, against your own service, the driver) used, at most 2,000; Postgres is not supported yet",
+        limits: "from the journal it sees only creations the server records; `verify` counts in the system of record after a `harness run` — `verify: { url: \"/orders?idempotency_key={key}\", count_field: count }` (a GET per key, path relative to the target) or `verify: { sqlite: FILE, query: \"SELECT COUNT(*) FROM orders WHERE idempotency_key = ?1\" }` — for the keys the journal (or, against your own service, the driver) used, at most 2,000; `postgres: URL` with the same query (the key bound where it says `?1`, `$1` or `{key}`) reads PostgreSQL",
     };
 
     fn scale(&mut self, f: f64) {

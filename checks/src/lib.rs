@@ -50,12 +50,16 @@
 
 #![warn(missing_docs)]
 
+pub mod ack_latency;
 pub mod amplification;
 pub mod circuit_breaker;
 pub mod config;
+pub mod duplicate_ack;
 pub mod duplicates;
+pub mod effects_once;
 mod evidence;
 pub mod failure;
+pub mod forged_rejected;
 pub mod grpc_attempts;
 pub mod grpc_committed;
 pub mod grpc_non_retryable;
@@ -66,6 +70,7 @@ pub mod jitter;
 pub mod journal;
 pub mod key_stability;
 pub mod operations;
+pub mod ordering;
 pub mod retry_after;
 pub mod retry_on_4xx;
 pub mod spec;
@@ -80,10 +85,14 @@ pub(crate) mod testutil;
 
 use history::Facts;
 
+pub use ack_latency::AckLatencyConfig;
 pub use amplification::AmplificationConfig;
 pub use circuit_breaker::CircuitBreakerConfig;
 pub use config::{ChecksConfig, CHECK_NAMES};
+pub use duplicate_ack::DuplicateAckConfig;
 pub use duplicates::DuplicatesConfig;
+pub use effects_once::EffectsOnceConfig;
+pub use forged_rejected::ForgedRejectedConfig;
 pub use grpc_attempts::GrpcAttemptsConfig;
 pub use grpc_committed::GrpcCommittedConfig;
 pub use grpc_non_retryable::GrpcNonRetryableConfig;
@@ -93,6 +102,7 @@ pub use jitter::JitterConfig;
 pub use journal::{JournalItem, JournalRecord};
 pub use key_stability::KeyStabilityConfig;
 pub use operations::{Attempt, ClosedOperation, GroupingConfig, OperationTracker};
+pub use ordering::{OrderingConfig, StateConfig};
 pub use retry_after::RetryAfterConfig;
 pub use retry_on_4xx::RetryOn4xxConfig;
 pub use spec::{About, CheckSpec};

@@ -91,8 +91,8 @@ pub fn analyze_with<R: std::io::Read + Send + 'static>(
     let facts = match driver {
         Some((client, origin)) => history::Facts {
             client: Some(client),
-            store: None,
             time_origin_us: origin,
+            ..history::Facts::default()
         },
         None => history::Facts {
             time_origin_us: first_us.unwrap_or(0),

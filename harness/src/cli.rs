@@ -94,6 +94,9 @@ enum Command {
     /// Probe any endpoint's Idempotency-Key handling: concurrent same-key bursts, a replay, a
     /// different body with the same key, and no key.
     Idempotency(IdempotencyArgs),
+    /// Play a webhook provider against a consumer: signed deliveries, at least once, with
+    /// duplicates, reordering, forgeries and lost acknowledgements; then the delivery checks.
+    Deliver(Box<crate::deliver::flags::DeliverArgs>),
     /// Simulations that need no network.
     Simulate {
         #[command(subcommand)]
@@ -161,7 +164,7 @@ struct Common {
 
 /// How a URL is reached: TLS and the protocol (every command that takes a URL).
 #[derive(Debug, Args, Clone, Default)]
-struct ConnectArgs {
+pub(crate) struct ConnectArgs {
     /// Trust the CA certificates in this PEM file (besides the public roots).
     #[arg(long, value_name = "FILE")]
     cacert: Option<PathBuf>,
@@ -176,7 +179,7 @@ struct ConnectArgs {
     key: Option<PathBuf>,
     /// Speak HTTP/2: ALPN h2 over TLS, prior knowledge (h2c) over plain http.
     #[arg(long)]
-    http2: bool,
+    pub(crate) http2: bool,
     /// HTTP/2: concurrent streams (workers) per connection [default: 100].
     #[arg(long, value_name = "N", requires = "http2")]
     streams: Option<u32>,
@@ -216,7 +219,7 @@ impl ConnectArgs {
 
 /// How a burst's requests are made to arrive together.
 #[derive(Debug, Clone, Copy, ValueEnum)]
-enum SyncArg {
+pub(crate) enum SyncArg {
     /// Open every connection, then write every request at once (HTTP/1.1's default).
     Release,
     /// HTTP/1.1: everything but each request's last byte first, then the last bytes together.
@@ -228,7 +231,7 @@ enum SyncArg {
 
 /// Where and how results are written.
 #[derive(Debug, Args)]
-struct Output {
+pub(crate) struct Output {
     /// Write report.json, junit.xml, report.html and summary.md into DIR.
     #[arg(long, value_name = "DIR")]
     report_dir: Option<PathBuf>,
@@ -474,6 +477,7 @@ async fn dispatch(cmd: Command) -> Result<u8, CliError> {
         } => exec(&scenario, &common, wait, &command).await,
         Command::Load(args) => load(args).await,
         Command::Idempotency(args) => idempotency(args).await,
+        Command::Deliver(args) => deliver(*args).await,
         Command::Simulate {
             what: Simulation::Herd(args),
         } => simulate_herd(&args),
@@ -602,9 +606,11 @@ async fn exec(
 ) -> Result<u8, CliError> {
     let plan =
         scenario::load(path, &overrides(common)).map_err(|e| CliError::Input(e.to_string()))?;
-    if plan.server.is_none() {
+    // With phases, the command may be the service under test itself (a webhook consumer the
+    // phases deliver to); without them it is the load, and needs a server to load.
+    if plan.server.is_none() && plan.phases.is_empty() {
         return Err(CliError::Input(format!(
-            "{}: at `server`: `harness exec` needs an embedded fault server to point the command at",
+            "{}: at `server`: `harness exec` needs an embedded fault server to point the command at (or phases that drive the command's service)",
             path.display()
         )));
     }
@@ -643,9 +649,11 @@ async fn exec(
     if let Some(f) = &ca_file {
         cmd.env("HARNESS_FAULT_CA", f.path());
     }
+    if session.server_url().is_some() {
+        cmd.env("HARNESS_FAULT_URL", &url);
+    }
     let mut child = cmd
         .args(args)
-        .env("HARNESS_FAULT_URL", &url)
         .stdout(stdout)
         .kill_on_drop(true)
         .spawn()
@@ -655,14 +663,11 @@ async fn exec(
         .drive(&plan, stop.clone(), crate::progress::wanted(), wait)
         .await;
     let exit_code = if drove {
-        // The command is a service under test: stop it once the load is done.
+        // The command is a service under test, still serving: it is stopped once the checks
+        // have asked its system of record (the verify step), and its stop is no failure.
         match child.try_wait() {
             Ok(Some(status)) => status.code(),
-            _ => {
-                let _ = child.start_kill();
-                let _ = child.wait().await;
-                Some(0)
-            }
+            _ => Some(0),
         }
     } else {
         tokio::select! {
@@ -682,6 +687,10 @@ async fn exec(
         exit_code,
     };
     let outcome = session.finish(&plan, Some(exec)).await;
+    if drove {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+    }
     emit(&outcome.report, &common.output)
 }
 
@@ -746,6 +755,25 @@ async fn idempotency(a: IdempotencyArgs) -> Result<u8, CliError> {
             _ => CliError::Run(e.to_string()),
         })?;
     emit(&crate::run::probe_report(&outcome), &a.output)
+}
+
+async fn deliver(a: crate::deliver::flags::DeliverArgs) -> Result<u8, CliError> {
+    let connect = a.connect.connect()?;
+    let o = Overrides {
+        seed: a.seed,
+        time_scale: a.time_scale,
+        tls: connect.tls.clone(),
+        http2: connect.http2,
+        streams: a.connect.streams,
+        source: connect.source,
+        ..Overrides::default()
+    };
+    let plan = a.plan(&o).map_err(CliError::Input)?;
+    let stop = stop_on_signals();
+    let outcome = crate::run::run_plan(&plan, stop, crate::progress::wanted())
+        .await
+        .map_err(|e| CliError::Run(e.to_string()))?;
+    emit(&outcome.report, &a.output)
 }
 
 fn simulate_herd(a: &HerdArgs) -> Result<u8, CliError> {

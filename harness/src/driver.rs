@@ -88,6 +88,12 @@ impl Keys {
         )
     }
 
+    /// A seed derived from the run's keys for `salt` (a deliver phase's event ids): unique per
+    /// run against a live service, as the keys are.
+    pub fn derive(&self, salt: u64) -> u64 {
+        splitmix64(self.nonce ^ splitmix64(4 ^ salt.rotate_left(32)))
+    }
+
     /// The `{{uuid}}` of operation `n`.
     pub fn uuid(&self, phase: u16, n: u64) -> String {
         uuid_from_hex(&self.hex(2, phase, n))
@@ -148,6 +154,8 @@ pub struct PhaseOutcome {
     pub round_keys: Vec<String>,
     /// Values this phase captured from its last successful response.
     pub captured: HashMap<String, String>,
+    /// A deliver phase's journal and the ids the verify step asks about.
+    pub delivered: Option<crate::deliver::Delivered>,
 }
 
 /// Total operations a phase will run, when known in advance (for the progress bar).
@@ -174,6 +182,7 @@ pub fn expected_operations_of(p: &PhasePlan, shard: Shard) -> Option<u64> {
             clients,
             operations,
         } => Some(shard.share(u64::from(*clients)) * operations),
+        PhaseKind::Deliver(d) => Some(shard.share(d.spec.events.count)),
     }
 }
 
@@ -198,7 +207,7 @@ pub fn phase_length(kind: &PhaseKind) -> Option<Duration> {
             rounds,
             ..
         } => Some(every.saturating_mul(*rounds)),
-        PhaseKind::Burst { .. } | PhaseKind::Fleet { .. } => None,
+        PhaseKind::Burst { .. } | PhaseKind::Fleet { .. } | PhaseKind::Deliver(_) => None,
     }
 }
 
@@ -232,6 +241,7 @@ pub async fn run_phase(plan: Arc<PhasePlan>, ctx: PhaseCtx) -> PhaseOutcome {
             signal.fire();
         })
     };
+    let mut delivered = None;
     let (recorder, round_keys) = match plan.kind.clone() {
         PhaseKind::Burst {
             size,
@@ -282,6 +292,11 @@ pub async fn run_phase(plan: Arc<PhasePlan>, ctx: PhaseCtx) -> PhaseOutcome {
             fleet(&plan, &ctx, &shared, &sink, clients, operations).await,
             Vec::new(),
         ),
+        PhaseKind::Deliver(d) => {
+            let (rec, out) = crate::deliver::run(&plan, &d, &ctx).await;
+            delivered = Some(out);
+            (rec, Vec::new())
+        }
     };
     if let Some(t) = timer {
         t.abort();
@@ -294,6 +309,7 @@ pub async fn run_phase(plan: Arc<PhasePlan>, ctx: PhaseCtx) -> PhaseOutcome {
         duration: started.elapsed(),
         round_keys,
         captured,
+        delivered,
     }
 }
 

@@ -52,6 +52,7 @@
 
 pub mod analyze;
 pub mod cli;
+pub mod deliver;
 pub mod driver;
 pub mod load;
 pub mod merge;

@@ -576,8 +576,8 @@ pub fn judge(
             // Without journals only the driver's figures can be judged.
             let facts = history::Facts {
                 client: Some(client),
-                store: None,
                 time_origin_us: 0,
+                ..history::Facts::default()
             };
             let no_entries: [Entry; 0] = [];
             b = b.checks(checks::judge(&checks, no_entries.iter(), &facts)).note(

@@ -131,6 +131,22 @@ pub enum PhaseKind {
         /// Operations per client.
         operations: u64,
     },
+    /// A webhook provider delivering at least once to the consumer at the target (see
+    /// [`crate::deliver`]).
+    Deliver(Box<DeliverPlan>),
+}
+
+/// What a `deliver` phase runs with: the checked delivery plan (its durations scaled), the
+/// workers, and how a duplicate's copies are released together.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeliverPlan {
+    /// Style, secret, events, chaos, redelivery (its timeout and waits scaled) and tolerance;
+    /// `seed` is the scenario's (the chaos's), the ids' seed is the run's.
+    pub spec: webhooks::PlanSpec,
+    /// Workers, each delivering one subject at a time.
+    pub concurrency: u32,
+    /// How a duplicate's copies sent together are released.
+    pub sync: SyncMode,
 }
 
 impl PhaseKind {
@@ -141,6 +157,7 @@ impl PhaseKind {
             PhaseKind::Rate { .. } => "rate",
             PhaseKind::Clients { .. } => "clients",
             PhaseKind::Fleet { .. } => "fleet",
+            PhaseKind::Deliver(_) => "deliver",
         }
     }
 }

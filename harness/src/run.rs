@@ -143,6 +143,41 @@ pub struct Session {
     phase_hdrs: Vec<reports::model::PhaseHistograms>,
     /// How late the first phase started after the run's common start.
     late: Duration,
+    /// What the deliver phases sent: their journals and the ids the verify step asks about.
+    deliveries: Deliveries,
+}
+
+/// The deliver phases' journals (judged as the run's journal, with the embedded server's when
+/// there is one) and the ids, forgeries' ids and subjects the verify step asks about.
+#[derive(Debug, Default)]
+struct Deliveries {
+    journals: Vec<tempfile::NamedTempFile>,
+    entries: u64,
+    events: Vec<String>,
+    forged: Vec<String>,
+    subjects: Vec<String>,
+}
+
+impl Deliveries {
+    fn absorb(&mut self, d: crate::deliver::Delivered) {
+        use crate::deliver::VERIFY_MAX;
+        self.entries += d.entries;
+        if let Some(j) = d.journal {
+            self.journals.push(j);
+        }
+        for (into, from) in [
+            (&mut self.events, d.events),
+            (&mut self.forged, d.forged),
+            (&mut self.subjects, d.subjects),
+        ] {
+            let room = VERIFY_MAX.saturating_sub(into.len());
+            into.extend(from.into_iter().take(room));
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.journals.is_empty()
+    }
 }
 
 /// Most keys the verify step asks the system of record about.
@@ -193,6 +228,7 @@ impl Session {
             interrupted: false,
             phase_hdrs: Vec::new(),
             late: Duration::ZERO,
+            deliveries: Deliveries::default(),
         })
     }
 
@@ -331,7 +367,7 @@ impl Session {
                 scheduled,
             };
             let journal_before = self.server.as_ref().map_or(0, |s| s.journal().written());
-            let out = driver::run_phase(Arc::new(p.clone()), ctx).await;
+            let mut out = driver::run_phase(Arc::new(p.clone()), ctx).await;
             if let Some(e) = RunError::worker_died(&p.name, &out.recorder) {
                 bar.finish();
                 return Err(e);
@@ -355,6 +391,10 @@ impl Session {
             }
             bar.finish();
             let mut metrics = BTreeMap::new();
+            if let Some(d) = out.delivered.take() {
+                metrics.extend(d.metrics.clone());
+                self.deliveries.absorb(d);
+            }
             if let PhaseKind::Burst { sync, .. } = &p.kind {
                 metrics.insert("sync".into(), serde_json::json!(sync.name()));
             }
@@ -421,14 +461,43 @@ impl Session {
         // journal was read, so they are not judged.
         let server = self.server.take();
         let (window, widened) = bounded_window(plan.window, duration);
-        let read = match &server {
-            Some(s) => {
-                if !s.settle(Duration::from_secs(10)).await {
-                    tracing::warn!("some requests were still in flight when the journal was read");
-                }
-                Some(read_journal(s, &plan.checks, window, self.time_origin_us).await)
+        if let Some(s) = &server {
+            if !s.settle(Duration::from_secs(10)).await {
+                tracing::warn!("some requests were still in flight when the journal was read");
             }
-            None => None,
+        }
+        let deliveries: Vec<std::path::PathBuf> = self
+            .deliveries
+            .journals
+            .iter()
+            .map(|j| j.path().to_path_buf())
+            .collect();
+        let read = match (&server, deliveries.as_slice()) {
+            (Some(s), []) => Some(read_journal(s, &plan.checks, window, self.time_origin_us).await),
+            (None, []) => None,
+            // The deliveries' entries count from the run's start.
+            (None, [one]) => {
+                self.time_origin_us = 0;
+                Some(read_file(one.clone(), &plan.checks, window, 0).await)
+            }
+            (server, files) => {
+                // Several journals: one timeline, by wall clock, from the run's start.
+                self.time_origin_us = 0;
+                let mut all: Vec<std::path::PathBuf> = server
+                    .iter()
+                    .map(|s| s.journal().path().to_path_buf())
+                    .collect();
+                all.extend(files.iter().cloned());
+                Some(
+                    read_union(
+                        all,
+                        self.started_unix_ms.saturating_mul(1000),
+                        &plan.checks,
+                        window,
+                    )
+                    .await,
+                )
+            }
         };
         let mut notes: Vec<String> = widened.into_iter().collect();
         let (judged, summary) = match read {
@@ -490,6 +559,60 @@ impl Session {
                     )
                 }
                 None => None,
+            },
+            effects: match plan
+                .checks
+                .effects_once
+                .as_ref()
+                .and_then(|c| c.verify.as_ref())
+            {
+                Some(v) if !self.deliveries.is_empty() => {
+                    let keys: Vec<String> = self
+                        .deliveries
+                        .events
+                        .iter()
+                        .chain(&self.deliveries.forged)
+                        .cloned()
+                        .collect();
+                    let base = self
+                        .target_url
+                        .clone()
+                        .or_else(|| server.as_ref().map(FaultServer::url));
+                    Some(
+                        crate::verify::store_counts_with(
+                            v,
+                            &keys,
+                            base.as_deref(),
+                            &[],
+                            &self.connect,
+                        )
+                        .await,
+                    )
+                }
+                _ => None,
+            },
+            states: match plan
+                .checks
+                .ordering
+                .as_ref()
+                .and_then(|c| c.verify_state.as_ref())
+            {
+                Some(v) if !self.deliveries.subjects.is_empty() => {
+                    let base = self
+                        .target_url
+                        .clone()
+                        .or_else(|| server.as_ref().map(FaultServer::url));
+                    Some(
+                        crate::verify::store_states(
+                            v,
+                            &self.deliveries.subjects,
+                            base.as_deref(),
+                            &self.connect,
+                        )
+                        .await,
+                    )
+                }
+                _ => None,
             },
             time_origin_us: self.time_origin_us,
         };
@@ -593,6 +716,53 @@ async fn read_journal(
     })
     .await
     .map_err(|e| e.to_string())?
+}
+
+/// Streams the journal file at `path` (a deliver phase's) through the checks, as
+/// [`read_journal`] does the embedded server's.
+async fn read_file(
+    path: std::path::PathBuf,
+    cfg: &checks::ChecksConfig,
+    window: Duration,
+    origin_us: u64,
+) -> Result<(crate::analyze::Judged, JournalSummary), String> {
+    let cfg = cfg.clone();
+    tokio::task::spawn_blocking(move || {
+        let shown = path.display().to_string();
+        let file = std::fs::File::open(&path).map_err(|e| format!("{shown}: {e}"))?;
+        let mut summary = JournalSummary::new(window, origin_us);
+        crate::analyze::judge_stream(file, &shown, &cfg, |e| summary.observe(e))
+            .map(|judged| (judged, summary))
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
+/// Merges `paths` (the embedded server's journal, the deliver phases') by wall clock into one
+/// timeline from `base_unix_us` (the run's start), and streams it through the checks.
+async fn read_union(
+    paths: Vec<std::path::PathBuf>,
+    base_unix_us: u64,
+    cfg: &checks::ChecksConfig,
+    window: Duration,
+) -> Result<(crate::analyze::Judged, JournalSummary), String> {
+    let union = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
+    let out = union.path().to_path_buf();
+    let merged = tokio::task::spawn_blocking(move || {
+        crate::merge::merge_journals(&paths, &out, Some(base_unix_us))
+            .map(drop)
+            .map_err(|e| match e {
+                crate::merge::MergeError::Input(m) | crate::merge::MergeError::Run(m) => m,
+                crate::merge::MergeError::Journal(e) => e.to_string(),
+            })
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    merged?;
+    let judged = read_file(union.path().to_path_buf(), cfg, window, 0).await;
+    drop(union);
+    judged
 }
 
 /// What the report and the verify step take from the journal, gathered entry by entry: request

@@ -236,6 +236,7 @@ impl Workload {
                 rate,
                 clients,
                 fleet,
+                deliver: None,
                 request: self.request.file,
                 client: None,
                 capture: BTreeMap::new(),
@@ -326,8 +327,8 @@ impl WorkloadRun {
     pub fn facts(&self) -> Facts {
         Facts {
             client: Some(self.figures.clone()),
-            store: None,
             time_origin_us: 0,
+            ..Facts::default()
         }
     }
 

@@ -135,8 +135,18 @@ macro_rules! scenarios {
 
         #[test]
         fn every_scenario_file_is_tested() {
-            // Run through `harness exec` with the example service, in tests/example_service.rs.
-            let elsewhere = ["ci-gate-example", "proxy-example"];
+            // Run through `harness exec` with the example service, in tests/example_service.rs,
+            // and with the example webhook consumer (webhooks-*), in tests/webhooks.rs.
+            let elsewhere = [
+                "ci-gate-example",
+                "proxy-example",
+                "webhooks-unique",
+                "webhooks-naive",
+                "webhooks-select-then-insert",
+                "webhooks-no-verify",
+                "webhooks-dup-500",
+                "webhooks-slow-ack",
+            ];
             let listed = [$($file),*];
             for entry in std::fs::read_dir(scenarios_dir()).unwrap() {
                 let p = entry.unwrap().path();

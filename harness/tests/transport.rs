@@ -835,3 +835,102 @@ checks: { duplicates: {} }
         .expect("the duplicates check");
     assert_eq!(duplicates["passed"], true, "{duplicates}");
 }
+
+/// A POST of `body` to /orders under Idempotency-Key `key`.
+fn order(key: &str, body: &'static str) -> Outgoing {
+    let mut headers = HeaderMap::new();
+    headers.insert("idempotency-key", key.parse().expect("a header value"));
+    headers.insert(
+        "content-type",
+        "application/json".parse().expect("a header value"),
+    );
+    Outgoing {
+        method: Method::POST,
+        uri: "/orders".into(),
+        headers,
+        body: Bytes::from_static(body.as_bytes()),
+    }
+}
+
+/// `send_unanswered` (a webhook sender's lost acknowledgement): the server gets the whole
+/// request — its journal has the body, byte for byte — while the client reads no answer; the
+/// connection (HTTP/1.1: closed; HTTP/2: one stream reset) serves the next request.
+#[tokio::test]
+async fn a_request_sent_unanswered_reaches_the_server_whole() {
+    let s = FaultServer::builder()
+        .start()
+        .await
+        .expect("fault server starts");
+    let body = r#"{"sku":"unanswered","qty":1}"#;
+    for (i, http2) in [false, true].into_iter().enumerate() {
+        let connect = harness::http::Connect {
+            http2,
+            streams: 10,
+            ..harness::http::Connect::default()
+        };
+        let target = Arc::new(Target::with(&s.url(), &connect).expect("server URL parses"));
+        let mut conn = Conn::new(target);
+        let req = order(&format!("unanswered-{http2}"), body);
+        conn.send_unanswered(&req, Duration::from_secs(10), None, false)
+            .await
+            .unwrap_or_else(|e| panic!("http2 {http2}: sent whole: {e}"));
+        let entries = s
+            .wait_for(2 * i + 1)
+            .await
+            .expect("the server journals the request");
+        let got = entries.last().expect("an entry");
+        assert_eq!(
+            (got.method.as_str(), got.path.as_str()),
+            ("POST", "/orders")
+        );
+        assert_eq!(got.body_len, body.len() as u64, "http2 {http2}");
+        assert_eq!(
+            got.idempotency_key.as_deref(),
+            Some(req.headers["idempotency-key"].to_str().unwrap())
+        );
+        // The next request on the same Conn is answered.
+        let next = conn
+            .send(get("/orders/none"), Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|e| panic!("http2 {http2}: the next request: {e}"));
+        assert_eq!(next.status.as_u16(), 404, "http2 {http2}");
+    }
+}
+
+/// A single-packet round in which some members' answers are given up: those come back as
+/// `Ok(None)`, the others with their answers, and the server had every request whole.
+#[tokio::test]
+async fn a_single_packet_round_drops_the_answers_it_is_told_to() {
+    let s = FaultServer::builder()
+        .start()
+        .await
+        .expect("fault server starts");
+    let connect = harness::http::Connect {
+        http2: true,
+        streams: 10,
+        ..harness::http::Connect::default()
+    };
+    let target = Arc::new(Target::with(&s.url(), &connect).expect("server URL parses"));
+    let burst = harness::http::http2::Burst::new(target);
+    let body = r#"{"sku":"round","qty":1}"#;
+    let reqs: Vec<Outgoing> = (0..4).map(|i| order(&format!("round-{i}"), body)).collect();
+    let drop = [true, false, true, false];
+    let (replies, _) = burst
+        .single_packet_dropping(reqs, &drop, Duration::from_secs(10))
+        .await;
+    for (i, r) in replies.iter().enumerate() {
+        match r {
+            Ok(None) => assert!(drop[i], "{i}: an answer was dropped unasked"),
+            Ok(Some(reply)) => {
+                assert!(!drop[i], "{i}: an answer to drop was read");
+                assert_eq!(reply.status.as_u16(), 201, "{i}");
+            }
+            Err(e) => panic!("{i}: {e}"),
+        }
+    }
+    let entries = s
+        .wait_for(4)
+        .await
+        .expect("the server journals every request");
+    assert!(entries.iter().all(|e| e.body_len == body.len() as u64));
+}

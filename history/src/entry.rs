@@ -223,6 +223,27 @@ pub struct Entry {
     /// committed (gRFC A6: no retry after that); false for a Trailers-Only answer or none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub committed: Option<bool>,
+    /// A webhook delivery: the type of the event it carried (`invoice.paid`). The event's id is
+    /// the entry's `idempotency_key` and its subject the entry's `resource`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_type: Option<String>,
+    /// A webhook delivery: the event's place in its subject's sequence, from 1 (what the
+    /// subject's final state must follow, whatever order the events arrived in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_seq: Option<u32>,
+    /// A webhook delivery forged on purpose, and how: `signature`, `missing`, `tampered`,
+    /// `stale`, `replayed`. A correct consumer refuses it (4xx) and takes no effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forged: Option<String>,
+    /// A webhook delivery: which attempt of its delivery this was (1 = first; a redelivery after
+    /// a timeout, a non-2xx or a lost answer is 2, …). Copies of a duplicated event count their
+    /// attempts each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery_attempt: Option<u32>,
+    /// The sender dropped the answer on purpose (`lost_ack`): the request was sent whole, then
+    /// the connection (or HTTP/2 stream) was closed before the answer was read.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub answer_dropped: bool,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -267,6 +288,16 @@ impl Entry {
     /// The value of a captured request header (lower-case name).
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).map(String::as_str)
+    }
+
+    /// Whether this entry is a webhook delivery (a genuine or a forged one).
+    pub fn is_delivery(&self) -> bool {
+        self.event_type.is_some()
+    }
+
+    /// Whether this entry is a genuine webhook delivery: a delivery that was not forged.
+    pub fn is_genuine_delivery(&self) -> bool {
+        self.event_type.is_some() && self.forged.is_none()
     }
 
     /// The value of a recorded response header (lower-case name): `None` when the response had

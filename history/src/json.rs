@@ -122,6 +122,16 @@ impl Entry {
                 b",\"committed\":false"
             });
         }
+        w.some_str(b",\"event_type\":", self.event_type.as_deref());
+        w.some_uint(b",\"event_seq\":", self.event_seq.map(u64::from));
+        w.some_str(b",\"forged\":", self.forged.as_deref());
+        w.some_uint(
+            b",\"delivery_attempt\":",
+            self.delivery_attempt.map(u64::from),
+        );
+        if self.answer_dropped {
+            w.raw(b",\"answer_dropped\":true");
+        }
         w.raw(b"}");
     }
 }
@@ -293,6 +303,11 @@ mod tests {
             grpc_timeout_ms: Some(u64::MAX),
             pushback_ms: Some(i64::MIN),
             committed: Some(false),
+            event_type: Some("invoice.paid".into()),
+            event_seq: Some(u32::MAX),
+            forged: Some("tampered\n".into()),
+            delivery_attempt: Some(3),
+            answer_dropped: true,
         };
         same_as_serde(&full);
         for draw in [0.0, -0.0, 1e-300, 0.5, 1e21, f64::NAN, f64::INFINITY] {

@@ -22,7 +22,7 @@ mod store;
 pub use client::{ClientAttempt, ClientFigures, ErrorKind};
 pub use entry::{Entry, HttpVersion, Outcome};
 pub use grpc::{GrpcCode, UnknownGrpcCode};
-pub use store::{KeyCount, StoreCounts};
+pub use store::{KeyCount, KeyState, StoreCounts, StoreStates};
 
 /// What a run knows besides its requests: the facts the checks read when they conclude.
 #[derive(Debug, Clone, Default)]
@@ -31,6 +31,10 @@ pub struct Facts {
     pub client: Option<ClientFigures>,
     /// The system of record's counts per key, when it was asked.
     pub store: Option<StoreCounts>,
+    /// The consumer's effects per webhook event id (genuine and forged), when it was asked.
+    pub effects: Option<StoreCounts>,
+    /// The state each webhook subject ended in at the consumer, when it was asked.
+    pub states: Option<StoreStates>,
     /// The journal time (µs since the server started) at which the run started: evidence quotes
     /// times from here, as the charts do.
     pub time_origin_us: u64,

@@ -69,6 +69,11 @@ pub fn entry(seq: u64, t_recv_ms: impl Into<f64>) -> EntryBuilder {
         grpc_timeout_ms: None,
         pushback_ms: None,
         committed: None,
+        event_type: None,
+        event_seq: None,
+        forged: None,
+        delivery_attempt: None,
+        answer_dropped: false,
     })
 }
 
@@ -186,6 +191,39 @@ impl EntryBuilder {
     pub fn transition(mut self, resource: &str, transition: &str) -> Self {
         self.0.resource = Some(resource.to_string());
         self.0.transition = Some(transition.to_string());
+        self
+    }
+
+    /// A webhook delivery of event `event_id`, the `seq`-th event (from 1) of `subject`, of type
+    /// `event_type`: its first attempt, to `POST /webhook`, answered 200.
+    pub fn delivery(mut self, event_id: &str, subject: &str, event_type: &str, seq: u32) -> Self {
+        self.0.method = "POST".to_string();
+        self.0.path = "/webhook".to_string();
+        self.0.idempotency_key = Some(event_id.to_string());
+        self.0.resource = Some(subject.to_string());
+        self.0.event_type = Some(event_type.to_string());
+        self.0.event_seq = Some(seq);
+        self.0.delivery_attempt = Some(1);
+        self
+    }
+
+    /// The delivery was forged on purpose, as `how` (`signature`, `stale`, …).
+    pub fn forged(mut self, how: &str) -> Self {
+        self.0.forged = Some(how.to_string());
+        self
+    }
+
+    /// The delivery's attempt number (1 = first).
+    pub fn attempt(mut self, n: u32) -> Self {
+        self.0.delivery_attempt = Some(n);
+        self
+    }
+
+    /// The sender sent the delivery whole and dropped its answer unread.
+    pub fn answer_dropped(mut self) -> Self {
+        self.0.answer_dropped = true;
+        self.0.status = None;
+        self.0.outcome = Outcome::ClientClosed;
         self
     }
 

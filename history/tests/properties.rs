@@ -65,12 +65,15 @@ prop_compose! {
         response_bytes in proptest::option::of(any::<u64>()),
         (grpc_method, grpc_status, grpc_message) in (proptest::option::of(text()), proptest::option::of(0u64..17), proptest::option::of(text())),
         (grpc_previous_attempts, grpc_timeout_ms, pushback_ms, committed) in (proptest::option::of(any::<u32>()), proptest::option::of(any::<u64>()), proptest::option::of(any::<i64>()), proptest::option::of(any::<bool>())),
+        (event_type, event_seq, forged) in (proptest::option::of(text()), proptest::option::of(any::<u32>()), proptest::option::of(text())),
+        (delivery_attempt, answer_dropped) in (proptest::option::of(any::<u32>()), any::<bool>()),
     ) -> Entry {
         Entry {
             t_body_us, t_wire_us, unix_us, replica, body_sha256, rule, fault, created, transition,
             resource, body_len, conn_id, draw, response_bytes, grpc_method,
             grpc_status: grpc_status.and_then(GrpcCode::from_number), grpc_message,
             grpc_previous_attempts, grpc_timeout_ms, pushback_ms, committed,
+            event_type, event_seq, forged, delivery_attempt, answer_dropped,
             ..e
         }
     }

@@ -490,6 +490,48 @@ impl Handle {
     }
 }
 
+impl Handle {
+    /// Resolves once stream `id`'s request is whole on the wire — END_STREAM queued and
+    /// everything queued before it written to the socket — or fails with the stream's or the
+    /// connection's error.
+    pub(crate) async fn sent(&self, id: u32) -> Result<(), AttemptError> {
+        std::future::poll_fn(|cx| {
+            let mut inner = self.0.lock();
+            if let Some(e) = &inner.broken {
+                return Poll::Ready(Err(e.clone()));
+            }
+            let ended = match inner.streams.get(&id) {
+                Some(slot) => match &slot.done {
+                    Some(Err(e)) => return Poll::Ready(Err(e.clone())),
+                    // Answered already: the request was whole long before.
+                    Some(Ok(())) => true,
+                    None => slot.ended,
+                },
+                None => return Poll::Ready(Err(closed("stream lost"))),
+            };
+            if ended && inner.out.is_empty() && !inner.writing {
+                return Poll::Ready(Ok(()));
+            }
+            // Woken at the next write: of this request's frames, or of the rest of its body once
+            // the server's window lets it go.
+            inner.flushed.push(cx.waker().clone());
+            inner.wake_driver();
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// Gives up stream `id`'s answer: the stream is reset (RST_STREAM CANCEL) unless it already
+    /// ended, and whatever the server sends for it is discarded.
+    pub(crate) fn cancel(&self, id: u32) {
+        drop(Cancel {
+            conn: &self.0,
+            id,
+            armed: true,
+        });
+    }
+}
+
 /// Resets a stream whose answer is no longer awaited (its request timed out or was dropped).
 struct Cancel<'a> {
     conn: &'a Arc<Conn>,

@@ -150,6 +150,56 @@ impl H1Conn {
             .await
     }
 
+    /// Sends `req` whole (at `release`, as [`H1Conn::send_released`] does), then closes the
+    /// connection without reading the answer: the server got the whole request, and whatever it
+    /// answers is lost — a client that gave up just after sending (a webhook sender's lost
+    /// acknowledgement). Returns once the request was written, within `timeout`.
+    pub async fn send_unanswered(
+        &mut self,
+        req: &Outgoing,
+        timeout: Duration,
+        release: Option<&Release>,
+        last_byte: bool,
+    ) -> Result<(), AttemptError> {
+        let written = async {
+            let ready = match self.open().await {
+                Ok(()) => encode(&mut self.out, req, self.host.as_bytes()),
+                Err(e) => Err(e),
+            };
+            let tls = self.target.tls.is_some();
+            let stream = match (ready, self.stream.as_mut()) {
+                (Ok(()), Some(stream)) => stream,
+                (ready, _) => {
+                    if let Some(r) = release {
+                        Box::pin(r.wait()).await;
+                    }
+                    return Err(ready.err().unwrap_or_else(|| AttemptError {
+                        kind: ErrorKind::Other,
+                        message: "connection unavailable".into(),
+                    }));
+                }
+            };
+            match release {
+                Some(r) => {
+                    let at = Box::pin(write_released(stream, &self.out, r, last_byte, tls)).await?;
+                    self.released_at = Some(at);
+                }
+                None => write_request(stream, &self.out, true).await?,
+            }
+            Ok(())
+        };
+        let result = match tokio::time::timeout(timeout, written).await {
+            Ok(r) => r,
+            Err(_) => Err(AttemptError {
+                kind: ErrorKind::Timeout,
+                message: format!("the request was not written within {timeout:?}"),
+            }),
+        };
+        // Closed unread either way: the answer, if one comes, goes nowhere.
+        self.close();
+        result
+    }
+
     /// Like [`H1Conn::send`], with the response body's memory granted by `meter`: before the
     /// body may hold `n` bytes in all it is asked `meter(n)` (once with the length a
     /// `Content-Length` announces, else as a chunked or close-delimited body grows); when it

@@ -302,6 +302,33 @@ impl H2Conn {
     }
 }
 
+impl H2Conn {
+    /// Sends `req` whole on a new stream, then resets the stream without reading its answer:
+    /// the server got the whole request, and whatever it answers is lost — a client that gave up
+    /// just after sending. Returns once the request was written, within `timeout`.
+    pub async fn send_unanswered(
+        &mut self,
+        req: &Outgoing,
+        timeout: Duration,
+    ) -> Result<(), AttemptError> {
+        self.open().await?;
+        let H2Conn { slot, handle, .. } = self;
+        let Some(h) = handle.as_ref() else {
+            return Err(super::closed("no HTTP/2 connection"));
+        };
+        let sent = async {
+            let id = h.open_stream(req, &slot.origin, true).await?;
+            let r = h.sent(id).await;
+            h.cancel(id);
+            r
+        };
+        match tokio::time::timeout(timeout, sent).await {
+            Ok(r) => r,
+            Err(_) => Err(timed_out(timeout)),
+        }
+    }
+}
+
 /// Concurrent streams one connection opens when the server sets no limit (RFC 9113: unlimited).
 pub const OWN_STREAM_CAP: usize = h2conn::OWN_STREAM_CAP;
 
@@ -440,7 +467,26 @@ impl Burst {
         reqs: Vec<Outgoing>,
         timeout: Duration,
     ) -> (Vec<Result<Reply, AttemptError>>, Instant) {
-        let all = |e: AttemptError| -> (Vec<Result<Reply, AttemptError>>, Instant) {
+        let keep = vec![false; reqs.len()];
+        let (replies, at) = self.single_packet_dropping(reqs, &keep, timeout).await;
+        let replies = replies
+            .into_iter()
+            .map(|r| r.and_then(|r| r.ok_or_else(|| super::closed("answer dropped"))))
+            .collect();
+        (replies, at)
+    }
+
+    /// [`Burst::single_packet`], but the answers of the requests marked in `drop` are not read:
+    /// once the round's final frames are written, their streams are reset (RST_STREAM CANCEL),
+    /// and their result is `Ok(None)` — the server had the whole request, the client gave up on
+    /// its answer (a webhook sender's lost acknowledgement).
+    pub async fn single_packet_dropping(
+        &self,
+        reqs: Vec<Outgoing>,
+        drop: &[bool],
+        timeout: Duration,
+    ) -> (Vec<Result<Option<Reply>, AttemptError>>, Instant) {
+        let all = |e: AttemptError| -> (Vec<Result<Option<Reply>, AttemptError>>, Instant) {
             (
                 reqs.iter().map(|_| Err(e.clone())).collect(),
                 Instant::now(),
@@ -484,10 +530,19 @@ impl Burst {
         let released = Instant::now();
         let answers = opened.into_iter().enumerate().map(|(i, id)| {
             let h = &handles[i / per];
+            let dropped = drop.get(i).copied().unwrap_or(false);
             async move {
                 let id = id?;
+                if dropped {
+                    let sent = tokio::time::timeout(timeout, h.sent(id)).await;
+                    h.cancel(id);
+                    return match sent {
+                        Ok(r) => r.map(|()| None),
+                        Err(_) => Err(timed_out(timeout)),
+                    };
+                }
                 match tokio::time::timeout(timeout, h.answer(id)).await {
-                    Ok(r) => r,
+                    Ok(r) => r.map(Some),
                     Err(_) => Err(timed_out(timeout)),
                 }
             }

@@ -324,6 +324,32 @@ impl Conn {
         }
     }
 
+    /// Sends `req` whole — at `release` when given, with only its last byte waiting there when
+    /// `last_byte` (HTTP/1.1) — then gives up its answer unread: over HTTP/1.1 the connection is
+    /// closed, over HTTP/2 the stream is reset. The server had the whole request and processes
+    /// it; its answer is lost on the way back, as when a client times out just after sending.
+    pub async fn send_unanswered(
+        &mut self,
+        req: &Outgoing,
+        timeout: Duration,
+        release: Option<&release::Release>,
+        last_byte: bool,
+    ) -> Result<(), AttemptError> {
+        match self {
+            Conn::H1(c) => c.send_unanswered(req, timeout, release, last_byte).await,
+            Conn::H2(c) => {
+                if let Some(b) = release {
+                    if let Err(e) = c.open().await {
+                        b.wait().await;
+                        return Err(e);
+                    }
+                    b.wait().await;
+                }
+                c.send_unanswered(req, timeout).await
+            }
+        }
+    }
+
     /// When the last request sent with a release point finished leaving (HTTP/1.1).
     pub fn released_at(&self) -> Option<std::time::Instant> {
         match self {

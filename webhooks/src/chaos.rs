@@ -12,7 +12,8 @@
 //!   with its own redeliveries;
 //! - `reorder`: the subject's events are delivered last first;
 //! - `forged`: before the event's genuine delivery, one forged delivery of it (a variant drawn
-//!   among the style's [`Forgery`]s), never redelivered;
+//!   among the style's [`Forgery`]s) carrying an id of its own ([`crate::Plan::forgery_of`]),
+//!   never redelivered;
 //! - `lost_ack`: the first attempt of that copy has its answer dropped by the sender, who then
 //!   redelivers as after a timeout.
 

@@ -3,6 +3,18 @@
 //! The plan is what the sender trusts: every value was checked when it was made, so nothing
 //! downstream re-parses or re-checks. It stores no per-event state — each subject's order, each
 //! event and its chaos are computed when asked for — so its size does not grow with the run.
+//!
+//! Two seeds, because a run is replayed against consumers that remember: the chaos (which events
+//! are duplicated, forged, reordered) is drawn from `seed` and each event's *number*, so the same
+//! seed puts the same chaos on the same events in every run; the ids may come from a seed of their
+//! own (`ids`), so that a second run against the same consumer's database sends events it has not
+//! seen yet instead of replaying the first run's.
+//!
+//! A forged delivery carries an event of its own ([`Plan::forgery_of`]): the genuine event's
+//! subject, type and place, under an id no genuine delivery uses. What a consumer did with the
+//! forgery is then counted apart from what it did with the genuine event — a consumer that takes
+//! the forgery's effect and later deduplicates the genuine delivery against it shows one effect
+//! per id either way, and only an id of its own tells the two apart.
 
 use std::ops::Range;
 
@@ -31,6 +43,8 @@ pub struct PlanSpec {
     /// The timestamp tolerance the consumer is expected to enforce, in seconds; `None` for the
     /// style's. `stale` forgeries are older than it.
     pub tolerance: Option<u64>,
+    /// The seed of event ids, when it is not `seed` (see the module docs): chaos stays `seed`'s.
+    pub ids: Option<u64>,
 }
 
 impl PlanSpec {
@@ -44,6 +58,7 @@ impl PlanSpec {
             chaos: ChaosSpec::default(),
             redelivery: None,
             tolerance: None,
+            ids: None,
         }
     }
 }
@@ -70,8 +85,13 @@ pub enum PlanError {
 pub struct Plan {
     signer: Signer,
     events: Events,
+    /// The forgeries' events: the same sequence under ids of their own.
+    forgeries: Events,
     chaos: Chaos,
     redelivery: Redelivery,
+    /// Chaos is drawn per event from the id the event has under `seed`, when ids have a seed
+    /// of their own.
+    stable: Option<u64>,
 }
 
 /// One subject's part of the plan.
@@ -104,7 +124,13 @@ impl Plan {
         if let Some(t) = spec.tolerance {
             signer = signer.with_tolerance(t);
         }
-        let events = Events::new(&spec.events, spec.style, spec.seed)?;
+        let id_seed = spec.ids.unwrap_or(spec.seed);
+        let events = Events::new(&spec.events, spec.style, id_seed)?;
+        let forgeries = Events::new(
+            &spec.events,
+            spec.style,
+            crate::draw::word(id_seed, "forgery-ids", "", 0),
+        )?;
         let chaos = Chaos::new(spec.chaos, spec.style, spec.seed)?;
         let redelivery = spec
             .redelivery
@@ -114,8 +140,10 @@ impl Plan {
         Ok(Plan {
             signer,
             events,
+            forgeries,
             chaos,
             redelivery,
+            stable: spec.ids.filter(|&ids| ids != spec.seed).map(|_| spec.seed),
         })
     }
 
@@ -164,9 +192,23 @@ impl Plan {
         (0..self.events.subjects()).filter_map(|i| self.subject(i))
     }
 
-    /// What chaos befalls `event`.
+    /// What chaos befalls `event`: drawn from the seed and the event's number, whatever its id
+    /// (see the module docs).
     pub fn event_chaos(&self, event: &Event) -> EventChaos {
-        self.chaos.for_event(&event.id)
+        match self.stable {
+            Some(seed) => self
+                .chaos
+                .for_event(&self.style().event_id(seed, event.number)),
+            None => self.chaos.for_event(&event.id),
+        }
+    }
+
+    /// The event a forged delivery of `event` carries: its subject, type, place and payload,
+    /// under an id of its own that no genuine delivery uses (see the module docs).
+    pub fn forgery_of(&self, event: &Event) -> Event {
+        self.forgeries
+            .get(event.number)
+            .unwrap_or_else(|| event.clone())
     }
 
     /// The state subject `index` should end in: its logically last event's type.
@@ -244,6 +286,63 @@ mod tests {
                         .is_err());
                 }
             }
+        }
+    }
+
+    #[test]
+    fn ids_of_their_own_keep_the_chaos_of_the_seed() {
+        let stable = Plan::new(&spec()).unwrap();
+        let fresh = Plan::new(&PlanSpec {
+            ids: Some(99),
+            ..spec()
+        })
+        .unwrap();
+        let mut duplicated = 0;
+        for n in 0..7 {
+            let (a, b) = (
+                stable.events().get(n).unwrap(),
+                fresh.events().get(n).unwrap(),
+            );
+            assert_ne!(a.id, b.id, "a run of its own sends ids of its own");
+            assert_eq!(
+                (&a.subject, &a.event_type, a.seq),
+                (&b.subject, &b.event_type, b.seq)
+            );
+            assert_eq!(stable.event_chaos(&a), fresh.event_chaos(&b));
+            duplicated += usize::from(fresh.event_chaos(&b).duplicated());
+        }
+        assert!(duplicated > 0, "the comparison saw some chaos");
+        // `ids` equal to the seed is no seed of its own.
+        let same = Plan::new(&PlanSpec {
+            ids: Some(5),
+            ..spec()
+        })
+        .unwrap();
+        let e = same.events().get(3).unwrap();
+        assert_eq!(e, stable.events().get(3).unwrap());
+        assert_eq!(same.event_chaos(&e), stable.event_chaos(&e));
+    }
+
+    #[test]
+    fn a_forgery_carries_an_event_of_its_own() {
+        let plan = Plan::new(&spec()).unwrap();
+        let ids: Vec<String> = (0..7).map(|n| plan.events().get(n).unwrap().id).collect();
+        for n in 0..7 {
+            let e = plan.events().get(n).unwrap();
+            let f = plan.forgery_of(&e);
+            assert!(!ids.contains(&f.id), "{} is a genuine id", f.id);
+            assert!(f.id.starts_with("msg_"), "{}", f.id);
+            assert_eq!(
+                (&f.subject, &f.event_type, f.seq, f.number),
+                (&e.subject, &e.event_type, e.seq, e.number)
+            );
+            let body: serde_json::Value = serde_json::from_slice(&f.body).unwrap();
+            assert_eq!(
+                body["id"],
+                f.id.as_str(),
+                "the payload names the forgery's id"
+            );
+            assert_eq!(plan.forgery_of(&e), f, "computed, the same each time");
         }
     }
 

@@ -138,6 +138,18 @@ impl Redelivery {
             done: None,
         }
     }
+
+    /// A delivery whose first attempt started at `first`, taken up again with attempt `attempt`
+    /// in flight: what a sender that keeps pending redeliveries in a queue, rather than a
+    /// borrowed [`Delivering`] per delivery, keeps of each (see [`Delivering::first`]).
+    pub fn resume(&self, first: Instant, attempt: u32) -> Delivering<'_> {
+        Delivering {
+            policy: self,
+            first,
+            attempts: attempt.max(1),
+            done: None,
+        }
+    }
 }
 
 /// How one attempt ended, as the sender saw it.
@@ -200,6 +212,11 @@ impl Delivering<'_> {
     /// The number of the attempt in flight (or the last one made), from 1.
     pub fn attempt(&self) -> u32 {
         self.attempts
+    }
+
+    /// When the delivery's first attempt started.
+    pub fn first(&self) -> Instant {
+        self.first
     }
 
     /// When an attempt sent at `sent` times out.
@@ -379,6 +396,39 @@ mod tests {
             d.on_outcome(Outcome::Status(500), failed + secs(7)),
             Decision::Acknowledged
         );
+    }
+
+    #[test]
+    fn a_resumed_delivery_decides_as_the_one_it_continues() {
+        let policy = Redelivery {
+            timeout: secs(1),
+            schedule: Schedule::Exponential {
+                first: secs(2),
+                factor: 2.0,
+                within: secs(20),
+            },
+            max_attempts: 10,
+        };
+        let t0 = Instant::now();
+        let mut kept = policy.start(t0);
+        let mut now = t0;
+        // Each decision made by the delivery kept whole, and by one rebuilt from its first
+        // attempt's start and the attempt in flight, as a queue keeps it.
+        loop {
+            let resumed = policy
+                .resume(kept.first(), kept.attempt())
+                .on_outcome(Outcome::Status(503), now);
+            let decision = kept.on_outcome(Outcome::Status(503), now);
+            assert_eq!(resumed, decision);
+            match decision {
+                Decision::Redeliver { at, .. } => now = at,
+                _ => break,
+            }
+        }
+        // 2 s, 4 s, 8 s: the next wait (16 s) would end beyond the 20 s horizon.
+        assert_eq!(now - t0, secs(14));
+        assert_eq!(kept.attempt(), 4);
+        assert_eq!(policy.resume(t0, 0).attempt(), 1);
     }
 
     #[test]

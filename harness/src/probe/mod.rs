@@ -262,12 +262,7 @@ pub async fn probe(cfg: &ProbeConfig) -> Result<ProbeOutcome, ProbeError> {
     let store = match &plan.verify {
         Some(url) => {
             let keys: Vec<String> = rounds.iter().map(|r| r.key.clone()).collect();
-            let verify = VerifyConfig {
-                url: Some(url.clone()),
-                count_field: "count".to_string(),
-                sqlite: None,
-                query: None,
-            };
+            let verify = VerifyConfig::url(url.clone());
             Some(
                 crate::verify::store_counts_with(
                     &verify,

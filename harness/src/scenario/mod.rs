@@ -11,12 +11,14 @@ use yaml_config::{from_yaml_str, ConfigError, Dur};
 
 mod burst;
 mod clients;
+pub mod deliver;
 mod fleet;
 mod policy;
 mod rate;
 
 pub use burst::BurstFile;
 pub use clients::ClientsFile;
+pub use deliver::DeliverFile;
 pub use fleet::FleetFile;
 use policy::merge_policy;
 pub use policy::{resolve_policy, BackoffFile, BreakerFile, BudgetFile, PolicyFile, RetryOnFile};
@@ -135,6 +137,9 @@ pub struct PhaseFile {
     #[serde(default)]
     /// Clients that start together.
     pub fleet: Option<FleetFile>,
+    #[serde(default)]
+    /// A webhook provider delivering at least once to the consumer at the target.
+    pub deliver: Option<DeliverFile>,
     /// The request each operation sends.
     pub request: RequestFile,
     /// Overrides fields of the scenario's `client` policy for this phase.
@@ -250,6 +255,8 @@ struct PhaseScope<'a> {
     http2: bool,
     /// This process's part of the run.
     shard: crate::shard::Shard,
+    /// The run's seed.
+    seed: u64,
 }
 
 impl PhaseScope<'_> {
@@ -350,6 +357,7 @@ fn check_shardable(
             PhaseKind::Rate { connections, .. } => ("rate.connections", *connections),
             PhaseKind::Clients { concurrency, .. } => ("clients.concurrency", *concurrency),
             PhaseKind::Fleet { clients, .. } => ("fleet.clients", *clients),
+            PhaseKind::Deliver(d) => ("deliver.concurrency", d.concurrency),
         };
         if workers < n {
             return Err(invalid(
@@ -431,6 +439,7 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
             "no target: give `target: http://HOST:PORT`, `--target`, or an embedded `server`",
         ));
     }
+    let seed = o.seed.or(f.seed).unwrap_or(1);
     // The scenario's client is checked even when no phase uses it as it is.
     resolve_policy(&f.client, time_scale, &origin, "client")?;
     let mut phases = Vec::new();
@@ -442,12 +451,13 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
             p.rate.is_some(),
             p.clients.is_some(),
             p.fleet.is_some(),
+            p.deliver.is_some(),
         ];
         if kinds.iter().filter(|k| **k).count() != 1 {
             return Err(invalid(
                 &origin,
                 format!("phases[{i}]"),
-                "a phase has exactly one of `burst`, `rate`, `clients`, `fleet`",
+                "a phase has exactly one of `burst`, `rate`, `clients`, `fleet`, `deliver`",
             ));
         }
         let scope = PhaseScope {
@@ -456,6 +466,7 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
             scaling,
             http2: connect.http2,
             shard: o.shard,
+            seed,
         };
         let kind = if let Some(b) = &p.burst {
             burst::resolve(b, &scope)?
@@ -465,10 +476,25 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
             clients::resolve(c, &scope)?
         } else if let Some(fl) = &p.fleet {
             fleet::resolve(fl, &scope)?
+        } else if let Some(d) = &p.deliver {
+            deliver::resolve(d, &scope)?
         } else {
             return Err(invalid(&origin, format!("phases[{i}]"), "missing executor"));
         };
-        let template = compile_request(&p.request, &origin, &at("request"))?;
+        let mut template = compile_request(&p.request, &origin, &at("request"))?;
+        if p.deliver.is_some() {
+            // A delivery's body is its event's payload, and a provider POSTs it.
+            if p.request.json.is_some() || p.request.body.is_some() {
+                return Err(invalid(
+                    &origin,
+                    at("request"),
+                    "a deliver phase sends each event's payload: give `deliver.payload`, not a request body",
+                ));
+            }
+            if p.request.method.is_none() {
+                template.method = Method::POST;
+            }
+        }
         if let Some(missing) = template
             .named()
             .into_iter()
@@ -503,13 +529,28 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
     let mut checks = f.checks;
     checks.validate(&origin, "checks")?;
     checks.scale(time_scale);
+    // A provider's timeout is the deliver phase's, already scaled, unless the check names one.
+    if let Some(a) = checks
+        .ack_latency
+        .as_mut()
+        .filter(|a| a.timeout_ms.is_none())
+    {
+        a.timeout_ms = phases.iter().find_map(|p| match &p.kind {
+            PhaseKind::Deliver(d) => d
+                .spec
+                .redelivery
+                .as_ref()
+                .map(|r| (r.timeout.as_millis() as u64).max(1)),
+            _ => None,
+        });
+    }
     check_shardable(&phases, o.shard, &origin)?;
     let window = resolve_window(f.report.window, &phases, scaling)?;
     Ok(Plan {
         name,
         description: f.description,
         source: path.to_path_buf(),
-        seed: o.seed.or(f.seed).unwrap_or(1),
+        seed,
         time_scale,
         server,
         target,
