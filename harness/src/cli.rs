@@ -97,6 +97,10 @@ enum Command {
     /// Play a webhook provider against a consumer: signed deliveries, at least once, with
     /// duplicates, reordering, forgeries and lost acknowledgements; then the delivery checks.
     Deliver(Box<crate::deliver::flags::DeliverArgs>),
+    /// Probe every unsafe operation of an OpenAPI 3.0/3.1 document for what its method
+    /// promises: keyed POST/PATCH by same-key bursts, unkeyed POST/PATCH by a retry after a lost
+    /// response, PUT/DELETE repeated and concurrent. One row per operation.
+    Audit(AuditArgs),
     /// Simulations that need no network.
     Simulate {
         #[command(subcommand)]
@@ -335,6 +339,54 @@ struct IdempotencyArgs {
     output: Output,
 }
 
+/// `harness audit` flags.
+#[derive(Debug, Args)]
+struct AuditArgs {
+    /// The OpenAPI document: a file (JSON or YAML) or an http(s):// URL.
+    #[arg(long = "openapi", value_name = "SPEC")]
+    openapi: String,
+    /// The API's base URL (the document's paths are appended to it).
+    #[arg(long, value_name = "URL")]
+    base: String,
+    /// Header sent with every request, `Name: value` (repeatable): credentials.
+    #[arg(short = 'H', long = "header", value_name = "HEADER")]
+    headers: Vec<String>,
+    /// Only these operations: operation ids, or path globs starting with `/` (`/orders/*`;
+    /// `**` crosses segments). Repeatable, or comma-separated.
+    #[arg(long, value_name = "ID|GLOB", value_delimiter = ',')]
+    only: Vec<String>,
+    /// Not these operations (ids or path globs, as --only).
+    #[arg(long, value_name = "ID|GLOB", value_delimiter = ',')]
+    skip: Vec<String>,
+    /// The idempotency-key header [default: Idempotency-Key, on the operations that declare it].
+    /// Given, it is also sent to every POST and PATCH that does not declare it ("forced").
+    #[arg(long, value_name = "NAME")]
+    key_header: Option<String>,
+    /// Same-key bursts per keyed operation.
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Requests released together (a burst; concurrent PUTs and DELETEs).
+    #[arg(short = 'c', long, default_value_t = 10)]
+    concurrency: usize,
+    /// Per-request timeout.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    timeout: Duration,
+    /// Seeds the requests built from the document (keys are fresh every run).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// URL or path with {key} answering JSON with a `count` of resources stored under the key
+    /// (for the keyed operations; by default each resource is looked up with the document's GET).
+    #[arg(long, value_name = "URL")]
+    verify: Option<String>,
+    /// How each burst is released [default: release over HTTP/1.1, single-packet over HTTP/2].
+    #[arg(long, value_enum, value_name = "MODE")]
+    sync: Option<SyncArg>,
+    #[command(flatten)]
+    connect: ConnectArgs,
+    #[command(flatten)]
+    output: Output,
+}
+
 /// `harness load` flags.
 #[derive(Debug, Args)]
 struct LoadArgs {
@@ -478,6 +530,7 @@ async fn dispatch(cmd: Command) -> Result<u8, CliError> {
         Command::Load(args) => load(args).await,
         Command::Idempotency(args) => idempotency(args).await,
         Command::Deliver(args) => deliver(*args).await,
+        Command::Audit(args) => audit(args).await,
         Command::Simulate {
             what: Simulation::Herd(args),
         } => simulate_herd(&args),
@@ -740,13 +793,7 @@ async fn idempotency(a: IdempotencyArgs) -> Result<u8, CliError> {
     cfg.timeout = a.timeout;
     cfg.seed = a.seed;
     cfg.connect = a.connect.connect()?;
-    cfg.sync = match (a.sync, cfg.connect.http2) {
-        (None, false) => SyncMode::Release,
-        (None, true) => SyncMode::SinglePacket,
-        (Some(SyncArg::Release), _) => SyncMode::Release,
-        (Some(SyncArg::LastByte), _) => SyncMode::LastByte,
-        (Some(SyncArg::SinglePacket), _) => SyncMode::SinglePacket,
-    };
+    cfg.sync = sync_mode(a.sync, cfg.connect.http2);
     cfg.stop = stop_on_signals();
     let outcome = crate::probe::probe(&cfg)
         .await
@@ -774,6 +821,49 @@ async fn deliver(a: crate::deliver::flags::DeliverArgs) -> Result<u8, CliError> 
         .await
         .map_err(|e| CliError::Run(e.to_string()))?;
     emit(&outcome.report, &a.output)
+}
+
+async fn audit(a: AuditArgs) -> Result<u8, CliError> {
+    let mut cfg = crate::audit::AuditConfig::new(a.openapi, a.base);
+    for h in &a.headers {
+        let (k, v) = h
+            .split_once(':')
+            .ok_or_else(|| CliError::Input(format!("-H {h:?}: expected `Name: value`")))?;
+        cfg.headers
+            .push((k.trim().to_string(), v.trim().to_string()));
+    }
+    cfg.only = a.only;
+    cfg.skip = a.skip;
+    if let Some(k) = a.key_header {
+        cfg.key_header = k;
+        cfg.force_key = true;
+    }
+    cfg.rounds = a.rounds;
+    cfg.concurrency = a.concurrency;
+    cfg.timeout = a.timeout;
+    cfg.seed = a.seed;
+    cfg.verify = a.verify;
+    cfg.connect = a.connect.connect()?;
+    cfg.sync = sync_mode(a.sync, cfg.connect.http2);
+    cfg.stop = stop_on_signals();
+    let outcome = crate::audit::audit(&cfg)
+        .await
+        .map_err(|e| match e.exit_code() {
+            2 => CliError::Input(e.to_string()),
+            _ => CliError::Run(e.to_string()),
+        })?;
+    emit(&crate::audit::audit_report(&outcome), &a.output)
+}
+
+/// The release mode asked for, else the protocol's own.
+fn sync_mode(arg: Option<SyncArg>, http2: bool) -> SyncMode {
+    match (arg, http2) {
+        (None, false) => SyncMode::Release,
+        (None, true) => SyncMode::SinglePacket,
+        (Some(SyncArg::Release), _) => SyncMode::Release,
+        (Some(SyncArg::LastByte), _) => SyncMode::LastByte,
+        (Some(SyncArg::SinglePacket), _) => SyncMode::SinglePacket,
+    }
 }
 
 fn simulate_herd(a: &HerdArgs) -> Result<u8, CliError> {

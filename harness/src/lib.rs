@@ -51,6 +51,7 @@
 #![warn(missing_docs)]
 
 pub mod analyze;
+pub mod audit;
 pub mod cli;
 pub mod deliver;
 pub mod driver;

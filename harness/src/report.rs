@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use reports::model::{
-    AttemptDelays, Exec, Latency, Mergeable, Phase, Requests, ShardInfo, Timeline, SCHEMA_VERSION,
+    AttemptDelays, AuditedOperation, Exec, Latency, Mergeable, OperationVerdict, Phase, Requests,
+    ShardInfo, Timeline, SCHEMA_VERSION,
 };
 use reports::{CheckResult, Outcome, Report, Verdict};
 
@@ -49,6 +50,7 @@ impl ReportBuilder {
                 shard: None,
                 mergeable: None,
                 notes: Vec::new(),
+                operations: Vec::new(),
             },
             verdict_required: true,
             load_expected: false,
@@ -184,21 +186,34 @@ impl ReportBuilder {
         self
     }
 
+    /// `harness audit`'s rows: one per unsafe operation.
+    pub fn operations(mut self, ops: Vec<AuditedOperation>) -> Self {
+        self.report.operations = ops;
+        self
+    }
+
     /// A note the reader must see.
     pub fn note(mut self, n: impl Into<String>) -> Self {
         self.report.notes.push(n.into());
         self
     }
 
-    /// The report, with its outcome: interrupted when it was; failed when a check failed or the
-    /// command `exec` ran (if any) exited non-zero; no verdict when the run was to send load and
-    /// sent nothing, or when a verdict was required and no check reached pass, weak or fail;
-    /// passed otherwise.
+    /// The report, with its outcome: interrupted when it was; failed when a check or an audited
+    /// operation failed or the command `exec` ran (if any) exited non-zero; no verdict when the
+    /// run was to send load and sent nothing, or when a verdict was required and no check (and
+    /// no operation) reached pass, weak or fail; passed otherwise.
     pub fn build(mut self) -> Report {
         let r = &self.report;
         let exec_failed = r.exec.as_ref().is_some_and(|e| e.exit_code != Some(0));
-        let failed = r.checks.iter().any(|c| !c.passed()) || exec_failed;
-        let decided = r.checks.iter().any(|c| c.verdict != Verdict::Inconclusive);
+        let failed = r.checks.iter().any(|c| !c.passed())
+            || r.operations
+                .iter()
+                .any(|o| o.verdict == OperationVerdict::Fail)
+            || exec_failed;
+        let decided = r.checks.iter().any(|c| c.verdict != Verdict::Inconclusive)
+            || r.operations
+                .iter()
+                .any(|o| o.verdict != OperationVerdict::Inconclusive);
         let sent_nothing = self.load_expected && r.requests.sent == 0;
         let outcome = if r.interrupted {
             Outcome::Interrupted
@@ -329,5 +344,41 @@ mod tests {
         assert!(r.notes.iter().any(|n| n.contains("no request was sent")));
         assert_eq!(nothing_sent(vec![]).outcome(), Outcome::NoVerdict);
         assert_eq!(Outcome::NoVerdict.exit_code(), 1);
+    }
+
+    #[test]
+    fn an_audit_fails_on_one_failed_operation_and_decides_nothing_on_inconclusive_ones() {
+        let op = |verdict| AuditedOperation {
+            method: "POST".into(),
+            path: "/orders".into(),
+            operation_id: "createOrder".into(),
+            key_header: None,
+            key_support: "none".into(),
+            probe: reports::model::ProbeKind::None,
+            verdict,
+            summary: String::new(),
+            creations: String::new(),
+            replay: String::new(),
+            mismatch: String::new(),
+            missing_key: String::new(),
+            evidence: Vec::new(),
+            checks: Vec::new(),
+            request: None,
+            requests_sent: 0,
+        };
+        let outcome = |ops: Vec<AuditedOperation>| {
+            ReportBuilder::new("audit")
+                .operations(ops)
+                .build()
+                .outcome()
+        };
+        use OperationVerdict::{Fail, Inconclusive, Pass};
+        assert_eq!(outcome(vec![op(Pass), op(Fail)]), Outcome::Failed);
+        assert_eq!(outcome(vec![op(Pass), op(Inconclusive)]), Outcome::Passed);
+        assert_eq!(
+            outcome(vec![op(Inconclusive), op(Inconclusive)]),
+            Outcome::NoVerdict
+        );
+        assert_eq!(outcome(vec![]), Outcome::NoVerdict);
     }
 }

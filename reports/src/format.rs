@@ -200,7 +200,71 @@ pub(crate) fn printable_report(r: &Report) -> Report {
         e.command.iter_mut().for_each(text);
     }
     r.notes.iter_mut().for_each(text);
+    for o in &mut r.operations {
+        for s in [
+            &mut o.method,
+            &mut o.path,
+            &mut o.operation_id,
+            &mut o.key_support,
+            &mut o.summary,
+            &mut o.creations,
+            &mut o.replay,
+            &mut o.mismatch,
+            &mut o.missing_key,
+        ] {
+            text(s);
+        }
+        if let Some(k) = &mut o.key_header {
+            text(k);
+        }
+        for e in &mut o.evidence {
+            text(&mut e.detail);
+            if let Some(k) = &mut e.key {
+                text(k);
+            }
+        }
+        for c in &mut o.checks {
+            text(&mut c.summary);
+            for e in &mut c.evidence {
+                text(&mut e.detail);
+            }
+        }
+    }
     r
+}
+
+/// How many audited operations passed, failed and were not judged: "2 of 5 operations failed,
+/// 1 inconclusive".
+pub(crate) fn operations_line(ops: &[crate::model::AuditedOperation]) -> String {
+    use crate::model::OperationVerdict;
+    let count = |v| ops.iter().filter(|o| o.verdict == v).count();
+    let mut s = format!(
+        "{} of {} operations failed",
+        count(OperationVerdict::Fail),
+        ops.len()
+    );
+    let unsure = count(OperationVerdict::Inconclusive);
+    if unsure > 0 {
+        s.push_str(&format!(", {unsure} inconclusive"));
+    }
+    s
+}
+
+/// An operation's key column: the header and where it comes from, or `none`.
+pub(crate) fn key_cell(o: &crate::model::AuditedOperation) -> String {
+    match &o.key_header {
+        Some(h) => format!("{h} ({})", o.key_support),
+        None => o.key_support.clone(),
+    }
+}
+
+/// A cell's text, or `—` when the column does not apply to the row.
+pub(crate) fn or_dash(s: &str) -> &str {
+    if s.is_empty() {
+        "—"
+    } else {
+        s
+    }
 }
 
 /// One line on the shards a report covers: "shard 1 of 3, started 12 ms late" or "merged from

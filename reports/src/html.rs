@@ -98,6 +98,8 @@ table.checks { table-layout: fixed; }
 table.checks td { overflow-wrap: anywhere; }
 table.checks col.name { width: 13%; } table.checks col.verdict { width: 8%; }
 table.checks col.summary { width: 29%; } table.checks col.evidence { width: 30%; }
+table.operations td { overflow-wrap: anywhere; font-size: 13px; }
+details.operation { margin: 8px 0; } details.operation pre.request { white-space: pre-wrap; overflow-wrap: anywhere; background: #f6f7f9; padding: 8px; font-size: 12px; }
 details.metric pre { white-space: pre-wrap; overflow-wrap: anywhere; max-height: 240px; overflow: auto; margin: 4px 0; font-size: 11px; }
 svg.chart { width: 100%; height: auto; display: block; }
 svg.chart text { font: 11px system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-serif; fill: #3b444d; }
@@ -133,6 +135,9 @@ fn write_page(r: &Report, out: &mut String) -> std::fmt::Result {
 
     write_header(r, out)?;
     write_tiles(r, out)?;
+    if !r.operations.is_empty() {
+        write_operations(r, out)?;
+    }
     write_checks(r, out)?;
 
     writeln!(
@@ -179,10 +184,12 @@ fn write_header(r: &Report, out: &mut String) -> std::fmt::Result {
         .iter()
         .filter(|c| c.verdict == Verdict::Fail)
         .count();
-    let mut facts = vec![
-        format!("ran {}", format::duration_ms(r.duration_ms)),
-        format!("{failed} of {} checks failed", r.checks.len()),
-    ];
+    let mut facts = vec![format!("ran {}", format::duration_ms(r.duration_ms))];
+    if r.operations.is_empty() {
+        facts.push(format!("{failed} of {} checks failed", r.checks.len()));
+    } else {
+        facts.push(format::operations_line(&r.operations));
+    }
     if r.started_unix_ms > 0 {
         facts.push(format!(
             "started {}",
@@ -246,6 +253,74 @@ fn write_tiles(r: &Report, out: &mut String) -> std::fmt::Result {
             "<div class=\"tile\"><div class=\"v\">{}</div><div class=\"k\">{k}</div></div>",
             escape(&v)
         )?;
+    }
+    writeln!(out, "</section>")
+}
+
+/// The audit's table, each row linking to its evidence below it: what was sent, what came back,
+/// and the checks that judged it.
+fn write_operations(r: &Report, out: &mut String) -> std::fmt::Result {
+    writeln!(out, "<section id=\"operations\">\n<h2>Operations</h2>")?;
+    writeln!(
+        out,
+        "<table class=\"operations\">\n<thead><tr><th>method</th><th>path</th><th>operation</th><th>key</th><th>creations per key</th><th>replay</th><th>mismatch</th><th>missing key</th><th>verdict</th><th>evidence</th></tr></thead>\n<tbody>"
+    )?;
+    for o in &r.operations {
+        let v = format::verdict_word(o.verdict.as_verdict());
+        writeln!(
+            out,
+            "<tr class=\"{v}\"><td><code>{}</code></td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><span class=\"badge {v}\">{}</span></td><td><a href=\"#{}\">{}</a></td></tr>",
+            escape(&o.method),
+            escape(&o.path),
+            escape(&o.operation_id),
+            escape(&format::key_cell(o)),
+            escape(format::or_dash(&o.creations)),
+            escape(format::or_dash(&o.replay)),
+            escape(format::or_dash(&o.mismatch)),
+            escape(format::or_dash(&o.missing_key)),
+            o.verdict.word(),
+            escape(&o.anchor()),
+            escape(&o.summary),
+        )?;
+    }
+    writeln!(out, "</tbody>\n</table>")?;
+    for o in &r.operations {
+        writeln!(
+            out,
+            "<details class=\"operation\" id=\"{}\"{}><summary><code>{}</code> ({}): {}</summary>",
+            escape(&o.anchor()),
+            if o.verdict == crate::model::OperationVerdict::Fail {
+                " open"
+            } else {
+                ""
+            },
+            escape(&o.label()),
+            escape(&o.operation_id),
+            escape(&o.summary)
+        )?;
+        writeln!(out, "<p>probe: {}</p>", escape(o.probe.describe()))?;
+        if !o.evidence.is_empty() {
+            writeln!(out, "<ul class=\"evidence\">")?;
+            for e in o.evidence.iter().take(EVIDENCE_MAX) {
+                writeln!(
+                    out,
+                    "<li>{}</li>",
+                    escape(&format::evidence_line(e, SEQS_SHOWN))
+                )?;
+            }
+            writeln!(out, "</ul>")?;
+        }
+        if !o.checks.is_empty() {
+            writeln!(out, "<table class=\"checks\">\n<tbody>")?;
+            for c in &o.checks {
+                write_check_row(c, out)?;
+            }
+            writeln!(out, "</tbody>\n</table>")?;
+        }
+        if let Some(req) = &o.request {
+            writeln!(out, "<pre class=\"request\">{}</pre>", escape(req))?;
+        }
+        writeln!(out, "</details>")?;
     }
     writeln!(out, "</section>")
 }

@@ -1,4 +1,5 @@
-//! `junit.xml`: each check as a JUnit test case, so CI systems show checks as tests.
+//! `junit.xml`: each check (and each operation of an audit) as a JUnit test case, so CI systems
+//! show checks as tests.
 //!
 //! GitHub, GitLab and Jenkins all read the same small subset of JUnit: `<testsuites>`, `<testsuite>`,
 //! `<testcase name classname>`, `<failure message>` with a text body, and `<system-out>`. Only that
@@ -11,10 +12,12 @@ use quick_junit::{NonSuccessKind, Property, TestCase, TestCaseStatus, TestSuite}
 
 use crate::error::ReportError;
 use crate::format;
-use crate::model::{CheckResult, Outcome, Report, Verdict};
+use crate::model::{AuditedOperation, CheckResult, OperationVerdict, Outcome, Report, Verdict};
 
 /// The `classname` of every check's test case: CI tools group test cases by it.
 pub const CLASSNAME: &str = "harness.checks";
+/// The `classname` of every audited operation's test case (`harness audit`).
+pub const OPERATION_CLASSNAME: &str = "harness.operations";
 /// The `classname` of the test case an interrupted or undecided run adds.
 pub const RUN_CLASSNAME: &str = "harness.run";
 
@@ -54,6 +57,7 @@ pub fn to_junit_xml(r: &Report) -> Result<String, ReportError> {
         suite.add_property(Property::new("interrupted", "true"));
     }
     suite.add_test_cases(r.checks.iter().map(test_case));
+    suite.add_test_cases(r.operations.iter().map(operation_case));
     // A run that did not finish, or decided nothing, must not read as green in a CI test view.
     if matches!(outcome, Outcome::Interrupted | Outcome::NoVerdict) {
         let name = match outcome {
@@ -89,6 +93,58 @@ fn test_case(c: &CheckResult) -> TestCase {
     case.set_classname(CLASSNAME);
     if c.verdict != Verdict::Fail {
         case.set_system_out(pass_text(c));
+    }
+    case
+}
+
+/// An audited operation as a test case named `POST /orders (createOrder)`: failed when its
+/// verdict is fail, passing otherwise with its verdict in `system-out` (as a check's).
+fn operation_case(o: &AuditedOperation) -> TestCase {
+    let mut lines = vec![format!("verdict: {} — {}", o.verdict.word(), o.summary)];
+    lines.push(format!("probe: {}", o.probe.describe()));
+    for (name, v) in [
+        ("key", format::key_cell(o)),
+        ("creations per key", o.creations.clone()),
+        ("replay", o.replay.clone()),
+        ("mismatch", o.mismatch.clone()),
+        ("missing key", o.missing_key.clone()),
+    ] {
+        if !v.is_empty() {
+            lines.push(format!("{name}: {v}"));
+        }
+    }
+    if !o.evidence.is_empty() {
+        lines.push("evidence:".to_string());
+        lines.extend(
+            o.evidence
+                .iter()
+                .take(EVIDENCE_MAX)
+                .map(|e| format!("  - {}", format::evidence_line(e, SEQS_MAX))),
+        );
+    }
+    for c in &o.checks {
+        lines.push(format!(
+            "check {}: {} — {}",
+            c.name,
+            format::verdict_word(c.verdict),
+            c.summary
+        ));
+    }
+    let text = lines.join("\n");
+    let status = match o.verdict {
+        OperationVerdict::Fail => {
+            let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
+            s.set_message(o.summary.as_str())
+                .set_type("operation failed")
+                .set_description(text.clone());
+            s
+        }
+        OperationVerdict::Pass | OperationVerdict::Inconclusive => TestCaseStatus::success(),
+    };
+    let mut case = TestCase::new(format!("{} ({})", o.label(), o.operation_id), status);
+    case.set_classname(OPERATION_CLASSNAME);
+    if o.verdict != OperationVerdict::Fail {
+        case.set_system_out(text);
     }
     case
 }

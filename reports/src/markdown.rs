@@ -68,10 +68,19 @@ fn write_markdown(r: &Report, out: &mut String) -> std::fmt::Result {
         writeln!(out, "> Note: {}", escape(n))?;
     }
 
+    if !r.operations.is_empty() {
+        write_operations(r, out)?;
+    }
+
     writeln!(out)?;
     writeln!(out, "### Checks")?;
     writeln!(out)?;
-    if r.checks.is_empty() {
+    if !r.operations.is_empty() && r.checks.is_empty() {
+        writeln!(
+            out,
+            "Each operation's checks are in its evidence and in report.json."
+        )?;
+    } else if r.checks.is_empty() {
         writeln!(out, "No checks ran.")?;
     } else {
         writeln!(out, "| | check | verdict | summary |")?;
@@ -198,6 +207,72 @@ fn write_markdown(r: &Report, out: &mut String) -> std::fmt::Result {
                 p.requests.retries,
                 format::rate(p.throughput_rps)
             )?;
+        }
+    }
+    Ok(())
+}
+
+/// The audit's table, then the evidence of every operation that did not pass.
+fn write_operations(r: &Report, out: &mut String) -> std::fmt::Result {
+    writeln!(out)?;
+    writeln!(out, "### Operations")?;
+    writeln!(out)?;
+    writeln!(out, "{}.", escape(&format::operations_line(&r.operations)))?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "| | method | path | operation | key | creations per key | replay | mismatch | missing key | verdict | summary |"
+    )?;
+    writeln!(
+        out,
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    )?;
+    for o in &r.operations {
+        writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            verdict_icon(o.verdict.as_verdict()),
+            escape(&o.method),
+            escape(&o.path),
+            escape(&o.operation_id),
+            escape(&format::key_cell(o)),
+            escape(format::or_dash(&o.creations)),
+            escape(format::or_dash(&o.replay)),
+            escape(format::or_dash(&o.mismatch)),
+            escape(format::or_dash(&o.missing_key)),
+            o.verdict.word(),
+            escape(&o.summary)
+        )?;
+    }
+    let shown: Vec<_> = r
+        .operations
+        .iter()
+        .filter(|o| o.verdict != crate::model::OperationVerdict::Pass && !o.evidence.is_empty())
+        .collect();
+    if !shown.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "#### Operation evidence")?;
+        for o in shown {
+            writeln!(out)?;
+            writeln!(
+                out,
+                "**{} {}** ({}): {}",
+                verdict_icon(o.verdict.as_verdict()),
+                escape(&o.label()),
+                escape(&o.operation_id),
+                escape(&o.summary)
+            )?;
+            writeln!(out)?;
+            for e in o.evidence.iter().take(EVIDENCE_SHOWN) {
+                writeln!(out, "- {}", escape(&format::evidence_line(e, SEQS_SHOWN)))?;
+            }
+            if o.evidence.len() > EVIDENCE_SHOWN {
+                writeln!(
+                    out,
+                    "- … and {} more in report.json",
+                    o.evidence.len() - EVIDENCE_SHOWN
+                )?;
+            }
         }
     }
     Ok(())

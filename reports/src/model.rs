@@ -83,6 +83,10 @@ pub struct Report {
     /// journal merged from several servers).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// `harness audit`: one row per unsafe operation of the API, in the order they were probed
+    /// (absent for every other command).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub operations: Vec<AuditedOperation>,
 }
 
 /// Which shard of a run a report covers, and when it started.
@@ -398,6 +402,134 @@ pub struct Exec {
     pub command: Vec<String>,
     /// Its exit code; `None` when it was killed by a signal.
     pub exit_code: Option<i32>,
+}
+
+/// An audited operation's verdict: `pass`, `fail`, or `inconclusive` (the audit could not judge
+/// it — no valid request, the API refused the baseline, nothing to observe).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum OperationVerdict {
+    /// The operation behaved as its method and key promise.
+    Pass,
+    /// It did not: a duplicate, a 5xx on a repeat, a retry that creates twice.
+    Fail,
+    /// Not judged; the summary says why.
+    Inconclusive,
+}
+
+impl OperationVerdict {
+    /// The word a table shows: `PASS`, `FAIL`, `INCONCLUSIVE`.
+    pub fn word(self) -> &'static str {
+        match self {
+            OperationVerdict::Pass => "PASS",
+            OperationVerdict::Fail => "FAIL",
+            OperationVerdict::Inconclusive => "INCONCLUSIVE",
+        }
+    }
+
+    /// The check verdict of the same meaning (for colours and icons shared with the checks).
+    pub fn as_verdict(self) -> Verdict {
+        match self {
+            OperationVerdict::Pass => Verdict::Pass,
+            OperationVerdict::Fail => Verdict::Fail,
+            OperationVerdict::Inconclusive => Verdict::Inconclusive,
+        }
+    }
+}
+
+/// How an audited operation was probed, from its method and whether it takes a key.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeKind {
+    /// POST or PATCH with an idempotency key: same-key bursts, replay, mismatch, missing key.
+    Keyed,
+    /// POST or PATCH without a key: one request repeated after its response was lost.
+    LostResponse,
+    /// PUT or DELETE: repeated and concurrent, the resulting state compared.
+    Repeat,
+    /// No probe ran: no valid request could be built, or the baseline was refused.
+    None,
+}
+
+impl ProbeKind {
+    /// What the probe was, in a few words for a table.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ProbeKind::Keyed => "same-key bursts",
+            ProbeKind::LostResponse => "retry after a lost response",
+            ProbeKind::Repeat => "repeated and concurrent",
+            ProbeKind::None => "not probed",
+        }
+    }
+}
+
+/// One unsafe operation of an audited API: its row in the table, and why it has its verdict.
+///
+/// The columns a table shows are text the audit wrote (`replay: "200, same resource"`): the
+/// audit knows what each probe means, the renderers only lay them out.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AuditedOperation {
+    /// `POST`, `PUT`, `PATCH`, `DELETE`.
+    pub method: String,
+    /// The path template: `/orders/{id}`.
+    pub path: String,
+    /// The document's `operationId` (or one made from the method and the path).
+    pub operation_id: String,
+    /// The idempotency-key header the operation was probed with, when it was.
+    #[serde(default)]
+    pub key_header: Option<String>,
+    /// Where the key comes from: `declared, required`, `declared`, `forced`, or `none`.
+    #[serde(default)]
+    pub key_support: String,
+    /// How it was probed.
+    pub probe: ProbeKind,
+    /// The verdict.
+    pub verdict: OperationVerdict,
+    /// The verdict in a sentence.
+    pub summary: String,
+    /// Resources created per key under a burst (keyed), or by a request and its retry
+    /// (lost response): `1`, `max 7 (3 of 20 keys)`; empty where it does not apply.
+    #[serde(default)]
+    pub creations: String,
+    /// What a replay of a completed request answered.
+    #[serde(default)]
+    pub replay: String,
+    /// What the same key with a different body answered.
+    #[serde(default)]
+    pub mismatch: String,
+    /// What a request without the key answered.
+    #[serde(default)]
+    pub missing_key: String,
+    /// The exchanges that prove the verdict (or, inconclusive, the answer that stopped it).
+    #[serde(default)]
+    pub evidence: Vec<Evidence>,
+    /// The checks that judged a keyed probe (`duplicates`, `idempotency_semantics`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<CheckResult>,
+    /// The baseline request as HTTP/1.1 text, credentials left out (what `harness init
+    /// --from-openapi` would write).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
+    /// Requests this operation's probe sent (its producers and verifications included).
+    #[serde(default)]
+    pub requests_sent: u64,
+}
+
+impl AuditedOperation {
+    /// `POST /orders`.
+    pub fn label(&self) -> String {
+        format!("{} {}", self.method, self.path)
+    }
+
+    /// An anchor naming the row, for a link from the table to its evidence.
+    pub fn anchor(&self) -> String {
+        let id: String = self
+            .operation_id
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        format!("op-{id}")
+    }
 }
 
 #[cfg(test)]

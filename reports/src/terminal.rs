@@ -10,7 +10,7 @@ use comfy_table::presets::UTF8_FULL_CONDENSED;
 use comfy_table::{Cell, CellAlignment, Color, ContentArrangement, Table};
 
 use crate::format;
-use crate::model::{Outcome, Report, Verdict};
+use crate::model::{OperationVerdict, Outcome, Report, Verdict};
 
 /// Width the tables wrap to: the caller decides colour, not layout, and 120 columns fit CI logs.
 const WIDTH: u16 = 120;
@@ -44,8 +44,15 @@ pub fn render_terminal(r: &Report, color: bool) -> String {
         out.push_str(&format!("note: {n}\n"));
     }
 
+    if !r.operations.is_empty() {
+        out.push_str("\nOperations\n");
+        out.push_str(&operations_table(r, paint));
+    }
+
     out.push_str("\nChecks\n");
-    if r.checks.is_empty() {
+    if !r.operations.is_empty() && r.checks.is_empty() {
+        out.push_str("  each operation's checks are in its row's evidence and in report.json\n");
+    } else if r.checks.is_empty() {
         out.push_str("  no checks ran\n");
     } else {
         out.push_str(&checks_table(r, paint).to_string());
@@ -151,10 +158,16 @@ fn verdict_line(r: &Report, paint: Paint) -> String {
         .iter()
         .filter(|c| c.verdict == Verdict::Fail)
         .count();
-    let mut parts = vec![
-        format!("{} in {}", r.scenario, format::duration_ms(r.duration_ms)),
-        format!("{} of {} checks failed", failed, r.checks.len()),
-    ];
+    let mut parts = vec![format!(
+        "{} in {}",
+        r.scenario,
+        format::duration_ms(r.duration_ms)
+    )];
+    if r.operations.is_empty() {
+        parts.push(format!("{} of {} checks failed", failed, r.checks.len()));
+    } else {
+        parts.push(format::operations_line(&r.operations));
+    }
     if let Some(seed) = r.seed {
         parts.push(format!("seed {seed}"));
     }
@@ -189,6 +202,54 @@ fn checks_table(r: &Report, paint: Paint) -> Table {
         ]);
     }
     t
+}
+
+/// The audit's table: one row per operation, narrow enough for a CI log; each row's summary and
+/// evidence follow it as a list, where long text does not squeeze the columns.
+fn operations_table(r: &Report, paint: Paint) -> String {
+    let mut t = table(paint);
+    t.set_header(vec![
+        "operation",
+        "key",
+        "creations per key",
+        "replay",
+        "mismatch",
+        "missing key",
+        "verdict",
+    ]);
+    for o in &r.operations {
+        t.add_row(vec![
+            Cell::new(o.label()),
+            Cell::new(format::key_cell(o)),
+            Cell::new(format::or_dash(&o.creations)),
+            Cell::new(format::or_dash(&o.replay)),
+            Cell::new(format::or_dash(&o.mismatch)),
+            Cell::new(format::or_dash(&o.missing_key)),
+            paint.cell(
+                o.verdict.word(),
+                match o.verdict {
+                    OperationVerdict::Pass => Color::Green,
+                    OperationVerdict::Fail => Color::Red,
+                    OperationVerdict::Inconclusive => Color::Yellow,
+                },
+            ),
+        ]);
+    }
+    let mut out = t.to_string();
+    out.push('\n');
+    for o in &r.operations {
+        out.push_str(&format!(
+            "{} {} ({}): {}\n",
+            o.verdict.word(),
+            o.label(),
+            o.operation_id,
+            o.summary
+        ));
+        for line in format::evidence_lines(&o.evidence, "in report.json") {
+            out.push_str(&format!("  {line}\n"));
+        }
+    }
+    out
 }
 
 fn requests_line(r: &Report) -> String {

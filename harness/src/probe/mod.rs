@@ -25,7 +25,7 @@
 //! `Retry-After` — and judged by the same `duplicates` and `idempotency_semantics` checks that
 //! judge a fault server's journal, with the verify lookup's counts as the store's word.
 
-mod record;
+pub(crate) mod record;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -45,7 +45,7 @@ use serde::Serialize;
 use crate::http::http2::Burst;
 use crate::http::{AttemptError, Conn, Connect, Outgoing, Reply, Target};
 use crate::plan::SyncMode;
-use record::Recording;
+pub(crate) use record::Recording;
 
 /// The placeholder in a body string that is replaced by the round number.
 pub const ROUND_PLACEHOLDER: &str = "{{round}}";
@@ -189,6 +189,10 @@ pub struct ProbeOutcome {
     /// The verify lookup's count per round key, when it was asked.
     #[serde(skip)]
     pub store: Option<StoreCounts>,
+    /// Each exchange's answer, beside `exchanges`, when the probe was asked to keep them (the
+    /// audit reads the resources they name); empty otherwise.
+    #[serde(skip)]
+    pub answers: Vec<Option<record::Answer>>,
     /// Requests sent to the target (bursts and follow-ups; verify lookups not counted).
     pub requests_sent: u64,
     /// Responses by status code, as a string (`"201"`).
@@ -227,41 +231,13 @@ pub async fn probe(cfg: &ProbeConfig) -> Result<ProbeOutcome, ProbeError> {
     let plan = ProbePlan::resolve(cfg)?;
     plan.reachable().await?;
     let run = cfg.seed.map_or_else(rand::random, splitmix64);
-    let mut rec = Recording::new(&plan.method, &plan.path, &plan.headers);
-
-    let mut rounds = Vec::with_capacity(cfg.rounds);
-    for round in 1..=cfg.rounds {
-        if cfg.stop.is_cancelled() {
-            break;
-        }
-        let key = round_key(run, round);
-        let body = plan.body(round)?;
-        let release_skew_us = tokio::select! {
-            biased;
-            () = cfg.stop.cancelled() => break,
-            s = plan.burst(&key, body, &mut rec) => s,
-        };
-        rounds.push(Round {
-            round,
-            key,
-            release_skew_us,
-        });
-    }
-    let first_key = round_key(run, 1);
-    if !cfg.stop.is_cancelled() {
-        plan.once(Some(&first_key), plan.body(1)?, &mut rec).await;
-        plan.once(Some(&first_key), plan.mismatched_body(1)?, &mut rec)
-            .await;
-        // A body no round used, so an endpoint that deduplicates by content cannot hide the
-        // answer.
-        plan.once(None, plan.body(cfg.rounds + 1)?, &mut rec).await;
-    }
+    let exchanged = plan.exchange(run, cfg.rounds, &cfg.stop).await?;
 
     // Counted last, so the counts are the store's final word on each key (a replay that created
     // a second resource counts too).
     let store = match &plan.verify {
         Some(url) => {
-            let keys: Vec<String> = rounds.iter().map(|r| r.key.clone()).collect();
+            let keys: Vec<String> = exchanged.rounds.iter().map(|r| r.key.clone()).collect();
             let verify = VerifyConfig::url(url.clone());
             Some(
                 crate::verify::store_counts_with(
@@ -276,61 +252,58 @@ pub async fn probe(cfg: &ProbeConfig) -> Result<ProbeOutcome, ProbeError> {
         }
         None => None,
     };
-
-    let checks_cfg = ChecksConfig {
-        duplicates: Some(DuplicatesConfig::default()),
-        idempotency_semantics: Some(IdempotencySemanticsConfig {
-            require_key_paths: if cfg.require_key {
-                vec![plan.path.clone()]
-            } else {
-                Vec::new()
-            },
-            require_key_methods: vec![plan.method.to_string()],
-            ..IdempotencySemanticsConfig::default()
-        }),
-        ..ChecksConfig::none()
-    };
-    let facts = Facts {
-        store: store.clone(),
-        ..Facts::default()
-    };
-    if !rec.task_failures.is_empty() {
-        return Err(ProbeError::TaskDied(rec.task_failures.join("; ")));
-    }
-    let checks = checks::judge(&checks_cfg, &rec.entries, &facts);
-    Ok(ProbeOutcome {
-        interrupted: cfg.stop.is_cancelled(),
-        target: cfg.url.clone(),
-        checks,
-        release_skew_us_max: rounds.iter().map(|r| r.release_skew_us).max().unwrap_or(0),
-        rounds,
-        store,
-        requests_sent: rec.entries.len() as u64,
-        by_status: rec.by_status,
-        errors_by_kind: rec.errors_by_kind,
-        latency_ms: rec.latency_ms,
-        duration_ms: u64::try_from(rec.started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        exchanges: rec.entries,
-    })
+    Ok(plan.judge(exchanged, store, cfg.require_key, cfg.stop.is_cancelled()))
 }
 
-/// The configuration checked and resolved once, so nothing below re-parses it.
-struct ProbePlan {
+/// What a probe's bursts and follow-ups exchanged, before the checks judged it.
+pub(crate) struct Exchanged {
+    /// The bursts, in order.
+    pub(crate) rounds: Vec<Round>,
+    /// Every exchange.
+    pub(crate) rec: Recording,
+}
+
+/// How a probe's bodies are made.
+#[derive(Debug, Clone)]
+pub(crate) enum Bodies {
+    /// A JSON template: `{{round}}` replaced by the round number; the different body changes
+    /// one of its values; the request without a key uses a round no burst used.
+    Template(serde_json::Value),
+    /// Bodies the caller made (an OpenAPI operation's, each valid against its schema): the same
+    /// bytes every round, another valid body for the mismatch, a third for the missing key.
+    Fixed {
+        /// Every round's body.
+        body: Bytes,
+        /// The same key with this body must be refused.
+        mismatched: Bytes,
+        /// Sent without a key.
+        unkeyed: Bytes,
+    },
+}
+
+/// The configuration checked and resolved once, so nothing below re-parses it. `harness audit`
+/// makes one per keyed operation from the request it built.
+pub(crate) struct ProbePlan {
     /// The URL as given.
-    url: String,
-    target: Arc<Target>,
+    pub(crate) url: String,
+    pub(crate) target: Arc<Target>,
     /// The request target: path and query.
-    uri: String,
+    pub(crate) uri: String,
     /// The path alone, as the journal records it.
-    path: String,
-    method: Method,
-    key_header: HeaderName,
-    headers: Vec<(HeaderName, HeaderValue)>,
-    body: serde_json::Value,
-    concurrency: usize,
-    timeout: Duration,
-    verify: Option<String>,
-    sync: SyncMode,
+    pub(crate) path: String,
+    pub(crate) method: Method,
+    pub(crate) key_header: HeaderName,
+    /// Sent with every request: credentials, the operation's other header parameters, the
+    /// content type; never the key.
+    pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
+    pub(crate) bodies: Bodies,
+    pub(crate) concurrency: usize,
+    pub(crate) timeout: Duration,
+    pub(crate) verify: Option<String>,
+    pub(crate) sync: SyncMode,
+    /// Whether the recording keeps each answer's status, headers and JSON body (the audit reads
+    /// the resources they name).
+    pub(crate) keep_answers: bool,
 }
 
 impl ProbePlan {
@@ -457,16 +430,106 @@ impl ProbePlan {
             method,
             key_header,
             headers,
-            body: cfg.body.clone(),
+            bodies: Bodies::Template(cfg.body.clone()),
             concurrency: cfg.concurrency,
             timeout: cfg.timeout,
             verify,
             sync: cfg.sync,
+            keep_answers: false,
         })
     }
 
+    /// Sends `rounds` bursts, each with a fresh key, then the follow-ups: a replay of round 1,
+    /// the same key with a different body, and no key.
+    pub(crate) async fn exchange(
+        &self,
+        run: u64,
+        rounds_wanted: usize,
+        stop: &tokio_util::sync::CancellationToken,
+    ) -> Result<Exchanged, ProbeError> {
+        let mut rec = Recording::new(&self.method, &self.path, &self.headers);
+        if self.keep_answers {
+            rec.keep_answers();
+        }
+        let mut rounds = Vec::with_capacity(rounds_wanted);
+        for round in 1..=rounds_wanted {
+            if stop.is_cancelled() {
+                break;
+            }
+            let key = round_key(run, round);
+            let body = self.body(round)?;
+            let release_skew_us = tokio::select! {
+                biased;
+                () = stop.cancelled() => break,
+                s = self.burst(Some(&key), body, &mut rec) => s,
+            };
+            rounds.push(Round {
+                round,
+                key,
+                release_skew_us,
+            });
+        }
+        let first_key = round_key(run, 1);
+        if !stop.is_cancelled() {
+            self.once(Some(&first_key), self.body(1)?, &mut rec).await;
+            self.once(Some(&first_key), self.mismatched_body(1)?, &mut rec)
+                .await;
+            self.once(None, self.unkeyed_body(rounds_wanted + 1)?, &mut rec)
+                .await;
+        }
+        if !rec.task_failures.is_empty() {
+            return Err(ProbeError::TaskDied(rec.task_failures.join("; ")));
+        }
+        Ok(Exchanged { rounds, rec })
+    }
+
+    /// The `duplicates` and `idempotency_semantics` checks on what was exchanged, with the
+    /// store's counts per key when they were asked.
+    pub(crate) fn judge(
+        &self,
+        exchanged: Exchanged,
+        store: Option<StoreCounts>,
+        require_key: bool,
+        interrupted: bool,
+    ) -> ProbeOutcome {
+        let Exchanged { rounds, rec } = exchanged;
+        let checks_cfg = ChecksConfig {
+            duplicates: Some(DuplicatesConfig::default()),
+            idempotency_semantics: Some(IdempotencySemanticsConfig {
+                require_key_paths: if require_key {
+                    vec![self.path.clone()]
+                } else {
+                    Vec::new()
+                },
+                require_key_methods: vec![self.method.to_string()],
+                ..IdempotencySemanticsConfig::default()
+            }),
+            ..ChecksConfig::none()
+        };
+        let facts = Facts {
+            store: store.clone(),
+            ..Facts::default()
+        };
+        let checks = checks::judge(&checks_cfg, &rec.entries, &facts);
+        ProbeOutcome {
+            interrupted,
+            target: self.url.clone(),
+            checks,
+            release_skew_us_max: rounds.iter().map(|r| r.release_skew_us).max().unwrap_or(0),
+            rounds,
+            store,
+            requests_sent: rec.entries.len() as u64,
+            by_status: rec.by_status,
+            errors_by_kind: rec.errors_by_kind,
+            latency_ms: rec.latency_ms,
+            duration_ms: u64::try_from(rec.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            answers: rec.answers.unwrap_or_default(),
+            exchanges: rec.entries,
+        }
+    }
+
     /// A TCP connection to the target can be made (else the probe cannot run at all).
-    async fn reachable(&self) -> Result<(), ProbeError> {
+    pub(crate) async fn reachable(&self) -> Result<(), ProbeError> {
         let unreachable = |source| ProbeError::Unreachable {
             url: self.url.clone(),
             source,
@@ -484,12 +547,27 @@ impl ProbePlan {
     /// The body of `round`, serialized once so every request of the burst sends the same bytes
     /// (servers fingerprint the raw body).
     fn body(&self, round: usize) -> Result<Bytes, ProbeError> {
-        encode(&substitute(&self.body, round))
+        match &self.bodies {
+            Bodies::Template(t) => encode(&substitute(t, round)),
+            Bodies::Fixed { body, .. } => Ok(body.clone()),
+        }
     }
 
     /// Round `round`'s body with one value changed.
     fn mismatched_body(&self, round: usize) -> Result<Bytes, ProbeError> {
-        encode(&mismatch(&substitute(&self.body, round)))
+        match &self.bodies {
+            Bodies::Template(t) => encode(&mismatch(&substitute(t, round))),
+            Bodies::Fixed { mismatched, .. } => Ok(mismatched.clone()),
+        }
+    }
+
+    /// The body sent without a key: one no round used, so an endpoint that deduplicates by
+    /// content cannot hide the answer.
+    fn unkeyed_body(&self, round: usize) -> Result<Bytes, ProbeError> {
+        match &self.bodies {
+            Bodies::Template(t) => encode(&substitute(t, round)),
+            Bodies::Fixed { unkeyed, .. } => Ok(unkeyed.clone()),
+        }
     }
 
     fn request(&self, key: Option<&str>, body: Bytes) -> Outgoing {
@@ -508,9 +586,9 @@ impl ProbePlan {
         }
     }
 
-    /// Opens every connection, then releases all requests at once (as `sync` says); returns the
-    /// release skew as the client measured it.
-    async fn burst(&self, key: &str, body: Bytes, rec: &mut Recording) -> u64 {
+    /// Opens every connection, then releases all requests at once (as `sync` says), with `key`
+    /// or without one; returns the release skew as the client measured it.
+    pub(crate) async fn burst(&self, key: Option<&str>, body: Bytes, rec: &mut Recording) -> u64 {
         if self.sync == SyncMode::SinglePacket {
             let conns = Burst::new(self.target.clone());
             let most = crate::http::http2::OWN_STREAM_CAP;
@@ -518,13 +596,13 @@ impl ProbePlan {
                 tracing::warn!("probe connection failed: {e}");
             }
             let reqs = (0..self.concurrency)
-                .map(|_| self.request(Some(key), body.clone()))
+                .map(|_| self.request(key, body.clone()))
                 .collect();
             let t0 = Instant::now();
             let (replies, released) = conns.single_packet(reqs, self.timeout).await;
             let t1 = Instant::now();
             for r in &replies {
-                rec.exchange(Some(key), &body, released.max(t0), t1, r);
+                rec.exchange(key, &body, released.max(t0), t1, r);
             }
             // One write carries every last frame: nothing to spread.
             return 0;
@@ -543,7 +621,7 @@ impl ProbePlan {
         let mut sending = Vec::with_capacity(self.concurrency);
         for mut conn in conns {
             let (barrier, timeout) = (barrier.clone(), self.timeout);
-            let req = self.request(Some(key), body.clone());
+            let req = self.request(key, body.clone());
             let started = Instant::now();
             sending.push(tokio::spawn(async move {
                 let result = conn
@@ -561,11 +639,11 @@ impl ProbePlan {
             match s.await {
                 Ok((t0, t1, result)) => {
                     sent.push(t0);
-                    rec.exchange(Some(key), &body, t0, t1, &result);
+                    rec.exchange(key, &body, t0, t1, &result);
                 }
                 Err(e) => rec
                     .task_failures
-                    .push(format!("a request of key {key}: {e}")),
+                    .push(format!("a request of key {}: {e}", key.unwrap_or("(none)"))),
             }
         }
         match (sent.iter().min(), sent.iter().max()) {
@@ -575,7 +653,7 @@ impl ProbePlan {
     }
 
     /// One request on its own connection.
-    async fn once(&self, key: Option<&str>, body: Bytes, rec: &mut Recording) {
+    pub(crate) async fn once(&self, key: Option<&str>, body: Bytes, rec: &mut Recording) {
         let mut conn = Conn::new(self.target.clone());
         let t0 = Instant::now();
         let result: Result<Reply, AttemptError> = conn
@@ -586,7 +664,7 @@ impl ProbePlan {
 }
 
 /// Key of round `round` in run `run`: readable in a server's logs, unique per round.
-fn round_key(run: u64, round: usize) -> String {
+pub(crate) fn round_key(run: u64, round: usize) -> String {
     format!("probe-{run:016x}-{round}")
 }
 
@@ -617,7 +695,7 @@ fn substitute(v: &serde_json::Value, round: usize) -> serde_json::Value {
 /// The same request with different content. It changes an existing value rather than adding a
 /// field, because an endpoint that validates its schema would refuse an unknown field with `400`
 /// and hide whether it compares bodies at all.
-fn mismatch(v: &serde_json::Value) -> serde_json::Value {
+pub(crate) fn mismatch(v: &serde_json::Value) -> serde_json::Value {
     use serde_json::Value;
     let mut out = v.clone();
     if let Value::Object(m) = &mut out {

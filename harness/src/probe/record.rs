@@ -37,6 +37,46 @@ pub(crate) struct Recording {
     pub(crate) latency_ms: Vec<f64>,
     /// Sending tasks that died (a panic): the probe is then an error, not a verdict.
     pub(crate) task_failures: Vec<String>,
+    /// Each exchange's answer, in the order of `entries`, when asked for.
+    pub(crate) answers: Option<Vec<Option<Answer>>>,
+}
+
+/// Largest answer body an [`Answer`] keeps: a resource's representation, not a download.
+pub(crate) const ANSWER_BODY_MAX: usize = 64 * 1024;
+
+/// What came back for one exchange, for a caller that reads the resource it names.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    /// The status.
+    pub status: u16,
+    /// The headers, names in lower case.
+    pub headers: Vec<(String, String)>,
+    /// The body, when it is JSON of at most [`ANSWER_BODY_MAX`] bytes.
+    pub body: Option<serde_json::Value>,
+    /// The body's first [`ANSWER_TEXT_MAX`] bytes as text, control characters replaced: what
+    /// a report quotes of a refusal.
+    pub text: String,
+}
+
+/// Largest part of an answer's body an [`Answer`] quotes.
+pub(crate) const ANSWER_TEXT_MAX: usize = 300;
+
+impl Answer {
+    /// The answer as kept: headers that are text, a JSON body within the bound.
+    pub(crate) fn of(reply: &Reply) -> Answer {
+        Answer {
+            status: reply.status.as_u16(),
+            headers: reply
+                .headers
+                .iter()
+                .filter_map(|(n, v)| Some((n.as_str().to_string(), v.to_str().ok()?.to_string())))
+                .collect(),
+            body: (reply.body.len() <= ANSWER_BODY_MAX)
+                .then(|| serde_json::from_slice(&reply.body).ok())
+                .flatten(),
+            text: quote(&reply.body),
+        }
+    }
 }
 
 impl Recording {
@@ -58,7 +98,13 @@ impl Recording {
             errors_by_kind: BTreeMap::new(),
             latency_ms: Vec::new(),
             task_failures: Vec::new(),
+            answers: None,
         }
+    }
+
+    /// From now on, keeps each exchange's answer beside its entry.
+    pub(crate) fn keep_answers(&mut self) {
+        self.answers.get_or_insert_with(Vec::new);
     }
 
     /// Records one exchange: sent with `key` and `body` at `sent`, ended at `ended` so.
@@ -154,7 +200,23 @@ impl Recording {
             }
         }
         self.entries.push(e);
+        if let Some(answers) = &mut self.answers {
+            answers.push(result.as_ref().ok().map(Answer::of));
+        }
     }
+}
+
+/// The start of `body` as one line of text.
+fn quote(body: &[u8]) -> String {
+    let cut = &body[..body.len().min(ANSWER_TEXT_MAX)];
+    let mut out: String = String::from_utf8_lossy(cut)
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if body.len() > ANSWER_TEXT_MAX {
+        out.push('…');
+    }
+    out.trim().to_string()
 }
 
 /// The resource an answer names: the JSON body's top-level `id`, else its `Location`.

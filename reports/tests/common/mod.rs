@@ -246,6 +246,7 @@ pub fn sample() -> Report {
         shard: None,
         mergeable: None,
         notes: Vec::new(),
+        operations: Vec::new(),
     }
 }
 
@@ -283,6 +284,7 @@ pub fn empty() -> Report {
         shard: None,
         mergeable: None,
         notes: Vec::new(),
+        operations: Vec::new(),
     }
 }
 
@@ -305,5 +307,107 @@ pub fn hostile() -> Report {
     if let Some(t) = r.timeline.as_mut() {
         t.series[1].label = "<script>503</script>".into();
     }
+    r
+}
+
+/// An audit of an orders API: a correct keyed create, a racy one that created seven orders from
+/// one burst, an unkeyed create a retry doubles, a DELETE, and an operation the API refused.
+pub fn audit_sample() -> Report {
+    use reports::model::{AuditedOperation, OperationVerdict, ProbeKind};
+    let op = |method: &str, path: &str, id: &str, probe, verdict, summary: &str| AuditedOperation {
+        method: method.into(),
+        path: path.into(),
+        operation_id: id.into(),
+        key_header: None,
+        key_support: "none".into(),
+        probe,
+        verdict,
+        summary: summary.into(),
+        creations: String::new(),
+        replay: String::new(),
+        mismatch: String::new(),
+        missing_key: String::new(),
+        evidence: Vec::new(),
+        checks: Vec::new(),
+        request: None,
+        requests_sent: 0,
+    };
+    let keyed = |id: &str, verdict, creations: &str, summary: &str| {
+        let mut o = op("POST", "/orders", id, ProbeKind::Keyed, verdict, summary);
+        o.key_header = Some("Idempotency-Key".into());
+        o.key_support = "declared, required".into();
+        o.creations = creations.into();
+        o.replay = "200, same resource".into();
+        o.mismatch = "422".into();
+        o.missing_key = "400".into();
+        o
+    };
+    let good = keyed(
+        "createOrder",
+        OperationVerdict::Pass,
+        "1",
+        "every key created one order",
+    );
+    let mut racy = keyed(
+        "createOrderRacy",
+        OperationVerdict::Fail,
+        "max 7 (20 of 20 keys)",
+        "20 of 20 keys created more than one resource",
+    );
+    racy.path = "/racy-orders".into();
+    racy.evidence = vec![Evidence {
+        detail: "key created 7 resources: o-1, o-2, o-3, o-4, o-5, o-6, o-7".into(),
+        key: Some("probe-0000000000000001-1".into()),
+        seqs: vec![1, 2, 3, 4, 5, 6, 7],
+    }];
+    racy.checks = vec![CheckResult::new(
+        "duplicates",
+        Verdict::Fail,
+        "20 of 20 keys created more than one resource",
+    )];
+    racy.request = Some("POST /racy-orders HTTP/1.1\r\nIdempotency-Key: k\r\n\r\n{}".into());
+    let mut unkeyed = op(
+        "POST",
+        "/notes",
+        "createNote",
+        ProbeKind::LostResponse,
+        OperationVerdict::Fail,
+        "not safe to retry: a retry after a lost response created a second note",
+    );
+    unkeyed.creations = "2".into();
+    unkeyed.evidence = vec![Evidence {
+        detail: "lost response, then the retry answered 201 with n-2: the list grew by 2".into(),
+        key: None,
+        seqs: vec![1, 2],
+    }];
+    let delete = op(
+        "DELETE",
+        "/orders/{id}",
+        "deleteOrder",
+        ProbeKind::Repeat,
+        OperationVerdict::Pass,
+        "a repeated DELETE answered 404, never 5xx",
+    );
+    let mut refused = op(
+        "PUT",
+        "/admin/{id}",
+        "putAdmin",
+        ProbeKind::None,
+        OperationVerdict::Inconclusive,
+        "could not build a valid request: the API answered 401 (the document asks for -H 'Authorization: Bearer <token>')",
+    );
+    refused.evidence = vec![Evidence {
+        detail: "PUT /admin/1 answered 401: {\"error\":\"unauthorized\"}".into(),
+        key: None,
+        seqs: vec![],
+    }];
+    let mut r = sample();
+    r.scenario = "audit http://127.0.0.1:8080".into();
+    r.checks = Vec::new();
+    r.phases = Vec::new();
+    r.timeline = None;
+    r.retry_delays = Vec::new();
+    r.outcome = Some(Outcome::Failed);
+    r.operations = vec![good, racy, unkeyed, delete, refused];
     r
 }
