@@ -65,11 +65,21 @@ impl Pool {
 
     /// The slot of the next worker: the first `streams` workers share the first connection, and
     /// so on.
+    ///
+    /// A slot keeps a copy of the target without the pool: the target owns the pool and the pool
+    /// its slots, so a slot that held the target itself would keep all three — and every open
+    /// connection — alive after the last worker and the last handle on the target are gone.
     fn assign(&self, target: &Arc<Target>) -> Arc<Slot> {
         let n = self.assigned.fetch_add(1, Ordering::Relaxed) / self.streams;
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        while slots.len() <= n {
-            slots.push(Arc::new(Slot::new(target.clone())));
+        if slots.len() <= n {
+            let detached = Arc::new(Target {
+                http2: None,
+                ..Target::clone(target)
+            });
+            while slots.len() <= n {
+                slots.push(Arc::new(Slot::new(detached.clone())));
+            }
         }
         slots[n].clone()
     }

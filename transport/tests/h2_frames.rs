@@ -785,3 +785,32 @@ async fn a_burst_that_cannot_be_spread_is_refused_before_anything_is_sent() {
     assert_eq!(s.accepted(), 1);
     s.join().await;
 }
+
+#[tokio::test]
+async fn a_target_dropped_takes_its_pool_and_connections_with_it() {
+    let s = serve(|mut peer| async move {
+        peer.send(&settings(&[])).await;
+        ok_after(&mut peer).await;
+    })
+    .await;
+    // Neither the keep-alive nor the idle timer may be what closes the connection here.
+    let target = s.target_with(Connect {
+        http2: true,
+        streams: 2,
+        keepalive: Some(Duration::from_secs(3600)),
+        idle_timeout: Some(Duration::from_secs(3600)),
+        ..Connect::default()
+    });
+    let pool = Arc::downgrade(target.http2.as_ref().expect("an HTTP/2 target"));
+    let r = send(&target, get("/")).await.expect("an answer");
+    assert_eq!(r.status, 200);
+    drop(target);
+    assert!(
+        pool.upgrade().is_none(),
+        "the pool (and its connections) outlived the last handle on its target"
+    );
+    // The server sees the connection end: its script returns.
+    tokio::time::timeout(Duration::from_secs(60), s.join())
+        .await
+        .expect("the connection was closed once nothing could use it");
+}
