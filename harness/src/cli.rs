@@ -190,6 +190,10 @@ pub(crate) struct ConnectArgs {
     /// Connect from this local address (e.g. 127.0.0.4: one loopback address per shard).
     #[arg(long, value_name = "IP", env = "HARNESS_SOURCE_ADDR")]
     source_addr: Option<std::net::IpAddr>,
+    /// Largest header list an answer may have (RFC 7541 sizes; advertised to HTTP/2 servers as
+    /// SETTINGS_MAX_HEADER_LIST_SIZE); a larger one fails its attempt as `protocol` [default: 64KiB].
+    #[arg(long, value_name = "SIZE", value_parser = yaml_config::parse_size)]
+    max_header_list: Option<u64>,
 }
 
 impl ConnectArgs {
@@ -211,11 +215,19 @@ impl ConnectArgs {
                 "--streams {streams}: give 1 to 10000 streams per connection"
             )));
         }
+        let max_header_list = self
+            .max_header_list
+            .map(|n| {
+                crate::scenario::check_header_list(n)
+                    .map_err(|m| CliError::Input(format!("--max-header-list: {m}")))
+            })
+            .transpose()?;
         Ok(Connect {
             tls: self.tls(),
             http2: self.http2,
             streams,
             source: self.source_addr,
+            max_header_list,
             ..Connect::default()
         })
     }
@@ -556,6 +568,7 @@ fn overrides(c: &Common) -> Overrides {
         tls: c.connect.tls(),
         http2: c.connect.http2,
         streams: c.connect.streams,
+        max_header_list: c.connect.max_header_list,
         shard: crate::shard::Shard::WHOLE,
         start_at_unix_ms: None,
         source: c.connect.source_addr,
@@ -812,6 +825,7 @@ async fn deliver(a: crate::deliver::flags::DeliverArgs) -> Result<u8, CliError> 
         tls: connect.tls.clone(),
         http2: connect.http2,
         streams: a.connect.streams,
+        max_header_list: a.connect.max_header_list,
         source: connect.source,
         ..Overrides::default()
     };

@@ -781,6 +781,8 @@ fn load_flags_out_of_bounds_exit_2_naming_the_bound() {
         (vec!["-d", "0s"], "more than 0"),
         (vec!["-d", "400d"], "at most"),
         (vec!["--timeout", "0ms"], "more than 0"),
+        (vec!["--max-header-list", "100"], "give 1KiB to 16MiB"),
+        (vec!["--max-header-list", "2GiB"], "give 1KiB to 16MiB"),
     ] {
         let out = harness()
             .args(["load", "http://127.0.0.1:9/"])
@@ -1070,4 +1072,73 @@ fn merge_checks_what_it_merges() {
     assert!(matches!(out.status.code(), Some(0 | 1)), "{stderr}");
     let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(r["requests"]["completed"], 40);
+}
+
+/// A server that answers every request on every connection with a 200 whose head carries one
+/// header of `value_len` bytes.
+fn big_header_server(value_len: usize) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let answer = format!(
+        "HTTP/1.1 200 OK\r\nx-big: {}\r\ncontent-length: 2\r\n\r\nok",
+        "v".repeat(value_len)
+    );
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let answer = answer.clone();
+            std::thread::spawn(move || {
+                use std::io::{Read, Write};
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        buf.drain(..end + 4);
+                        if stream.write_all(answer.as_bytes()).is_err() {
+                            return;
+                        }
+                    }
+                    match stream.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            });
+        }
+    });
+    url
+}
+
+#[test]
+fn max_header_list_bounds_what_an_answer_may_carry() {
+    let url = big_header_server(8 << 10);
+    let load = |extra: &[&str]| {
+        let out = harness()
+            .args([
+                "load",
+                &format!("{url}/x"),
+                "-c",
+                "1",
+                "-n",
+                "3",
+                "--format",
+                "json",
+            ])
+            .args(extra)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&out);
+        let r: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+            panic!("{e}: {stdout}\n{stderr}");
+        });
+        (out.status.code(), r)
+    };
+    // An 8 KiB header is within the default 64 KiB.
+    let (code, r) = load(&[]);
+    assert_eq!(code, Some(0), "{r}");
+    assert_eq!(r["requests"]["by_status"]["200"], 3, "{r}");
+    // Under a 4 KiB limit every answer is refused as a protocol error, and the run fails.
+    let (code, r) = load(&["--max-header-list", "4KiB"]);
+    assert_eq!(code, Some(1), "{r}");
+    assert_eq!(r["errors_by_kind"]["protocol"], 3, "{r}");
 }

@@ -89,6 +89,11 @@ pub struct HttpFile {
     /// HTTP/2: concurrent streams (workers) per connection (default 100).
     #[serde(default)]
     pub streams: Option<u32>,
+    /// Largest header list an answer's head (or trailers) may have, in RFC 7541 §4.1 sizes
+    /// (default 64KiB, 1KiB to 16MiB): advertised as HTTP/2's SETTINGS_MAX_HEADER_LIST_SIZE and
+    /// held to on HTTP/1.1 too. A larger answer fails its attempt as `protocol`.
+    #[serde(default)]
+    pub max_header_list: Option<yaml_config::Size>,
 }
 
 /// Relay tiers as written, top first.
@@ -186,6 +191,8 @@ pub struct Overrides {
     pub http2: bool,
     /// `--streams`.
     pub streams: Option<u32>,
+    /// `--max-header-list`, bytes.
+    pub max_header_list: Option<u64>,
     /// `--shard`, or an Indexed Job's environment.
     pub shard: crate::shard::Shard,
     /// `--start-at`, unix ms.
@@ -774,13 +781,31 @@ fn resolve_connect(f: &ScenarioFile, o: &Overrides, origin: &str) -> Result<Conn
             format!("{streams} streams per connection; give 1 to 10000"),
         ));
     }
+    let max_header_list = o
+        .max_header_list
+        .or(http.max_header_list.map(|s| s.0))
+        .map(|n| check_header_list(n).map_err(|m| invalid(origin, "http.max_header_list", m)))
+        .transpose()?;
     Ok(Connect {
         tls,
         http2,
         streams,
         source: o.source,
+        max_header_list,
         ..Connect::default()
     })
+}
+
+/// A header-list limit within the transport's bounds (1 KiB to its cap), in bytes.
+pub fn check_header_list(n: u64) -> Result<usize, String> {
+    let cap = transport::MAX_HEADER_LIST;
+    match usize::try_from(n) {
+        Ok(n) if (1024..=cap).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "a header list limit of {n} bytes; give 1KiB to {}MiB",
+            cap >> 20
+        )),
+    }
 }
 
 fn compile_request(
