@@ -526,7 +526,7 @@ async fn process(
         if let Some(g) = work.grpc {
             let reply = match g.decoded {
                 Some(Ok(decoded)) => {
-                    crate::grpc::orders::serve(&state.orders, decoded, work.key).await
+                    crate::orders::grpc::serve(&state.orders, decoded, work.key).await
                 }
                 Some(Err(status)) => GrpcReply::status(status),
                 None => GrpcReply::status(grpc::Status::new(

@@ -1,8 +1,9 @@
 //! gRPC on the server's side: which requests are gRPC calls, what a call's head says (its method,
 //! `grpc-timeout`, `grpc-previous-rpc-attempts`, `grpc-encoding`), its messages decoded and
 //! checked against the method's request type, and the services that answer it — the built-in
-//! `orders.v1.Orders` on the orders store ([`orders`]), and any service of the config's `.proto`
-//! files with a canned answer per method.
+//! `orders.v1.Orders` on the orders store (served by `crate::orders::grpc`, so that the config,
+//! which builds these services to check them, stays below the store), and any service of the
+//! config's `.proto` files with a canned answer per method.
 //!
 //! Why here and not in the `grpc` crate: that crate is the client's side and knows no server.
 //! What both sides share — the framing, the metadata, the status — is used from it.
@@ -15,8 +16,6 @@
 //! answer it: a malformed `grpc-timeout` or an undecodable message INTERNAL, an unknown method
 //! or encoding UNIMPLEMENTED, a message over the limit RESOURCE_EXHAUSTED — unless a fault
 //! answers the call first.
-
-pub(crate) mod orders;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;

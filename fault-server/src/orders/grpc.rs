@@ -28,8 +28,8 @@ use prost_reflect::{DynamicMessage, MapKey, MessageDescriptor, ReflectMessage};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use super::{canonical_json, Decoded, GrpcReply, Target};
-use crate::orders::{Orders, ResourceReply};
+use super::{Orders, ResourceReply};
+use crate::grpc::{canonical_json, Decoded, GrpcReply, Target};
 
 /// Serves a decoded call: on the store for the orders service, its canned answer otherwise.
 /// The store's work runs in a task of its own, so a call is processed to the end even when its
