@@ -62,6 +62,10 @@ pub(crate) struct H2Pool {
     /// Signalled when a connection opened or failed to, for forwards waiting for one.
     changed: Notify,
     max_connections: usize,
+    /// Largest answer body read (`limits.max_body`).
+    max_body: u64,
+    /// The answers' memory budget (`limits.response_memory`), shared with the HTTP/1.1 forwards.
+    memory: Arc<Semaphore>,
 }
 
 /// The upstream's whole answer, as read.
@@ -84,10 +88,13 @@ static CONNECTION_SPECIFIC: [HeaderName; 6] = [
 ];
 
 impl H2Pool {
-    /// A pool of at most `max_connections` connections to `cfg.url`.
+    /// A pool of at most `max_connections` connections to `cfg.url`, reading answers of at most
+    /// `max_body` bytes within the `memory` budget.
     pub(crate) fn new(
         cfg: &UpstreamConfig,
         max_connections: usize,
+        max_body: u64,
+        memory: Arc<Semaphore>,
     ) -> Result<H2Pool, transport::tls::TlsSetupError> {
         let tls = if cfg.url.tls {
             let opts = TlsOptions {
@@ -110,6 +117,8 @@ impl H2Pool {
             open: Arc::new(Semaphore::new(max_connections.max(1))),
             changed: Notify::new(),
             max_connections: max_connections.max(1),
+            max_body,
+            memory,
         })
     }
 
@@ -231,7 +240,7 @@ impl H2Pool {
     }
 
     /// Sends the request on a stream and reads the whole answer, trailers included, by
-    /// `deadline`; the body within `max_body`, its memory granted from `memory`.
+    /// `deadline`; the body within the pool's `max_body`, its memory granted from its budget.
     pub(crate) async fn forward(
         &self,
         method: &Method,
@@ -239,9 +248,8 @@ impl H2Pool {
         headers: &HeaderMap,
         body: Bytes,
         deadline: tokio::time::Instant,
-        max_body: u64,
-        memory: &Arc<Semaphore>,
     ) -> Result<H2Answer, UpstreamFailure> {
+        let (max_body, memory) = (self.max_body, &self.memory);
         let pq = uri.path_and_query().map_or("/", |p| p.as_str());
         let target = format!("{}://{}{}{pq}", self.scheme, self.authority, self.prefix);
         let mut req = Request::builder()

@@ -206,7 +206,12 @@ impl Upstream {
         };
         let target = Target::with(&format!("{scheme}://{}", cfg.url.authority), &how)?;
         let h2 = match cfg.url.http2 {
-            true => Some(h2::H2Pool::new(cfg, max_connections)?),
+            true => Some(h2::H2Pool::new(
+                cfg,
+                max_connections,
+                max_body,
+                memory.clone(),
+            )?),
             false => None,
         };
         Ok(Upstream {
@@ -303,15 +308,7 @@ impl Upstream {
         if let Some(pool) = &self.h2 {
             let deadline = tokio::time::Instant::now() + self.timeout;
             let a = pool
-                .forward(
-                    method,
-                    uri,
-                    headers,
-                    body,
-                    deadline,
-                    self.max_body,
-                    &self.memory,
-                )
+                .forward(method, uri, headers, body, deadline)
                 .await?;
             let mut headers = a.headers;
             headers.remove(header::CONTENT_LENGTH);
