@@ -23,8 +23,9 @@ fn consumer_exe() -> PathBuf {
         cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args([
             "build",
             "--quiet",
-            "-p",
-            "webhooks",
+            // The whole workspace, as `cargo test --workspace` resolves its features: then the
+            // example that build made is fresh, where `-p` would build its crates again.
+            "--workspace",
             "--example",
             "consumer",
             "--message-format=json",
