@@ -1318,7 +1318,10 @@ impl JsonSchema for FaultConfig {
                     "additionalProperties": false,
                     "properties": {
                         "status": status,
-                        "delay": generator.subschema_for::<DelayFault>(),
+                        "delay": {
+                            "description": "Wait, then give the normal response (or, with `when: after`, process first and hold the answer).",
+                            "allOf": [generator.subschema_for::<DelayFault>()]
+                        },
                         "hang": hang,
                         "drop": { "description": "Process the request fully (an order really is created), then close with no response." },
                         "reset": reset,
