@@ -14,6 +14,10 @@ test:
 ci:
     bash .ci/run
 
+# The book (docs/): built into docs/book with a pinned mdBook, failing on a broken internal link
+docs:
+    bash .ci/docs
+
 # The fault server with one path per fault, for curl
 fault-server:
     {{release}} -p fault-server -- --config fault-server/examples/all-faults.yaml

@@ -27,7 +27,7 @@ use super::{Attempt, Check, Context};
 pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
 
 /// Configuration of the `ack_latency` check.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct AckLatencyConfig {
     /// The provider's timeout, ms (default: the deliver phase's `timeout`, else 10 000).

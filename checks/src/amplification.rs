@@ -32,7 +32,7 @@ use super::spec::{non_negative, About, CheckSpec, Invalid};
 use super::{Attempt, Check, Context};
 
 /// Configuration of the `amplification` check.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct AmplificationConfig {
     /// Bottom requests have a path starting with this.

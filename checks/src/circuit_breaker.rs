@@ -35,7 +35,7 @@ use super::spec::{non_negative, scale_ms, About, CheckSpec, Invalid};
 use super::{Attempt, Check, Context};
 
 /// Configuration of the `circuit_breaker` check.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct CircuitBreakerConfig {
     /// Shortest run of consecutive failures that counts as an outage (ms).

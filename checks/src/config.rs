@@ -72,7 +72,7 @@ macro_rules! check_table {
             [$(<$config as CheckSpec>::NAME),*];
 
         /// The checks to run and their configurations; an absent check does not run.
-        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
         #[serde(deny_unknown_fields)]
         pub struct ChecksConfig {
             /// How requests are grouped into operations (shared by every check).

@@ -29,7 +29,9 @@ use super::spec::{About, CheckSpec};
 use super::{Attempt, Check, Context};
 
 /// What a non-2xx answer to a duplicate makes of the check.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum OnFailure {
     /// The check fails (the default).
@@ -40,7 +42,7 @@ pub enum OnFailure {
 }
 
 /// Configuration of the `duplicate_ack` check.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct DuplicateAckConfig {
     /// `fail` (default) or `weak`: the verdict when a duplicate was not answered 2xx.

@@ -32,7 +32,7 @@ use super::spec::{scale_ms, About, CheckSpec};
 use super::{Attempt, Check, Context};
 
 /// Configuration of the `duplicates` check.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct DuplicatesConfig {
     /// Read the key from this request header (lower-case) instead of Idempotency-Key.
@@ -56,7 +56,7 @@ impl Default for DuplicatesConfig {
 }
 
 /// Where to count resources (or a webhook event's effects) per key.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VerifyConfig {
     /// A URL (or a path on the target) with `{key}` (or, for webhook events, `{event_id}`),

@@ -31,7 +31,7 @@ use super::spec::{About, CheckSpec, Invalid};
 use super::{Attempt, Check, Context};
 
 /// Configuration of the `effects_once` check.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct EffectsOnceConfig {
     /// Where to count each event's effects after a harness run: a URL (or a path on the

@@ -28,7 +28,7 @@ use super::{Attempt, Check, Context};
 
 /// Configuration of the `forged_rejected` check (nothing to set: the effects are counted by
 /// `effects_once.verify`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ForgedRejectedConfig {}
 

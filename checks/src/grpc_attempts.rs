@@ -34,7 +34,7 @@ use super::spec::{non_negative, About, CheckSpec, Invalid};
 use super::{Attempt, Check, ClosedOperation, Context};
 
 /// Configuration of the `grpc_attempts` check.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct GrpcAttemptsConfig {
     /// Most attempts one call may make (A6 caps `maxAttempts` and hedging's at 5).

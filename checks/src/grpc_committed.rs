@@ -21,7 +21,7 @@ use super::spec::{About, CheckSpec};
 use super::{Attempt, Check, Context};
 
 /// Configuration of the `grpc_committed` check.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct GrpcCommittedConfig {
     /// Leave out later attempts that carry no `grpc-previous-rpc-attempts`: new calls an

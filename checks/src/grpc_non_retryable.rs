@@ -22,7 +22,7 @@ use super::spec::{About, CheckSpec, Invalid};
 use super::{Attempt, Check, Context};
 
 /// Configuration of the `grpc_non_retryable` check.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct GrpcNonRetryableConfig {
     /// Status codes after which a call must not be retried, by name (or number).

@@ -28,7 +28,7 @@ use super::spec::{non_negative, About, CheckSpec, Invalid};
 use super::{Attempt, Check, Context};
 
 /// Configuration of the `grpc_pushback` check.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct GrpcPushbackConfig {
     /// How much sooner than the pushback a retry may arrive (ms).

@@ -44,7 +44,7 @@ use super::{Attempt, Check, Context};
 use history::{Entry, Facts, Outcome};
 
 /// Configuration of the `idempotency_semantics` check.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct IdempotencySemanticsConfig {
     /// Statuses a replay may carry (the contract says `200` for a replayed creation).

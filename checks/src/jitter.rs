@@ -57,7 +57,7 @@ use super::stats::{densest_window, mad, median, peak_to_mean, quantile};
 use super::{Attempt, Check, Context};
 
 /// Configuration of the `jitter` check.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct JitterConfig {
     /// Lowest MAD / median of retry delays that counts as jitter.

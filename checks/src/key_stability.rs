@@ -24,7 +24,7 @@ use super::spec::{scale_ms, About, CheckSpec};
 use super::{Attempt, Check, Context};
 
 /// Configuration of the `key_stability` check.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct KeyStabilityConfig {
     /// Longest pause after a failure for a same-fingerprint request to count as its retry (ms).

@@ -30,7 +30,7 @@ use super::failure;
 use super::idle::IdleMap;
 
 /// How requests are grouped into operations.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct GroupingConfig {
     /// A request header naming the operation (lower-case), preferred over everything else.

@@ -26,7 +26,7 @@ use super::spec::{About, CheckSpec, Invalid};
 use super::{Attempt, Check, Context};
 
 /// Where to read the state each subject ended in.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StateConfig {
     /// A URL (or a path on the target) with `{subject}`, answering JSON with the state; a 404
@@ -53,7 +53,7 @@ fn state_field() -> String {
 }
 
 /// Configuration of the `ordering` check.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct OrderingConfig {
     /// After a harness run, read each subject's final state from the consumer's system of

@@ -36,7 +36,7 @@ use super::spec::{non_negative, About, CheckSpec, Invalid};
 use super::{Attempt, Check, Context};
 
 /// Configuration of the `retry_after` check.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RetryAfterConfig {
     /// Retry-After (seconds) sent with every response whose status is in `statuses`.

@@ -20,7 +20,7 @@ use super::spec::{About, CheckSpec};
 use super::{Attempt, Check, Context};
 
 /// Configuration of the `retry_on_4xx` check.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RetryOn4xxConfig {
     /// Statuses that must never be retried.

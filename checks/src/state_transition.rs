@@ -23,7 +23,7 @@ use super::spec::{About, CheckSpec};
 use super::{Attempt, Check, Context};
 
 /// Configuration of the `state_transition` check.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct StateTransitionConfig {
     /// Only these transitions (e.g. `pending->paid`); empty: every transition.

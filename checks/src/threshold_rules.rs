@@ -250,6 +250,24 @@ impl<'a> Parser<'a> {
     }
 }
 
+/// The shape of a rule as a regular expression, for the JSON Schema: each metric with the units
+/// it takes. The percentile's range (0, 100] is the parser's to check.
+pub const RULE_PATTERN: &str = r"^\s*((p[0-9.]+|p\([0-9.]+\)|avg|mean|med|min|max)\s*(<=|>=|<|>)\s*[0-9.]+(us|µs|ms|s)?|error_rate\s*(<=|>=|<|>)\s*[0-9.]+%?|throughput\s*(<=|>=|<|>)\s*[0-9.]+(/s|rps|/min|/m)?)\s*$";
+
+impl schemars::JsonSchema for Rule {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ThresholdRule".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "METRIC OP VALUE[UNIT]: `p99 < 200ms`, `p(99.9) <= 1s`, `avg < 50ms`, `error_rate < 1%`, `throughput > 500/s`.",
+            "type": "string",
+            "pattern": RULE_PATTERN
+        })
+    }
+}
+
 fn percentile(p: f64) -> Option<Metric> {
     (p > 0.0 && p <= 100.0).then_some(Metric::Percentile(p))
 }

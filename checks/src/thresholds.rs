@@ -32,7 +32,7 @@ use super::threshold_rules::{Metric, Rule};
 use super::{Attempt, Check, Context};
 
 /// Configuration of the `thresholds` check.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ThresholdsConfig {
     /// The rules, e.g. `["p99 < 200ms", "error_rate < 1%"]`.

@@ -30,7 +30,7 @@ use super::spec::{scale_ms, About, CheckSpec};
 use super::{Attempt, Check, ClosedOperation, Context};
 
 /// Configuration of the `total_timeout` check.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct TotalTimeoutConfig {
     /// Longest an operation may take, all attempts and waits included (ms); none: not checked.

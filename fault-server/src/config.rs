@@ -4,17 +4,19 @@
 //! line and column of the offending value, not just its field path. Unknown fields are errors
 //! everywhere: a typo in a rule must not silently disable a fault.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use yaml_config::{from_yaml_str, parse_duration, ConfigError, Dur, Size};
 
 /// Everything a fault server needs to know besides where to listen.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Seed for every random decision; `--seed` overrides it.
@@ -60,7 +62,7 @@ pub struct Config {
 
 /// The gRPC services a fault server serves besides the built-in `orders.v1.Orders` (which is
 /// always served, on the orders store).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct GrpcConfig {
     /// `.proto` files whose services are served (compiled at start, no protoc needed).
@@ -103,7 +105,7 @@ impl Default for GrpcConfig {
 
 /// Bounds on what a client may cost the server. A request over one is refused — `413`, `408`,
 /// `431`, `400`, or `503` at the connection limit — and journaled with outcome `rejected`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct LimitsConfig {
     /// Largest request body read; a larger one is answered `413` and the rest is not read.
@@ -177,14 +179,34 @@ pub enum TlsConfig {
     },
 }
 
+/// `tls: { cert, key }`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct TlsFiles {
+    /// The certificate (chain), PEM.
+    cert: PathBuf,
+    /// Its private key, PEM.
+    key: PathBuf,
+}
+
+impl JsonSchema for TlsConfig {
+    fn schema_name() -> Cow<'static, str> {
+        "TlsConfig".into()
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "Serve https://: `self-signed` (a certificate for 127.0.0.1 and localhost made at start) or `{ cert: FILE, key: FILE }` (PEM).",
+            "anyOf": [
+                { "type": "string", "enum": ["self-signed"] },
+                generator.subschema_for::<TlsFiles>()
+            ]
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for TlsConfig {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Files {
-            cert: PathBuf,
-            key: PathBuf,
-        }
         struct V;
         impl<'de> Visitor<'de> for V {
             type Value = TlsConfig;
@@ -200,7 +222,7 @@ impl<'de> Deserialize<'de> for TlsConfig {
                 }
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<TlsConfig, A::Error> {
-                let f = Files::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                let f = TlsFiles::deserialize(de::value::MapAccessDeserializer::new(map))?;
                 Ok(TlsConfig::Files {
                     cert: f.cert,
                     key: f.key,
@@ -254,7 +276,7 @@ impl UpstreamConfig {
 /// How the journal's `created` is read from an upstream's answer, so that `duplicates` judges
 /// the user's real resource: an answer whose status is in `status` created the resource whose id
 /// is at the JSON pointer `json` in its body, else (with `location`) its `Location` header.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct CreatedFrom {
     /// Statuses that mean "created". Default `[201]`; `[]` records no creation.
@@ -356,6 +378,23 @@ impl fmt::Display for UpstreamUrl {
     }
 }
 
+/// What [`UpstreamUrl::parse`] takes: `http://` or `https://`, a host, no user info, no query.
+const UPSTREAM_URL_PATTERN: &str = r"^https?://[^/?#@\s]+(/[^?#\s]*)?$";
+
+impl JsonSchema for UpstreamUrl {
+    fn schema_name() -> Cow<'static, str> {
+        "UpstreamUrl".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "The upstream: `http://host:port` or `https://host:port`, with an optional path prefix every forwarded path is appended to.",
+            "type": "string",
+            "pattern": UPSTREAM_URL_PATTERN
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for UpstreamUrl {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
@@ -363,25 +402,54 @@ impl<'de> Deserialize<'de> for UpstreamUrl {
     }
 }
 
+/// `upstream:` as a map: the URL and the options of [`UpstreamConfig`].
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct UpstreamMap {
+    /// Where requests are forwarded: `http://` or `https://`, host, port, optional path prefix.
+    url: UpstreamUrl,
+    /// Longest wait for the upstream's whole answer; past it the client gets `504`. Default 30s.
+    #[serde(default)]
+    timeout: Option<Dur>,
+    /// Longest wait for a new connection to the upstream (TCP and TLS); past it, `502`.
+    /// Default 5s.
+    #[serde(default)]
+    connect_timeout: Option<Dur>,
+    /// A PEM file of certificate authorities to trust for an `https://` upstream, besides the
+    /// public roots.
+    #[serde(default)]
+    ca: Option<PathBuf>,
+    /// Idle kept-alive connections the pool keeps to the upstream. Default 256.
+    #[serde(default)]
+    max_idle: Option<u32>,
+    /// Most connections open to the upstream at once, idle ones included (at least 1).
+    /// Default: a share of the files the process may open.
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    max_connections: Option<u32>,
+    /// Which upstream answers count as creating a resource, and where its id is.
+    #[serde(default)]
+    created_from: Option<CreatedFrom>,
+}
+
+impl JsonSchema for UpstreamConfig {
+    fn schema_name() -> Cow<'static, str> {
+        "UpstreamConfig".into()
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "Proxy mode: a request that no rule answers is forwarded to this real dependency and its answer relayed. A URL, or a map with `url` and options.",
+            "anyOf": [
+                generator.subschema_for::<UpstreamUrl>(),
+                generator.subschema_for::<UpstreamMap>()
+            ]
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for UpstreamConfig {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Full {
-            url: UpstreamUrl,
-            #[serde(default)]
-            timeout: Option<Dur>,
-            #[serde(default)]
-            connect_timeout: Option<Dur>,
-            #[serde(default)]
-            ca: Option<PathBuf>,
-            #[serde(default)]
-            max_idle: Option<u32>,
-            #[serde(default)]
-            max_connections: Option<u32>,
-            #[serde(default)]
-            created_from: Option<CreatedFrom>,
-        }
         struct V;
         impl<'de> Visitor<'de> for V {
             type Value = UpstreamConfig;
@@ -394,7 +462,7 @@ impl<'de> Deserialize<'de> for UpstreamConfig {
                     .map_err(E::custom)
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<UpstreamConfig, A::Error> {
-                let f = Full::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                let f = UpstreamMap::deserialize(de::value::MapAccessDeserializer::new(map))?;
                 let mut u = UpstreamConfig::new(f.url);
                 if let Some(t) = f.timeout {
                     u.timeout = t;
@@ -425,7 +493,7 @@ impl<'de> Deserialize<'de> for UpstreamConfig {
 }
 
 /// A schedule on its own, as `PUT /__harness/schedule` takes it.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleConfig {
     /// The new rules; they replace all the old ones.
@@ -434,7 +502,7 @@ pub struct ScheduleConfig {
 }
 
 /// Which idempotency implementation `POST /orders` uses.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum IdempotencyImpl {
     /// Correct: the key is claimed under a UNIQUE constraint before any work is done.
@@ -447,7 +515,7 @@ pub enum IdempotencyImpl {
 }
 
 /// Which implementation `POST /orders/{id}/pay` uses.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum PayImpl {
     /// `UPDATE … WHERE status = 'pending'`: the affected row count decides.
@@ -458,7 +526,7 @@ pub enum PayImpl {
 }
 
 /// Settings of the built-in orders resource.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OrdersConfig {
     /// Idempotency implementation.
@@ -533,7 +601,7 @@ fn default_lock_timeout() -> Dur {
 }
 
 /// Where the schedule's counters (`requests`, `hits`, `attempts`) are kept.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum StateMode {
     /// In this process: lock-free and free, but each replica counts for itself.
@@ -560,6 +628,21 @@ impl Database {
             Database::Postgres(u) => Some(u),
             Database::Sqlite(_) => None,
         }
+    }
+}
+
+impl JsonSchema for Database {
+    fn schema_name() -> Cow<'static, str> {
+        "Database".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "Where the orders live: an SQLite file path, or `postgres://user:password@host:port/dbname` (also `postgresql://`).",
+            "type": "string",
+            "minLength": 1,
+            "pattern": "^(postgres(ql)?://.+|(?!.*://).+)$"
+        })
     }
 }
 
@@ -674,7 +757,7 @@ fn redact_url(url: &str) -> String {
 }
 
 /// One rule of the schedule.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RuleConfig {
     /// Name reported in the journal and stats; `rule-N` (1-based position) when absent.
@@ -688,7 +771,7 @@ pub struct RuleConfig {
 }
 
 /// The conditions of a rule; all given conditions must hold.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MatchConfig {
     /// HTTP method(s), case-insensitive.
@@ -740,6 +823,20 @@ pub struct MatchConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GrpcMethodPattern(pub String);
 
+impl JsonSchema for GrpcMethodPattern {
+    fn schema_name() -> Cow<'static, str> {
+        "GrpcMethodPattern".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "A gRPC method, `pkg.Service/Method`, or a glob of one: `*` within the service or the method name, `**` across both.",
+            "type": "string",
+            "minLength": 1
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for GrpcMethodPattern {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
@@ -778,7 +875,7 @@ pub enum FaultConfig {
 }
 
 /// A gRPC status to answer a call with, Trailers-Only.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GrpcFault {
     /// The status code, by name (`UNAVAILABLE`) or number (`14`).
@@ -793,7 +890,7 @@ pub struct GrpcFault {
 }
 
 /// A committed call's failure: Response-Headers, part of a message, then this status.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GrpcAfterHeadersFault {
     /// The status code the call ends with, by name or number.
@@ -891,7 +988,7 @@ impl FaultConfig {
 }
 
 /// A canned response.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StatusFault {
     /// Status code, 100–599.
@@ -936,7 +1033,7 @@ pub struct DelayFault {
 }
 
 /// Which side of the processing a `delay` waits on.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DelayWhen {
     /// The request waits before it is processed: a client that gives up first changed nothing.
@@ -947,20 +1044,48 @@ pub enum DelayWhen {
     After,
 }
 
+/// `delay:` as a map: one of `fixed`, `uniform`, `lognormal`, and `when`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(extend("oneOf" = [
+    { "required": ["fixed"] },
+    { "required": ["uniform"] },
+    { "required": ["lognormal"] }
+]))]
+struct DelayMap {
+    /// Always this long.
+    #[serde(default)]
+    fixed: Option<Dur>,
+    /// Uniform between the two bounds: `[50ms, 150ms]`.
+    #[serde(default)]
+    uniform: Option<[Dur; 2]>,
+    /// Log-normal: `{ median: 100ms, sigma: 0.5 }`.
+    #[serde(default)]
+    lognormal: Option<Lognormal>,
+    /// `before` (default): wait, then process; `after`: process (or forward), then hold the
+    /// answer.
+    #[serde(default)]
+    when: DelayWhen,
+}
+
+impl JsonSchema for DelayFault {
+    fn schema_name() -> Cow<'static, str> {
+        "DelayFault".into()
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "Wait, then give the normal response: a duration (`200ms`), or a map with one of `fixed`, `uniform: [50ms, 150ms]`, `lognormal: { median: 100ms, sigma: 0.5 }` and optional `when: before | after`.",
+            "anyOf": [
+                generator.subschema_for::<Dur>(),
+                generator.subschema_for::<DelayMap>()
+            ]
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for DelayFault {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Full {
-            #[serde(default)]
-            fixed: Option<Dur>,
-            #[serde(default)]
-            uniform: Option<[Dur; 2]>,
-            #[serde(default)]
-            lognormal: Option<Lognormal>,
-            #[serde(default)]
-            when: DelayWhen,
-        }
         struct V;
         impl<'de> Visitor<'de> for V {
             type Value = DelayFault;
@@ -986,7 +1111,7 @@ impl<'de> Deserialize<'de> for DelayFault {
                 })
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<DelayFault, A::Error> {
-                let f = Full::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                let f = DelayMap::deserialize(de::value::MapAccessDeserializer::new(map))?;
                 let spec = match (f.fixed, f.uniform, f.lognormal) {
                     (Some(d), None, None) => DelaySpec::Fixed(d.0),
                     (None, Some([a, b]), None) => {
@@ -1008,10 +1133,13 @@ impl<'de> Deserialize<'de> for DelayFault {
 }
 
 /// `lognormal: { median, sigma }`.
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Lognormal {
+    /// The median delay.
     median: Dur,
+    /// The log's standard deviation, at least 0.
+    #[schemars(range(min = 0))]
     sigma: f64,
 }
 
@@ -1026,7 +1154,7 @@ impl Lognormal {
 }
 
 /// Options of a `hang`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HangFault {
     /// Close the connection after this long; the server-wide `hang_cap` when absent.
@@ -1038,7 +1166,7 @@ pub struct HangFault {
 }
 
 /// Options of a `reset`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResetFault {
     /// Process the request before resetting.
@@ -1053,7 +1181,7 @@ pub struct ResetFault {
 }
 
 /// An HTTP/2 error code (RFC 9113 §7), by its name in lower case.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum H2ErrorCode {
     /// NO_ERROR (0x0).
@@ -1094,7 +1222,7 @@ impl H2ErrorCode {
 }
 
 /// The kinds of broken response.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum MalformedKind {
     /// A status line that is not HTTP.
@@ -1127,7 +1255,7 @@ impl MalformedKind {
 }
 
 /// Options of a `malformed`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MalformedFault {
     /// Which breakage.
@@ -1145,6 +1273,21 @@ pub struct MalformedFault {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StatusCode(pub u16);
 
+impl JsonSchema for StatusCode {
+    fn schema_name() -> Cow<'static, str> {
+        "StatusCode".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "An HTTP status code, 100 to 599.",
+            "type": "integer",
+            "minimum": 100,
+            "maximum": 599
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for StatusCode {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let v = u64::deserialize(d)?;
@@ -1158,6 +1301,21 @@ impl<'de> Deserialize<'de> for StatusCode {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Probability(pub f64);
 
+impl JsonSchema for Probability {
+    fn schema_name() -> Cow<'static, str> {
+        "Probability".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "A probability, from 0 to 1.",
+            "type": "number",
+            "minimum": 0,
+            "maximum": 1
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for Probability {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let v = f64::deserialize(d)?;
@@ -1170,6 +1328,22 @@ impl<'de> Deserialize<'de> for Probability {
 /// A single value or a list of values.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OneOrMany<T>(pub Vec<T>);
+
+impl JsonSchema for OneOrMany<String> {
+    fn schema_name() -> Cow<'static, str> {
+        "OneOrManyStrings".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "A string or a list of strings.",
+            "anyOf": [
+                { "type": "string" },
+                { "type": "array", "items": { "type": "string" } }
+            ]
+        })
+    }
+}
 
 impl<'de> Deserialize<'de> for OneOrMany<String> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -1206,6 +1380,24 @@ fn check_request_path(s: &str) -> Result<(), String> {
             "path {s:?} holds {c:?}, which no request's path can hold, so it would never match; write it percent-encoded as requests carry it (%20 for a space)"
         )),
         None => Ok(()),
+    }
+}
+
+/// A request path as a matcher may name it: from `/`, no whitespace or control character (see
+/// [`check_request_path`]).
+const REQUEST_PATH_PATTERN: &str = r"^/[^\s\u0000-\u001f\u007f-\u009f]*$";
+
+impl JsonSchema for PathPattern {
+    fn schema_name() -> Cow<'static, str> {
+        "PathPattern".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "An exact path, or a glob: `/orders/*` (one segment), `/api/**` (any depth). Percent-encoded as requests carry it.",
+            "type": "string",
+            "pattern": REQUEST_PATH_PATTERN
+        })
     }
 }
 
@@ -1271,6 +1463,32 @@ pub fn parse_count_spec(s: &str) -> Result<CountSpec, String> {
     Ok(spec)
 }
 
+/// One count as text: `3`, `"1-5"`, `"10-"`, `"every 4"` (counts start at 1; the parser checks
+/// that a range does not end before it starts).
+const COUNT_PATTERN: &str = r"^\s*(every\s*[1-9][0-9]*|0*[1-9][0-9]*\s*(-\s*([0-9]+)?)?)\s*$";
+
+impl JsonSchema for Counts {
+    fn schema_name() -> Cow<'static, str> {
+        "Counts".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        let one = json_schema!({
+            "anyOf": [
+                { "type": "integer", "minimum": 1 },
+                { "type": "string", "pattern": COUNT_PATTERN }
+            ]
+        });
+        json_schema!({
+            "description": "1-based counts: `3`, `\"1-5\"`, `\"10-\"`, `\"every 4\"`, or a list of them.",
+            "anyOf": [
+                one.clone(),
+                { "type": "array", "items": one, "minItems": 1 }
+            ]
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for Counts {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
@@ -1300,6 +1518,82 @@ impl<'de> Deserialize<'de> for Counts {
             }
         }
         d.deserialize_any(V)
+    }
+}
+
+impl JsonSchema for FaultConfig {
+    fn schema_name() -> Cow<'static, str> {
+        "FaultConfig".into()
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        let status = json_schema!({
+            "description": "Answer with this status (and headers, body, Retry-After); the request is not processed. `503`, or `{ code: 503, retry_after: 1, headers: {…}, body: \"…\" }`.",
+            "anyOf": [
+                generator.subschema_for::<StatusCode>(),
+                generator.subschema_for::<StatusFault>()
+            ]
+        });
+        let mut hang = generator.subschema_for::<Option<HangFault>>();
+        hang.insert(
+            "description".into(),
+            "Send nothing and hold the connection until the client leaves or the cap passes."
+                .into(),
+        );
+        let mut reset = generator.subschema_for::<Option<ResetFault>>();
+        reset.insert(
+            "description".into(),
+            "Abort the connection with a TCP RST.".into(),
+        );
+        let mut malformed = generator.subschema_for::<Option<MalformedFault>>();
+        malformed.insert(
+            "description".into(),
+            "Send a broken response, then close.".into(),
+        );
+        let grpc = json_schema!({
+            "description": "Answer a gRPC call with this status, Trailers-Only (`grpc-retry-pushback-ms` with `pushback_ms`); the call is not processed. `UNAVAILABLE`, `14`, or `{ code: UNAVAILABLE, message: \"…\", pushback_ms: 200 }`.",
+            "anyOf": [
+                generator.subschema_for::<history::GrpcCode>(),
+                generator.subschema_for::<GrpcFault>()
+            ]
+        });
+        let grpc_after_headers = json_schema!({
+            "description": "Fail a gRPC call after its Response-Headers and part of a message (a committed call). `INTERNAL`, or `{ code: INTERNAL, message, pushback_ms, process: true }`.",
+            "anyOf": [
+                generator.subschema_for::<history::GrpcCode>(),
+                generator.subschema_for::<GrpcAfterHeadersFault>()
+            ]
+        });
+        json_schema!({
+            "description": "What happens to a matching request: `drop`, `reset`, `hang`, `malformed`, `goaway`, `forward`, or a map with one fault and its options.",
+            "anyOf": [
+                {
+                    "type": "string",
+                    "enum": ["drop", "reset", "hang", "malformed", "goaway", "forward"]
+                },
+                {
+                    "type": "object",
+                    "minProperties": 1,
+                    "maxProperties": 1,
+                    "additionalProperties": false,
+                    "properties": {
+                        "status": status,
+                        "delay": {
+                            "description": "Wait, then give the normal response (or, with `when: after`, process first and hold the answer).",
+                            "allOf": [generator.subschema_for::<DelayFault>()]
+                        },
+                        "hang": hang,
+                        "drop": { "description": "Process the request fully (an order really is created), then close with no response." },
+                        "reset": reset,
+                        "malformed": malformed,
+                        "goaway": { "description": "End the connection: GOAWAY over HTTP/2, a close over HTTP/1.1; the request is not processed." },
+                        "forward": { "description": "Forward the request to the upstream and relay its answer (proxy mode)." },
+                        "grpc": grpc,
+                        "grpc_after_headers": grpc_after_headers
+                    }
+                }
+            ]
+        })
     }
 }
 
@@ -1474,6 +1768,12 @@ impl<'de> Deserialize<'de> for DelaySpec {
 // Loading, with errors that name the file, line, column and field.
 
 impl Config {
+    /// The JSON Schema of a config file (`docs/schema/fault-server.schema.json`), from these
+    /// types and their doc comments.
+    pub fn schema() -> schemars::Schema {
+        yaml_config::json_schema::<Config>("fault-server config")
+    }
+
     /// Reads and validates a configuration file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         Self::load_with(path, |_| {})

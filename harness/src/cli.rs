@@ -466,6 +466,12 @@ impl CliError {
     }
 }
 
+/// The command line as the parser knows it — every subcommand and flag with its help — for the
+/// generated reference (`docs/src/reference/cli.md`).
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
 /// Entry point of the `harness` binary.
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {

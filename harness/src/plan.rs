@@ -13,7 +13,7 @@ use crate::http::Connect;
 use crate::template::RequestTemplate;
 
 /// How a burst's requests are made to arrive together.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum SyncMode {
     /// Every connection is open and every request serialized; then all are written at once.

@@ -7,7 +7,19 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 /// Why an attempt got no usable response.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorKind {
     /// The TCP connection could not be made.

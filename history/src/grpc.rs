@@ -185,6 +185,23 @@ impl Serialize for GrpcCode {
 }
 
 /// Read from a name (any case) or a number: a service config may give either (gRFC A6).
+impl schemars::JsonSchema for GrpcCode {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "GrpcCode".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let names: Vec<&str> = GrpcCode::ALL.iter().map(|c| c.as_str()).collect();
+        schemars::json_schema!({
+            "description": "A gRPC status code, by name (`UNAVAILABLE`) or number (`14`).",
+            "anyOf": [
+                { "type": "string", "enum": names },
+                { "type": "integer", "minimum": 0, "maximum": 16 }
+            ]
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for GrpcCode {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<GrpcCode, D::Error> {
         struct Visitor;

@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 /// The growth of the wait between attempts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum BackoffKind {
     /// Always `base`.

@@ -11,7 +11,9 @@ use rand::{rngs::StdRng, RngExt};
 use serde::{Deserialize, Serialize};
 
 /// How a backoff delay is randomized.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Jitter {
     /// No randomness: the signature of a thundering herd.

@@ -35,7 +35,7 @@ pub use budget::{Budget, BudgetSpec};
 pub use jitter::Jitter;
 
 /// How the Idempotency-Key (`{{key}}`) behaves across attempts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum KeyMode {
     /// One key per logical operation, reused by every attempt (correct).

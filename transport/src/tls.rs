@@ -29,7 +29,7 @@ use serde::Deserialize;
 use crate::AttemptError;
 
 /// TLS settings as a user gives them: flags, or `tls:` in a scenario.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TlsOptions {
     /// A PEM file of CA certificates to trust besides the public roots.

@@ -13,7 +13,9 @@
 //!   needs: libyaml reads a whole document into events before serde sees it, and a document of
 //!   100,000 nested brackets keeps it busy for seconds.
 //! - [`Dur`] and [`parse_duration`] read `"250ms"`, `"1.5s"`, `"2m"`, `"24h"` or a number of
-//!   seconds.
+//!   seconds; [`Size`] reads `65536` or `"64KiB"`. Their JSON Schemas ([`DURATION_PATTERN`],
+//!   [`SIZE_PATTERN`]) describe the same text, so an editor flags what the loader would refuse.
+//! - [`json_schema`] writes a config type's JSON Schema the way editors read it.
 
 #![warn(missing_docs)]
 
@@ -460,6 +462,57 @@ impl<'de> Deserialize<'de> for Dur {
             }
         }
         d.deserialize_any(V)
+    }
+}
+
+/// The JSON Schema of a config type, as an editor's YAML support reads it: draft-07 (the draft
+/// `yaml-language-server` and most editors know best), the fields' doc comments as descriptions,
+/// `title` on top. Both binaries' config files get theirs from here, so they read alike.
+pub fn json_schema<T: schemars::JsonSchema>(title: &str) -> schemars::Schema {
+    let mut schema = schemars::generate::SchemaSettings::draft07()
+        .into_generator()
+        .into_root_schema_for::<T>();
+    schema.insert("title".into(), title.into());
+    schema
+}
+
+/// The text a duration string may hold, as a regular expression: `0`, a number with a fraction
+/// and one of `us`, `ms`, `s`, `m`, `h`, or whole numbers each with a unit (`1h 30m`, `2days`).
+/// The loader's bound (at most 366 days) is not a pattern; the schema's description says it.
+pub const DURATION_PATTERN: &str = r"^\s*(0|\d*\.\d*\s*(us|µs|ms|s|m|h)|(\d+\s*(nanos|nsec|ns|usec|us|µs|millis|msec|ms|seconds|second|secs|sec|s|minutes|minute|mins|min|m|hours|hour|hrs|hr|h|days|day|d|weeks|week|wks|wk|w|months|month|M|years|year|yrs|yr|y)\s*)+)\s*$";
+
+/// The text a size string may hold, as a regular expression: a number and an optional unit.
+pub const SIZE_PATTERN: &str = r"^\s*(\d+\.?\d*|\.\d+)\s*(B|KiB|MiB|GiB|KB|kB|MB|GB)?\s*$";
+
+impl schemars::JsonSchema for Dur {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Duration".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A duration: \"250ms\", \"1.5s\", \"2m\", \"1h 30m\", \"24h\", or a number of seconds; at most 366 days.",
+            "anyOf": [
+                { "type": "string", "pattern": DURATION_PATTERN },
+                { "type": "number", "minimum": 0, "maximum": MAX_DURATION.as_secs() }
+            ]
+        })
+    }
+}
+
+impl schemars::JsonSchema for Size {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Size".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A size in bytes: a number, or \"64KiB\", \"10MiB\", \"1GiB\" (KB, MB, GB: powers of 1000).",
+            "anyOf": [
+                { "type": "string", "pattern": SIZE_PATTERN },
+                { "type": "integer", "minimum": 0 }
+            ]
+        })
     }
 }
 

@@ -307,9 +307,7 @@ impl Upstream {
     ) -> Result<UpstreamReply, UpstreamFailure> {
         if let Some(pool) = &self.h2 {
             let deadline = tokio::time::Instant::now() + self.timeout;
-            let a = pool
-                .forward(method, uri, headers, body, deadline)
-                .await?;
+            let a = pool.forward(method, uri, headers, body, deadline).await?;
             let mut headers = a.headers;
             headers.remove(header::CONTENT_LENGTH);
             let created = self.created(a.status, &headers, &a.body);

@@ -9,7 +9,7 @@ use super::{bounds, invalid, PhaseScope};
 use crate::plan::{PhaseKind, SyncMode};
 
 /// `burst`: N requests released together on connections opened beforehand, R rounds.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BurstFile {
     #[serde(default = "ten")]

@@ -9,7 +9,7 @@ use super::{bounds, invalid, PhaseScope};
 use crate::plan::PhaseKind;
 
 /// `clients`: closed model.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClientsFile {
     /// Clients.

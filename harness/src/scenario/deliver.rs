@@ -48,7 +48,7 @@ pub const MAX_EVENTS: u64 = 1_000_000;
 pub const DEFAULT_REDELIVER: &str = "1s,2s,4s";
 
 /// `deliver`: a webhook provider playing against the consumer at the target.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeliverFile {
     /// `standard-webhooks`, `stripe` or `github`.

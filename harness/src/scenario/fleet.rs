@@ -8,7 +8,7 @@ use super::{bounds, invalid, PhaseScope};
 use crate::plan::PhaseKind;
 
 /// `fleet`: N clients that start together, each running operations under the retry policy.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FleetFile {
     /// Clients.

@@ -31,7 +31,7 @@ use crate::tls::TlsOptions;
 use checks::ChecksConfig;
 
 /// A scenario as written.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScenarioFile {
     /// Name in reports; the file stem when absent.
@@ -45,6 +45,7 @@ pub struct ScenarioFile {
     pub seed: Option<u64>,
     /// Multiplies every duration; `--time-scale` overrides.
     #[serde(default)]
+    #[schemars(range(min = bounds::TIME_SCALE.0, max = bounds::TIME_SCALE.1))]
     pub time_scale: Option<f64>,
     /// An embedded fault server, configured inline (the fault server's config format).
     #[serde(default)]
@@ -80,7 +81,7 @@ pub struct ScenarioFile {
 }
 
 /// The protocol as written.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HttpFile {
     /// `1.1` (default) or `2`.
@@ -97,7 +98,7 @@ pub struct HttpFile {
 }
 
 /// Relay tiers as written, top first.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RelayFile {
     /// The tiers, top first.
@@ -105,7 +106,7 @@ pub struct RelayFile {
 }
 
 /// One relay tier as written.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TierFile {
     /// The tier's name.
@@ -116,7 +117,7 @@ pub struct TierFile {
 }
 
 /// Report settings.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReportFile {
     /// Width of a window in the requests-over-time chart (scenario time; scaled).
@@ -125,8 +126,15 @@ pub struct ReportFile {
 }
 
 /// A phase as written: a name, exactly one executor, a request, an optional policy override.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(extend("oneOf" = [
+    { "required": ["burst"] },
+    { "required": ["rate"] },
+    { "required": ["clients"] },
+    { "required": ["fleet"] },
+    { "required": ["deliver"] }
+]))]
 pub struct PhaseFile {
     /// Name in reports.
     pub name: String,
@@ -157,7 +165,7 @@ pub struct PhaseFile {
 }
 
 /// A request template as written.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RequestFile {
     #[serde(default)]
@@ -385,6 +393,12 @@ fn check_shardable(
         known_start &= crate::driver::phase_length(&p.kind).is_some();
     }
     Ok(())
+}
+
+/// The JSON Schema of a scenario file (`docs/schema/scenario.schema.json`), from [`ScenarioFile`]
+/// and its doc comments.
+pub fn schema() -> schemars::Schema {
+    yaml_config::json_schema::<ScenarioFile>("harness scenario")
 }
 
 /// Reads, validates and resolves a scenario file.

@@ -11,7 +11,7 @@ use history::ErrorKind;
 use retry_policy::{Backoff, BackoffKind, BreakerSpec, BudgetSpec, Jitter, KeyMode, Policy};
 
 /// A client retry policy as written; every field optional so a phase can override a few.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyFile {
     /// Attempts per operation, first included (1 = no retries).
@@ -57,7 +57,7 @@ pub struct PolicyFile {
 }
 
 /// Backoff as written.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BackoffFile {
     #[serde(default)]
@@ -74,7 +74,7 @@ pub struct BackoffFile {
 }
 
 /// Retry classification as written.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RetryOnFile {
     #[serde(default)]
@@ -86,7 +86,7 @@ pub struct RetryOnFile {
 }
 
 /// A retry budget as written: `{ ratio: 0.1, reserve: 10 }` or `{ capacity: 10, refill_per_s: 1 }`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BudgetFile {
     #[serde(default)]
@@ -104,7 +104,7 @@ pub struct BudgetFile {
 }
 
 /// A circuit breaker as written.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BreakerFile {
     #[serde(default = "half")]

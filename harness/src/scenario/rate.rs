@@ -7,7 +7,7 @@ use super::{bounds, invalid, PhaseScope};
 use crate::plan::PhaseKind;
 
 /// `rate`: open model, constant or in stages (linear ramps between stage targets).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RateFile {
     #[serde(default)]
@@ -25,7 +25,7 @@ pub struct RateFile {
 }
 
 /// One stage of a ramp: reach `rps` by the end of `duration`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StageFile {
     /// The rate reached at the stage's end.
