@@ -3,16 +3,15 @@
 //! The file is read line by line and each entry is handed to the checks and forgotten, so memory
 //! follows the number of open operations, not the size of the file.
 
-use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::Path;
 
 use history::Entry;
-use reports::model::{Report, Series, Timeline};
+use reports::model::Report;
 
-use crate::metrics::{latency_ms, Recorder};
+use crate::metrics::latency_ms;
 use crate::report::ReportBuilder;
-use crate::run::TimelineLabel;
+use crate::tally::JournalTally;
 use checks::operations::Step;
 use checks::{Attempt, CheckSet, ChecksConfig, ChecksRunner, ClosedOperation, OperationTracker};
 
@@ -78,14 +77,10 @@ pub fn analyze_with<R: std::io::Read + Send + 'static>(
     cfg: &ChecksConfig,
     driver: Option<(history::ClientFigures, u64)>,
 ) -> Result<Report, AnalyzeError> {
-    let mut tally = Tally::default();
+    // Counted in windows of 100 ms from the first request, charted in about 60 at the end.
+    let mut tally = JournalTally::new(std::time::Duration::from_millis(100), None);
     let judged = judge_stream(file, shown, cfg, |e| tally.observe(e))?;
-    let Tally {
-        rec,
-        first_us,
-        last_us,
-        bins,
-    } = tally;
+    let first_us = tally.first_recv_us();
     // The journal's first request is where the run began: evidence quotes times from there, as
     // the chart does.
     let facts = match driver {
@@ -100,11 +95,10 @@ pub fn analyze_with<R: std::io::Read + Send + 'static>(
         },
     };
     let checks = judged.finish(&facts);
-    let span_us = last_us.saturating_sub(first_us.unwrap_or(0));
-    let mut requests = rec.requests();
-    requests.errors = requests.sent - requests.completed;
+    let span_us = tally.span_us();
+    let requests = tally.requests().clone();
     let throughput = if span_us > 0 {
-        rec.completed() as f64 / (span_us as f64 / 1e6)
+        requests.completed as f64 / (span_us as f64 / 1e6)
     } else {
         0.0
     };
@@ -112,9 +106,9 @@ pub fn analyze_with<R: std::io::Read + Send + 'static>(
         .started_unix_ms(0)
         .duration(std::time::Duration::from_micros(span_us))
         .requests(requests)
-        .latency(latency_ms(&rec.latency), throughput)
+        .latency(latency_ms(tally.latency()), throughput)
         .checks(checks)
-        .timeline(Some(rebin(&bins, span_us)))
+        .timeline(Some(tally.timeline_within(60)))
         .build())
 }
 
@@ -290,70 +284,6 @@ fn read_batches(
         let _ = tx.send(batch);
     }
     Ok(())
-}
-
-/// The request totals, latency and timeline of a journal, counted entry by entry.
-struct Tally {
-    rec: Recorder,
-    first_us: Option<u64>,
-    last_us: u64,
-    /// Requests per 100 ms bin and label; re-binned to about 60 windows at the end.
-    bins: BTreeMap<(u64, TimelineLabel), u64>,
-}
-
-impl Default for Tally {
-    fn default() -> Self {
-        Tally {
-            rec: Recorder::new(false),
-            first_us: None,
-            last_us: 0,
-            bins: BTreeMap::new(),
-        }
-    }
-}
-
-impl Tally {
-    fn observe(&mut self, e: &Entry) {
-        let t0 = *self.first_us.get_or_insert(e.t_recv_us);
-        self.last_us = self.last_us.max(e.t_done_us);
-        *self
-            .bins
-            .entry((
-                e.t_recv_us.saturating_sub(t0) / 100_000,
-                TimelineLabel::of(e),
-            ))
-            .or_default() += 1;
-        let responded = e.answered();
-        let rec = &mut self.rec;
-        rec.result(e.status.filter(|_| responded), None);
-        if !responded {
-            rec.errors[history::ErrorKind::Other.index()] += 1;
-        }
-        if e.key_attempt.is_some_and(|a| a > 1) {
-            rec.retries += 1;
-        }
-        rec.latency(std::time::Duration::from_micros(
-            e.t_done_us.saturating_sub(e.t_recv_us),
-        ));
-    }
-}
-
-fn rebin(bins: &BTreeMap<(u64, TimelineLabel), u64>, span_us: u64) -> Timeline {
-    let per = (span_us / 100_000 / 60).max(1);
-    let len = (span_us / 100_000 / per + 1) as usize;
-    let mut series: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for ((bin, label), n) in bins {
-        let v = series.entry(label.name()).or_insert_with(|| vec![0; len]);
-        let i = ((bin / per) as usize).min(len - 1);
-        v[i] += n;
-    }
-    Timeline {
-        window_ms: per as f64 * 100.0,
-        series: series
-            .into_iter()
-            .map(|(label, counts)| Series { label, counts })
-            .collect(),
-    }
 }
 
 #[cfg(test)]

@@ -69,6 +69,7 @@ pub mod scenario;
 pub mod shard;
 pub mod simulate;
 pub mod stop;
+pub mod tally;
 pub mod template;
 pub mod verify;
 pub mod workload;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fault_server::{FaultServer, ServerOptions};
 use history::{ClientFigures, Entry, Facts};
-use reports::model::{Phase, Report, Series, Timeline};
+use reports::model::{Phase, Report, Timeline};
 
 use crate::driver::{self, Keys, PhaseCtx};
 use crate::http::Target;
@@ -16,6 +16,7 @@ use crate::metrics::{latency_ms, Recorder};
 use crate::plan::{PhaseKind, Plan};
 use crate::progress::Progress;
 use crate::report::ReportBuilder;
+use crate::tally::JournalTally;
 use tokio_util::sync::CancellationToken;
 
 /// The run could not be carried out (exit code 3).
@@ -626,7 +627,7 @@ impl Session {
         let timeline = if summary.is_empty() {
             self.total.summary.timeline(window)
         } else {
-            summary.timeline()
+            summary.tally.timeline()
         };
         let had_phases = !self.phases.is_empty();
         let delays = self.total.summary.retry_delays();
@@ -640,7 +641,7 @@ impl Session {
             .load_expected(!plan.phases.is_empty() && !plan.shard.is_split());
         if !summary.is_empty() && self.phases.is_empty() {
             // `exec` with no phases: the command was the load, and the server counted it.
-            report = report.requests(summary.requests.clone());
+            report = report.requests(summary.tally.requests().clone());
         }
         for n in notes {
             report = report.note(n);
@@ -765,74 +766,36 @@ async fn read_union(
     judged
 }
 
-/// What the report and the verify step take from the journal, gathered entry by entry: request
-/// counts, the requests-over-time chart, and the first [`VERIFY_MAX_KEYS`] keys.
+/// What the report and the verify step take from the journal, gathered entry by entry: the
+/// tally (request counts, the requests-over-time chart) and the first [`VERIFY_MAX_KEYS`] keys.
 struct JournalSummary {
-    entries: u64,
-    requests: reports::model::Requests,
+    tally: JournalTally,
     keys: Vec<String>,
     seen_keys: std::collections::HashSet<String>,
-    window: Duration,
-    origin_us: u64,
-    t0_us: Option<u64>,
-    bins: BTreeMap<TimelineLabel, Vec<u64>>,
 }
 
 impl JournalSummary {
+    /// Windows of `window` counted from the run's start, `origin_us` in journal time, or from
+    /// the first request if one came earlier.
     fn new(window: Duration, origin_us: u64) -> JournalSummary {
         JournalSummary {
-            entries: 0,
-            requests: reports::model::Requests::default(),
+            tally: JournalTally::new(window, Some(origin_us)),
             keys: Vec::new(),
             seen_keys: std::collections::HashSet::new(),
-            window,
-            origin_us,
-            t0_us: None,
-            bins: BTreeMap::new(),
         }
     }
 
     fn is_empty(&self) -> bool {
-        self.entries == 0
+        self.tally.entries() == 0
     }
 
     fn observe(&mut self, e: &Entry) {
-        self.entries += 1;
-        count_request(&mut self.requests, e);
+        self.tally.observe(e);
         if let Some(k) = &e.idempotency_key {
             if self.keys.len() < VERIFY_MAX_KEYS && !self.seen_keys.contains(k) {
                 self.seen_keys.insert(k.clone());
                 self.keys.push(k.clone());
             }
-        }
-        // Windows count from the run's start, or from the first request if one came earlier
-        // (entries arrive in `seq` order, which is the order they were received in).
-        let t0 = *self.t0_us.get_or_insert(self.origin_us.min(e.t_recv_us));
-        let w = (self.window.as_micros() as u64).max(1);
-        let bin = (e.t_recv_us.saturating_sub(t0) / w) as usize;
-        let counts = self.bins.entry(TimelineLabel::of(e)).or_default();
-        if counts.len() <= bin {
-            counts.resize(bin + 1, 0);
-        }
-        counts[bin] += 1;
-    }
-
-    /// Requests per window by status, or outcome when no status was sent: as
-    /// [`timeline_from_journal`] counts them.
-    fn timeline(&self) -> Timeline {
-        let len = self.bins.values().map(Vec::len).max().unwrap_or(0);
-        let mut by_name: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-        for (label, counts) in &self.bins {
-            let mut counts = counts.clone();
-            counts.resize(len, 0);
-            by_name.insert(label.name(), counts);
-        }
-        Timeline {
-            window_ms: self.window.as_secs_f64() * 1000.0,
-            series: by_name
-                .into_iter()
-                .map(|(label, counts)| Series { label, counts })
-                .collect(),
         }
     }
 }
@@ -911,28 +874,12 @@ async fn wait_until(at: Instant, stop: &CancellationToken) {
     .await;
 }
 
-/// Request counts as the server saw them (for `exec` and `analyze`, where the harness sent nothing).
+/// Request counts as the server saw them (for `exec` and `analyze`, where the harness sent
+/// nothing), as [`JournalTally`] counts them.
 pub fn requests_from_journal(journal: &[Entry]) -> reports::model::Requests {
-    let mut r = reports::model::Requests::default();
-    for e in journal {
-        count_request(&mut r, e);
-    }
-    r
-}
-
-/// Counts one journal entry into request totals.
-fn count_request(r: &mut reports::model::Requests, e: &Entry) {
-    r.sent += 1;
-    match e.status {
-        Some(s) if e.answered() => {
-            r.completed += 1;
-            *r.by_status.entry(s.to_string()).or_default() += 1;
-        }
-        _ => r.errors += 1,
-    }
-    if e.key_attempt.is_some_and(|a| a > 1) {
-        r.retries += 1;
-    }
+    let mut tally = JournalTally::new(Duration::from_secs(1), None);
+    journal.iter().for_each(|e| tally.observe(e));
+    tally.requests().clone()
 }
 
 /// Spread of the moments each burst round's first `size` requests had arrived at the server
@@ -965,32 +912,6 @@ pub fn release_skews<E: std::borrow::Borrow<Entry>>(
         .collect()
 }
 
-/// How a request ended, as the timeline labels it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum TimelineLabel {
-    Status(u16),
-    Malformed,
-    Outcome(&'static str),
-}
-
-impl TimelineLabel {
-    pub(crate) fn of(e: &Entry) -> TimelineLabel {
-        match (e.outcome, e.status) {
-            (_, Some(s)) if e.answered() => TimelineLabel::Status(s),
-            (history::Outcome::Responded, None) => TimelineLabel::Malformed,
-            (o, _) => TimelineLabel::Outcome(o.as_str()),
-        }
-    }
-
-    pub(crate) fn name(self) -> String {
-        match self {
-            TimelineLabel::Status(s) => s.to_string(),
-            TimelineLabel::Malformed => "malformed".to_string(),
-            TimelineLabel::Outcome(o) => o.to_string(),
-        }
-    }
-}
-
 /// About 60 windows over the run, at least 1 ms.
 pub fn auto_window(d: Duration) -> Duration {
     (d / 60).max(Duration::from_millis(1))
@@ -999,22 +920,19 @@ pub fn auto_window(d: Duration) -> Duration {
 /// Requests per window by status (or outcome when no status was sent), from the server's view;
 /// windows count from `origin_us` (journal time), the run's start.
 pub fn timeline_from_journal(journal: &[Entry], window: Duration, origin_us: u64) -> Timeline {
-    let t0 = origin_us.min(
-        journal
-            .iter()
-            .map(|e| e.t_recv_us)
-            .min()
-            .unwrap_or(origin_us),
-    );
-    let w = (window.as_micros() as u64).max(1);
-    build_timeline(
-        journal
-            .iter()
-            .map(|e| ((e.t_recv_us - t0) / w, TimelineLabel::of(e).name())),
+    // From the earliest request whatever its place in the journal, not only the first's.
+    let earliest = journal.iter().map(|e| e.t_recv_us).min();
+    let mut tally = JournalTally::new(
         window,
-    )
+        Some(earliest.map_or(origin_us, |t| t.min(origin_us))),
+    );
+    journal.iter().for_each(|e| tally.observe(e));
+    tally.timeline()
 }
 
+/// Requests per window by label, from `(window, label)` points: the chart counted the plain way,
+/// which the tests hold the client's streamed chart against.
+#[cfg(test)]
 pub(crate) fn build_timeline(
     points: impl Iterator<Item = (u64, String)>,
     window: Duration,
@@ -1034,7 +952,7 @@ pub(crate) fn build_timeline(
         .into_iter()
         .map(|(label, mut counts)| {
             counts.resize(len, 0);
-            Series { label, counts }
+            reports::model::Series { label, counts }
         })
         .collect();
     Timeline {
@@ -1116,9 +1034,83 @@ mod tests {
         let window = Duration::from_millis(100);
         let mut s = JournalSummary::new(window, 50_000);
         j.iter().for_each(|e| s.observe(e));
-        assert_eq!(s.timeline(), timeline_from_journal(&j, window, 50_000));
-        assert_eq!(s.requests, requests_from_journal(&j));
+        assert_eq!(
+            s.tally.timeline(),
+            timeline_from_journal(&j, window, 50_000)
+        );
+        assert_eq!(s.tally.requests(), &requests_from_journal(&j));
         assert_eq!(s.keys.len(), 40);
+    }
+
+    /// The four readers of a journal — a run streaming its server's, `harness analyze` a file,
+    /// the whole journal in memory, the probe its own exchanges — count one journal alike.
+    #[tokio::test]
+    async fn the_run_analyze_the_whole_journal_and_the_probe_count_a_journal_alike() {
+        use std::io::Write;
+
+        use bytes::Bytes;
+        use http::{HeaderMap, Method, StatusCode};
+
+        use crate::http::{AttemptError, Reply};
+
+        let mut rec = crate::probe::Recording::new(&Method::POST, "/orders", &[]);
+        let start = rec.started;
+        let reply = |status, body: String| Reply {
+            status,
+            headers: HeaderMap::new(),
+            body: Bytes::from(body),
+            trailers: None,
+        };
+        for i in 0..120u64 {
+            let sent = start + Duration::from_millis(i * 7);
+            let result = match i % 4 {
+                0 => Err(AttemptError {
+                    kind: history::ErrorKind::Reset,
+                    message: "connection reset".to_string(),
+                }),
+                1 => Ok(reply(StatusCode::CONFLICT, String::new())),
+                _ => Ok(reply(StatusCode::CREATED, format!("{{\"id\":\"o{i}\"}}"))),
+            };
+            let key = format!("k{}", i % 10);
+            let body = Bytes::from_static(b"{}");
+            rec.exchange(
+                Some(&key),
+                &body,
+                sent,
+                sent + Duration::from_millis(2),
+                &result,
+            );
+        }
+        let journal = rec.entries.clone();
+        let mut file = tempfile::NamedTempFile::new().expect("a temporary file");
+        for e in &journal {
+            writeln!(file, "{}", serde_json::to_string(e).expect("an entry")).expect("written");
+        }
+        let cfg = checks::ChecksConfig::default();
+        let window = Duration::from_millis(100);
+
+        let whole = requests_from_journal(&journal);
+        assert_eq!((whole.sent, whole.completed, whole.errors), (120, 90, 30));
+        assert_eq!(whole.by_status["201"], 60);
+        assert_eq!(whole.by_status["409"], 30);
+        let (_, run) = read_file(file.path().to_path_buf(), &cfg, window, 0)
+            .await
+            .expect("the run reads the journal");
+        assert_eq!(run.tally.requests(), &whole);
+        let analyzed = crate::analyze::analyze_file(file.path(), &cfg).expect("a journal");
+        assert_eq!(analyzed.requests, whole);
+        assert_eq!(rec.requests(), whole);
+
+        let chart = timeline_from_journal(&journal, window, 0);
+        assert_eq!(chart.counts("reset").iter().sum::<u64>(), 30);
+        assert_eq!(
+            chart.counts("201").len(),
+            9,
+            "the last request arrived at 833 ms"
+        );
+        assert_eq!(run.tally.timeline(), chart);
+        // `analyze` charts from the first request, here at 0 ms, in windows of 100 ms.
+        assert_eq!(analyzed.timeline, Some(chart));
     }
 
     #[test]

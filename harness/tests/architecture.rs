@@ -472,6 +472,12 @@ fn fault_server_module(path: &Path) -> Option<String> {
 /// The modules `code` names through `crate::`: `use crate::x::…`, `crate::x::y` in an
 /// expression, and each first segment of `use crate::{x, y::z}`.
 fn crate_paths(code: &str) -> BTreeSet<String> {
+    paths_after(code, "crate::")
+}
+
+/// The first segment of every path in `code` that starts with `prefix` (`crate::`, `super::`,
+/// `crate::orders::`): `prefix x::…` gives `x`, and `prefix {x, y::z}` gives `x` and `y`.
+fn paths_after(code: &str, prefix: &str) -> BTreeSet<String> {
     let ident = |s: &str| {
         s.trim_start()
             .chars()
@@ -479,11 +485,11 @@ fn crate_paths(code: &str) -> BTreeSet<String> {
             .collect::<String>()
     };
     let mut out = BTreeSet::new();
-    for (i, _) in code.match_indices("crate::") {
+    for (i, _) in code.match_indices(prefix) {
         if code[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == ':') {
             continue;
         }
-        let rest = &code[i + "crate::".len()..];
+        let rest = &code[i + prefix.len()..];
         if let Some(group) = rest.strip_prefix('{') {
             let mut depth = 0usize;
             let mut part = String::new();
@@ -567,4 +573,132 @@ fn the_fault_server_modules_have_no_cycle() {
             cycle.join(" → ")
         );
     }
+}
+
+/// The files of each fault-server directory module (`src/orders/`, `src/grpc/`, …) and which of
+/// its siblings each names: through `super::x`, `crate::dir::x`, or a name the directory's
+/// `mod.rs` re-exports from `x` (`use super::Orders` names `store` when `mod.rs` says
+/// `pub use store::Orders`). `mod.rs` itself is the directory's face, not one of its rooms: a
+/// parent declaring its children is no arrow between them.
+fn fault_server_nested_graphs() -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
+    let mut dirs: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+    for path in rust_files("fault-server/src") {
+        let rel = relative(&path);
+        let inside = rel.strip_prefix("fault-server/src/").unwrap_or(&rel);
+        if let Some((dir, _)) = inside.split_once('/') {
+            dirs.entry(dir.to_string()).or_default().push(path);
+        }
+    }
+    let stem = |p: &Path| {
+        p.file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let mut out = BTreeMap::new();
+    for (dir, files) in dirs {
+        let children: BTreeSet<String> = files
+            .iter()
+            .map(|p| stem(p))
+            .filter(|s| s != "mod")
+            .collect();
+        // What `mod.rs` re-exports, by name: `pub use store::{Orders, ResourceReply};`.
+        let mut reexported: BTreeMap<String, String> = BTreeMap::new();
+        if let Some(face) = files.iter().find(|p| stem(p) == "mod") {
+            for line in code_lines(face) {
+                let Some((_, path)) = line.split_once("use ") else {
+                    continue;
+                };
+                let Some((from, names)) = path.trim().trim_end_matches(';').split_once("::") else {
+                    continue;
+                };
+                if !children.contains(from) {
+                    continue;
+                }
+                let names = names.trim_start_matches('{').trim_end_matches('}');
+                for name in names.split(',') {
+                    let name = name.trim().rsplit("::").next().unwrap_or_default();
+                    let name = name.split(" as ").last().unwrap_or_default().trim();
+                    if !name.is_empty() {
+                        reexported.insert(name.to_string(), from.to_string());
+                    }
+                }
+            }
+        }
+        let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for path in files.iter().filter(|p| stem(p) != "mod") {
+            let module = stem(path);
+            let code = code_lines(path).join("\n");
+            let mut named = paths_after(&code, "super::");
+            named.extend(paths_after(&code, &format!("crate::{dir}::")));
+            let edges = graph.entry(module.clone()).or_default();
+            for name in named {
+                let sibling = if children.contains(&name) {
+                    Some(name)
+                } else {
+                    reexported.get(&name).cloned()
+                };
+                edges.extend(sibling.filter(|s| *s != module));
+            }
+        }
+        out.insert(dir, graph);
+    }
+    out
+}
+
+/// Protects "no module cycle" one level down (ARCHITECTURE.md): inside each directory module the
+/// files do not import each other in a cycle either — the orders store once named its backends
+/// while they named it for their rows and errors, and the crate-level graph above could not see
+/// it, since both ends were `orders`.
+#[test]
+fn the_fault_server_nested_modules_have_no_cycle() {
+    let graphs = fault_server_nested_graphs();
+    assert!(
+        graphs
+            .get("orders")
+            .is_some_and(|g| g.get("routes").is_some_and(|e| e.contains("store"))),
+        "the nested module graph was not read (routes names Orders through mod.rs): {graphs:?}"
+    );
+    for (dir, graph) in &graphs {
+        if let Some(cycle) = find_cycle(graph) {
+            panic!(
+                "fault-server/src/{dir}/: its files import each other in a cycle: {}; move what \
+                 both need into a module of its own below them",
+                cycle
+                    .iter()
+                    .map(|m| format!("{dir}::{m}"))
+                    .collect::<Vec<_>>()
+                    .join(" → ")
+            );
+        }
+    }
+}
+
+/// Protects the orders store's arrow (ARCHITECTURE.md): the store picks a backend and calls it;
+/// the backends speak only the types of `orders/backend.rs` and never name the store, so a
+/// backend can be read and changed without the store's replies in mind.
+#[test]
+fn the_orders_backends_do_not_know_the_store() {
+    let graphs = fault_server_nested_graphs();
+    let orders = graphs
+        .get("orders")
+        .expect("fault-server/src/orders/ was read");
+    for backend in ["sqlite", "postgres"] {
+        let edges = orders
+            .get(backend)
+            .unwrap_or_else(|| panic!("orders/{backend}.rs was not read: {orders:?}"));
+        assert!(
+            edges.contains("backend"),
+            "orders/{backend}.rs should speak the types of orders/backend.rs: {edges:?}"
+        );
+        assert!(
+            !edges.contains("store"),
+            "orders/{backend}.rs names the store ({edges:?}): what a backend needs of it \
+             belongs in orders/backend.rs"
+        );
+    }
+    assert!(
+        orders["store"].contains("sqlite") && orders["store"].contains("postgres"),
+        "the store picks its backend: {:?}",
+        orders["store"]
+    );
 }

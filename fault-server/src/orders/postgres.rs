@@ -23,7 +23,7 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::NoTls;
 
-use super::store::{now_ms, Claim, KeyRow, StoreError};
+use super::backend::{now_ms, Claim, KeyRow, StoreError};
 use crate::config::PostgresUrl;
 
 /// Key of the advisory lock held while the schema is created ("fault-sv").

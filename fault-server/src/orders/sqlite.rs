@@ -7,7 +7,7 @@ use std::time::Duration;
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{params, ErrorCode, OptionalExtension};
 
-use super::store::{now_ms, Claim, KeyRow, StoreError};
+use super::backend::{now_ms, Claim, KeyRow, StoreError};
 
 type Pool = r2d2::Pool<SqliteConnectionManager>;
 

@@ -13,11 +13,11 @@
 //! with `Retry-After`; the same key with a different body gets `422`; a missing key gets `400`.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use serde_json::json;
 
+use super::backend::{Claim, StoreError};
 use super::postgres::{PgStore, SharedCounters};
 use super::sqlite::SqliteStore;
 use crate::config::{Database, IdempotencyImpl, OrdersConfig, PayImpl};
@@ -99,88 +99,6 @@ impl ResourceReply {
     }
 }
 
-/// The store could not be opened or failed.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// The temporary SQLite file could not be made.
-    #[error("cannot create a temporary database: {0}")]
-    Temp(std::io::Error),
-    /// The SQLite file could not be opened.
-    #[error("cannot open database {path}: {source}")]
-    Open {
-        /// The file.
-        path: String,
-        /// Why.
-        source: r2d2::Error,
-    },
-    /// An SQLite statement failed.
-    #[error("database error: {0}")]
-    Sql(#[from] rusqlite::Error),
-    /// No SQLite connection could be had from the pool.
-    #[error("database pool: {0}")]
-    Pool(#[from] r2d2::Error),
-    /// The blocking task that ran a statement failed.
-    #[error("database task failed: {0}")]
-    Task(String),
-    /// The PostgreSQL URL could not be read.
-    #[error("invalid PostgreSQL URL {url}: {source}")]
-    PostgresUrl {
-        /// The URL, without its password.
-        url: String,
-        /// Why.
-        source: tokio_postgres::Error,
-    },
-    /// The PostgreSQL server could not be reached.
-    #[error("cannot connect to the orders database {url}: {source}")]
-    Connect {
-        /// The URL, without its password.
-        url: String,
-        /// Why.
-        source: deadpool_postgres::PoolError,
-    },
-    /// The orders' tables could not be created.
-    #[error("cannot create the orders schema in {url}: {source}")]
-    Schema {
-        /// The URL, without its password.
-        url: String,
-        /// Why.
-        source: tokio_postgres::Error,
-    },
-    /// A PostgreSQL statement failed.
-    #[error("database error: {0}")]
-    Postgres(#[from] tokio_postgres::Error),
-    /// No PostgreSQL connection could be had from the pool.
-    #[error("database pool: {0}")]
-    PostgresPool(#[from] deadpool_postgres::PoolError),
-    /// The PostgreSQL pool could not be built.
-    #[error("database pool: {0}")]
-    PoolBuild(String),
-}
-
-impl StoreError {
-    /// Whether the database did not answer in time or could not be reached — a pool wait, a
-    /// statement or a lock that timed out, a connection refused or lost — rather than refusing
-    /// the statement itself. Such a request had no effect (a timed-out statement is rolled back).
-    pub fn is_unavailable(&self) -> bool {
-        use tokio_postgres::error::SqlState;
-        match self {
-            StoreError::PostgresPool(_) | StoreError::Pool(_) => true,
-            StoreError::Postgres(e) => {
-                e.is_closed()
-                    || e.code().is_some_and(|c| {
-                        *c == SqlState::QUERY_CANCELED
-                            || *c == SqlState::LOCK_NOT_AVAILABLE
-                            || *c == SqlState::ADMIN_SHUTDOWN
-                            || *c == SqlState::CANNOT_CONNECT_NOW
-                    })
-                    || std::error::Error::source(e)
-                        .is_some_and(|s| s.downcast_ref::<std::io::Error>().is_some())
-            }
-            _ => false,
-        }
-    }
-}
-
 /// The orders store and its selected implementations.
 #[derive(Clone)]
 pub struct Orders {
@@ -209,30 +127,9 @@ macro_rules! on_backend {
     };
 }
 
-pub(super) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
 fn new_order_id() -> String {
     let u = uuid::Uuid::new_v4().simple().to_string();
     format!("ord_{}", &u[..20])
-}
-
-/// What the key table says about a key, read after a failed claim.
-pub(super) struct KeyRow {
-    pub(super) request_hash: String,
-    pub(super) state: String,
-    pub(super) response_status: Option<u16>,
-    pub(super) response_body: Option<String>,
-    pub(super) order_id: Option<String>,
-    pub(super) expires_at_ms: i64,
-}
-
-pub(super) enum Claim {
-    Claimed,
-    Existing(KeyRow),
 }
 
 impl Orders {

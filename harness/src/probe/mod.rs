@@ -511,6 +511,7 @@ impl ProbePlan {
             ..Facts::default()
         };
         let checks = checks::judge(&checks_cfg, &rec.entries, &facts);
+        let requests = rec.requests();
         ProbeOutcome {
             interrupted,
             target: self.url.clone(),
@@ -518,8 +519,8 @@ impl ProbePlan {
             release_skew_us_max: rounds.iter().map(|r| r.release_skew_us).max().unwrap_or(0),
             rounds,
             store,
-            requests_sent: rec.entries.len() as u64,
-            by_status: rec.by_status,
+            requests_sent: requests.sent,
+            by_status: requests.by_status,
             errors_by_kind: rec.errors_by_kind,
             latency_ms: rec.latency_ms,
             duration_ms: u64::try_from(rec.started.elapsed().as_millis()).unwrap_or(u64::MAX),

@@ -23,7 +23,8 @@ const RESPONSE_HEADERS: [&str; 4] = [
     "content-type",
 ];
 
-/// The exchanges so far, and their counts.
+/// The exchanges so far, and what the entries do not say of them (the client's error kinds,
+/// the answers' latency); the requests are counted from the entries, as any journal's are.
 pub(crate) struct Recording {
     pub(crate) started: Instant,
     started_unix_ms: u64,
@@ -32,7 +33,6 @@ pub(crate) struct Recording {
     /// Headers sent with every request, as the journal captures them.
     headers: BTreeMap<String, String>,
     pub(crate) entries: Vec<Entry>,
-    pub(crate) by_status: BTreeMap<String, u64>,
     pub(crate) errors_by_kind: BTreeMap<String, u64>,
     pub(crate) latency_ms: Vec<f64>,
     /// Sending tasks that died (a panic): the probe is then an error, not a verdict.
@@ -94,12 +94,18 @@ impl Recording {
                 .filter_map(|(n, v)| Some((n.as_str().to_string(), v.to_str().ok()?.to_string())))
                 .collect(),
             entries: Vec::new(),
-            by_status: BTreeMap::new(),
             errors_by_kind: BTreeMap::new(),
             latency_ms: Vec::new(),
             task_failures: Vec::new(),
             answers: None,
         }
+    }
+
+    /// The requests so far, counted from their entries as any journal's are.
+    pub(crate) fn requests(&self) -> reports::model::Requests {
+        let mut tally = crate::tally::JournalTally::new(std::time::Duration::from_secs(1), None);
+        self.entries.iter().for_each(|e| tally.observe(e));
+        tally.requests().clone()
     }
 
     /// From now on, keeps each exchange's answer beside its entry.
@@ -140,7 +146,6 @@ impl Recording {
         match result {
             Ok(reply) => {
                 let status = reply.status.as_u16();
-                *self.by_status.entry(status.to_string()).or_insert(0) += 1;
                 self.latency_ms.push((ended - sent).as_secs_f64() * 1000.0);
                 e.status = Some(status);
                 e.outcome = Outcome::Responded;

@@ -1,0 +1,258 @@
+//! What a report shows of a journal, counted entry by entry: the request totals, the
+//! requests-over-time chart, the server-side latency and the span the journal covers.
+//!
+//! Why one tally: a run judges its embedded server's journal, `harness analyze` a journal file,
+//! and `harness idempotency` the exchanges it recorded as entries — three readers of the same
+//! kind of history, which must count a request the same way: answered with a status, or an error;
+//! a retry when its key's attempt is past the first; charted by status, or by how it ended when
+//! no status was sent ([`TimelineLabel`]). Counted here once, entry by entry, so a journal read
+//! as a stream never has to be held whole.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use history::{Entry, Outcome};
+use reports::model::{Requests, Series, Timeline};
+
+/// How a request ended, as the timeline labels it: its status when it was answered, else how it
+/// ended (`malformed` for a response that came without a status).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum TimelineLabel {
+    Status(u16),
+    Malformed,
+    Outcome(&'static str),
+}
+
+impl TimelineLabel {
+    pub(crate) fn of(e: &Entry) -> TimelineLabel {
+        match (e.outcome, e.status) {
+            (_, Some(s)) if e.answered() => TimelineLabel::Status(s),
+            (Outcome::Responded, None) => TimelineLabel::Malformed,
+            (o, _) => TimelineLabel::Outcome(o.as_str()),
+        }
+    }
+
+    pub(crate) fn name(self) -> String {
+        match self {
+            TimelineLabel::Status(s) => s.to_string(),
+            TimelineLabel::Malformed => "malformed".to_string(),
+            TimelineLabel::Outcome(o) => o.to_string(),
+        }
+    }
+}
+
+/// A journal's counts, gathered one entry at a time in `seq` order.
+///
+/// Windows of the chart count from the origin given, or from the first request when it came
+/// earlier (or when no origin is given); the chart keeps one count per window and label that
+/// saw a request, so its memory follows the requests, never the time a journal claims to span.
+#[derive(Debug, Clone)]
+pub struct JournalTally {
+    requests: Requests,
+    /// Receive to done, per request, µs.
+    latency: Histogram<u64>,
+    window_us: u64,
+    origin_us: Option<u64>,
+    t0_us: Option<u64>,
+    first_recv_us: Option<u64>,
+    last_done_us: u64,
+    bins: BTreeMap<(u64, TimelineLabel), u64>,
+}
+
+impl JournalTally {
+    /// An empty tally charting windows of `window` from `origin_us` (journal µs; `None`: from
+    /// the first request).
+    pub fn new(window: Duration, origin_us: Option<u64>) -> JournalTally {
+        JournalTally {
+            requests: Requests::default(),
+            latency: crate::metrics::histogram(),
+            window_us: (window.as_micros() as u64).max(1),
+            origin_us,
+            t0_us: None,
+            first_recv_us: None,
+            last_done_us: 0,
+            bins: BTreeMap::new(),
+        }
+    }
+
+    /// Counts one entry.
+    pub fn observe(&mut self, e: &Entry) {
+        let r = &mut self.requests;
+        r.sent += 1;
+        match e.status {
+            Some(s) if e.answered() => {
+                r.completed += 1;
+                *r.by_status.entry(s.to_string()).or_default() += 1;
+            }
+            _ => r.errors += 1,
+        }
+        if e.key_attempt.is_some_and(|a| a > 1) {
+            r.retries += 1;
+        }
+        // As the client's recorder does: the histogram's lowest value is 1 µs.
+        self.latency
+            .saturating_record(e.t_done_us.saturating_sub(e.t_recv_us).max(1));
+        self.first_recv_us.get_or_insert(e.t_recv_us);
+        self.last_done_us = self.last_done_us.max(e.t_done_us);
+        let t0 = *self.t0_us.get_or_insert(
+            self.origin_us
+                .map_or(e.t_recv_us, |origin| origin.min(e.t_recv_us)),
+        );
+        let bin = e.t_recv_us.saturating_sub(t0) / self.window_us;
+        *self.bins.entry((bin, TimelineLabel::of(e))).or_default() += 1;
+    }
+
+    /// Entries counted.
+    pub fn entries(&self) -> u64 {
+        self.requests.sent
+    }
+
+    /// The request totals: sent, answered (by status), errors, retries.
+    pub fn requests(&self) -> &Requests {
+        &self.requests
+    }
+
+    /// Receive-to-done latency per request, µs.
+    pub fn latency(&self) -> &Histogram<u64> {
+        &self.latency
+    }
+
+    /// When the first request arrived (journal µs), if one did.
+    pub fn first_recv_us(&self) -> Option<u64> {
+        self.first_recv_us
+    }
+
+    /// From the first request's arrival to the last one's end, µs (0 for no request).
+    pub fn span_us(&self) -> u64 {
+        self.first_recv_us
+            .map_or(0, |first| self.last_done_us.saturating_sub(first))
+    }
+
+    /// Requests per window, by label, up to the window of the last request that arrived.
+    pub fn timeline(&self) -> Timeline {
+        let len = self.bins.keys().map(|(bin, _)| bin + 1).max().unwrap_or(0);
+        self.grouped(1, len)
+    }
+
+    /// The chart in about `windows` windows or fewer, each a whole number of the tally's, over
+    /// the time from the start of the first window to the end of the last request.
+    pub fn timeline_within(&self, windows: u64) -> Timeline {
+        let span = self
+            .t0_us
+            .map_or(0, |t0| self.last_done_us.saturating_sub(t0))
+            / self.window_us;
+        let per = (span / windows.max(1)).max(1);
+        self.grouped(per, span / per + 1)
+    }
+
+    /// The chart with `per` of the tally's windows in each and `len` windows (a later request
+    /// counts in the last).
+    fn grouped(&self, per: u64, len: u64) -> Timeline {
+        let len = len as usize;
+        let mut series: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        for ((bin, label), n) in &self.bins {
+            let counts = series.entry(label.name()).or_insert_with(|| vec![0; len]);
+            counts[((bin / per) as usize).min(len.saturating_sub(1))] += n;
+        }
+        Timeline {
+            window_ms: (self.window_us * per) as f64 / 1000.0,
+            series: series
+                .into_iter()
+                .map(|(label, counts)| Series { label, counts })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use history::sample::entry;
+
+    /// A journal with each way a request can end, retries, and a gap in time.
+    fn journal() -> Vec<Entry> {
+        (0..300u64)
+            .map(|i| {
+                let t = 40.0 + i as f64 * 3.0 + if i > 200 { 500.0 } else { 0.0 };
+                let e = entry(i + 1, t).key(&format!("k{}", i % 30));
+                match i % 6 {
+                    0 => e.status(503).build(),
+                    1 => e.no_response(Outcome::Dropped).build(),
+                    2 => e.no_response(Outcome::Reset).build(),
+                    3 => Entry {
+                        key_attempt: Some(2),
+                        ..e.status(409).took(2).build()
+                    },
+                    _ => e.created(&format!("o{i}")).build(),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_request_is_answered_or_an_error_and_charted_by_how_it_ended() {
+        let j = journal();
+        let mut t = JournalTally::new(Duration::from_millis(100), Some(0));
+        j.iter().for_each(|e| t.observe(e));
+        let r = t.requests();
+        assert_eq!(r.sent, 300);
+        assert_eq!(r.completed + r.errors, r.sent);
+        assert_eq!(r.errors, 100, "dropped and reset: no status was sent");
+        assert_eq!(r.by_status["201"], 100);
+        assert_eq!(r.by_status["503"], 50);
+        assert_eq!(r.by_status["409"], 50);
+        assert_eq!(r.retries, 50, "a key's second attempt is a retry");
+        let chart = t.timeline();
+        let total: u64 = chart.series.iter().flat_map(|s| s.counts.iter()).sum();
+        assert_eq!(total, 300, "every request is in one window");
+        assert_eq!(chart.counts("dropped").iter().sum::<u64>(), 50);
+        assert_eq!(chart.counts("reset").iter().sum::<u64>(), 50);
+        // From journal time 0: the first window holds the requests before 100 ms (40 + 3·i),
+        // and the last request (40 + 299·3 + 500 ms) is in window 14.
+        let first: u64 = chart.series.iter().map(|s| s.counts[0]).sum();
+        assert_eq!(first, 20);
+        assert!(chart.series.iter().all(|s| s.counts.len() == 15));
+        // From the first arrival to the end of the last request (1 ms after it arrived).
+        assert_eq!(t.span_us(), (299 * 3 + 500) * 1000 + 1000);
+        assert_eq!(t.latency().len(), 300);
+    }
+
+    #[test]
+    fn windows_count_from_the_origin_or_from_an_earlier_first_request() {
+        let j = [
+            entry(1, 100.0).status(503).build(),
+            entry(2, 150.0).created("o1").build(),
+            entry(3, 260.0).status(503).build(),
+        ];
+        let chart = |origin| {
+            let mut t = JournalTally::new(Duration::from_millis(100), origin);
+            j.iter().for_each(|e| t.observe(e));
+            t.timeline()
+        };
+        assert_eq!(chart(Some(50_000)).counts("503"), [1, 0, 1]);
+        assert_eq!(chart(Some(50_000)).counts("201"), [0, 1, 0]);
+        // An origin after the first request, or none: the first request opens the first window.
+        assert_eq!(chart(None).counts("503"), [1, 1]);
+        assert_eq!(chart(None).counts("201"), [1, 0]);
+        assert_eq!(chart(Some(120_000)), chart(None));
+    }
+
+    #[test]
+    fn a_long_journal_is_charted_in_about_as_many_windows_as_asked() {
+        let j: Vec<Entry> = (0..1000u64)
+            .map(|i| entry(i + 1, i as f64 * 30.0).status(200).build())
+            .collect();
+        let mut t = JournalTally::new(Duration::from_millis(100), None);
+        j.iter().for_each(|e| t.observe(e));
+        let chart = t.timeline_within(60);
+        assert_eq!(chart.window_ms, 400.0, "299 windows of 100 ms, by 4");
+        assert_eq!(chart.counts("200").len(), 75);
+        assert_eq!(chart.counts("200").iter().sum::<u64>(), 1000);
+        // A journal that says it spans a year is charted from its requests, in the same bound.
+        let mut far = JournalTally::new(Duration::from_millis(100), None);
+        far.observe(&entry(1, 0.0).status(200).build());
+        far.observe(&entry(2, 365.0 * 86_400_000.0).status(200).build());
+        assert!(far.timeline_within(60).counts("200").len() <= 61);
+    }
+}
