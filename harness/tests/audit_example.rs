@@ -418,3 +418,74 @@ async fn init_makes_the_resource_a_path_names_in_an_earlier_phase() {
         text(&created)
     );
 }
+
+/// The public Petstore documents (3.0 and 3.1), installed by `openapi/tests/documents/install.sh`
+/// from the npm registry; None (with a message) without it, unless `HARNESS_REQUIRE_TOOLS=1`.
+fn petstores() -> Option<Vec<PathBuf>> {
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../openapi/tests/documents/install.sh");
+    let out = Command::new("bash").arg(&script).output();
+    match out {
+        Ok(o) if o.status.success() => {
+            let dir = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim())
+                .join("node_modules/@readme/oas-examples");
+            Some(vec![
+                dir.join("3.0/json/petstore.json"),
+                dir.join("3.1/json/petstore.json"),
+            ])
+        }
+        other => {
+            let why = match other {
+                Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
+                Err(e) => format!("bash: {e}"),
+            };
+            assert!(
+                std::env::var("HARNESS_REQUIRE_TOOLS").as_deref() != Ok("1"),
+                "the Petstore documents could not be installed, and HARNESS_REQUIRE_TOOLS=1: {why}"
+            );
+            eprintln!("skipping the Petstore test: {why}");
+            None
+        }
+    }
+}
+
+#[test]
+fn init_gives_every_petstore_operation_a_scenario_or_a_stated_reason() {
+    let Some(docs) = petstores() else { return };
+    for doc in docs {
+        let dir = tempfile::tempdir().unwrap();
+        let out = harness()
+            .args(["init", "--from-openapi"])
+            .arg(&doc)
+            .arg("--out")
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}: {}",
+            doc.display(),
+            text(&out)
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let wrote = stdout.lines().filter(|l| l.starts_with("wrote ")).count();
+        let skipped: Vec<&str> = stdout
+            .lines()
+            .filter(|l| l.starts_with("skipped "))
+            .collect();
+        // Petstore has 12 unsafe operations (POST, PUT, DELETE).
+        assert_eq!(wrote + skipped.len(), 12, "{stdout}");
+        assert!(wrote >= 9, "{stdout}");
+        for s in &skipped {
+            assert!(s.contains(": "), "a reason: {s}");
+        }
+        // Each file written is one `harness run` loads (init read it back before writing it).
+        let add = std::fs::read_to_string(dir.path().join("addPet.yaml")).unwrap();
+        assert!(add.contains("json: {"), "the pet as JSON: {add}");
+        assert!(
+            add.contains("url: \"http://petstore.swagger.io/v2\""),
+            "{add}"
+        );
+    }
+}
