@@ -101,6 +101,9 @@ enum Command {
     /// promises: keyed POST/PATCH by same-key bursts, unkeyed POST/PATCH by a retry after a lost
     /// response, PUT/DELETE repeated and concurrent. One row per operation.
     Audit(AuditArgs),
+    /// Write a commented scenario file per unsafe operation of an OpenAPI document: the audit's
+    /// probe of that operation, through the embedded fault server in front of the API.
+    Init(InitArgs),
     /// Simulations that need no network.
     Simulate {
         #[command(subcommand)]
@@ -399,6 +402,49 @@ struct AuditArgs {
     output: Output,
 }
 
+/// `harness init` flags.
+#[derive(Debug, Args)]
+struct InitArgs {
+    /// The OpenAPI document: a file (JSON or YAML) or an http(s):// URL.
+    #[arg(long = "from-openapi", value_name = "SPEC")]
+    from_openapi: String,
+    /// Where the scenario files go (created when missing).
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    out: PathBuf,
+    /// The API's base URL, written as each scenario's `server.upstream` [default: the document's
+    /// first server].
+    #[arg(long, value_name = "URL")]
+    base: Option<String>,
+    /// Header sent when the document is fetched from a URL, `Name: value` (repeatable). Never
+    /// written into the files.
+    #[arg(short = 'H', long = "header", value_name = "HEADER")]
+    headers: Vec<String>,
+    /// Only these operations (ids or path globs, as `audit --only`).
+    #[arg(long, value_name = "ID|GLOB", value_delimiter = ',')]
+    only: Vec<String>,
+    /// Not these operations (ids or path globs).
+    #[arg(long, value_name = "ID|GLOB", value_delimiter = ',')]
+    skip: Vec<String>,
+    /// The idempotency-key header; given, every POST and PATCH is written with it (as `audit`).
+    #[arg(long, value_name = "NAME")]
+    key_header: Option<String>,
+    /// Same-key bursts in a keyed operation's scenario.
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Requests per burst (and concurrent PUTs and DELETEs).
+    #[arg(short = 'c', long, default_value_t = 10)]
+    concurrency: usize,
+    /// Seeds the requests built from the document (the same seed as `audit --seed` builds the
+    /// same requests).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Replace files that exist.
+    #[arg(long)]
+    force: bool,
+    #[command(flatten)]
+    connect: ConnectArgs,
+}
+
 /// `harness load` flags.
 #[derive(Debug, Args)]
 struct LoadArgs {
@@ -549,6 +595,7 @@ async fn dispatch(cmd: Command) -> Result<u8, CliError> {
         Command::Idempotency(args) => idempotency(args).await,
         Command::Deliver(args) => deliver(*args).await,
         Command::Audit(args) => audit(args).await,
+        Command::Init(args) => init(args).await,
         Command::Simulate {
             what: Simulation::Herd(args),
         } => simulate_herd(&args),
@@ -845,13 +892,7 @@ async fn deliver(a: crate::deliver::flags::DeliverArgs) -> Result<u8, CliError> 
 
 async fn audit(a: AuditArgs) -> Result<u8, CliError> {
     let mut cfg = crate::audit::AuditConfig::new(a.openapi, a.base);
-    for h in &a.headers {
-        let (k, v) = h
-            .split_once(':')
-            .ok_or_else(|| CliError::Input(format!("-H {h:?}: expected `Name: value`")))?;
-        cfg.headers
-            .push((k.trim().to_string(), v.trim().to_string()));
-    }
+    cfg.headers = parse_headers(&a.headers)?;
     cfg.only = a.only;
     cfg.skip = a.skip;
     if let Some(k) = a.key_header {
@@ -873,6 +914,66 @@ async fn audit(a: AuditArgs) -> Result<u8, CliError> {
             _ => CliError::Run(e.to_string()),
         })?;
     emit(&crate::audit::audit_report(&outcome), &a.output)
+}
+
+async fn init(a: InitArgs) -> Result<u8, CliError> {
+    let mut cfg = crate::audit::AuditConfig::new(a.from_openapi, a.base.unwrap_or_default());
+    cfg.headers = parse_headers(&a.headers)?;
+    cfg.only = a.only;
+    cfg.skip = a.skip;
+    if let Some(k) = a.key_header {
+        cfg.key_header = k;
+        cfg.force_key = true;
+    }
+    cfg.rounds = a.rounds;
+    cfg.concurrency = a.concurrency;
+    cfg.seed = a.seed;
+    cfg.connect = a.connect.connect()?;
+    let outcome = crate::audit::init::init(&cfg, &a.out, a.force)
+        .await
+        .map_err(|e| match e.exit_code() {
+            2 => CliError::Input(e.to_string()),
+            _ => CliError::Run(e.to_string()),
+        })?;
+    let mut text = String::new();
+    for w in &outcome.written {
+        text.push_str(&format!(
+            "wrote {}  {}  ({})\n",
+            w.path.display(),
+            w.label,
+            w.probe.describe()
+        ));
+    }
+    for (op, why) in &outcome.skipped {
+        text.push_str(&format!("skipped {op}: {why}\n"));
+    }
+    if !outcome.written.is_empty() {
+        text.push_str(&format!(
+            "{} scenario(s) for the API at {}; run one with `harness run FILE --upstream URL`\n",
+            outcome.written.len(),
+            outcome.upstream
+        ));
+    }
+    print_out(&text)?;
+    if outcome.written.is_empty() {
+        return Err(CliError::Input(
+            "no scenario written: no unsafe operation got a valid request (see above)".into(),
+        ));
+    }
+    Ok(0)
+}
+
+/// `-H 'Name: value'` flags as pairs.
+fn parse_headers(headers: &[String]) -> Result<Vec<(String, String)>, CliError> {
+    headers
+        .iter()
+        .map(|h| {
+            let (k, v) = h
+                .split_once(':')
+                .ok_or_else(|| CliError::Input(format!("-H {h:?}: expected `Name: value`")))?;
+            Ok((k.trim().to_string(), v.trim().to_string()))
+        })
+        .collect()
 }
 
 /// The release mode asked for, else the protocol's own.

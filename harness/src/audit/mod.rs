@@ -20,6 +20,7 @@
 //! Resources a request needs (`/orders/{id}`) are made fresh for it by the operations that
 //! create them (`session.rs`), so no probe judges another probe's leftovers.
 
+pub mod init;
 mod keyed;
 mod repeat;
 mod retry;
@@ -118,6 +119,14 @@ pub enum AuditError {
         /// What is wrong and what would work.
         reason: String,
     },
+    /// A file cannot be written.
+    #[error("cannot write {path}: {reason}")]
+    Write {
+        /// The file or directory.
+        path: String,
+        /// The operating system's error.
+        reason: String,
+    },
     /// The API (or the document's URL) cannot be reached.
     #[error("cannot reach {url}: {reason}")]
     Unreachable {
@@ -133,7 +142,7 @@ impl AuditError {
     pub fn exit_code(&self) -> u8 {
         match self {
             AuditError::Spec(_) | AuditError::InvalidConfig { .. } => 2,
-            AuditError::Unreachable { .. } => 3,
+            AuditError::Unreachable { .. } | AuditError::Write { .. } => 3,
         }
     }
 }
@@ -305,6 +314,21 @@ async fn load(cfg: &AuditConfig) -> Result<Api, AuditError> {
     }
     let bytes = session::fetch(&cfg.spec, &cfg.connect, &cfg.headers, cfg.timeout).await?;
     Api::from_bytes(&bytes, &cfg.spec, &config).map_err(|e| AuditError::Spec(e.to_string()))
+}
+
+/// The key header `op` is probed with, and where it comes from (`declared, required`,
+/// `declared`, `forced`).
+pub(crate) fn key_of(op: &Operation, cfg: &AuditConfig) -> Option<(String, &'static str)> {
+    if let Some(k) = &op.key_header {
+        let how = if k.required {
+            "declared, required"
+        } else {
+            "declared"
+        };
+        return Some((k.name.clone(), how));
+    }
+    (cfg.force_key && matches!(op.method, Method::Post | Method::Patch))
+        .then(|| (cfg.key_header.clone(), "forced"))
 }
 
 /// How an operation is probed, from its method and its key.

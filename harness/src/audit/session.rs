@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use history::{Entry, ErrorKind, Outcome};
 use http::{HeaderMap, HeaderName, HeaderValue};
-use openapi::{Api, LinkPlan, Method, Operation, Recorded, Request, RequestBuilder};
+use openapi::{Api, LinkPlan, Operation, Recorded, Request, RequestBuilder};
 use reports::model::{AuditedOperation, ProbeKind};
 
 use super::{inconclusive, kind, row, AuditConfig, AuditError, COULD_NOT_BUILD};
@@ -278,16 +278,7 @@ impl<'a> Auditor<'a> {
 
     /// The key header `op` is probed with, and where it comes from.
     pub(crate) fn key_of(&self, op: &Operation) -> Option<(String, &'static str)> {
-        if let Some(k) = &op.key_header {
-            let how = if k.required {
-                "declared, required"
-            } else {
-                "declared"
-            };
-            return Some((k.name.clone(), how));
-        }
-        (self.cfg.force_key && matches!(op.method, Method::Post | Method::Patch))
-            .then(|| (self.cfg.key_header.clone(), "forced"))
+        super::key_of(op, self.cfg)
     }
 
     /// The row of one operation: its request made, then its probe.
@@ -318,7 +309,7 @@ impl<'a> Auditor<'a> {
 
     /// A request for `op`, with the resources it names made for it first.
     pub(crate) async fn prepare(&mut self, op: &Operation) -> Result<Request, String> {
-        let chain = self.chain(&op.id)?;
+        let chain = chain(self.plan, &op.id)?;
         let mut made: BTreeMap<String, (Request, Answer)> = BTreeMap::new();
         for id in chain {
             let producer = self
@@ -375,37 +366,6 @@ impl<'a> Auditor<'a> {
         Ok(request)
     }
 
-    /// The producers `id` needs, each once, every producer before what needs it.
-    fn chain(&self, id: &str) -> Result<Vec<String>, String> {
-        fn visit(
-            plan: &LinkPlan,
-            id: &str,
-            depth: usize,
-            on_path: &mut BTreeSet<String>,
-            out: &mut Vec<String>,
-        ) -> Result<(), String> {
-            if depth > MAX_CHAIN {
-                return Err(format!(
-                    "{id} needs resources more than {MAX_CHAIN} creations deep"
-                ));
-            }
-            for p in plan.producers_of(id) {
-                if out.iter().any(|o| o == p) || on_path.contains(p) {
-                    continue;
-                }
-                on_path.insert(p.to_string());
-                visit(plan, p, depth + 1, on_path, out)?;
-                on_path.remove(p);
-                out.push(p.to_string());
-            }
-            Ok(())
-        }
-        let mut out = Vec::new();
-        let mut on_path = BTreeSet::from([id.to_string()]);
-        visit(self.plan, id, 0, &mut on_path, &mut out)?;
-        Ok(out)
-    }
-
     /// The document's GET of the resource `sent` touched, as its `answer` names it; `Ok(None)`
     /// when the document has no such GET.
     pub(crate) async fn look(
@@ -425,6 +385,37 @@ impl<'a> Auditor<'a> {
         let out = self.session.outgoing(&get, None, None)?;
         Ok(Some((label, self.session.send(out).await)))
     }
+}
+
+/// The producers `id` needs, each once, every producer before what needs it.
+pub(crate) fn chain(plan: &LinkPlan, id: &str) -> Result<Vec<String>, String> {
+    fn visit(
+        plan: &LinkPlan,
+        id: &str,
+        depth: usize,
+        on_path: &mut BTreeSet<String>,
+        out: &mut Vec<String>,
+    ) -> Result<(), String> {
+        if depth > MAX_CHAIN {
+            return Err(format!(
+                "{id} needs resources more than {MAX_CHAIN} creations deep"
+            ));
+        }
+        for p in plan.producers_of(id) {
+            if out.iter().any(|o| o == p) || on_path.contains(p) {
+                continue;
+            }
+            on_path.insert(p.to_string());
+            visit(plan, p, depth + 1, on_path, out)?;
+            on_path.remove(p);
+            out.push(p.to_string());
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    let mut on_path = BTreeSet::from([id.to_string()]);
+    visit(plan, id, 0, &mut on_path, &mut out)?;
+    Ok(out)
 }
 
 /// What was recorded of an exchange, as the link plan reads it.
