@@ -18,7 +18,7 @@ use history::ErrorKind;
 use http::header::{CONTENT_TYPE, TE, USER_AGENT};
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use retry_policy::grpc::{GrpcOutcome, Pushback};
-use transport::{AttemptError, Outgoing};
+use transport::{AttemptError, Conn, Outgoing, Reply};
 
 use crate::frame::{self, Encoding, FrameError};
 use crate::metadata::{self, Metadata};
@@ -220,6 +220,19 @@ impl CallResponse {
         done(status, messages, headers, trailers)
     }
 
+    /// An attempt that got no answer, or could not be sent, ended in `status`: nothing came
+    /// from the server, so nothing was committed.
+    pub fn failed(status: Status) -> CallResponse {
+        CallResponse {
+            status,
+            trailers_only: true,
+            headers: HeaderMap::new(),
+            messages: Vec::new(),
+            trailers: HeaderMap::new(),
+            pushback: None,
+        }
+    }
+
     /// What the retry policy needs to know of this attempt.
     pub fn outcome(&self) -> GrpcOutcome {
         GrpcOutcome {
@@ -259,6 +272,29 @@ pub trait Exchange {
     ) -> impl Future<Output = Result<HttpAnswer, AttemptError>> + Send;
 }
 
+impl From<Reply> for HttpAnswer {
+    fn from(r: Reply) -> HttpAnswer {
+        HttpAnswer {
+            status: r.status,
+            headers: r.headers,
+            body: r.body,
+            trailers: r.trailers,
+        }
+    }
+}
+
+/// The project's own connection: over HTTP/2 (what a `grpc://` or `grpcs://` target is made
+/// with, see [`crate::target`]) a stream per exchange, its trailers handed over whole.
+impl Exchange for Conn {
+    fn exchange(
+        &mut self,
+        request: Outgoing,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<HttpAnswer, AttemptError>> + Send {
+        async move { self.send(request, timeout).await.map(HttpAnswer::from) }
+    }
+}
+
 /// One attempt of a unary call through `transport`: the answer read, or the failure as a
 /// status (an attempt always ends in a status).
 pub async fn attempt<E: Exchange>(
@@ -270,14 +306,7 @@ pub async fn attempt<E: Exchange>(
 ) -> CallResponse {
     match transport.exchange(request.outgoing(headers), timeout).await {
         Ok(answer) => CallResponse::read(answer, max_message),
-        Err(e) => CallResponse {
-            status: status_of_failure(&e),
-            trailers_only: true,
-            headers: HeaderMap::new(),
-            messages: Vec::new(),
-            trailers: HeaderMap::new(),
-            pushback: None,
-        },
+        Err(e) => CallResponse::failed(status_of_failure(&e)),
     }
 }
 
