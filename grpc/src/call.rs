@@ -203,6 +203,13 @@ impl CallResponse {
         };
         let messages = match frame::decode_all(&body, max_message, encoding) {
             Ok(m) => m,
+            // The server ended the call with a failing status of its own: that is the call's
+            // status, whatever it sent of a message before it (a failure after headers).
+            Err(_) if Status::from_fields(&trailers).is_some_and(|s| s.code != Code::Ok) => {
+                let status = Status::from_fields(&trailers)
+                    .unwrap_or_else(|| Status::new(Code::Unknown, "no status"));
+                return done(status, Vec::new(), headers, trailers);
+            }
             Err(e) => {
                 let code = match e {
                     FrameError::TooLarge { .. } => Code::ResourceExhausted,
@@ -441,6 +448,23 @@ mod tests {
                 pushback: Some(Pushback::Stop),
             }
         );
+    }
+
+    #[test]
+    fn a_failing_status_after_part_of_a_message_is_the_calls_status() {
+        let r = CallResponse::read(
+            HttpAnswer {
+                status: StatusCode::OK,
+                headers: grpc_headers(),
+                body: Bytes::from_static(b"\x00\x00\x00\x00\x09abc"),
+                trailers: Some(fields(&[("grpc-status", "14"), ("grpc-message", "gone")])),
+            },
+            DEFAULT_MAX_MESSAGE,
+        );
+        assert_eq!(r.status.code, Code::Unavailable);
+        assert_eq!(r.status.message, "gone");
+        assert!(r.messages.is_empty());
+        assert!(r.outcome().committed);
     }
 
     #[test]
