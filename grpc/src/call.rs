@@ -293,12 +293,12 @@ impl From<Reply> for HttpAnswer {
 /// The project's own connection: over HTTP/2 (what a `grpc://` or `grpcs://` target is made
 /// with, see [`crate::target`]) a stream per exchange, its trailers handed over whole.
 impl Exchange for Conn {
-    fn exchange(
+    async fn exchange(
         &mut self,
         request: Outgoing,
         timeout: Duration,
-    ) -> impl Future<Output = Result<HttpAnswer, AttemptError>> + Send {
-        async move { self.send(request, timeout).await.map(HttpAnswer::from) }
+    ) -> Result<HttpAnswer, AttemptError> {
+        self.send(request, timeout).await.map(HttpAnswer::from)
     }
 }
 
