@@ -18,7 +18,7 @@ use history::ErrorKind;
 use http::header::{CONTENT_TYPE, TE, USER_AGENT};
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use retry_policy::grpc::{GrpcOutcome, Pushback};
-use transport::{AttemptError, Outgoing};
+use transport::{AttemptError, Conn, Outgoing, Reply};
 
 use crate::frame::{self, Encoding, FrameError};
 use crate::metadata::{self, Metadata};
@@ -203,6 +203,13 @@ impl CallResponse {
         };
         let messages = match frame::decode_all(&body, max_message, encoding) {
             Ok(m) => m,
+            // The server ended the call with a failing status of its own: that is the call's
+            // status, whatever it sent of a message before it (a failure after headers).
+            Err(_) if Status::from_fields(&trailers).is_some_and(|s| s.code != Code::Ok) => {
+                let status = Status::from_fields(&trailers)
+                    .unwrap_or_else(|| Status::new(Code::Unknown, "no status"));
+                return done(status, Vec::new(), headers, trailers);
+            }
             Err(e) => {
                 let code = match e {
                     FrameError::TooLarge { .. } => Code::ResourceExhausted,
@@ -218,6 +225,19 @@ impl CallResponse {
         };
         let status = Status::from_fields(&trailers).unwrap_or_else(|| Status::from_http(200));
         done(status, messages, headers, trailers)
+    }
+
+    /// An attempt that got no answer, or could not be sent, ended in `status`: nothing came
+    /// from the server, so nothing was committed.
+    pub fn failed(status: Status) -> CallResponse {
+        CallResponse {
+            status,
+            trailers_only: true,
+            headers: HeaderMap::new(),
+            messages: Vec::new(),
+            trailers: HeaderMap::new(),
+            pushback: None,
+        }
     }
 
     /// What the retry policy needs to know of this attempt.
@@ -259,6 +279,29 @@ pub trait Exchange {
     ) -> impl Future<Output = Result<HttpAnswer, AttemptError>> + Send;
 }
 
+impl From<Reply> for HttpAnswer {
+    fn from(r: Reply) -> HttpAnswer {
+        HttpAnswer {
+            status: r.status,
+            headers: r.headers,
+            body: r.body,
+            trailers: r.trailers,
+        }
+    }
+}
+
+/// The project's own connection: over HTTP/2 (what a `grpc://` or `grpcs://` target is made
+/// with, see [`crate::target`]) a stream per exchange, its trailers handed over whole.
+impl Exchange for Conn {
+    async fn exchange(
+        &mut self,
+        request: Outgoing,
+        timeout: Duration,
+    ) -> Result<HttpAnswer, AttemptError> {
+        self.send(request, timeout).await.map(HttpAnswer::from)
+    }
+}
+
 /// One attempt of a unary call through `transport`: the answer read, or the failure as a
 /// status (an attempt always ends in a status).
 pub async fn attempt<E: Exchange>(
@@ -270,14 +313,7 @@ pub async fn attempt<E: Exchange>(
 ) -> CallResponse {
     match transport.exchange(request.outgoing(headers), timeout).await {
         Ok(answer) => CallResponse::read(answer, max_message),
-        Err(e) => CallResponse {
-            status: status_of_failure(&e),
-            trailers_only: true,
-            headers: HeaderMap::new(),
-            messages: Vec::new(),
-            trailers: HeaderMap::new(),
-            pushback: None,
-        },
+        Err(e) => CallResponse::failed(status_of_failure(&e)),
     }
 }
 
@@ -412,6 +448,23 @@ mod tests {
                 pushback: Some(Pushback::Stop),
             }
         );
+    }
+
+    #[test]
+    fn a_failing_status_after_part_of_a_message_is_the_calls_status() {
+        let r = CallResponse::read(
+            HttpAnswer {
+                status: StatusCode::OK,
+                headers: grpc_headers(),
+                body: Bytes::from_static(b"\x00\x00\x00\x00\x09abc"),
+                trailers: Some(fields(&[("grpc-status", "14"), ("grpc-message", "gone")])),
+            },
+            DEFAULT_MAX_MESSAGE,
+        );
+        assert_eq!(r.status.code, Code::Unavailable);
+        assert_eq!(r.status.message, "gone");
+        assert!(r.messages.is_empty());
+        assert!(r.outcome().committed);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //!   and `grpc-retry-pushback-ms`;
 //! - [`call`]: a unary call's request and the reading of its answer, over the [`call::Exchange`]
 //!   boundary a transport implements;
+//! - [`target`]: `grpc://` and `grpcs://` made into the transport's HTTP/2 target;
 //! - [`service_config`]: the service config (`retryPolicy`, `hedgingPolicy`, `retryThrottling`,
 //!   `timeout`), validated as A6 says into `retry_policy::grpc`'s types, which play it.
 //!
@@ -31,6 +32,7 @@ pub mod reflection;
 pub mod schema;
 pub mod service_config;
 pub mod status;
+pub mod target;
 
 pub use call::{CallRequest, CallResponse, Exchange, HttpAnswer};
 pub use schema::{Method, Schema, SchemaError};

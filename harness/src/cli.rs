@@ -187,8 +187,9 @@ pub(crate) struct ConnectArgs {
     /// Speak HTTP/2: ALPN h2 over TLS, prior knowledge (h2c) over plain http.
     #[arg(long)]
     pub(crate) http2: bool,
-    /// HTTP/2: concurrent streams (workers) per connection [default: 100].
-    #[arg(long, value_name = "N", requires = "http2")]
+    /// HTTP/2 (--http2, or a grpc:// URL): concurrent streams (workers) per connection
+    /// [default: 100].
+    #[arg(long, value_name = "N")]
     streams: Option<u32>,
     /// Connect from this local address (e.g. 127.0.0.4: one loopback address per shard).
     #[arg(long, value_name = "IP", env = "HARNESS_SOURCE_ADDR")]
@@ -212,6 +213,11 @@ impl ConnectArgs {
 
     /// The settings, for a command with no scenario; `streams` checked against its bounds.
     fn connect(&self) -> Result<Connect, CliError> {
+        if self.streams.is_some() && !self.http2 {
+            return Err(CliError::Input(
+                "--streams needs HTTP/2: add --http2 (a grpc:// URL speaks it already)".into(),
+            ));
+        }
         let streams = self.streams.unwrap_or(crate::scenario::DEFAULT_STREAMS);
         if streams == 0 || streams > 10_000 {
             return Err(CliError::Input(format!(
@@ -448,7 +454,7 @@ struct InitArgs {
 /// `harness load` flags.
 #[derive(Debug, Args)]
 struct LoadArgs {
-    /// The URL to load (http only).
+    /// The URL to load: http(s)://, or grpc(s):// with --call.
     url: String,
     /// Open model: requests per second, whatever the latency.
     #[arg(long, value_name = "R", conflicts_with = "concurrency")]
@@ -456,9 +462,10 @@ struct LoadArgs {
     /// Closed model: this many connections, each sending its next request when the last ends.
     #[arg(short = 'c', long, value_name = "C")]
     concurrency: Option<u32>,
-    /// Stop after this long (default 10s when --requests is not given).
-    #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_duration)]
-    duration: Option<Duration>,
+    /// Stop after this long (default 10s when --requests is not given). For a gRPC call, `-d`
+    /// also takes the request message, as grpcurl does: a value that starts with `{`.
+    #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_duration_or_data)]
+    duration: Option<DurationOrData>,
     /// Stop after this many requests.
     #[arg(short = 'n', long, value_name = "N")]
     requests: Option<u64>,
@@ -468,9 +475,23 @@ struct LoadArgs {
     /// Request header, `Name: value` (repeatable).
     #[arg(short = 'H', long = "header", value_name = "HEADER")]
     headers: Vec<String>,
-    /// JSON request body (sets content-type: application/json).
+    /// JSON request body (sets content-type: application/json); for a gRPC call, the request
+    /// message in the proto3 JSON mapping.
     #[arg(long, value_name = "JSON")]
     json: Option<String>,
+    /// gRPC: the method to call, `pkg.Service/Method` (the URL is grpc://HOST:PORT or grpcs://).
+    #[arg(long, value_name = "METHOD")]
+    call: Option<String>,
+    /// gRPC: a .proto file that defines the method (repeatable); `orders.v1.Orders` is built in.
+    #[arg(long = "proto", value_name = "FILE")]
+    protos: Vec<PathBuf>,
+    /// gRPC: where the .proto files' imports are found (repeatable), as protoc's -I.
+    #[arg(long = "import-path", value_name = "DIR")]
+    import_paths: Vec<PathBuf>,
+    /// gRPC: each call's deadline, sent as grpc-timeout (the attempt fails as DEADLINE_EXCEEDED
+    /// when it passes).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    deadline: Option<Duration>,
     /// Per-request timeout.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     timeout: Duration,
@@ -493,6 +514,22 @@ struct LoadArgs {
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     yaml_config::parse_duration(s)
+}
+
+/// What `harness load -d` was given: a duration, or a gRPC call's message.
+#[derive(Debug, Clone)]
+enum DurationOrData {
+    /// `-d 10s`.
+    Duration(Duration),
+    /// `-d '{"sku":"x"}'`.
+    Data(String),
+}
+
+fn parse_duration_or_data(s: &str) -> Result<DurationOrData, String> {
+    if s.trim_start().starts_with('{') {
+        return Ok(DurationOrData::Data(s.to_string()));
+    }
+    parse_duration(s).map(DurationOrData::Duration)
 }
 
 /// A failure with its exit code.
@@ -813,16 +850,55 @@ async fn exec(
     emit(&outcome.report, &common.output)
 }
 
-async fn load(a: LoadArgs) -> Result<u8, CliError> {
+async fn load(mut a: LoadArgs) -> Result<u8, CliError> {
+    let grpc = ::grpc::target::is_grpc_url(&a.url);
+    a.connect.http2 |= grpc;
+    let (duration, data) = match a.duration {
+        Some(DurationOrData::Duration(d)) => (Some(d), None),
+        Some(DurationOrData::Data(j)) => (None, Some(j)),
+        None => (None, None),
+    };
+    let json = match (data, a.json) {
+        (Some(_), Some(_)) => {
+            return Err(CliError::Input(
+                "the message is given twice: -d '{…}' and --json; give one".into(),
+            ))
+        }
+        (d, j) => d.or(j),
+    };
+    let grpc_flags = match (grpc, a.call) {
+        (true, Some(call)) => Some(crate::load::GrpcFlags {
+            call,
+            protos: a.protos,
+            import_paths: a.import_paths,
+            deadline: a.deadline,
+        }),
+        (true, None) => {
+            return Err(CliError::Input(format!(
+                "{}: a gRPC target needs the method to call: --call pkg.Service/Method",
+                a.url
+            )))
+        }
+        (false, call) => {
+            if call.is_some() || !a.protos.is_empty() || a.deadline.is_some() {
+                return Err(CliError::Input(format!(
+                    "--call, --proto and --deadline are for a gRPC target: grpc://HOST:PORT, not {}",
+                    a.url
+                )));
+            }
+            None
+        }
+    };
     let opts = crate::load::LoadOptions::from_flags(crate::load::LoadFlags {
         url: a.url,
         rate: a.rate,
         concurrency: a.concurrency,
-        duration: a.duration,
+        duration,
         requests: a.requests,
         method: a.method,
         headers: a.headers,
-        json: a.json,
+        json,
+        grpc: grpc_flags,
         timeout: a.timeout,
         connections: a.connections,
         connect: a.connect.connect()?,

@@ -31,10 +31,13 @@ use crate::http::http2::{Burst, H2Conn, SinglePacketRound, Slot};
 use crate::http::release::Release as ReleasePoint;
 use crate::http::{AttemptError, Conn, Reply, Target};
 use crate::metrics::{AttemptIds, Recorder, Sink};
-use crate::operation::{execute, AttemptSpec, Transport};
-use crate::plan::{PhaseKind, PhasePlan, SyncMode};
+use crate::operation::{execute, execute_grpc, AttemptSpec, GrpcAnswer, GrpcTransport, Transport};
+use crate::plan::{GrpcPlan, PhaseKind, PhasePlan, SyncMode};
 use crate::shard::Shard;
 use crate::template::{RequestTemplate, Var, Vars};
+use grpc::call::{AttemptHeaders, CallRequest, CallResponse};
+use grpc::frame::DEFAULT_MAX_MESSAGE;
+use retry_policy::grpc::Attempt;
 
 /// A request is a late start when no worker could pick it up within this of its intended time.
 pub const LATE_THRESHOLD: Duration = Duration::from_millis(1);
@@ -214,7 +217,13 @@ pub fn phase_length(kind: &PhaseKind) -> Option<Duration> {
 /// Runs one phase to its end (duration, request count, or rounds), or until `stop` is cancelled.
 pub async fn run_phase(plan: Arc<PhasePlan>, ctx: PhaseCtx) -> PhaseOutcome {
     let started = Instant::now();
-    let shared = Arc::new(Limits::new(&plan.policy, Instant::now()));
+    let mut limits = Limits::new(&plan.policy, Instant::now());
+    limits.grpc_throttle = plan
+        .grpc
+        .as_ref()
+        .and_then(|g| g.throttle)
+        .map(retry_policy::grpc::Throttle::new);
+    let shared = Arc::new(limits);
     let captures = Arc::new(std::sync::Mutex::new(HashMap::new()));
     let stop = ctx.stop.child_token();
     let timer = match (ctx.hard_stop, phase_length(&plan.kind)) {
@@ -388,6 +397,62 @@ impl PhaseClient {
         } else {
             String::new()
         };
+        if let Some(g) = &plan.grpc {
+            let transport = GrpcRendered {
+                grpc: g,
+                template: &plan.template,
+                target: &ctx.target,
+                vars: Vars {
+                    seq: op,
+                    client: self.client,
+                    uuid: &uuid,
+                    key,
+                    round,
+                    captured: Some(&ctx.captured),
+                },
+                extra: &self.extra,
+                release,
+            };
+            let ids = AttemptIds {
+                phase: ctx.index,
+                op,
+                client: self.client,
+            };
+            let mut observer = self.rec.operation(ids, ctx.run_start);
+            let result = tokio::select! {
+                biased;
+                () = &mut self.stopped => None,
+                r = execute_grpc(
+                    &transport,
+                    &mut self.conn,
+                    &mut observer,
+                    &g.policy,
+                    shared.grpc_throttle.as_ref(),
+                    g.deadline,
+                    plan.policy.timeout,
+                    &mut self.rng,
+                ) => Some(r),
+            };
+            let Some(result) = result else {
+                self.rec.cancelled += 1;
+                self.conn = Conn::new(ctx.target.clone());
+                return;
+            };
+            if let (false, Some(sink), Some(last)) =
+                (plan.capture.is_empty(), &ctx.capture_sink, &result.last)
+            {
+                let reply = last
+                    .response
+                    .messages
+                    .first()
+                    .filter(|_| last.response.status.code == grpc::Code::Ok);
+                if let Some(json) = reply.and_then(|m| g.method.decode_response(m).ok()) {
+                    capture(&plan.capture, json.as_bytes(), sink);
+                }
+            }
+            ctx.done.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         let mut transport = Rendered {
             conn: &mut self.conn,
             template: &plan.template,
@@ -649,6 +714,91 @@ impl Transport for Rendered<'_> {
             Some(Release::SinglePacket(round)) => {
                 Box::pin(round.submit(req, spec.call.timeout)).await
             }
+        }
+    }
+}
+
+/// The driver's transport for a gRPC call: each attempt rendered from the phase's template (the
+/// metadata as headers, the message as JSON, encoded for the method), with its
+/// `grpc-timeout` and `grpc-previous-rpc-attempts`; a burst's first attempt is released with the
+/// round's. A hedge goes out on another stream of the worker's connection.
+struct GrpcRendered<'a> {
+    grpc: &'a GrpcPlan,
+    template: &'a RequestTemplate,
+    target: &'a Target,
+    vars: Vars<'a>,
+    extra: &'a [(HeaderName, HeaderValue)],
+    release: Option<Release<'a>>,
+}
+
+impl GrpcRendered<'_> {
+    /// The HTTP/2 request of `attempt`, or the status that keeps it from being sent (a message
+    /// the method's type refuses once its placeholders are filled in).
+    fn request(&self, attempt: &Attempt) -> Result<crate::http::Outgoing, grpc::Status> {
+        let rendered = self.template.render(self.target, &self.vars, self.extra);
+        let json = std::str::from_utf8(&rendered.body)
+            .map_err(|e| grpc::Status::new(grpc::Code::Internal, e.to_string()))?;
+        let message = self
+            .grpc
+            .method
+            .encode_request(json)
+            .map_err(|e| grpc::Status::new(grpc::Code::Internal, e.to_string()))?;
+        let call = CallRequest {
+            path: rendered.uri,
+            message,
+            metadata: grpc::metadata::Metadata::new(),
+            encoding: None,
+            user_agent: Some(concat!("harness/", env!("CARGO_PKG_VERSION")).to_string()),
+        };
+        let mut out = call.outgoing(AttemptHeaders {
+            timeout: attempt.timeout,
+            previous_attempts: attempt.previous_attempts,
+        });
+        for (name, value) in rendered.headers {
+            if let Some(name) = name {
+                out.headers.insert(name, value);
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl GrpcTransport for GrpcRendered<'_> {
+    type Lane = Conn;
+
+    fn spare(&self, first: &Conn) -> Conn {
+        first.sibling()
+    }
+
+    async fn send(&self, lane: &mut Conn, attempt: Attempt, timeout: Duration) -> GrpcAnswer {
+        let req = match self.request(&attempt) {
+            Ok(r) => r,
+            Err(status) => {
+                return GrpcAnswer {
+                    response: CallResponse::failed(status),
+                    http_status: None,
+                    error: Some(history::ErrorKind::Other),
+                }
+            }
+        };
+        let reply = match self.release.filter(|_| attempt.number == 1) {
+            None => lane.send(req, timeout).await,
+            Some(Release::Barrier { barrier, last_byte }) => {
+                Box::pin(lane.send_released(req, timeout, Some(barrier), last_byte)).await
+            }
+            Some(Release::SinglePacket(round)) => Box::pin(round.submit(req, timeout)).await,
+        };
+        match reply {
+            Ok(r) => GrpcAnswer {
+                http_status: Some(r.status.as_u16()),
+                error: None,
+                response: CallResponse::read(r.into(), DEFAULT_MAX_MESSAGE),
+            },
+            Err(e) => GrpcAnswer {
+                response: CallResponse::failed(grpc::call::status_of_failure(&e)),
+                http_status: None,
+                error: Some(e.kind),
+            },
         }
     }
 }

@@ -62,6 +62,22 @@ pub struct LoadFlags {
     pub thresholds: Vec<String>,
     /// `--max-error-rate`: a percentage (`1%`) or a fraction (`0.01`).
     pub max_error_rate: Option<String>,
+    /// A gRPC call instead of an HTTP request (a `grpc://` or `grpcs://` URL).
+    pub grpc: Option<GrpcFlags>,
+}
+
+/// The flags of a gRPC load: `--call`, `--proto`, `--import-path`, `--deadline`; the message is
+/// `--json` (or `-d '{…}'`), the metadata `-H`.
+#[derive(Debug, Clone)]
+pub struct GrpcFlags {
+    /// `--call pkg.Service/Method`.
+    pub call: String,
+    /// `--proto`, repeatable.
+    pub protos: Vec<std::path::PathBuf>,
+    /// `--import-path`, repeatable.
+    pub import_paths: Vec<std::path::PathBuf>,
+    /// `--deadline`: each call's, sent as `grpc-timeout`.
+    pub deadline: Option<Duration>,
 }
 
 /// Validated load settings.
@@ -111,6 +127,9 @@ fn threshold_rules(given: &[String], max_error_rate: Option<&str>) -> Result<Vec
 impl LoadOptions {
     /// Validates the flags; the message says what is wrong and what is expected.
     pub fn from_flags(f: LoadFlags) -> Result<LoadOptions, String> {
+        if let Some(g) = &f.grpc {
+            return grpc_options(&f, g);
+        }
         let mut target = Target::with(&f.url, &f.connect).map_err(|e| e.to_string())?;
         let uri: http::Uri = f
             .url
@@ -149,6 +168,81 @@ impl LoadOptions {
             headers,
             body,
         };
+        phase_options(&f, target, template, None)
+    }
+}
+
+/// A gRPC load's options: the call's template (metadata from `-H`, the message as JSON,
+/// checked once against the method's type) and one attempt per call within `--deadline`.
+fn grpc_options(f: &LoadFlags, g: &GrpcFlags) -> Result<LoadOptions, String> {
+    use crate::scenario::grpc::{sample, single_call, Schemas};
+    let target = grpc::target::target(&f.url, &f.connect).map_err(|e| e.to_string())?;
+    let files = crate::scenario::GrpcFile {
+        protos: g.protos.clone(),
+        import_paths: g.import_paths.clone(),
+    };
+    let mut schemas = Schemas::load(Some(&files), std::path::Path::new(""), "--proto")
+        .map_err(|e| e.to_string())?;
+    let method = schemas
+        .method(&g.call)
+        .map_err(|e| format!("--call {}: {e}", g.call))?;
+    if !method.is_unary() {
+        return Err(format!(
+            "--call {}: the method streams; the load calls unary methods only",
+            g.call
+        ));
+    }
+    let json = match &f.json {
+        Some(j) => serde_json::from_str::<serde_json::Value>(j)
+            .map_err(|e| format!("the message is not valid JSON: {e}"))?
+            .to_string(),
+        None => "{}".to_string(),
+    };
+    let message = Text::parse(&json).map_err(|e| format!("the message: {e}"))?;
+    method
+        .encode_request(&sample(&message))
+        .map_err(|e| format!("the message for {}: {e}", g.call))?;
+    let mut headers = Vec::new();
+    for h in &f.headers {
+        let (name, value) = h
+            .split_once(':')
+            .ok_or_else(|| format!("-H {h:?}: expected `key: value`"))?;
+        let name = HeaderName::from_bytes(name.trim().to_ascii_lowercase().as_bytes())
+            .ok()
+            .filter(|n| !n.as_str().starts_with("grpc-"))
+            .ok_or_else(|| {
+                format!(
+                    "-H {h:?}: {:?} is not a metadata key a client may send",
+                    name.trim()
+                )
+            })?;
+        let value = Text::parse(value.trim()).map_err(|e| format!("-H {h:?}: {e}"))?;
+        headers.push((name, value));
+    }
+    if f.method != "GET" {
+        return Err("-m is for HTTP: a gRPC call is always a POST".into());
+    }
+    if g.deadline.is_some_and(|d| d.is_zero()) {
+        return Err("--deadline 0: expected more than 0".into());
+    }
+    let template = RequestTemplate {
+        method: Method::POST,
+        path: Text::parse(&method.path()).map_err(|e| format!("--call: {e}"))?,
+        headers,
+        body: Some((message, false)),
+    };
+    let plan = single_call(method, g.deadline);
+    phase_options(f, target, template, Some(Arc::new(plan)))
+}
+
+/// The one phase of a load, from the flags every load has.
+fn phase_options(
+    f: &LoadFlags,
+    target: Target,
+    template: RequestTemplate,
+    grpc: Option<Arc<crate::plan::GrpcPlan>>,
+) -> Result<LoadOptions, String> {
+    {
         use crate::scenario::bounds;
         if let Some(r) = f.rate {
             if !(r.is_finite() && r > 0.0 && r <= bounds::RPS) {
@@ -254,6 +348,7 @@ impl LoadOptions {
                 policy,
                 client_id_header: false,
                 capture: Vec::new(),
+                grpc,
             },
         })
     }
@@ -317,16 +412,17 @@ pub async fn run(
         requests: r.sent,
     };
     let thresholds = checks::thresholds::evaluate(&o.thresholds, &measured);
-    Ok(
-        ReportBuilder::new(format!("load {} {}", o.phase.template.method, o.target.url))
-            .checks(vec![thresholds])
-            .load_expected(true)
-            .interrupted(stop.is_cancelled())
-            .started_unix_ms(started_unix_ms)
-            .duration(out.duration)
-            .target(Some(o.target.url.clone()))
-            .measured(r, out.duration)
-            .phases(vec![phase])
-            .build(),
-    )
+    Ok(ReportBuilder::new(match &o.phase.grpc {
+        Some(g) => format!("load {} {}", o.target.url, g.method.path()),
+        None => format!("load {} {}", o.phase.template.method, o.target.url),
+    })
+    .checks(vec![thresholds])
+    .load_expected(true)
+    .interrupted(stop.is_cancelled())
+    .started_unix_ms(started_unix_ms)
+    .duration(out.duration)
+    .target(Some(o.target.url.clone()))
+    .measured(r, out.duration)
+    .phases(vec![phase])
+    .build())
 }

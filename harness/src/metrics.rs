@@ -20,7 +20,7 @@ use hdrhistogram::Histogram;
 
 use std::time::Instant;
 
-use history::{ClientAttempt, ErrorKind};
+use history::{ClientAttempt, ErrorKind, GrpcCode};
 use retry_policy::{AttemptOutcome, Call, OpEnd};
 
 use crate::operation::{Observer, OpResult};
@@ -205,6 +205,8 @@ pub struct Recorder {
     pub intended: Histogram<u64>,
     /// Responses per status code: a handful of codes, so a short list beats a map.
     by_status: Vec<(u16, u64)>,
+    /// gRPC attempts by status, indexed by the code's number.
+    by_grpc_status: [u64; GrpcCode::ALL.len()],
     /// Attempts without a usable response, by [`ErrorKind::index`].
     pub errors: [u64; ErrorKind::ALL.len()],
     /// Attempts sent.
@@ -281,6 +283,7 @@ impl Recorder {
             latency: make.clone(),
             intended: make,
             by_status: Vec::new(),
+            by_grpc_status: [0; GrpcCode::ALL.len()],
             errors: [0; ErrorKind::ALL.len()],
             sent: 0,
             retries: 0,
@@ -373,6 +376,25 @@ impl Recorder {
         }
     }
 
+    /// Notes a gRPC attempt's status.
+    pub fn grpc_status(&mut self, code: GrpcCode) {
+        self.by_grpc_status[usize::from(code.number())] += 1;
+    }
+
+    /// gRPC attempts per status, by name, non-zero only.
+    pub fn by_grpc_status(&self) -> BTreeMap<String, u64> {
+        GrpcCode::ALL
+            .iter()
+            .filter(|c| self.by_grpc_status[usize::from(c.number())] > 0)
+            .map(|c| {
+                (
+                    c.as_str().to_string(),
+                    self.by_grpc_status[usize::from(c.number())],
+                )
+            })
+            .collect()
+    }
+
     /// Responses per status code, in code order.
     pub fn by_status(&self) -> BTreeMap<u16, u64> {
         self.by_status.iter().copied().collect()
@@ -411,6 +433,9 @@ impl Recorder {
         }
         for &(s, n) in &o.by_status {
             self.count_status(s, n);
+        }
+        for (a, b) in self.by_grpc_status.iter_mut().zip(o.by_grpc_status) {
+            *a += b;
         }
         for (a, b) in self.errors.iter_mut().zip(o.errors) {
             *a += b;
@@ -481,6 +506,7 @@ impl Recorder {
                 .into_iter()
                 .map(|(s, n)| (s.to_string(), n))
                 .collect(),
+            by_grpc_status: self.by_grpc_status(),
             late_starts: self.late_starts,
             cancelled: self.cancelled,
             not_started: self.not_started,
@@ -522,6 +548,10 @@ pub struct OperationLog<'a> {
 impl Observer for OperationLog<'_> {
     fn started(&mut self) {
         self.rec.operations += 1;
+    }
+
+    fn grpc_status(&mut self, code: GrpcCode) {
+        self.rec.grpc_status(code);
     }
 
     fn attempt(&mut self, call: &Call, sent: Instant, ended: Instant, o: &AttemptOutcome) {

@@ -6,6 +6,11 @@
 //! [`Observer`]. The load driver (requests rendered from a template, measured by a `Recorder`),
 //! the relay tiers (a caller's request forwarded as bytes, counted per tier) and the example
 //! service (a payment call) differ only in their transport and their observer.
+//!
+//! A gRPC call has a policy of its own, gRFC A6's ([`retry_policy::grpc::GrpcCall`]), and is
+//! carried out by [`execute_grpc`], beside: A6's hedging sends attempts that overlap, so that
+//! executor keeps several in flight, each on a lane (a stream of the worker's connection) of its
+//! own, and asks the call what to do whenever one ends or a wait is over.
 
 use std::future::Future;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -15,6 +20,10 @@ use rand::rngs::StdRng;
 use retry_policy::{AttemptOutcome, Attempts, Call, Decision, Limits, Next, OpEnd, Policy};
 
 use crate::http::{AttemptError, Reply};
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use grpc::call::CallResponse;
+use history::GrpcCode;
+use retry_policy::grpc::{Attempt, CallEnd, GrpcCall, GrpcPolicy, Step, Throttle};
 
 /// One attempt to send: what the policy decided, and what the operation adds to it.
 #[derive(Debug, Clone, Copy)]
@@ -50,6 +59,8 @@ pub trait Observer {
         _outcome: &AttemptOutcome,
     ) {
     }
+    /// A gRPC attempt ended with `code` (told just before [`Observer::attempt`]).
+    fn grpc_status(&mut self, _code: GrpcCode) {}
     /// The operation is over.
     fn ended(&mut self, _result: &OpResult) {}
 }
@@ -70,12 +81,17 @@ pub struct OpResult {
     pub error: Option<ErrorKind>,
     /// The last response, when there was one.
     pub reply: Option<Reply>,
+    /// A gRPC call's status, which decides its success in place of the HTTP status.
+    pub grpc: Option<GrpcCode>,
 }
 
 impl OpResult {
     /// Whether the operation succeeded from its caller's point of view: a response below 500
     /// that the breaker's fallback did not stand in for.
     pub fn succeeded(&self) -> bool {
+        if let Some(code) = self.grpc {
+            return code == GrpcCode::Ok;
+        }
         self.end != OpEnd::Fallback && self.status.is_some_and(|s| s < 500)
     }
 }
@@ -114,6 +130,7 @@ pub async fn execute<T: Transport, O: Observer>(
                     status: Some(policy.fallback_status),
                     error: None,
                     reply: None,
+                    grpc: None,
                 };
                 observer.ended(&result);
                 return result;
@@ -150,6 +167,7 @@ pub async fn execute<T: Transport, O: Observer>(
             status: outcome.status,
             error: outcome.error,
             reply: reply.ok(),
+            grpc: None,
         };
         match decision {
             Decision::Stop(end) => {
@@ -173,6 +191,184 @@ pub async fn execute<T: Transport, O: Observer>(
                 };
             }
         }
+    }
+}
+
+/// How one gRPC attempt ended, as the executor reports it.
+#[derive(Debug, Clone)]
+pub struct GrpcAnswer {
+    /// The call layer's reading of the answer: its status, messages, commitment and pushback.
+    pub response: CallResponse,
+    /// The HTTP status, when an answer came.
+    pub http_status: Option<u16>,
+    /// Why no answer came.
+    pub error: Option<ErrorKind>,
+}
+
+/// How a gRPC call's attempts are sent.
+pub trait GrpcTransport: Sync {
+    /// What an attempt goes out on: the worker's connection, and one more per hedge in flight.
+    type Lane: Send;
+    /// A further lane, for an attempt sent while another is outstanding.
+    fn spare(&self, first: &Self::Lane) -> Self::Lane;
+    /// Sends `attempt` on `lane` and reads its answer within `timeout`; an attempt always ends
+    /// in a status.
+    fn send<'a>(
+        &'a self,
+        lane: &'a mut Self::Lane,
+        attempt: Attempt,
+        timeout: Duration,
+    ) -> impl Future<Output = GrpcAnswer> + Send + 'a;
+}
+
+/// How a gRPC call ended.
+#[derive(Debug, Clone)]
+pub struct GrpcResult {
+    /// Why the call ended, and with which status.
+    pub end: CallEnd,
+    /// Attempts sent.
+    pub attempts: u32,
+    /// The last attempt that answered, when one did.
+    pub last: Option<GrpcAnswer>,
+}
+
+/// Runs one gRPC call under `policy` (gRFC A6): attempts on `lane` (and, for hedges, on spare
+/// lanes of the transport's) as [`GrpcCall`] decides, within the call's `deadline`, each attempt
+/// given what is left of it (or `attempt_timeout` when the call has none). Every attempt is
+/// reported to `observer` with its gRPC status; a hedge still in flight when the call ends is
+/// cancelled and reported with no outcome.
+#[allow(clippy::too_many_arguments)]
+pub async fn execute_grpc<T: GrpcTransport, O: Observer>(
+    transport: &T,
+    lane: &mut T::Lane,
+    observer: &mut O,
+    policy: &GrpcPolicy,
+    throttle: Option<&Throttle>,
+    deadline: Option<Duration>,
+    attempt_timeout: Duration,
+    rng: &mut StdRng,
+) -> GrpcResult {
+    let start = Instant::now();
+    let mut call = GrpcCall::start(policy, throttle, deadline, start);
+    observer.started();
+    let hedges = match policy.strategy {
+        retry_policy::grpc::Strategy::Hedging(_) => call.max_attempts().saturating_sub(1),
+        _ => 0,
+    };
+    let mut spares: Vec<T::Lane> = (0..hedges).map(|_| transport.spare(lane)).collect();
+    // The first attempt takes the worker's own lane (a burst member's, released with its round).
+    let mut free: Vec<&mut T::Lane> = spares.iter_mut().chain(std::iter::once(lane)).collect();
+    let mut flying = FuturesUnordered::new();
+    // (attempt, sent) of each attempt in flight, to report those the end of the call cancels.
+    let mut out: Vec<(Attempt, Instant)> = Vec::new();
+    let mut last: Option<GrpcAnswer> = None;
+    let mut now = start;
+    loop {
+        match call.poll(now) {
+            Step::Send(attempt) => {
+                let Some(l) = free.pop() else {
+                    // More attempts in flight than lanes: the policy broke its own bound.
+                    let result =
+                        end_grpc(observer, &call, CallEnd::Fatal(GrpcCode::Internal), &last);
+                    return result;
+                };
+                let timeout = attempt
+                    .timeout
+                    .unwrap_or(attempt_timeout)
+                    .max(Duration::from_millis(1));
+                let sent = Instant::now();
+                out.push((attempt, sent));
+                flying.push(async move {
+                    let answer = transport.send(l, attempt, timeout).await;
+                    (attempt, sent, Instant::now(), answer, l)
+                });
+                now = sent;
+            }
+            Step::Wait { until } => {
+                let ended = match until {
+                    Some(at) => tokio::select! {
+                        biased;
+                        Some(done) = flying.next(), if !flying.is_empty() => Some(done),
+                        () = tokio::time::sleep_until(tokio::time::Instant::from_std(at)) => None,
+                    },
+                    None => flying.next().await,
+                };
+                if let Some((attempt, sent, ended, answer, l)) = ended {
+                    out.retain(|(a, _)| a.number != attempt.number);
+                    let outcome = answer.response.outcome();
+                    observer.grpc_status(outcome.code);
+                    observer.attempt(
+                        &Call {
+                            attempt: attempt.number,
+                            timeout: attempt.timeout.unwrap_or(attempt_timeout),
+                            fresh_key: None,
+                        },
+                        sent,
+                        ended,
+                        &AttemptOutcome {
+                            status: answer.http_status,
+                            error: answer.error,
+                            retry_after: None,
+                        },
+                    );
+                    call.on_result(attempt.number, &outcome, ended, rng);
+                    free.push(l);
+                    last = Some(answer);
+                    now = ended;
+                } else if until.is_none() {
+                    // Nothing in flight and nothing due: the call cannot go on.
+                    return end_grpc(observer, &call, CallEnd::Fatal(GrpcCode::Internal), &last);
+                } else {
+                    now = Instant::now();
+                }
+            }
+            Step::Finish(end) => {
+                drop(flying);
+                let cancelled = Instant::now();
+                for (attempt, sent) in out {
+                    observer.attempt(
+                        &Call {
+                            attempt: attempt.number,
+                            timeout: attempt.timeout.unwrap_or(attempt_timeout),
+                            fresh_key: None,
+                        },
+                        sent,
+                        cancelled,
+                        &AttemptOutcome::default(),
+                    );
+                }
+                return end_grpc(observer, &call, end, &last);
+            }
+        }
+    }
+}
+
+fn end_grpc<O: Observer>(
+    observer: &mut O,
+    call: &GrpcCall<'_>,
+    end: CallEnd,
+    last: &Option<GrpcAnswer>,
+) -> GrpcResult {
+    let op_end = match end {
+        CallEnd::Exhausted(_) => OpEnd::Exhausted,
+        CallEnd::Throttled(_) => OpEnd::BudgetRefused,
+        CallEnd::DeadlineExceeded => OpEnd::DeadlineExceeded,
+        CallEnd::Ok | CallEnd::Fatal(_) | CallEnd::Committed(_) | CallEnd::PushbackStop(_) => {
+            OpEnd::Done
+        }
+    };
+    observer.ended(&OpResult {
+        end: op_end,
+        attempts: call.sent(),
+        status: last.as_ref().and_then(|a| a.http_status),
+        error: last.as_ref().and_then(|a| a.error),
+        reply: None,
+        grpc: Some(end.code()),
+    });
+    GrpcResult {
+        end,
+        attempts: call.sent(),
+        last: last.clone(),
     }
 }
 
@@ -277,6 +473,134 @@ mod tests {
             .asked
             .iter()
             .all(|(_, key, deadline)| key.is_none() && deadline.is_none()));
+    }
+
+    /// A gRPC transport from a script: per attempt number, a status and whether headers came
+    /// first, or `None` for an attempt that never answers. Lanes are numbered.
+    struct GrpcScript {
+        answers: Vec<Option<(GrpcCode, bool)>>,
+        asked: std::sync::Mutex<Vec<(u32, Option<u32>, u32)>>,
+        spares: std::sync::atomic::AtomicU32,
+    }
+
+    impl GrpcTransport for GrpcScript {
+        type Lane = u32;
+
+        fn spare(&self, _first: &u32) -> u32 {
+            self.spares
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                + 1
+        }
+
+        async fn send(&self, lane: &mut u32, attempt: Attempt, _timeout: Duration) -> GrpcAnswer {
+            self.asked
+                .lock()
+                .unwrap()
+                .push((attempt.number, attempt.previous_attempts, *lane));
+            let Some((code, committed)) = self.answers[attempt.number as usize - 1] else {
+                return std::future::pending().await;
+            };
+            let mut response = CallResponse::failed(grpc::Status::new(code, "scripted"));
+            response.trailers_only = !committed;
+            GrpcAnswer {
+                response,
+                http_status: Some(200),
+                error: None,
+            }
+        }
+    }
+
+    #[derive(Default)]
+    struct GrpcLog {
+        codes: Vec<GrpcCode>,
+        attempts: Vec<(u32, Option<u16>)>,
+        ended: Option<(OpEnd, Option<GrpcCode>, bool)>,
+    }
+
+    impl Observer for GrpcLog {
+        fn grpc_status(&mut self, code: GrpcCode) {
+            self.codes.push(code);
+        }
+        fn attempt(&mut self, call: &Call, _: Instant, _: Instant, o: &AttemptOutcome) {
+            self.attempts.push((call.attempt, o.status));
+        }
+        fn ended(&mut self, r: &OpResult) {
+            self.ended = Some((r.end, r.grpc, r.succeeded()));
+        }
+    }
+
+    fn script(answers: Vec<Option<(GrpcCode, bool)>>) -> GrpcScript {
+        GrpcScript {
+            answers,
+            asked: std::sync::Mutex::new(Vec::new()),
+            spares: std::sync::atomic::AtomicU32::new(0),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_grpc_call_retries_as_a6_says_and_stops_once_committed() {
+        use retry_policy::grpc::{RetryPolicy, Strategy};
+        let policy = GrpcPolicy {
+            strategy: Strategy::Retry(RetryPolicy {
+                max_attempts: 4,
+                initial_backoff: Duration::from_millis(1),
+                max_backoff: Duration::from_millis(1),
+                backoff_multiplier: 1.0,
+                retryable_status_codes: vec![GrpcCode::Unavailable],
+            }),
+            conduct: Default::default(),
+        };
+        let t = script(vec![
+            Some((GrpcCode::Unavailable, false)),
+            Some((GrpcCode::Unavailable, true)),
+            Some((GrpcCode::Ok, true)),
+        ]);
+        let (mut lane, mut log, mut rng) = (0, GrpcLog::default(), StdRng::seed_from_u64(1));
+        let secs = Duration::from_secs(1);
+        let r = execute_grpc(&t, &mut lane, &mut log, &policy, None, None, secs, &mut rng).await;
+        assert_eq!(r.end, CallEnd::Committed(GrpcCode::Unavailable));
+        assert_eq!(r.attempts, 2);
+        assert_eq!(log.codes, [GrpcCode::Unavailable, GrpcCode::Unavailable]);
+        assert_eq!(log.attempts, [(1, Some(200)), (2, Some(200))]);
+        assert_eq!(
+            log.ended,
+            Some((OpEnd::Done, Some(GrpcCode::Unavailable), false))
+        );
+        let asked = t.asked.lock().unwrap().clone();
+        assert_eq!(
+            asked,
+            [(1, None, 0), (2, Some(1), 0)],
+            "one lane, counted up"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_hedged_call_overlaps_its_attempts_and_cancels_the_rest() {
+        use retry_policy::grpc::{HedgingPolicy, Strategy};
+        let policy = GrpcPolicy {
+            strategy: Strategy::Hedging(HedgingPolicy {
+                max_attempts: 3,
+                hedging_delay: Duration::from_millis(5),
+                non_fatal_status_codes: vec![GrpcCode::Unavailable],
+            }),
+            conduct: Default::default(),
+        };
+        // The first attempt never answers; the hedge sent after the delay does.
+        let t = script(vec![None, Some((GrpcCode::Ok, true)), None]);
+        let (mut lane, mut log, mut rng) = (0, GrpcLog::default(), StdRng::seed_from_u64(1));
+        let secs = Duration::from_secs(5);
+        let r = execute_grpc(&t, &mut lane, &mut log, &policy, None, None, secs, &mut rng).await;
+        assert_eq!(r.end, CallEnd::Ok);
+        assert_eq!(r.attempts, 2);
+        assert_eq!(log.codes, [GrpcCode::Ok]);
+        // The hedge answered; the first attempt, still out, was cancelled with no outcome.
+        assert_eq!(log.attempts, [(2, Some(200)), (1, None)]);
+        assert_eq!(log.ended, Some((OpEnd::Done, Some(GrpcCode::Ok), true)));
+        let asked = t.asked.lock().unwrap().clone();
+        assert_eq!(asked.len(), 2);
+        assert_eq!(asked[0].2, 0, "the first attempt on the worker's own lane");
+        assert_ne!(asked[1].2, 0, "the hedge on a lane of its own");
+        assert_eq!(asked[1].1, Some(1), "a hedge says how many went before it");
     }
 
     #[tokio::test]

@@ -4,9 +4,11 @@
 //! downstream of the plan re-parses or re-checks.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use checks::ChecksConfig;
+use retry_policy::grpc::{GrpcPolicy, ThrottleSpec};
 use retry_policy::Policy;
 
 use crate::http::Connect;
@@ -86,6 +88,22 @@ pub struct PhasePlan {
     pub client_id_header: bool,
     /// (variable, JSON field path) captured from the last successful response.
     pub capture: Vec<(String, String)>,
+    /// A gRPC call instead of an HTTP request: the template is then the call's path, metadata
+    /// and message (JSON), and this its method and gRFC A6 policy.
+    pub grpc: Option<Arc<GrpcPlan>>,
+}
+
+/// A phase's gRPC call: the method its message is encoded for, and the client's A6 policy.
+#[derive(Debug, Clone)]
+pub struct GrpcPlan {
+    /// The method (its path and message types).
+    pub method: grpc::Method,
+    /// Retry, hedging or neither, played correctly or broken as `conduct` says.
+    pub policy: GrpcPolicy,
+    /// `retryThrottling`: the tokens the phase's clients share.
+    pub throttle: Option<ThrottleSpec>,
+    /// The call's deadline, across all its attempts (sent as `grpc-timeout`).
+    pub deadline: Option<Duration>,
 }
 
 /// What drives a phase.

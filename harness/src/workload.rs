@@ -245,6 +245,7 @@ impl Workload {
             report: ReportFile::default(),
             tls: None,
             http: None,
+            grpc: None,
         };
         let mut plan = scenario::resolve(file, Path::new(ORIGIN), &Overrides::default())?;
         let mut phase = plan.phases.remove(0);
@@ -356,6 +357,9 @@ impl Request {
                 headers: BTreeMap::new(),
                 json: None,
                 body: None,
+                grpc: None,
+                message: None,
+                metadata: BTreeMap::new(),
             },
         }
     }

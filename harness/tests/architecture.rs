@@ -433,10 +433,10 @@ fn every_report_is_built_by_the_report_builder() {
     );
 }
 
-/// Protects "the policy is used only through `operation::execute`" (ARCHITECTURE.md): outside
-/// the retry-policy crate, the policy's state machine (`Attempts`) appears in code only in
-/// harness/src/operation.rs, so the driver, the relay and the example service all retry through
-/// the one executor.
+/// Protects "the policy is used only through `operation::execute`" (and a gRPC call's through
+/// `operation::execute_grpc`) (ARCHITECTURE.md): outside the retry-policy crate, the policies'
+/// state machines (`Attempts`, `GrpcCall`) appear in code only in harness/src/operation.rs, so
+/// the driver, the relay and the example service all retry through the one executor.
 #[test]
 fn the_retry_state_machine_runs_only_in_the_executor() {
     let mut found = Vec::new();
@@ -446,15 +446,15 @@ fn the_retry_state_machine_runs_only_in_the_executor() {
             continue;
         }
         for (i, line) in code_lines(&path).iter().enumerate() {
-            if has_word(line, "Attempts") {
+            if has_word(line, "Attempts") || has_word(line, "GrpcCall") {
                 found.push(format!("{rel}:{}: {}", i + 1, line.trim()));
             }
         }
     }
     assert!(
         found.is_empty(),
-        "retry_policy::Attempts is driven by harness/src/operation.rs alone; call \
-         operation::execute with a Transport and an Observer instead:\n{}",
+        "retry_policy::Attempts and GrpcCall are driven by harness/src/operation.rs alone; call \
+         operation::execute (or execute_grpc) with a transport and an Observer instead:\n{}",
         found.join("\n")
     );
 }

@@ -190,6 +190,14 @@ scenarios! {
     retry_amplification_budget => "retry-amplification-budget",
     retry_amplification_deadline => "retry-amplification-deadline",
     retry_amplification_breaker => "retry-amplification-breaker",
+    grpc_non_retryable => "grpc-non-retryable",
+    grpc_non_retryable_retried => "grpc-non-retryable-retried",
+    grpc_pushback => "grpc-pushback",
+    grpc_pushback_ignored => "grpc-pushback-ignored",
+    grpc_committed => "grpc-committed",
+    grpc_committed_retried => "grpc-committed-retried",
+    grpc_attempts => "grpc-attempts",
+    grpc_attempts_uncapped => "grpc-attempts-uncapped",
 }
 
 #[test]

@@ -94,7 +94,7 @@ pub(crate) fn metric_value(v: &serde_json::Value) -> String {
     }
 }
 
-/// Transport errors plus 5xx responses, as a percentage of requests sent; 0 when nothing was sent.
+/// Transport errors plus 5xx responses and failing gRPC statuses, as a percentage of requests sent; 0 when nothing was sent.
 pub(crate) fn error_rate_pct(r: &crate::model::Requests) -> f64 {
     if r.sent == 0 {
         return 0.0;
@@ -105,7 +105,15 @@ pub(crate) fn error_rate_pct(r: &crate::model::Requests) -> f64 {
         .filter(|(status, _)| status.starts_with('5'))
         .map(|(_, n)| *n)
         .sum();
-    (r.errors + server_errors) as f64 * 100.0 / r.sent as f64
+    // A gRPC attempt that got an answer with a failing status: over HTTP it was a 200.
+    let grpc_failures: u64 = r
+        .by_grpc_status
+        .iter()
+        .filter(|(code, _)| code.as_str() != "OK")
+        .map(|(_, n)| *n)
+        .sum::<u64>()
+        .saturating_sub(r.errors);
+    (r.errors + server_errors + grpc_failures) as f64 * 100.0 / r.sent as f64
 }
 
 /// Milliseconds since the Unix epoch as a UTC date and time, `2025-11-30 08:59:00 UTC`.
@@ -176,10 +184,12 @@ pub(crate) fn printable_report(r: &Report) -> Report {
     }
     keys(&mut r.errors_by_kind);
     keys(&mut r.requests.by_status);
+    keys(&mut r.requests.by_grpc_status);
     for p in &mut r.phases {
         text(&mut p.name);
         text(&mut p.kind);
         keys(&mut p.requests.by_status);
+        keys(&mut p.requests.by_grpc_status);
         metrics(&mut p.metrics);
     }
     for c in &mut r.checks {

@@ -1046,7 +1046,7 @@ fn write_requests(r: &Report, out: &mut String) -> std::fmt::Result {
         q.retries,
         format::extra_counts(q)
     )?;
-    if !q.by_status.is_empty() || !r.errors_by_kind.is_empty() {
+    if !q.by_status.is_empty() || !r.errors_by_kind.is_empty() || !q.by_grpc_status.is_empty() {
         writeln!(
             out,
             "<table class=\"statuses\"><thead><tr><th>status or error</th><th class=\"num\">count</th></tr></thead><tbody>"
@@ -1056,6 +1056,13 @@ fn write_requests(r: &Report, out: &mut String) -> std::fmt::Result {
                 out,
                 "<tr><td>{}</td><td class=\"num\">{c}</td></tr>",
                 escape(status)
+            )?;
+        }
+        for (code, c) in &q.by_grpc_status {
+            writeln!(
+                out,
+                "<tr><td>grpc: {}</td><td class=\"num\">{c}</td></tr>",
+                escape(code)
             )?;
         }
         for (kind, c) in &r.errors_by_kind {

@@ -174,12 +174,15 @@ fn write_markdown(r: &Report, out: &mut String) -> std::fmt::Result {
         format::extra_counts(q),
         format::error_rate_pct(q)
     )?;
-    if !q.by_status.is_empty() || !r.errors_by_kind.is_empty() {
+    if !q.by_status.is_empty() || !r.errors_by_kind.is_empty() || !q.by_grpc_status.is_empty() {
         writeln!(out)?;
         writeln!(out, "| status or error | count |")?;
         writeln!(out, "| --- | ---: |")?;
         for (status, n) in &q.by_status {
             writeln!(out, "| {} | {n} |", escape(status))?;
+        }
+        for (code, n) in &q.by_grpc_status {
+            writeln!(out, "| grpc: {} | {n} |", escape(code))?;
         }
         for (kind, n) in &r.errors_by_kind {
             writeln!(out, "| error: {} | {n} |", escape(kind))?;

@@ -277,6 +277,10 @@ pub struct Requests {
     pub retries: u64,
     /// Responses by status code (as a string, e.g. `"503"`).
     pub by_status: BTreeMap<String, u64>,
+    /// gRPC attempts by status name (`"OK"`, `"UNAVAILABLE"`), a client's own status for an
+    /// attempt that got no answer included; absent when no gRPC call was made.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_grpc_status: BTreeMap<String, u64>,
     /// Requests that could not be started at their intended time (open-model rate only).
     #[serde(default)]
     pub late_starts: u64,

@@ -77,6 +77,25 @@ pub fn render_terminal(r: &Report, color: bool) -> String {
         out.push('\n');
     }
 
+    if !r.requests.by_grpc_status.is_empty() {
+        out.push_str("\ngRPC statuses\n");
+        let mut t = table(paint);
+        t.set_header(vec!["grpc status", "count"]);
+        for (code, n) in &r.requests.by_grpc_status {
+            let color = if code == "OK" {
+                Color::Green
+            } else {
+                Color::Red
+            };
+            t.add_row(vec![
+                paint.cell(code, color),
+                Cell::new(n).set_alignment(CellAlignment::Right),
+            ]);
+        }
+        out.push_str(&t.to_string());
+        out.push('\n');
+    }
+
     if !r.errors_by_kind.is_empty() {
         out.push_str("\nErrors by kind\n");
         let mut t = table(paint);

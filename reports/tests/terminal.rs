@@ -107,3 +107,21 @@ fn text_from_requests_cannot_drive_the_terminal() {
         assert!(out.contains("\\u{202e}"), "{out}");
     }
 }
+
+/// A run that made gRPC calls shows their statuses by name, and counts a failing status as an
+/// error though its HTTP status was 200.
+#[test]
+fn grpc_statuses_are_shown_by_name_and_failing_ones_count_as_errors() {
+    let mut r = common::sample();
+    r.requests.by_status = [("200".to_string(), r.requests.sent)].into();
+    r.requests.errors = 0;
+    r.errors_by_kind.clear();
+    r.requests.by_grpc_status =
+        [("OK".to_string(), 2_000), ("UNAVAILABLE".to_string(), 500)].into();
+    let text = render_terminal(&r, false);
+    assert!(text.contains("gRPC statuses"), "{text}");
+    assert!(text.contains("UNAVAILABLE"), "{text}");
+    assert!(text.contains("error rate 20.00%"), "{text}");
+    let md = reports::to_markdown(&r);
+    assert!(md.contains("| grpc: UNAVAILABLE | 500 |"), "{md}");
+}

@@ -138,6 +138,9 @@ pub struct Limits {
     pub budget: Option<Mutex<Budget>>,
     /// The circuit breaker, when the policy has one.
     pub breaker: Option<Mutex<Breaker>>,
+    /// gRPC retry throttling's tokens, when the phase's service config has `retryThrottling`
+    /// (set by the caller: the HTTP policy knows nothing of it).
+    pub grpc_throttle: Option<grpc::Throttle>,
 }
 
 impl Limits {
@@ -146,6 +149,7 @@ impl Limits {
         Limits {
             budget: p.budget.map(|b| Mutex::new(Budget::new(b, now))),
             breaker: p.breaker.map(|b| Mutex::new(Breaker::new(b))),
+            grpc_throttle: None,
         }
     }
 }

@@ -59,6 +59,11 @@ pub struct H1Conn {
 }
 
 impl H1Conn {
+    /// A new connection to this one's target, not yet open.
+    pub fn sibling(&self) -> H1Conn {
+        H1Conn::new(self.target.clone())
+    }
+
     /// A connection to `target`, not yet open.
     pub fn new(target: Arc<Target>) -> H1Conn {
         let host = HeaderValue::from_str(&target.authority)

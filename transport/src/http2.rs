@@ -267,6 +267,12 @@ impl H2Conn {
         }
     }
 
+    /// Another handle on this one's connection, for a request sent while this one's is still
+    /// out (a hedged gRPC attempt): a stream more on the same connection.
+    pub fn sibling(&self) -> H2Conn {
+        H2Conn::on(self.slot.clone())
+    }
+
     /// Connects now, when the slot is not connected.
     pub async fn open(&mut self) -> Result<(), AttemptError> {
         if !self.handle.as_ref().is_some_and(Handle::usable) {

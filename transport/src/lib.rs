@@ -282,6 +282,16 @@ impl Conn {
         }
     }
 
+    /// Another connection to the same target, for a request sent while this one's is still
+    /// out: over HTTP/2 another stream on the same connection, over HTTP/1.1 a connection of
+    /// its own.
+    pub fn sibling(&self) -> Conn {
+        match self {
+            Conn::H1(c) => Conn::H1(c.sibling()),
+            Conn::H2(c) => Conn::H2(c.sibling()),
+        }
+    }
+
     /// Opens the connection now (bursts open theirs before the release).
     pub async fn open(&mut self) -> Result<(), AttemptError> {
         match self {

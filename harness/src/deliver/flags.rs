@@ -218,6 +218,9 @@ impl DeliverArgs {
                     headers,
                     json: None,
                     body: None,
+                    grpc: None,
+                    message: None,
+                    metadata: BTreeMap::new(),
                 },
                 client: None,
                 capture: BTreeMap::new(),
@@ -226,6 +229,7 @@ impl DeliverArgs {
             report: Default::default(),
             tls: None,
             http: None,
+            grpc: None,
         })
     }
 

@@ -13,6 +13,7 @@ mod burst;
 mod clients;
 pub mod deliver;
 mod fleet;
+pub(crate) mod grpc;
 mod policy;
 mod rate;
 
@@ -20,6 +21,7 @@ pub use burst::BurstFile;
 pub use clients::ClientsFile;
 pub use deliver::DeliverFile;
 pub use fleet::FleetFile;
+pub use grpc::GrpcFile;
 use policy::merge_policy;
 pub use policy::{resolve_policy, BackoffFile, BreakerFile, BudgetFile, PolicyFile, RetryOnFile};
 pub use rate::{RateFile, StageFile};
@@ -78,6 +80,10 @@ pub struct ScenarioFile {
     /// The protocol: `{ version: 2, streams: 100 }` for HTTP/2 (default 1.1).
     #[serde(default)]
     pub http: Option<HttpFile>,
+    /// gRPC: the `.proto` files calls are encoded with, `{ protos: […], import_paths: […] }`
+    /// (`orders.v1.Orders` is built in).
+    #[serde(default)]
+    pub grpc: Option<GrpcFile>,
 }
 
 /// The protocol as written.
@@ -172,6 +178,7 @@ pub struct RequestFile {
     /// The method (default GET).
     pub method: Option<String>,
     /// The path, from `/`; may hold placeholders.
+    #[serde(default)]
     pub path: String,
     #[serde(default)]
     /// Headers; values may hold placeholders.
@@ -182,6 +189,15 @@ pub struct RequestFile {
     /// A raw body.
     #[serde(default)]
     pub body: Option<String>,
+    /// A gRPC call instead: `pkg.Service/Method`.
+    #[serde(default)]
+    pub grpc: Option<String>,
+    /// The gRPC request message, as proto3 JSON (strings may hold placeholders).
+    #[serde(default)]
+    pub message: Option<serde_json::Value>,
+    /// gRPC metadata; values may hold placeholders.
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
 }
 
 /// Overrides from the command line.
@@ -448,10 +464,20 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
         factor: time_scale,
         origin: &origin,
     };
-    let connect = resolve_connect(&f, o, &origin)?;
+    let mut connect = resolve_connect(&f, o, &origin)?;
+    // gRPC is HTTP/2: a scenario that makes calls speaks it to its target, named `grpc://` or
+    // `http://` alike.
+    let has_grpc = f.phases.iter().any(|p| p.request.grpc.is_some());
+    connect.http2 |= has_grpc;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut schemas = grpc::Schemas::load(f.grpc.as_ref(), dir, &origin)?;
 
     let mut server = resolve_server(f.server, f.server_config.as_deref(), path, o, scaling)?;
-    let target = o.target.clone().or(f.target);
+    let mut target = o.target.clone().or(f.target);
+    if let Some(http) = target.as_deref().and_then(::grpc::target::http_url) {
+        connect.http2 = true;
+        target = Some(http);
+    }
     let relay = resolve_relay(f.relay.as_ref(), server.as_mut(), target.is_some(), scaling)?;
     if server.is_none() && target.is_none() {
         return Err(invalid(
@@ -502,7 +528,29 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
         } else {
             return Err(invalid(&origin, format!("phases[{i}]"), "missing executor"));
         };
-        let mut template = compile_request(&p.request, &origin, &at("request"))?;
+        let merged = merge_policy(&f.client, p.client.as_ref());
+        let (mut template, grpc_plan) = match &p.request.grpc {
+            Some(name) => {
+                if p.deliver.is_some() {
+                    return Err(invalid(
+                        &origin,
+                        at("request.grpc"),
+                        "a deliver phase sends webhooks over HTTP; it makes no gRPC call",
+                    ));
+                }
+                let (template, method) =
+                    grpc::compile_call(&p.request, name, &mut schemas, &origin, &at("request"))?;
+                // A policy error points where the fields were written: the phase's override,
+                // or the scenario's `client`.
+                let policy_at = match &p.client {
+                    Some(_) => at("client"),
+                    None => "client".to_string(),
+                };
+                let g = grpc::plan(&merged, method, dir, scaling, &policy_at)?;
+                (template, Some(g))
+            }
+            None => (compile_request(&p.request, &origin, &at("request"))?, None),
+        };
         if p.deliver.is_some() {
             // A delivery's body is its event's payload, and a provider POSTs it.
             if p.request.json.is_some() || p.request.body.is_some() {
@@ -528,7 +576,6 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
             ));
         }
         captured_so_far.extend(p.capture.keys().map(String::as_str));
-        let merged = merge_policy(&f.client, p.client.as_ref());
         let policy = resolve_policy(&merged, time_scale, &origin, &at("client"))?;
         phases.push(PhasePlan {
             name: p.name.clone(),
@@ -541,6 +588,7 @@ pub fn resolve(f: ScenarioFile, path: &Path, o: &Overrides) -> Result<Plan, Conf
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
+            grpc: grpc_plan,
         });
     }
     let name = f.name.unwrap_or_else(|| {
@@ -827,6 +875,20 @@ fn compile_request(
     origin: &str,
     at: &str,
 ) -> Result<RequestTemplate, ConfigError> {
+    if r.message.is_some() || !r.metadata.is_empty() {
+        return Err(invalid(
+            origin,
+            at,
+            "`message` and `metadata` belong to a gRPC call: add `grpc: pkg.Service/Method`, or send `json` and `headers`",
+        ));
+    }
+    if r.path.is_empty() {
+        return Err(invalid(
+            origin,
+            format!("{at}.path"),
+            "missing: give the `path` of an HTTP request, or `grpc: pkg.Service/Method` for a gRPC call",
+        ));
+    }
     let method_name = r.method.as_deref().unwrap_or("GET").to_ascii_uppercase();
     let method = Method::from_bytes(method_name.as_bytes()).map_err(|_| {
         invalid(
@@ -930,6 +992,80 @@ mod tests {
         .expect("valid");
         assert_eq!(plan.seed, 1);
         assert_eq!(plan.phases[0].policy.timeout, Duration::from_millis(200));
+    }
+
+    const GRPC: &str = "server: {}\nphases:\n  - name: p\n    clients: { concurrency: 1, requests: 1 }\n    request:\n      grpc: orders.v1.Orders/CreateOrder\n      metadata: { idempotency-key: \"{{key}}\" }\n      message: { requestId: \"{{seq}}\", qty: 2 }\n";
+
+    #[test]
+    fn a_grpc_call_resolves_with_its_policy_scaled_and_speaks_http2() {
+        use retry_policy::grpc::Strategy;
+        let text = format!("{GRPC}time_scale: 0.5\nclient:\n  total_timeout: 4s\n  retryPolicy: {{ maxAttempts: 3, initialBackoff: 0.2s, maxBackoff: 1s, backoffMultiplier: 2, retryableStatusCodes: [UNAVAILABLE] }}\n  retryThrottling: {{ maxTokens: 10, tokenRatio: 0.1 }}\n  grpc_conduct: {{ pushback: ignore }}\n");
+        let plan = resolve_text(&text, &Overrides::default()).expect("valid");
+        assert!(plan.connect.http2, "gRPC is HTTP/2");
+        let p = &plan.phases[0];
+        assert_eq!(p.template.method, Method::POST);
+        let g = p.grpc.as_ref().expect("a gRPC call");
+        assert_eq!(g.method.path(), "/orders.v1.Orders/CreateOrder");
+        assert_eq!(g.deadline, Some(Duration::from_secs(2)));
+        let Strategy::Retry(r) = &g.policy.strategy else {
+            panic!("{:?}", g.policy.strategy)
+        };
+        assert_eq!(
+            (r.max_attempts, r.initial_backoff),
+            (3, Duration::from_millis(100))
+        );
+        assert_eq!(r.max_backoff, Duration::from_millis(500));
+        assert!(g.throttle.is_some());
+        assert_eq!(
+            g.policy.conduct.pushback,
+            retry_policy::grpc::PushbackConduct::Ignore
+        );
+        // A grpc:// target is HTTP/2 to that address.
+        let plan = resolve_text(
+            &GRPC.replace("server: {}", "target: grpc://127.0.0.1:9"),
+            &Overrides::default(),
+        )
+        .expect("valid");
+        assert_eq!(plan.target.as_deref(), Some("http://127.0.0.1:9"));
+    }
+
+    #[test]
+    fn bad_grpc_calls_and_policies_name_their_field() {
+        let cases = [
+            (GRPC.replace("CreateOrder", "Nope"), "phases[0].request.grpc"),
+            (GRPC.replace("qty: 2", "qty: two"), "phases[0].request.message"),
+            (GRPC.replace("requestId", "request_idd"), "phases[0].request.message"),
+            (GRPC.replace("idempotency-key", "grpc-timeout"), "phases[0].request.metadata"),
+            (
+                GRPC.replace("metadata:", "path: /x\n      metadata:"),
+                "phases[0].request",
+            ),
+            (
+                format!("{GRPC}client: {{ retryPolicy: {{ maxAttempts: 1, initialBackoff: 1s, maxBackoff: 1s, backoffMultiplier: 2, retryableStatusCodes: [UNAVAILABLE] }} }}\n"),
+                "client.retryPolicy.maxAttempts",
+            ),
+            (
+                format!("{GRPC}client: {{ grpc_service_config: x.json, retryThrottling: {{ maxTokens: 1, tokenRatio: 1 }} }}\n"),
+                "client.grpc_service_config",
+            ),
+            (
+                format!("{GRPC}client: {{ grpc_conduct: {{ pushback: maybe }} }}\n"),
+                "pushback",
+            ),
+        ];
+        for (text, field) in cases {
+            let e = resolve_text(&text, &Overrides::default())
+                .expect_err(&text)
+                .to_string();
+            assert!(e.contains(field), "{field}: {e}");
+        }
+        let e = resolve_text(
+            "server: {}\nphases:\n  - name: p\n    clients: { concurrency: 1, requests: 1 }\n    request: { message: {} }\n",
+            &Overrides::default(),
+        )
+        .expect_err("a message without a method")
+        .to_string();
+        assert!(e.contains("grpc: pkg.Service/Method"), "{e}");
     }
 
     #[test]

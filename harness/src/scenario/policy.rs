@@ -1,7 +1,13 @@
 //! The client retry policy as a scenario writes it (`client:`, and a phase's override), and its
-//! resolution into [`retry_policy::Policy`] with every duration scaled and bounded.
+//! resolution into [`retry_policy::Policy`] with every duration scaled and bounded. The gRPC
+//! fields (`grpc_service_config`, `retryPolicy`, …) are written here too, beside the HTTP ones a
+//! phase overrides alike, and resolved for a gRPC call by `grpc.rs`.
 
+use std::path::PathBuf;
 use std::time::Duration;
+
+use grpc::service_config::{HedgingPolicyFile, RetryPolicyFile, RetryThrottlingFile};
+use retry_policy::grpc::Conduct;
 
 use serde::Deserialize;
 use yaml_config::{ConfigError, Dur};
@@ -54,6 +60,22 @@ pub struct PolicyFile {
     /// Send `x-client-id: c<N>` so the journal can group a client's attempts (default true).
     #[serde(default)]
     pub client_id_header: Option<bool>,
+    /// gRPC: a service config JSON file (relative to the scenario), as a gRPC client is given
+    /// one: its `retryPolicy` or `hedgingPolicy`, `timeout` and `retryThrottling` (gRFC A6).
+    #[serde(default)]
+    pub grpc_service_config: Option<PathBuf>,
+    /// gRPC: `retryPolicy` as in a service config's `methodConfig`, for every method.
+    #[serde(default, rename = "retryPolicy")]
+    pub retry_policy: Option<RetryPolicyFile>,
+    /// gRPC: `hedgingPolicy` as in a service config's `methodConfig`, for every method.
+    #[serde(default, rename = "hedgingPolicy")]
+    pub hedging_policy: Option<HedgingPolicyFile>,
+    /// gRPC: `retryThrottling` as in a service config.
+    #[serde(default, rename = "retryThrottling")]
+    pub retry_throttling: Option<RetryThrottlingFile>,
+    /// gRPC: how the client breaks A6, rule by rule (default: it keeps every rule).
+    #[serde(default)]
+    pub grpc_conduct: Option<Conduct>,
 }
 
 /// Backoff as written.
@@ -152,6 +174,20 @@ pub(super) fn merge_policy(base: &PolicyFile, over: Option<&PolicyFile>) -> Poli
         breaker: o.breaker.clone().or_else(|| base.breaker.clone()),
         deadline_header: o.deadline_header.or(base.deadline_header),
         client_id_header: o.client_id_header.or(base.client_id_header),
+        grpc_service_config: o
+            .grpc_service_config
+            .clone()
+            .or_else(|| base.grpc_service_config.clone()),
+        retry_policy: o.retry_policy.clone().or_else(|| base.retry_policy.clone()),
+        hedging_policy: o
+            .hedging_policy
+            .clone()
+            .or_else(|| base.hedging_policy.clone()),
+        retry_throttling: o
+            .retry_throttling
+            .clone()
+            .or_else(|| base.retry_throttling.clone()),
+        grpc_conduct: o.grpc_conduct.or(base.grpc_conduct),
     }
 }
 

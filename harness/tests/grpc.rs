@@ -1,0 +1,285 @@
+//! gRPC from the client's side, with the real `harness` binary against the fault server's gRPC
+//! endpoint on loopback: `harness load grpc://` and `grpcs://` (statuses counted by name, metadata
+//! and message templated, the deadline sent), its bad input, and a scenario's same-key bursts
+//! through metadata in every HTTP/2 sync mode.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use assert_cmd::cargo::CommandCargoExt;
+
+fn harness() -> Command {
+    Command::cargo_bin("harness").unwrap()
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// A fault server in a background runtime, with its journal file.
+struct Server {
+    addr: String,
+    journal: PathBuf,
+    dir: tempfile::TempDir,
+    _rt: tokio::runtime::Runtime,
+}
+
+fn server(yaml: &str, tls: bool) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal.jsonl");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let cfg = fault_server::Config::from_yaml(yaml, "test").unwrap();
+    let tls = tls.then(|| fault_server::tls::ServerTls::self_signed().unwrap());
+    if let Some(t) = &tls {
+        std::fs::write(dir.path().join("ca.pem"), t.certificate_pem()).unwrap();
+    }
+    let opts = fault_server::ServerOptions {
+        journal_file: Some(journal.clone()),
+        tls,
+        ..Default::default()
+    };
+    let s = rt
+        .block_on(fault_server::FaultServer::start(cfg, opts))
+        .unwrap();
+    let addr = s.addr().to_string();
+    rt.spawn(async move {
+        let _keep = s;
+        std::future::pending::<()>().await
+    });
+    Server {
+        addr,
+        journal,
+        dir,
+        _rt: rt,
+    }
+}
+
+fn journal(s: &Server) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(&s.journal)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn load(url: &str, extra: &[&str]) -> (Option<i32>, serde_json::Value, String) {
+    let out = harness()
+        .args(["load", url, "--call", "orders.v1.Orders/CreateOrder"])
+        .args(extra)
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    let report =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
+    (out.status.code(), report, stderr)
+}
+
+#[test]
+fn load_calls_a_grpc_method_with_templated_metadata_and_message() {
+    let s = server("orders: { idempotency: unique }\n", false);
+    let (code, r, stderr) = load(
+        &format!("grpc://{}", s.addr),
+        &[
+            "-d",
+            r#"{"requestId": "r-{{seq}}", "sku": "SKU-{{seq}}", "qty": 2}"#,
+            "-H",
+            "idempotency-key: {{key}}",
+            "--deadline",
+            "20s",
+            "-c",
+            "2",
+            "--streams",
+            "4",
+            "-n",
+            "40",
+        ],
+    );
+    assert_eq!(code, Some(0), "{r}\n{stderr}");
+    assert_eq!(r["requests"]["by_grpc_status"]["OK"], 40, "{r}");
+    assert_eq!(r["requests"]["sent"], 40);
+    let entries = journal(&s);
+    assert_eq!(entries.len(), 40);
+    let mut keys = std::collections::HashSet::new();
+    for e in &entries {
+        assert_eq!(e["grpc_method"], "orders.v1.Orders/CreateOrder", "{e}");
+        assert_eq!(e["grpc_status"], "OK", "{e}");
+        assert_eq!(e["http_version"], "2", "{e}");
+        let t = e["grpc_timeout_ms"].as_u64().expect("grpc-timeout sent");
+        assert!(t > 0 && t <= 20_000, "{e}");
+        assert!(e["created"].is_string(), "{e}");
+        keys.insert(e["idempotency_key"].as_str().unwrap().to_string());
+    }
+    assert_eq!(keys.len(), 40, "one key per call");
+}
+
+#[test]
+fn a_load_whose_calls_fail_is_judged_by_their_grpc_status() {
+    let s = server(
+        "rules:\n  - match: { grpc_method: orders.v1.Orders/CreateOrder }\n    fault: { grpc: { code: UNAVAILABLE, message: down } }\n",
+        false,
+    );
+    let (code, r, stderr) = load(&format!("grpc://{}", s.addr), &["-n", "10", "-c", "2"]);
+    assert_eq!(
+        code,
+        Some(1),
+        "every call failed, every HTTP status was 200: {r}\n{stderr}"
+    );
+    assert_eq!(r["requests"]["by_grpc_status"]["UNAVAILABLE"], 10, "{r}");
+    assert_eq!(r["requests"]["by_status"]["200"], 10, "{r}");
+    assert_eq!(r["checks"][0]["verdict"], "fail", "{r}");
+}
+
+#[test]
+fn grpcs_uses_the_tls_flags() {
+    let s = server("orders: { idempotency: unique }\n", true);
+    let url = format!("grpcs://localhost:{}", s.addr.rsplit(':').next().unwrap());
+    let ca = s.dir.path().join("ca.pem");
+    let (code, r, stderr) = load(
+        &url,
+        &[
+            "--cacert",
+            ca.to_str().unwrap(),
+            "-n",
+            "5",
+            "-c",
+            "1",
+            "-H",
+            "idempotency-key: {{key}}",
+            "--json",
+            r#"{"sku": "A"}"#,
+        ],
+    );
+    assert_eq!(code, Some(0), "{r}\n{stderr}");
+    assert_eq!(r["requests"]["by_grpc_status"]["OK"], 5, "{r}");
+    assert!(journal(&s).iter().all(|e| e["tls"] == true), "over TLS");
+    // Without the CA the handshake fails: the run could not be carried out.
+    let out = harness()
+        .args([
+            "load",
+            &url,
+            "--call",
+            "orders.v1.Orders/CreateOrder",
+            "-n",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{:?}", text(&out));
+}
+
+#[test]
+fn bad_grpc_input_is_refused_with_exit_2() {
+    let cases: [(&[&str], &str); 5] = [
+        (&["load", "grpc://127.0.0.1:9", "-n", "1"], "--call"),
+        (
+            &[
+                "load",
+                "grpc://127.0.0.1:9",
+                "--call",
+                "orders.v1.Orders/Nope",
+            ],
+            "Nope",
+        ),
+        (
+            &[
+                "load",
+                "grpc://127.0.0.1:9",
+                "--call",
+                "orders.v1.Orders/CreateOrder",
+                "-d",
+                r#"{"skew": 1}"#,
+            ],
+            "skew",
+        ),
+        (
+            &[
+                "load",
+                "http://127.0.0.1:9",
+                "--call",
+                "orders.v1.Orders/CreateOrder",
+            ],
+            "gRPC target",
+        ),
+        (
+            &[
+                "load",
+                "grpc://127.0.0.1:9",
+                "--call",
+                "x.v1.X/Y",
+                "--proto",
+                "/nonexistent/x.proto",
+            ],
+            "x.proto",
+        ),
+    ];
+    for (args, says) in cases {
+        let out = harness().args(args).output().unwrap();
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(says),
+            "{args:?} should say {says:?}: {stderr}"
+        );
+    }
+}
+
+/// A burst's members share their round's key through metadata, in both HTTP/2 sync modes: the
+/// store sees each key once per member of its round, and the `unique` implementation creates
+/// one order per key.
+#[test]
+fn bursts_share_a_key_through_metadata_in_every_sync_mode() {
+    for sync in ["single-packet", "release"] {
+        let s = server("orders: { idempotency: unique }\n", false);
+        let scenario = s.dir.path().join("s.yaml");
+        std::fs::write(
+            &scenario,
+            format!(
+                "target: grpc://{}\nphases:\n  - name: race\n    burst: {{ size: 6, rounds: 3, sync: {sync} }}\n    request:\n      grpc: orders.v1.Orders/CreateOrder\n      metadata: {{ idempotency-key: \"{{{{key}}}}\" }}\n      message: {{ requestId: \"{{{{key}}}}\", sku: A, qty: 1 }}\n",
+                s.addr
+            ),
+        )
+        .unwrap();
+        let out = harness()
+            .arg("run")
+            .arg(&scenario)
+            .args(["--format", "json"])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&out);
+        let r: serde_json::Value = serde_json::from_str(&stdout)
+            .unwrap_or_else(|e| panic!("{sync}: {e}: {stdout}\n{stderr}"));
+        assert_eq!(r["requests"]["sent"], 18, "{sync}: {r}");
+        // Members of a round that find its key in flight are answered ABORTED (gRPC's 409);
+        // the others OK, with the one order.
+        let statuses = r["requests"]["by_grpc_status"].as_object().unwrap();
+        assert!(
+            statuses.keys().all(|k| k == "OK" || k == "ABORTED"),
+            "{sync}: {r}"
+        );
+        let answered: u64 = statuses.values().map(|n| n.as_u64().unwrap()).sum();
+        assert_eq!(answered, 18, "{sync}: {r}");
+        let entries = journal(&s);
+        let mut per_key = std::collections::HashMap::<String, u32>::new();
+        for e in &entries {
+            assert_eq!(e["grpc_method"], "orders.v1.Orders/CreateOrder", "{e}");
+            *per_key
+                .entry(e["idempotency_key"].as_str().unwrap().to_string())
+                .or_default() += 1;
+        }
+        assert_eq!(per_key.len(), 3, "{sync}: one key per round: {per_key:?}");
+        assert!(per_key.values().all(|n| *n == 6), "{sync}: {per_key:?}");
+        let created: std::collections::HashSet<&str> = entries
+            .iter()
+            .filter_map(|e| e["created"].as_str())
+            .collect();
+        assert_eq!(created.len(), 3, "{sync}: one order per key");
+    }
+}
