@@ -76,8 +76,8 @@ pub struct NameFile {
 }
 
 /// `retryPolicy` as written.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RetryPolicyFile {
     /// `maxAttempts`.
     pub max_attempts: Option<serde_json::Number>,
@@ -89,11 +89,14 @@ pub struct RetryPolicyFile {
     pub backoff_multiplier: Option<f64>,
     /// `retryableStatusCodes`: names (any case) or numbers.
     pub retryable_status_codes: Option<Vec<GrpcCode>>,
+    /// `perAttemptRecvTimeout` (a later addition to A6): read so that a service config that
+    /// has it loads, but not applied — an attempt is bounded by the call's deadline only.
+    pub per_attempt_recv_timeout: Option<String>,
 }
 
 /// `hedgingPolicy` as written.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HedgingPolicyFile {
     /// `maxAttempts`.
     pub max_attempts: Option<serde_json::Number>,
@@ -104,8 +107,8 @@ pub struct HedgingPolicyFile {
 }
 
 /// `retryThrottling` as written.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RetryThrottlingFile {
     /// `maxTokens`.
     pub max_tokens: Option<serde_json::Number>,

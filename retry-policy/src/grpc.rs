@@ -82,7 +82,7 @@ pub struct ThrottleSpec {
 
 /// How the client plays A6. [`Conduct::default`] is the correct client; each other variant is
 /// a known way of getting A6 wrong, for demonstrating that the checks catch it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Conduct {
     /// How many attempts a call may make.
@@ -104,7 +104,7 @@ pub struct Conduct {
 }
 
 /// How many attempts a call may make.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AttemptsConduct {
     /// `maxAttempts`, at most [`MAX_ATTEMPTS_CAP`] (A6).
@@ -115,7 +115,7 @@ pub enum AttemptsConduct {
 }
 
 /// Which failed attempts are retried (or hedged on).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CodesConduct {
     /// Only `retryableStatusCodes` (or `nonFatalStatusCodes` when hedging) (A6).
@@ -127,7 +127,7 @@ pub enum CodesConduct {
 
 /// The randomness of a retry's wait `d = min(initialBackoff × backoffMultiplier^(n-1),
 /// maxBackoff)` before the n-th retry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum GrpcJitter {
     /// `d × random(0.8, 1.2)`. A6 (as revised in 2024): "the `n`-th attempt will occur after
@@ -143,7 +143,7 @@ pub enum GrpcJitter {
 }
 
 /// What `grpc-retry-pushback-ms` does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PushbackConduct {
     /// As A6 says (see [`Pushback`]).
@@ -154,7 +154,7 @@ pub enum PushbackConduct {
 }
 
 /// Whether a call that received response headers is retried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CommittedConduct {
     /// A committed call is never retried (A6).
@@ -165,7 +165,7 @@ pub enum CommittedConduct {
 }
 
 /// Whether retry throttling can stop retries and hedges.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ThrottlingConduct {
     /// The tokens are counted and obeyed (A6).
@@ -176,7 +176,7 @@ pub enum ThrottlingConduct {
 }
 
 /// What `grpc-previous-rpc-attempts` says on each attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PreviousAttemptsConduct {
     /// Absent on the first attempt, then 1, 2, … (A6).
@@ -189,7 +189,7 @@ pub enum PreviousAttemptsConduct {
 }
 
 /// Whether the deadline covers the call or each attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DeadlineConduct {
     /// One deadline across all attempts (A6).

@@ -26,7 +26,7 @@ use crate::plan::GrpcPlan;
 use crate::template::{RequestTemplate, Text, Vars};
 
 /// The `.proto` files a scenario's gRPC calls are encoded with.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GrpcFile {
     /// `.proto` files (relative to the scenario); `orders.v1.Orders` is built in besides.
