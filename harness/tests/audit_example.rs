@@ -20,8 +20,9 @@ fn example_exe() -> PathBuf {
         cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args([
             "build",
             "--quiet",
-            "-p",
-            "harness",
+            // The whole workspace, as `cargo test --workspace` resolves its features: then the
+            // example that build made is fresh, where `-p` would build its crates again.
+            "--workspace",
             "--example",
             "openapi_service",
             "--message-format=json",
