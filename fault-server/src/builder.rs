@@ -4,10 +4,11 @@
 //! Why no second configuration model: the builder fills in the very types the YAML file is read
 //! into ([`Config`], [`RuleConfig`], [`FaultConfig`], [`OrdersConfig`]), so a schedule written in
 //! Rust and the same schedule written in YAML are equal values (`==`), run by the same code, and
-//! every builder method is named after the YAML field it sets. What serde checks while it reads a
-//! file (a status code in range, a path that starts with `/`, a probability in `[0, 1]`, counts
-//! from 1) the builder checks when the server starts or [`ServerBuilder::config`] is asked, with
-//! the same messages and the field's path.
+//! every builder method is named after the YAML field it sets. Both are checked by one
+//! [`Config::validate`] on the typed values (a status code in range, a path that starts with `/`,
+//! a probability in `[0, 1]`, counts from 1, unique ids, …): a file when it is read, the builder
+//! when the server starts or [`ServerBuilder::config`] is asked, with the same messages and the
+//! field's path.
 //!
 //! ```
 //! use std::time::Duration;
@@ -44,7 +45,7 @@ use history::Entry;
 use yaml_config::{ConfigError, Dur, Size};
 
 use crate::config::{
-    bounds, validate_rules, Config, CountSpec, Counts, Database, DelayFault, DelaySpec, DelayWhen,
+    validate_rules, Config, CountSpec, Counts, Database, DelayFault, DelaySpec, DelayWhen,
     FaultConfig, GrpcAfterHeadersFault, GrpcConfig, GrpcFault, GrpcMethodPattern, H2ErrorCode,
     HangFault, IdempotencyImpl, LimitsConfig, MalformedFault, MalformedKind, OneOrMany,
     OrdersConfig, PathPattern, PayImpl, Probability, ResetFault, RuleConfig, StateMode, StatusCode,
@@ -225,7 +226,6 @@ impl ServerBuilder {
         if let Some((field, why)) = &self.refused {
             return Err(ConfigError::at(ORIGIN, *field, why.clone()));
         }
-        validate_typed(&self.config)?;
         self.config.validate(ORIGIN)?;
         Ok(self.config.clone())
     }
@@ -299,9 +299,6 @@ impl TestServer {
     /// Replaces the schedule with `rules`, checked as the builder checks them; their time
     /// windows count from now.
     pub async fn set_rules(&self, rules: Vec<RuleConfig>) -> Result<(), BuildError> {
-        for (i, r) in rules.iter().enumerate() {
-            validate_rule(r, &format!("rules[{i}]"))?;
-        }
         validate_rules(&rules, ORIGIN)?;
         self.server.install_schedule(rules).await?;
         Ok(())
@@ -887,82 +884,6 @@ impl UpstreamConfig {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// What serde checks while it reads a file, checked on values built in Rust.
-
-fn validate_typed(cfg: &Config) -> Result<(), ConfigError> {
-    for (i, r) in cfg.rules.iter().enumerate() {
-        validate_rule(r, &format!("rules[{i}]"))?;
-    }
-    Ok(())
-}
-
-fn validate_rule(r: &RuleConfig, at: &str) -> Result<(), ConfigError> {
-    let bad = |field: &str, message: String| {
-        Err(ConfigError::at(ORIGIN, format!("{at}.{field}"), message))
-    };
-    let m = &r.matcher;
-    if let Some(PathPattern(p)) = &m.path {
-        if let Err(e) = bounds::path(p) {
-            return bad("match.path", e);
-        }
-    }
-    if let Some(Probability(p)) = m.probability {
-        if let Err(e) = bounds::probability(p) {
-            return bad("match.probability", e);
-        }
-    }
-    for (field, counts) in [
-        ("requests", &m.requests),
-        ("hits", &m.hits),
-        ("attempts", &m.attempts),
-        ("grpc_attempts", &m.grpc_attempts),
-    ] {
-        let Some(Counts(specs)) = counts else {
-            continue;
-        };
-        if let Err(e) = bounds::counts(specs) {
-            return bad(&format!("match.{field}"), e.into());
-        }
-        if let Some(s) = specs.iter().find(|s| !bounds::count_spec(**s)) {
-            return bad(
-                &format!("match.{field}"),
-                format!("invalid count {s:?} (counts start at 1, and a range's end is not before its start)"),
-            );
-        }
-    }
-    let checked = match &r.fault {
-        FaultConfig::Status(s) => bounds::status_code(i128::from(s.code.0))
-            .map(|_| ())
-            .map_err(|e| ("fault.status.code", e)),
-        FaultConfig::Delay(DelayFault {
-            spec: DelaySpec::Uniform(a, b),
-            ..
-        }) => bounds::uniform_delay(*a, *b).map_err(|e| ("fault.delay.uniform", e.into())),
-        FaultConfig::Delay(DelayFault {
-            spec: DelaySpec::Lognormal { sigma, .. },
-            ..
-        }) => {
-            bounds::lognormal_sigma(*sigma).map_err(|e| ("fault.delay.lognormal.sigma", e.into()))
-        }
-        FaultConfig::Grpc(GrpcFault {
-            pushback_ms: Some(ms),
-            ..
-        })
-        | FaultConfig::GrpcAfterHeaders(GrpcAfterHeadersFault {
-            pushback_ms: Some(ms),
-            ..
-        }) => bounds::pushback_ms(*ms).map_err(|e| ("fault.grpc.pushback_ms", e)),
-        _ => Ok(()),
-    };
-    if let Some(GrpcMethodPattern(p)) = &m.grpc_method {
-        if let Err(e) = bounds::grpc_method(p) {
-            return bad("match.grpc_method", e);
-        }
-    }
-    checked.or_else(|(field, message)| bad(field, message))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1008,13 +929,27 @@ mod tests {
                 "match: { requests: [] }\n  fault: drop",
             ),
         ] {
-            let built = validate_rule(&built, "rules[0]").expect_err(text);
-            let read = Config::from_yaml(&format!("rules:\n- {text}\n"), "t.yaml")
-                .expect_err(text)
-                .to_string();
-            assert!(
-                read.contains(message(&built)),
+            // One check for both: the same field and the same words, and the file's error
+            // placed on its line.
+            let built = validate_rules(&[built], ORIGIN).expect_err(text);
+            let read = Config::from_yaml(&format!("rules:\n- {text}\n"), "t.yaml").expect_err(text);
+            let field = |e: &ConfigError| match e {
+                ConfigError::Invalid { field, .. } => field.clone(),
+                ConfigError::Read { .. } => None,
+            };
+            assert_eq!(
+                field(&built),
+                field(&read),
                 "{text}: built {built}; read {read}"
+            );
+            assert_eq!(
+                message(&built),
+                message(&read),
+                "{text}: built {built}; read {read}"
+            );
+            assert!(
+                matches!(read, ConfigError::Invalid { line: Some(2), .. }),
+                "{text}: {read}"
             );
         }
     }

@@ -840,7 +840,6 @@ impl JsonSchema for GrpcMethodPattern {
 impl<'de> Deserialize<'de> for GrpcMethodPattern {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        bounds::grpc_method(&s).map_err(de::Error::custom)?;
         Ok(GrpcMethodPattern(s.trim_start_matches('/').to_string()))
     }
 }
@@ -909,9 +908,7 @@ pub struct GrpcAfterHeadersFault {
 
 /// `pushback_ms`: a signed 32-bit number of milliseconds, as gRFC A6 reads the header.
 fn pushback<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
-    let v = i64::deserialize(d)?;
-    bounds::pushback_ms(v).map_err(de::Error::custom)?;
-    Ok(Some(v))
+    Ok(Some(i64::deserialize(d)?))
 }
 
 /// `grpc: UNAVAILABLE` or `grpc: { code: UNAVAILABLE, message, pushback_ms }`.
@@ -1114,11 +1111,8 @@ impl<'de> Deserialize<'de> for DelayFault {
                 let f = DelayMap::deserialize(de::value::MapAccessDeserializer::new(map))?;
                 let spec = match (f.fixed, f.uniform, f.lognormal) {
                     (Some(d), None, None) => DelaySpec::Fixed(d.0),
-                    (None, Some([a, b]), None) => {
-                        bounds::uniform_delay(a.0, b.0).map_err(de::Error::custom)?;
-                        DelaySpec::Uniform(a.0, b.0)
-                    }
-                    (None, None, Some(l)) => l.spec().map_err(de::Error::custom)?,
+                    (None, Some([a, b]), None) => DelaySpec::Uniform(a.0, b.0),
+                    (None, None, Some(l)) => l.spec(),
                     _ => {
                         return Err(de::Error::custom(
                             "a delay has one of `fixed`, `uniform` or `lognormal`",
@@ -1144,12 +1138,11 @@ struct Lognormal {
 }
 
 impl Lognormal {
-    fn spec(&self) -> Result<DelaySpec, &'static str> {
-        bounds::lognormal_sigma(self.sigma)?;
-        Ok(DelaySpec::Lognormal {
+    fn spec(&self) -> DelaySpec {
+        DelaySpec::Lognormal {
             median: self.median.0,
             sigma: self.sigma,
-        })
+        }
     }
 }
 
@@ -1288,10 +1281,16 @@ impl JsonSchema for StatusCode {
     }
 }
 
+/// A status code as written, held as the number it is: [`Config::validate`] holds it to its
+/// range with every other bound. One that is no 16-bit number has no value to hold, so it is
+/// refused here, with the same words.
+fn code(v: i128) -> Result<u16, String> {
+    u16::try_from(v).or_else(|_| bounds::status_code(v))
+}
+
 impl<'de> Deserialize<'de> for StatusCode {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let v = u64::deserialize(d)?;
-        bounds::status_code(i128::from(v))
+        code(i128::from(u64::deserialize(d)?))
             .map(StatusCode)
             .map_err(de::Error::custom)
     }
@@ -1318,10 +1317,7 @@ impl JsonSchema for Probability {
 
 impl<'de> Deserialize<'de> for Probability {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let v = f64::deserialize(d)?;
-        bounds::probability(v)
-            .map(|()| Probability(v))
-            .map_err(de::Error::custom)
+        f64::deserialize(d).map(Probability)
     }
 }
 
@@ -1403,9 +1399,7 @@ impl JsonSchema for PathPattern {
 
 impl<'de> Deserialize<'de> for PathPattern {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        bounds::path(&s).map_err(de::Error::custom)?;
-        Ok(PathPattern(s))
+        String::deserialize(d).map(PathPattern)
     }
 }
 
@@ -1513,7 +1507,6 @@ impl<'de> Deserialize<'de> for Counts {
                 while let Some(one) = seq.next_element::<Counts>()? {
                     out.extend(one.0);
                 }
-                bounds::counts(&out).map_err(de::Error::custom)?;
                 Ok(Counts(out))
             }
         }
@@ -1693,7 +1686,7 @@ struct StatusShorthand(StatusFault);
 /// `status: 503`: the code, and nothing else.
 fn code_only<E: de::Error>(v: i128) -> Result<StatusShorthand, E> {
     Ok(StatusShorthand(StatusFault {
-        code: StatusCode(bounds::status_code(v).map_err(E::custom)?),
+        code: StatusCode(code(v).map_err(E::custom)?),
         headers: BTreeMap::new(),
         body: None,
         retry_after: None,
@@ -1752,11 +1745,8 @@ impl<'de> Deserialize<'de> for DelaySpec {
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<DelaySpec, A::Error> {
                 match Full::deserialize(de::value::MapAccessDeserializer::new(map))? {
                     Full::Fixed(d) => Ok(DelaySpec::Fixed(d.0)),
-                    Full::Uniform([a, b]) => {
-                        bounds::uniform_delay(a.0, b.0).map_err(de::Error::custom)?;
-                        Ok(DelaySpec::Uniform(a.0, b.0))
-                    }
-                    Full::Lognormal(l) => l.spec().map_err(de::Error::custom),
+                    Full::Uniform([a, b]) => Ok(DelaySpec::Uniform(a.0, b.0)),
+                    Full::Lognormal(l) => Ok(l.spec()),
                 }
             }
         }
@@ -1962,7 +1952,74 @@ impl ScheduleConfig {
     }
 }
 
-/// Checks that need the whole list: unique ids, sane windows.
+/// The bounds of one rule's values, as a file or the builder gives them: the failing field
+/// (below `rules[i].`) and why.
+fn rule_bounds(r: &RuleConfig) -> Result<(), (String, String)> {
+    let bad = |field: &str, message: String| Err((field.to_string(), message));
+    let m = &r.matcher;
+    if let Some(PathPattern(p)) = &m.path {
+        if let Err(e) = bounds::path(p) {
+            return bad("match.path", e);
+        }
+    }
+    if let Some(Probability(p)) = m.probability {
+        if let Err(e) = bounds::probability(p) {
+            return bad("match.probability", e);
+        }
+    }
+    for (field, counts) in [
+        ("requests", &m.requests),
+        ("hits", &m.hits),
+        ("attempts", &m.attempts),
+        ("grpc_attempts", &m.grpc_attempts),
+    ] {
+        let Some(Counts(specs)) = counts else {
+            continue;
+        };
+        if let Err(e) = bounds::counts(specs) {
+            return bad(&format!("match.{field}"), e.into());
+        }
+        if let Some(s) = specs.iter().find(|s| !bounds::count_spec(**s)) {
+            return bad(
+                &format!("match.{field}"),
+                format!("invalid count {s:?} (counts start at 1, and a range's end is not before its start)"),
+            );
+        }
+    }
+    if let Some(GrpcMethodPattern(p)) = &m.grpc_method {
+        if let Err(e) = bounds::grpc_method(p) {
+            return bad("match.grpc_method", e);
+        }
+    }
+    let checked = match &r.fault {
+        FaultConfig::Status(s) => bounds::status_code(i128::from(s.code.0))
+            .map(|_| ())
+            .map_err(|e| ("fault.status.code", e)),
+        FaultConfig::Delay(DelayFault {
+            spec: DelaySpec::Uniform(a, b),
+            ..
+        }) => bounds::uniform_delay(*a, *b).map_err(|e| ("fault.delay.uniform", e.into())),
+        FaultConfig::Delay(DelayFault {
+            spec: DelaySpec::Lognormal { sigma, .. },
+            ..
+        }) => {
+            bounds::lognormal_sigma(*sigma).map_err(|e| ("fault.delay.lognormal.sigma", e.into()))
+        }
+        FaultConfig::Grpc(GrpcFault {
+            pushback_ms: Some(ms),
+            ..
+        })
+        | FaultConfig::GrpcAfterHeaders(GrpcAfterHeadersFault {
+            pushback_ms: Some(ms),
+            ..
+        }) => bounds::pushback_ms(*ms).map_err(|e| ("fault.grpc.pushback_ms", e)),
+        _ => Ok(()),
+    };
+    checked.or_else(|(field, message)| bad(field, message))
+}
+
+/// Every rule's checks, its values' bounds and what needs the whole list (unique ids, sane
+/// windows): what a file and the builder's rules both go through.
 pub fn validate_rules(rules: &[RuleConfig], origin: &str) -> Result<(), ConfigError> {
     let invalid = |i: usize, field: &str, message: String| ConfigError::Invalid {
         origin: origin.to_string(),
@@ -1973,6 +2030,7 @@ pub fn validate_rules(rules: &[RuleConfig], origin: &str) -> Result<(), ConfigEr
     };
     let mut seen = std::collections::HashSet::new();
     for (i, r) in rules.iter().enumerate() {
+        rule_bounds(r).map_err(|(field, message)| invalid(i, &field, message))?;
         let id = rule_id(r, i);
         if !seen.insert(id.clone()) {
             return Err(invalid(
