@@ -20,7 +20,7 @@
 
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, Timeouts};
 use tokio_postgres::NoTls;
 
 use super::backend::{now_ms, Claim, KeyRow, StoreError};
@@ -89,6 +89,7 @@ impl PgStore {
         if cfg.get_connect_timeout().is_none() {
             cfg.connect_timeout(Duration::from_secs(10));
         }
+        let connect_timeout = cfg.get_connect_timeout().copied();
         // Server settings for every connection, after whatever options the URL gives.
         let options = format!(
             "{} -c statement_timeout={} -c lock_timeout={}",
@@ -114,10 +115,21 @@ impl PgStore {
             .create_timeout(Some(statement_timeout.max(Duration::from_secs(1))))
             .build()
             .map_err(|e| StoreError::PoolBuild(e.to_string()))?;
-        let mut client = pool.get().await.map_err(|source| StoreError::Connect {
-            url: url.redacted(),
-            source,
-        })?;
+        // The first connection is the server starting, not a request waiting: it gets the
+        // connection's own timeout (the URL's `connect_timeout`, else 10 s), not the requests'
+        // bound, so a busy database host delays the start instead of failing it.
+        let first = Timeouts {
+            wait: connect_timeout,
+            create: connect_timeout,
+            recycle: None,
+        };
+        let mut client = pool
+            .timeout_get(&first)
+            .await
+            .map_err(|source| StoreError::Connect {
+                url: url.redacted(),
+                source,
+            })?;
         let schema = async {
             let tx = client.transaction().await?;
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
