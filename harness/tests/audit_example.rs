@@ -7,45 +7,14 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::OnceLock;
 
 use assert_cmd::cargo::CommandCargoExt;
 
-/// The example's executable, built on demand (see `tests/example_service.rs` for why cargo is
-/// asked for its path).
+mod support;
+
+/// The example's executable.
 fn example_exe() -> PathBuf {
-    static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| {
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args([
-            "build",
-            "--quiet",
-            // The whole workspace, as `cargo test --workspace` resolves its features: then the
-            // example that build made is fresh, where `-p` would build its crates again.
-            "--workspace",
-            "--example",
-            "openapi_service",
-            "--message-format=json",
-        ]);
-        if !cfg!(debug_assertions) {
-            cmd.arg("--release");
-        }
-        let out = cmd.output().expect("cargo runs");
-        assert!(
-            out.status.success(),
-            "building the example failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|m| {
-                m["reason"] == "compiler-artifact" && m["target"]["name"] == "openapi_service"
-            })
-            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-            .expect("cargo reports the example's executable")
-    })
-    .clone()
+    support::example_exe("openapi_service")
 }
 
 /// A running example; killed when dropped.

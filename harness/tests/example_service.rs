@@ -5,7 +5,7 @@
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -27,56 +27,16 @@ rules:
     fault: { status: 503 }
 "#;
 
+mod support;
+
 /// The example's executable.
-///
-/// `CARGO_BIN_EXE_*` exists only for `[[bin]]` targets, and `cargo test --test example_service`
-/// does not build examples (a plain `cargo test` does). So the test asks cargo: `cargo build
-/// --example orders_service --message-format=json` is a no-op when the example is up to date, and
-/// its `compiler-artifact` message names the executable wherever the target directory and profile
-/// put it (`CARGO_TARGET_DIR`, `build.target-dir`, `--release`) — no guessed paths. `env!("CARGO")`
-/// is the cargo that is running this test, and the build lock is free while tests run.
 fn example_exe() -> PathBuf {
-    static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| build_example("orders_service")).clone()
+    support::example_exe("orders_service")
 }
 
 /// The payment API of record that `scenarios/proxy-example.yaml` proxies to.
 fn payments_exe() -> PathBuf {
-    static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| build_example("payments_service"))
-        .clone()
-}
-
-/// Builds example `name` (a no-op when it is up to date) and returns its executable.
-fn build_example(name: &str) -> PathBuf {
-    {
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args([
-            "build",
-            "--quiet",
-            // The whole workspace, as `cargo test --workspace` resolves its features: then the
-            // example that build made is fresh, where `-p` would build its crates again.
-            "--workspace",
-            "--example",
-            name,
-            "--message-format=json",
-        ]);
-        if !cfg!(debug_assertions) {
-            cmd.arg("--release");
-        }
-        let out = cmd.output().expect("cargo runs");
-        assert!(
-            out.status.success(),
-            "building the example failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == name)
-            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-            .expect("cargo reports the example's executable")
-    }
+    support::example_exe("payments_service")
 }
 
 /// The running example; killed when dropped.

@@ -10,43 +10,14 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 
 use serde_json::Value;
 
-/// The example consumer's executable, built by cargo if needed: `cargo test -p harness` builds
-/// no example of another crate, and cargo names the executable wherever its target directory is.
+mod support;
+
+/// The example consumer's executable (`webhooks/examples/consumer.rs`).
 fn consumer_exe() -> PathBuf {
-    static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| {
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args([
-            "build",
-            "--quiet",
-            // The whole workspace, as `cargo test --workspace` resolves its features: then the
-            // example that build made is fresh, where `-p` would build its crates again.
-            "--workspace",
-            "--example",
-            "consumer",
-            "--message-format=json",
-        ]);
-        if !cfg!(debug_assertions) {
-            cmd.arg("--release");
-        }
-        let out = cmd.output().expect("cargo runs");
-        assert!(
-            out.status.success(),
-            "building the consumer failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "consumer")
-            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-            .expect("cargo reports the example's executable")
-    })
-    .clone()
+    support::example_exe("consumer")
 }
 
 fn free_addr() -> String {

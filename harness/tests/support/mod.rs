@@ -1,0 +1,56 @@
+//! What several integration tests share: the executables of the workspace's examples.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+
+/// The executable of example `name` (any workspace crate's), built by cargo if it is not up to
+/// date, once per test process.
+///
+/// `CARGO_BIN_EXE_*` exists only for `[[bin]]` targets, and `cargo test --test X` builds no
+/// example (a plain `cargo test` builds its own crate's). So the test asks cargo: `cargo build
+/// --example NAME --message-format=json` is a no-op when the example is up to date, and its
+/// `compiler-artifact` message names the executable wherever the target directory and profile
+/// put it (`CARGO_TARGET_DIR`, `build.target-dir`, `--release`) — no guessed paths. `env!("CARGO")`
+/// is the cargo running this test, and the build lock is free while tests run.
+pub fn example_exe(name: &str) -> PathBuf {
+    static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let mut built = BUILT
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    built
+        .entry(name.to_string())
+        .or_insert_with(|| build(name))
+        .clone()
+}
+
+fn build(name: &str) -> PathBuf {
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args([
+        "build",
+        "--quiet",
+        // The whole workspace, as `cargo test --workspace` resolves its features: then the
+        // example that build made is fresh, where `-p` would build its crates again.
+        "--workspace",
+        "--example",
+        name,
+        "--message-format=json",
+    ]);
+    if !cfg!(debug_assertions) {
+        cmd.arg("--release");
+    }
+    let out = cmd.output().expect("cargo runs");
+    assert!(
+        out.status.success(),
+        "building example {name} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == name)
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .unwrap_or_else(|| panic!("cargo reports example {name}'s executable"))
+}
