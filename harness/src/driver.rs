@@ -302,7 +302,7 @@ pub async fn run_phase(plan: Arc<PhasePlan>, ctx: PhaseCtx) -> PhaseOutcome {
             Vec::new(),
         ),
         PhaseKind::Deliver(d) => {
-            let (rec, out) = crate::deliver::run(&plan, &d, &ctx).await;
+            let (rec, out) = crate::deliver::run(&plan, &d, &ctx, &sink).await;
             delivered = Some(out);
             (rec, Vec::new())
         }

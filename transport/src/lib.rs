@@ -303,9 +303,18 @@ impl Conn {
     /// Sends one request and reads the whole response, within `timeout`.
     pub async fn send(&mut self, req: Outgoing, timeout: Duration) -> Result<Reply, AttemptError> {
         // The request stays here; the futures below borrow it.
+        self.send_ref(&req, timeout).await
+    }
+
+    /// [`Conn::send`] of a request the caller keeps (to record what it sent, say).
+    pub async fn send_ref(
+        &mut self,
+        req: &Outgoing,
+        timeout: Duration,
+    ) -> Result<Reply, AttemptError> {
         match self {
-            Conn::H1(c) => c.send_ref(&req, timeout, None, false).await,
-            Conn::H2(c) => c.send_ref(&req, timeout).await,
+            Conn::H1(c) => c.send_ref(req, timeout, None, false).await,
+            Conn::H2(c) => c.send_ref(req, timeout).await,
         }
     }
 

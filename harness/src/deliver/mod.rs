@@ -49,7 +49,7 @@ use crate::driver::PhaseCtx;
 use crate::http::http2::{Burst, H2Conn};
 use crate::http::release::Release;
 use crate::http::{AttemptError, Conn, Outgoing, Reply, Target};
-use crate::metrics::Recorder;
+use crate::metrics::{Recorder, Sink};
 use crate::plan::{DeliverPlan, PhasePlan, SyncMode};
 use crate::template::Vars;
 
@@ -190,8 +190,14 @@ struct Shared {
 }
 
 /// Runs a deliver phase to its end: every subject delivered, every redelivery made or given
-/// up, or `ctx.stop`.
-pub async fn run(phase: &PhasePlan, d: &DeliverPlan, ctx: &PhaseCtx) -> (Recorder, Delivered) {
+/// up, or `ctx.stop`. The workers fold their latencies into the phase's `sink`, as the other
+/// phases' workers do.
+pub async fn run(
+    phase: &PhasePlan,
+    d: &DeliverPlan,
+    ctx: &PhaseCtx,
+    sink: &Arc<Sink>,
+) -> (Recorder, Delivered) {
     let mut failed = Recorder::new(false);
     let journal = match tempfile::Builder::new()
         .prefix("harness-deliveries")
@@ -265,8 +271,8 @@ pub async fn run(phase: &PhasePlan, d: &DeliverPlan, ctx: &PhaseCtx) -> (Recorde
     });
     let workers: Vec<_> = (0..d.concurrency)
         .map(|_| {
-            let shared = shared.clone();
-            tokio::spawn(async move { Worker::new(shared).run().await })
+            let (shared, sink) = (shared.clone(), sink.clone());
+            tokio::spawn(async move { Worker::new(shared, &sink).run().await })
         })
         .collect();
     let mut rec = Recorder::new(false);
@@ -570,7 +576,7 @@ struct Worker {
 }
 
 impl Worker {
-    fn new(shared: Arc<Shared>) -> Worker {
+    fn new(shared: Arc<Shared>, sink: &Arc<Sink>) -> Worker {
         let conn = Conn::new(shared.target.clone());
         let conn_id = shared.conns.fetch_add(1, Ordering::Relaxed) + 1;
         Worker {
@@ -579,7 +585,7 @@ impl Worker {
             conn_id,
             copies: Vec::new(),
             burst: None,
-            rec: Recorder::new(false),
+            rec: Recorder::worker(false, sink),
             due: Vec::new(),
         }
     }
@@ -725,7 +731,7 @@ impl Worker {
             self.next_conn_id();
             r.map(|()| None)
         } else {
-            let r = self.conn.send(req.clone(), timeout).await.map(Some);
+            let r = self.conn.send_ref(&req, timeout).await.map(Some);
             if r.is_err() {
                 self.next_conn_id();
             }
