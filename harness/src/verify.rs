@@ -179,7 +179,8 @@ async fn lookup(
         ),
         (None, None, Some(url), Some(q)) => (
             format!("{q} on {}", redacted(url)),
-            by_postgres(url, &bind(q, "$1"), wanted, keys).await,
+            // SQLite's spelling of the parameter, `?1`, is PostgreSQL's `$1`: one query serves both.
+            by_postgres(url, &bind(q, "$1").replace("?1", "$1"), wanted, keys).await,
         ),
         _ => ("verify".to_string(), Err(VerifyError::Config)),
     }
@@ -430,6 +431,7 @@ fn percent_encode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{SystemTime, UNIX_EPOCH};
 
     #[test]
     fn keys_are_percent_encoded_but_unreserved_characters() {
@@ -569,5 +571,158 @@ mod tests {
             states,
             vec![Ok(Some("invoice.paid".into())), Ok(None), Ok(None)]
         );
+    }
+
+    /// The test PostgreSQL server's URL (`bash .ci/postgres` prints one), or `None` after saying
+    /// the test is skipped; with `HARNESS_REQUIRE_TOOLS=1` a missing server fails the test.
+    fn postgres_url(test: &str) -> Option<String> {
+        match std::env::var("FAULT_SERVER_TEST_DATABASE_URL") {
+            Ok(u) if !u.trim().is_empty() => Some(u.trim().to_string()),
+            _ => {
+                assert!(
+                    std::env::var("HARNESS_REQUIRE_TOOLS").as_deref() != Ok("1"),
+                    "{test}: FAULT_SERVER_TEST_DATABASE_URL is not set and HARNESS_REQUIRE_TOOLS=1"
+                );
+                eprintln!("{test}: skipped: FAULT_SERVER_TEST_DATABASE_URL is not set");
+                None
+            }
+        }
+    }
+
+    /// A schema of the test's own, dropped at the end.
+    async fn postgres_schema(url: &str, setup: &str) -> (tokio_postgres::Client, String) {
+        let (admin, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .expect("the test PostgreSQL server");
+        tokio::spawn(conn);
+        let schema = format!(
+            "verify_{}_{}",
+            std::process::id(),
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        );
+        admin
+            .batch_execute(&format!(
+                "CREATE SCHEMA {schema}; SET search_path TO {schema}; {setup}"
+            ))
+            .await
+            .expect("the test's tables");
+        (admin, schema)
+    }
+
+    #[tokio::test]
+    async fn counts_come_from_a_postgres_store_by_key_and_by_event_id() {
+        let Some(url) = postgres_url("counts_come_from_a_postgres_store") else {
+            return;
+        };
+        let (admin, schema) = postgres_schema(
+            &url,
+            "CREATE TABLE effects (id SERIAL PRIMARY KEY, event_id TEXT NOT NULL);
+             INSERT INTO effects (event_id) VALUES ('evt_1'), ('evt_2'), ('evt_2');",
+        )
+        .await;
+        let keys: Vec<String> = ["evt_1", "evt_2", "evt_3"].map(String::from).to_vec();
+        let cfg = |query: String| VerifyConfig {
+            url: None,
+            count_field: "count".into(),
+            sqlite: None,
+            postgres: Some(url.clone()),
+            query: Some(query),
+        };
+        // Every spelling of the parameter the reference names: `{event_id}` (quoted or not),
+        // PostgreSQL's `$1` and SQLite's `?1`. COUNT(*) is a bigint, COUNT(*)::int an integer.
+        for query in [
+            format!("SELECT COUNT(*) FROM {schema}.effects WHERE event_id = {{event_id}}"),
+            format!("SELECT COUNT(*) FROM {schema}.effects WHERE event_id = '{{event_id}}'"),
+            format!("SELECT COUNT(*)::int FROM {schema}.effects WHERE event_id = $1"),
+            format!("SELECT COUNT(*) FROM {schema}.effects WHERE event_id = ?1"),
+        ] {
+            let got = store_counts(&cfg(query.clone()), &keys, None).await;
+            let counts: Vec<(String, Result<u64, String>)> = got
+                .counts
+                .unwrap_or_else(|e| panic!("{query}: {e}"))
+                .into_iter()
+                .map(|k| (k.key, k.count))
+                .collect();
+            assert_eq!(
+                counts,
+                vec![
+                    ("evt_1".into(), Ok(1)),
+                    ("evt_2".into(), Ok(2)),
+                    ("evt_3".into(), Ok(0))
+                ],
+                "{query}"
+            );
+        }
+        // A column that is no count is said per key; a query that does not prepare, and a
+        // server that refuses the login, for the store (without the password).
+        let text = store_counts(
+            &cfg(format!("SELECT event_id FROM {schema}.effects WHERE event_id = $1")),
+            &keys[..1],
+            None,
+        )
+        .await;
+        let err = text.counts.expect("prepared")[0]
+            .count
+            .clone()
+            .expect_err("a text is no count");
+        assert!(err.contains("not a count"), "{err}");
+        let bad = store_counts(&cfg("SELECT nope FROM nowhere WHERE x = $1".into()), &keys, None)
+            .await
+            .counts
+            .expect_err("no such table");
+        assert!(bad.contains("cannot prepare"), "{bad}");
+        let wrong = VerifyConfig {
+            postgres: Some("postgres://nobody:s3cret@127.0.0.1:1/db".into()),
+            ..cfg("SELECT 1 WHERE $1 = ''".into())
+        };
+        let refused = store_counts(&wrong, &keys, None)
+            .await
+            .counts
+            .expect_err("nothing listens on port 1");
+        assert!(!refused.contains("s3cret"), "{refused}");
+        admin
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .await
+            .expect("dropped");
+    }
+
+    #[tokio::test]
+    async fn states_come_from_a_postgres_store_by_subject() {
+        let Some(url) = postgres_url("states_come_from_a_postgres_store_by_subject") else {
+            return;
+        };
+        let (admin, schema) = postgres_schema(
+            &url,
+            "CREATE TABLE state (subject TEXT PRIMARY KEY, type TEXT);
+             INSERT INTO state VALUES ('in_1', 'invoice.paid'), ('in_2', NULL);",
+        )
+        .await;
+        let cfg = StateConfig {
+            url: None,
+            field: "type".into(),
+            sqlite: None,
+            postgres: Some(url.clone()),
+            query: Some(format!(
+                "SELECT type FROM {schema}.state WHERE subject = {{subject}}"
+            )),
+        };
+        let subjects: Vec<String> = ["in_1", "in_2", "in_3"].map(String::from).to_vec();
+        let got = store_states(&cfg, &subjects, None, &Connect::default()).await;
+        let states: Vec<Result<Option<String>, String>> = got
+            .states
+            .expect("answered")
+            .into_iter()
+            .map(|k| k.state)
+            .collect();
+        assert_eq!(
+            states,
+            vec![Ok(Some("invoice.paid".into())), Ok(None), Ok(None)]
+        );
+        admin
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .await
+            .expect("dropped");
     }
 }
