@@ -301,6 +301,8 @@ fn deliver(url: &str, extra: &[&str]) -> std::process::Output {
 
 const STRIPE_SECRET: &str = "whsec_cliExampleSecret";
 
+const SW_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
 fn chaos() -> Vec<&'static str> {
     vec![
         "--style",
@@ -353,6 +355,44 @@ fn harness_deliver_gates_on_the_consumer() {
     for name in ["effects_once", "ordering"] {
         assert_eq!(check(&report, name)["verdict"], "fail", "{name}");
     }
+}
+
+/// Over HTTP/2 (prior knowledge), every copy of a duplicated event goes out in one packet
+/// (`single-packet`): a consumer that deduplicates under a UNIQUE constraint takes each event
+/// once, one that looks the id up before it writes takes the copies that raced it.
+#[test]
+fn harness_deliver_over_http2_releases_copies_in_one_packet() {
+    let args = [
+        "--http2",
+        "--style",
+        "standard-webhooks",
+        "--secret",
+        SW_SECRET,
+        "--events",
+        "8",
+        "--duplicates",
+        "1",
+        "--copies",
+        "4",
+        "--sync",
+        "single-packet",
+        "--verify",
+        "/effects/{event_id}",
+    ];
+    let good = Consumer::start("standard-webhooks", SW_SECRET, "unique");
+    let (code, report) = report_of(deliver(&format!("{}/webhook", good.url), &args));
+    let v = verdicts(&report);
+    assert_eq!(code, Some(0), "{v:#?}");
+    assert_eq!(check(&report, "effects_once")["verdict"], "pass", "{v:#?}");
+    let m = &report["phases"][0]["metrics"];
+    assert_eq!(m["sync"], "single-packet", "{m:#}");
+    assert_eq!(m["duplicated_events"], 8, "{m:#}");
+    assert_eq!(m["acknowledged_copies"], 32, "{m:#}");
+
+    let racy = Consumer::start("standard-webhooks", SW_SECRET, "select-then-insert");
+    let (code, report) = report_of(deliver(&format!("{}/webhook", racy.url), &args));
+    assert_eq!(code, Some(1), "{:#?}", verdicts(&report));
+    assert_eq!(check(&report, "effects_once")["verdict"], "fail");
 }
 
 #[test]
