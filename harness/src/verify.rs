@@ -658,7 +658,9 @@ mod tests {
         // A column that is no count is said per key; a query that does not prepare, and a
         // server that refuses the login, for the store (without the password).
         let text = store_counts(
-            &cfg(format!("SELECT event_id FROM {schema}.effects WHERE event_id = $1")),
+            &cfg(format!(
+                "SELECT event_id FROM {schema}.effects WHERE event_id = $1"
+            )),
             &keys[..1],
             None,
         )
@@ -668,10 +670,14 @@ mod tests {
             .clone()
             .expect_err("a text is no count");
         assert!(err.contains("not a count"), "{err}");
-        let bad = store_counts(&cfg("SELECT nope FROM nowhere WHERE x = $1".into()), &keys, None)
-            .await
-            .counts
-            .expect_err("no such table");
+        let bad = store_counts(
+            &cfg("SELECT nope FROM nowhere WHERE x = $1".into()),
+            &keys,
+            None,
+        )
+        .await
+        .counts
+        .expect_err("no such table");
         assert!(bad.contains("cannot prepare"), "{bad}");
         let wrong = VerifyConfig {
             postgres: Some("postgres://nobody:s3cret@127.0.0.1:1/db".into()),
