@@ -117,6 +117,13 @@ enum Job {
     Redeliver(Pending),
 }
 
+/// What [`Shared::take`] found.
+enum Take {
+    Job(Job),
+    Done,
+    Wait(Option<Instant>),
+}
+
 /// Counters the workers add to.
 #[derive(Debug, Default)]
 struct Stats {
@@ -377,36 +384,25 @@ impl Shared {
     }
 
     /// The next job, waiting for one while other workers may still queue redeliveries; `None`
-    /// when there is nothing left to do (or the phase was stopped).
-    async fn next_job(&self) -> Option<Job> {
+    /// when there is nothing left to do (or the phase was stopped). `stop` is the worker's own
+    /// token (a child of the phase's), so that waiting on it contends with no other worker.
+    async fn next_job(&self, stop: &tokio_util::sync::CancellationToken) -> Option<Job> {
+        // The common case, a subject or a redelivery at hand, takes the queue's lock once and
+        // registers no waiter.
+        match self.take() {
+            Take::Job(j) => return Some(j),
+            Take::Done => return None,
+            Take::Wait(_) => {}
+        }
         loop {
             let notified = self.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let wake_at = {
-                let mut q = lock(&self.queue);
-                if self.stop.is_cancelled() {
-                    return None;
-                }
-                let now = Instant::now();
-                if q.pending.peek().is_some_and(|p| p.at <= now) {
-                    let p = q.pending.pop()?;
-                    q.busy += 1;
-                    return Some(Job::Redeliver(p));
-                }
-                if q.next_subject < self.subjects {
-                    let s = q.next_subject;
-                    q.next_subject += 1;
-                    q.busy += 1;
-                    return Some(Job::Subject(s));
-                }
-                if q.pending.is_empty() && q.busy == 0 {
-                    drop(q);
-                    // Everyone else may be waiting for a redelivery that will never be queued.
-                    self.notify.notify_waiters();
-                    return None;
-                }
-                q.pending.peek().map(|p| p.at)
+            // Again, now that a job queued meanwhile wakes this worker.
+            let wake_at = match self.take() {
+                Take::Job(j) => return Some(j),
+                Take::Done => return None,
+                Take::Wait(at) => at,
             };
             let until = async {
                 match wake_at {
@@ -417,15 +413,45 @@ impl Shared {
             tokio::select! {
                 () = &mut notified => {}
                 () = until => {}
-                () = self.stop.cancelled() => return None,
+                () = stop.cancelled() => return None,
             }
         }
+    }
+
+    /// A job if one is due, the end when nothing is left, or when to look again (`None`: when
+    /// another worker finishes a job).
+    fn take(&self) -> Take {
+        let mut q = lock(&self.queue);
+        if self.stop.is_cancelled() {
+            return Take::Done;
+        }
+        if q.pending.peek().is_some_and(|p| p.at <= Instant::now()) {
+            if let Some(p) = q.pending.pop() {
+                q.busy += 1;
+                return Take::Job(Job::Redeliver(p));
+            }
+        }
+        if q.next_subject < self.subjects {
+            let s = q.next_subject;
+            q.next_subject += 1;
+            q.busy += 1;
+            return Take::Job(Job::Subject(s));
+        }
+        if q.pending.is_empty() && q.busy == 0 {
+            drop(q);
+            // Everyone else may be waiting for a redelivery that will never be queued.
+            self.notify.notify_waiters();
+            return Take::Done;
+        }
+        Take::Wait(q.pending.peek().map(|p| p.at))
     }
 
     /// A job is done; `more` are the redeliveries it made due.
     fn job_done(&self, more: Vec<(Instant, u64, Instant, u32)>) {
         let mut q = lock(&self.queue);
         q.busy = q.busy.saturating_sub(1);
+        // Workers wait only once the subjects are handed out: for a redelivery, or for the end.
+        let wake = !more.is_empty() || q.next_subject >= self.subjects;
         for (at, event, first, attempt) in more {
             q.order += 1;
             let order = q.order;
@@ -438,7 +464,9 @@ impl Shared {
             });
         }
         drop(q);
-        self.notify.notify_waiters();
+        if wake {
+            self.notify.notify_waiters();
+        }
     }
 
     fn us(&self, t: Instant) -> u64 {
@@ -591,8 +619,8 @@ impl Worker {
     }
 
     async fn run(mut self) -> Recorder {
-        while let Some(job) = self.shared.next_job().await {
-            let shared = self.shared.clone();
+        let stop = self.shared.stop.child_token();
+        while let Some(job) = self.shared.next_job(&stop).await {
             let work = async {
                 match job {
                     Job::Subject(s) => self.subject(s).await,
@@ -603,7 +631,7 @@ impl Worker {
             // unknown, so they are not reused.
             let cut = tokio::select! {
                 biased;
-                () = shared.stop.cancelled() => true,
+                () = stop.cancelled() => true,
                 () = work => false,
             };
             if cut {
