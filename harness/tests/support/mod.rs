@@ -41,6 +41,7 @@ fn build(name: &str) -> PathBuf {
     if !cfg!(debug_assertions) {
         cmd.arg("--release");
     }
+    without_crate_env(&mut cmd);
     let out = cmd.output().expect("cargo runs");
     assert!(
         out.status.success(),
@@ -53,4 +54,32 @@ fn build(name: &str) -> PathBuf {
         .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == name)
         .find_map(|m| m["executable"].as_str().map(PathBuf::from))
         .unwrap_or_else(|| panic!("cargo reports example {name}'s executable"))
+}
+
+/// Removes what cargo sets for a crate it builds or tests (`CARGO_MANIFEST_DIR`, `CARGO_PKG_*`,
+/// …) from the environment `cmd` inherits. Build scripts watch some of them (ring's, through
+/// `rerun-if-env-changed`, watches `CARGO_MANIFEST_DIR` and `CARGO_PKG_NAME`): a cargo started
+/// with a test's values would find ring stale, build it and all that depends on it again, and
+/// leave it stale for the next plain cargo command.
+fn without_crate_env(cmd: &mut Command) {
+    for (name, _) in std::env::vars_os() {
+        let Some(name) = name.to_str() else { continue };
+        let per_crate = name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_BIN_EXE_")
+            || matches!(
+                name,
+                "CARGO_MANIFEST_DIR"
+                    | "CARGO_MANIFEST_PATH"
+                    | "CARGO_MANIFEST_LINKS"
+                    | "CARGO_CRATE_NAME"
+                    | "CARGO_BIN_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+                    | "CARGO_TARGET_TMPDIR"
+                    | "CARGO_RUSTC_CURRENT_DIR"
+                    | "OUT_DIR"
+            );
+        if per_crate {
+            cmd.env_remove(name);
+        }
+    }
 }
