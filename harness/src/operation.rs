@@ -258,7 +258,7 @@ pub async fn execute_grpc<T: GrpcTransport, O: Observer>(
     let mut spares: Vec<T::Lane> = (0..hedges).map(|_| transport.spare(lane)).collect();
     // The first attempt takes the worker's own lane (a burst member's, released with its round).
     let mut free: Vec<&mut T::Lane> = spares.iter_mut().chain(std::iter::once(lane)).collect();
-    let mut flying = FuturesUnordered::new();
+    let mut flying = InFlight::default();
     // (attempt, sent) of each attempt in flight, to report those the end of the call cancels.
     let mut out: Vec<(Attempt, Instant)> = Vec::new();
     let mut last: Option<GrpcAnswer> = None;
@@ -372,6 +372,63 @@ fn end_grpc<O: Observer>(
     }
 }
 
+/// A call's attempts in flight: one, as a call without hedging always has, polled directly; more
+/// (hedged attempts) in a `FuturesUnordered`. That one re-wakes its task every time it has polled
+/// all its futures and none was ready (so as not to starve others), so with a single attempt in
+/// it every poll of the worker woke the worker again. Over HTTP/2 the workers sharing a
+/// connection run in one task, whose pass then ended every other worker, and the connection
+/// wrote two requests at a time instead of all that the pass queued.
+struct InFlight<F> {
+    one: Option<std::pin::Pin<Box<F>>>,
+    more: FuturesUnordered<F>,
+}
+
+impl<F> Default for InFlight<F> {
+    fn default() -> Self {
+        InFlight {
+            one: None,
+            more: FuturesUnordered::new(),
+        }
+    }
+}
+
+impl<F: Future> InFlight<F> {
+    fn push(&mut self, f: F) {
+        if self.is_empty() {
+            self.one = Some(Box::pin(f));
+        } else {
+            self.more.push(f);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.one.is_none() && self.more.is_empty()
+    }
+
+    /// The next attempt to end; `None` when none is in flight.
+    async fn next(&mut self) -> Option<F::Output> {
+        std::future::poll_fn(|cx| {
+            if let Some(f) = self.one.as_mut() {
+                if let std::task::Poll::Ready(out) = f.as_mut().poll(cx) {
+                    self.one = None;
+                    return std::task::Poll::Ready(Some(out));
+                }
+            }
+            if !self.more.is_empty() {
+                if let std::task::Poll::Ready(Some(out)) = self.more.poll_next_unpin(cx) {
+                    return std::task::Poll::Ready(Some(out));
+                }
+            }
+            if self.is_empty() {
+                std::task::Poll::Ready(None)
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+        .await
+    }
+}
+
 async fn sleep(d: Duration) {
     if !d.is_zero() {
         tokio::time::sleep(d).await;
@@ -385,6 +442,57 @@ mod tests {
     use http::{HeaderMap, StatusCode};
     use rand::SeedableRng;
     use retry_policy::{Backoff, BackoffKind, Jitter, KeyMode};
+
+    /// Counts the wake-ups a task gets.
+    struct Wakes(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Wakes {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn one_attempt_in_flight_does_not_wake_its_worker_again() {
+        let wakes = std::sync::Arc::new(Wakes(0.into()));
+        let waker = std::task::Waker::from(wakes.clone());
+        let mut cx = std::task::Context::from_waker(&waker);
+        let woken = || wakes.0.load(std::sync::atomic::Ordering::SeqCst);
+
+        let mut flying = InFlight::default();
+        flying.push(std::future::pending::<u32>());
+        {
+            let mut next = std::pin::pin!(flying.next());
+            assert!(next.as_mut().poll(&mut cx).is_pending());
+        }
+        assert_eq!(
+            woken(),
+            0,
+            "a pending attempt woke the worker that polled it"
+        );
+
+        // What it replaces: a FuturesUnordered of one pending future wakes its task each time.
+        let mut unordered = FuturesUnordered::new();
+        unordered.push(std::future::pending::<u32>());
+        assert!(unordered.poll_next_unpin(&mut cx).is_pending());
+        assert_eq!(woken(), 1);
+    }
+
+    #[tokio::test]
+    async fn hedged_attempts_in_flight_all_end() {
+        let mut flying = InFlight::default();
+        assert!(flying.is_empty());
+        for n in [1u32, 2, 3] {
+            flying.push(std::future::ready(n));
+        }
+        let mut ended = Vec::new();
+        while let Some(n) = flying.next().await {
+            ended.push(n);
+        }
+        ended.sort_unstable();
+        assert_eq!(ended, [1, 2, 3]);
+        assert!(flying.is_empty());
+    }
 
     /// Answers from a script, recording what it was asked.
     struct Script {
