@@ -332,6 +332,8 @@ struct PhaseClient {
     /// The phase's stop, waited on beside every operation: made once, as waiting on a new one
     /// per operation registered with (and left) a shared list each time.
     stopped: StopWait,
+    /// A gRPC phase's request message, encoded once when its JSON has no placeholder.
+    grpc_message: Option<bytes::Bytes>,
 }
 
 impl PhaseClient {
@@ -351,6 +353,10 @@ impl PhaseClient {
             rec: Recorder::worker(ctx.keep_attempts, sink),
             extra: client_header(plan.client_id_header, ctx.index, client),
             stopped: StopWait::new(sink.stop.clone()),
+            grpc_message: plan.grpc.as_ref().and_then(|g| {
+                let (body, _) = plan.template.body.as_ref()?;
+                g.method.encode_request(&body.literal()?).ok()
+            }),
         }
     }
 
@@ -412,6 +418,7 @@ impl PhaseClient {
                 },
                 extra: &self.extra,
                 release,
+                message: self.grpc_message.as_ref(),
             };
             let ids = AttemptIds {
                 phase: ctx.index,
@@ -729,6 +736,8 @@ struct GrpcRendered<'a> {
     vars: Vars<'a>,
     extra: &'a [(HeaderName, HeaderValue)],
     release: Option<Release<'a>>,
+    /// The message when it is the same for every call (see [`PhaseClient`]).
+    message: Option<&'a bytes::Bytes>,
 }
 
 impl GrpcRendered<'_> {
@@ -736,13 +745,17 @@ impl GrpcRendered<'_> {
     /// the method's type refuses once its placeholders are filled in).
     fn request(&self, attempt: &Attempt) -> Result<crate::http::Outgoing, grpc::Status> {
         let rendered = self.template.render(self.target, &self.vars, self.extra);
-        let json = std::str::from_utf8(&rendered.body)
-            .map_err(|e| grpc::Status::new(grpc::Code::Internal, e.to_string()))?;
-        let message = self
-            .grpc
-            .method
-            .encode_request(json)
-            .map_err(|e| grpc::Status::new(grpc::Code::Internal, e.to_string()))?;
+        let message = match self.message {
+            Some(m) => m.clone(),
+            None => {
+                let json = std::str::from_utf8(&rendered.body)
+                    .map_err(|e| grpc::Status::new(grpc::Code::Internal, e.to_string()))?;
+                self.grpc
+                    .method
+                    .encode_request(json)
+                    .map_err(|e| grpc::Status::new(grpc::Code::Internal, e.to_string()))?
+            }
+        };
         let call = CallRequest {
             path: rendered.uri,
             message,

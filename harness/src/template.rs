@@ -84,6 +84,17 @@ impl Text {
         self.0.contains(&Part::Var(v))
     }
 
+    /// The text itself when it has no placeholder, the same for every request.
+    pub fn literal(&self) -> Option<String> {
+        self.0
+            .iter()
+            .map(|p| match p {
+                Part::Lit(s) => Some(s.as_str()),
+                Part::Var(_) | Part::Named(_) => None,
+            })
+            .collect()
+    }
+
     /// The captured variables (`{{var.NAME}}`) the text refers to.
     pub fn named(&self) -> impl Iterator<Item = &str> {
         self.0.iter().filter_map(|p| match p {
@@ -257,6 +268,16 @@ const UNSENDABLE: &str = "<unsendable: a control character in the value of heade
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_text_without_placeholders_is_literal() {
+        let lit = r#"{"id":"ord-1"}"#;
+        assert_eq!(Text::parse(lit).unwrap().literal().as_deref(), Some(lit));
+        assert_eq!(Text::parse("").unwrap().literal().as_deref(), Some(""));
+        for t in [r#"{"id":"{{key}}"}"#, "{{var.order}}", "a{{seq}}b"] {
+            assert_eq!(Text::parse(t).unwrap().literal(), None, "{t}");
+        }
+    }
 
     #[test]
     fn renders_placeholders() {
