@@ -1,4 +1,5 @@
-//! What several integration tests share: the executables of the workspace's examples.
+//! What several integration tests share: the executables of the workspace's examples (the
+//! webhooks crate's tests include this file too).
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -6,10 +6,13 @@
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use webhooks::{Delivery, Event, Forgery, Plan, PlanSpec, Style};
+
+/// The workspace's examples, built and found as the harness's integration tests do.
+#[path = "../../../harness/tests/support/mod.rs"]
+mod examples;
 
 /// The workspace root.
 pub fn root() -> PathBuf {
@@ -44,39 +47,9 @@ pub fn plan(style: Style, count: u64, seed: u64) -> Plan {
 }
 
 /// The example consumer's executable, built by cargo if needed (`cargo test --test consumer`
-/// builds no example by itself); cargo names the executable wherever the target directory is.
+/// builds no example by itself), as the harness's tests find theirs.
 pub fn example_exe() -> PathBuf {
-    static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| {
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args([
-            "build",
-            "--quiet",
-            // The whole workspace, as `cargo test --workspace` resolves its features: then the
-            // example that build made is fresh, where `-p` would build its crates again.
-            "--workspace",
-            "--example",
-            "consumer",
-            "--message-format=json",
-        ]);
-        if !cfg!(debug_assertions) {
-            cmd.arg("--release");
-        }
-        without_crate_env(&mut cmd);
-        let out = cmd.output().expect("cargo runs");
-        assert!(
-            out.status.success(),
-            "building the example failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "consumer")
-            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-            .expect("cargo reports the example's executable")
-    })
-    .clone()
+    examples::example_exe("consumer")
 }
 
 /// A running consumer; killed when dropped.
@@ -214,33 +187,5 @@ impl Drop for Consumer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// Removes what cargo sets for a crate it builds or tests (`CARGO_MANIFEST_DIR`, `CARGO_PKG_*`,
-/// …) from the environment `cmd` inherits. Build scripts watch some of them (ring's, through
-/// `rerun-if-env-changed`, watches `CARGO_MANIFEST_DIR` and `CARGO_PKG_NAME`): a cargo started
-/// with a test's values would find ring stale, build it and all that depends on it again, and
-/// leave it stale for the next plain cargo command.
-fn without_crate_env(cmd: &mut Command) {
-    for (name, _) in std::env::vars_os() {
-        let Some(name) = name.to_str() else { continue };
-        let per_crate = name.starts_with("CARGO_PKG_")
-            || name.starts_with("CARGO_BIN_EXE_")
-            || matches!(
-                name,
-                "CARGO_MANIFEST_DIR"
-                    | "CARGO_MANIFEST_PATH"
-                    | "CARGO_MANIFEST_LINKS"
-                    | "CARGO_CRATE_NAME"
-                    | "CARGO_BIN_NAME"
-                    | "CARGO_PRIMARY_PACKAGE"
-                    | "CARGO_TARGET_TMPDIR"
-                    | "CARGO_RUSTC_CURRENT_DIR"
-                    | "OUT_DIR"
-            );
-        if per_crate {
-            cmd.env_remove(name);
-        }
     }
 }
