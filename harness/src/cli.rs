@@ -483,8 +483,13 @@ struct LoadArgs {
     #[arg(long, value_name = "METHOD")]
     call: Option<String>,
     /// gRPC: a .proto file that defines the method (repeatable); `orders.v1.Orders` is built in.
+    /// Without it, any other service's schema comes from the target's server reflection.
     #[arg(long = "proto", value_name = "FILE")]
     protos: Vec<PathBuf>,
+    /// gRPC: take the schema from the target's server reflection even for the built-in
+    /// `orders.v1.Orders` (without --proto, other services always do).
+    #[arg(long, conflicts_with = "protos")]
+    reflect: bool,
     /// gRPC: where the .proto files' imports are found (repeatable), as protoc's -I.
     #[arg(long = "import-path", value_name = "DIR")]
     import_paths: Vec<PathBuf>,
@@ -866,13 +871,35 @@ async fn load(mut a: LoadArgs) -> Result<u8, CliError> {
         }
         (d, j) => d.or(j),
     };
+    let connect = a.connect.connect()?;
     let grpc_flags = match (grpc, a.call) {
-        (true, Some(call)) => Some(crate::load::GrpcFlags {
-            call,
-            protos: a.protos,
-            import_paths: a.import_paths,
-            deadline: a.deadline,
-        }),
+        (true, Some(call)) => {
+            let reflected = if crate::load::needs_reflection(&call, &a.protos, a.reflect) {
+                if !a.import_paths.is_empty() {
+                    return Err(CliError::Input(
+                        "--import-path without --proto: name the .proto files with --proto".into(),
+                    ));
+                }
+                let schema = crate::load::reflect(&a.url, &connect, a.timeout)
+                    .await
+                    .map_err(|e| match e {
+                        crate::load::ReflectError::Unreachable(m) => CliError::Run(m),
+                        crate::load::ReflectError::NoSchema(m) => {
+                            CliError::Input(format!("--call {call}: {m}"))
+                        }
+                    })?;
+                Some(schema)
+            } else {
+                None
+            };
+            Some(crate::load::GrpcFlags {
+                call,
+                protos: a.protos,
+                import_paths: a.import_paths,
+                deadline: a.deadline,
+                reflected,
+            })
+        }
         (true, None) => {
             return Err(CliError::Input(format!(
                 "{}: a gRPC target needs the method to call: --call pkg.Service/Method",
@@ -880,9 +907,9 @@ async fn load(mut a: LoadArgs) -> Result<u8, CliError> {
             )))
         }
         (false, call) => {
-            if call.is_some() || !a.protos.is_empty() || a.deadline.is_some() {
+            if call.is_some() || !a.protos.is_empty() || a.deadline.is_some() || a.reflect {
                 return Err(CliError::Input(format!(
-                    "--call, --proto and --deadline are for a gRPC target: grpc://HOST:PORT, not {}",
+                    "--call, --proto, --reflect and --deadline are for a gRPC target: grpc://HOST:PORT, not {}",
                     a.url
                 )));
             }
@@ -901,7 +928,7 @@ async fn load(mut a: LoadArgs) -> Result<u8, CliError> {
         grpc: grpc_flags,
         timeout: a.timeout,
         connections: a.connections,
-        connect: a.connect.connect()?,
+        connect,
         thresholds: a.thresholds,
         max_error_rate: a.max_error_rate,
     })

@@ -78,6 +78,64 @@ pub struct GrpcFlags {
     pub import_paths: Vec<std::path::PathBuf>,
     /// `--deadline`: each call's, sent as `grpc-timeout`.
     pub deadline: Option<Duration>,
+    /// The schema the target's server reflection gave ([`reflect`]), looked in before the
+    /// built-in orders service; `None` with `--proto` or when the built-in one is called.
+    pub reflected: Option<grpc::Schema>,
+}
+
+/// Whether a gRPC load of `call` asks the target's server reflection for its schema: without
+/// `--proto`, when asked to (`--reflect`) or when the method's service is not the built-in
+/// `orders.v1.Orders`.
+pub fn needs_reflection(call: &str, protos: &[std::path::PathBuf], asked: bool) -> bool {
+    protos.is_empty()
+        && (asked || call.split_once('/').map(|(s, _)| s) != Some(grpc::orders::SERVICE))
+}
+
+/// Why a gRPC target's schema could not be had from its server reflection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReflectError {
+    /// The target could not be reached, or did not answer in time: the run cannot be made.
+    Unreachable(String),
+    /// The target answered but gave no usable schema (no reflection service, an unknown
+    /// symbol, malformed descriptors): the user must name the `.proto` files.
+    NoSchema(String),
+}
+
+impl std::fmt::Display for ReflectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReflectError::Unreachable(m) | ReflectError::NoSchema(m) => f.write_str(m),
+        }
+    }
+}
+
+/// The schema of a gRPC target that describes itself: its server reflection
+/// (`grpc.reflection.v1`, else `v1alpha`), asked over one HTTP/2 connection within `timeout`
+/// per request. The message says what failed and what to do instead.
+pub async fn reflect(
+    url: &str,
+    connect: &crate::http::Connect,
+    timeout: Duration,
+) -> Result<grpc::Schema, ReflectError> {
+    use grpc::reflection::ReflectFailure;
+    let target =
+        grpc::target::target(url, connect).map_err(|e| ReflectError::NoSchema(e.to_string()))?;
+    let host = target.host.clone();
+    let mut conn = transport::Conn::new(Arc::new(target));
+    grpc::reflection::reflect(&mut conn, &host, timeout)
+        .await
+        .map_err(|e| match e {
+            ReflectFailure::Status {
+                code: grpc::Code::Unavailable | grpc::Code::DeadlineExceeded,
+                ..
+            } => ReflectError::Unreachable(format!(
+                "{url}: server reflection could not be asked: {e}"
+            )),
+            e => ReflectError::NoSchema(format!(
+                "{url}: no schema from the target's server reflection ({e}); name the .proto \
+                 file that defines the method with --proto"
+            )),
+        })
 }
 
 /// Validated load settings.
@@ -181,8 +239,11 @@ fn grpc_options(f: &LoadFlags, g: &GrpcFlags) -> Result<LoadOptions, String> {
         protos: g.protos.clone(),
         import_paths: g.import_paths.clone(),
     };
-    let mut schemas = Schemas::load(Some(&files), std::path::Path::new(""), "--proto")
-        .map_err(|e| e.to_string())?;
+    let mut schemas = match &g.reflected {
+        Some(schema) => Schemas::reflected(schema.clone()),
+        None => Schemas::load(Some(&files), std::path::Path::new(""), "--proto")
+            .map_err(|e| e.to_string())?,
+    };
     let method = schemas
         .method(&g.call)
         .map_err(|e| format!("--call {}: {e}", g.call))?;

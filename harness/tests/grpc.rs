@@ -283,3 +283,186 @@ fn bursts_share_a_key_through_metadata_in_every_sync_mode() {
         assert_eq!(created.len(), 3, "{sync}: one order per key");
     }
 }
+
+/// A grpcio server (Python, from `calibration/install.sh`'s venv) of a service the harness does
+/// not know, with grpcio-reflection: it answers `Reserve` with OK only when the message decodes
+/// to what the load sent (`sku` "SKU-<n>", `qty` n, `priority` HIGH, a nested `note`), else
+/// INVALID_ARGUMENT saying what it got.
+const REFLECTING_SERVER: &str = r#"
+import sys
+from concurrent import futures
+import grpc
+sys.path.insert(0, sys.argv[1])
+import inventory_pb2, inventory_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+class Inventory(inventory_pb2_grpc.InventoryServicer):
+    def Reserve(self, request, context):
+        ok = (request.sku == "SKU-%d" % request.qty and request.qty > 0
+              and request.priority == inventory_pb2.PRIORITY_HIGH
+              and request.note.text == "hold")
+        if not ok:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "got %r" % request)
+        return inventory_pb2.Reservation(id="res-%d" % request.qty)
+
+server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+inventory_pb2_grpc.add_InventoryServicer_to_server(Inventory(), server)
+reflection.enable_server_reflection(
+    (inventory_pb2.DESCRIPTOR.services_by_name["Inventory"].full_name, reflection.SERVICE_NAME),
+    server)
+port = server.add_insecure_port("127.0.0.1:0")
+server.start()
+print(port, flush=True)
+sys.stdin.read()
+server.stop(0)
+"#;
+
+const INVENTORY_PROTO: &str = r#"syntax = "proto3";
+package demo.v1;
+import "google/protobuf/timestamp.proto";
+enum Priority { PRIORITY_UNSPECIFIED = 0; PRIORITY_LOW = 1; PRIORITY_HIGH = 2; }
+message Note { string text = 1; google.protobuf.Timestamp at = 2; }
+message ReserveRequest { string sku = 1; int32 qty = 2; Priority priority = 3; Note note = 4; }
+message Reservation { string id = 1; }
+service Inventory { rpc Reserve(ReserveRequest) returns (Reservation); }
+"#;
+
+/// The grpcio server above, stopped when dropped; `None` (the test skips) without the venv,
+/// unless `HARNESS_REQUIRE_TOOLS=1`.
+struct Grpcio {
+    child: std::process::Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Grpcio {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn grpcio_with_reflection() -> Option<Grpcio> {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let py = root.join(".cache/calibration/venv/bin/python");
+    let ready = Command::new(&py)
+        .args(["-c", "import grpc, grpc_tools.protoc, grpc_reflection"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ready {
+        assert!(
+            std::env::var("HARNESS_REQUIRE_TOOLS").as_deref() != Ok("1"),
+            "grpcio is not installed in .cache/calibration/venv, and HARNESS_REQUIRE_TOOLS=1: \
+             run `bash calibration/install.sh`"
+        );
+        eprintln!("skipping: run `bash calibration/install.sh` for grpcio");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("inventory.proto"), INVENTORY_PROTO).unwrap();
+    let gen = Command::new(&py)
+        .current_dir(dir.path())
+        .args(["-m", "grpc_tools.protoc", "-I", ".", "--python_out=."])
+        .args(["--grpc_python_out=.", "inventory.proto"])
+        .output()
+        .unwrap();
+    assert!(gen.status.success(), "{}", text(&gen).1);
+    let mut child = Command::new(&py)
+        .args(["-c", REFLECTING_SERVER])
+        .arg(dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("the server printed {line:?}"));
+    Some(Grpcio {
+        child,
+        port,
+        _dir: dir,
+    })
+}
+
+/// Without `--proto`, a service that is not built in is described by the target's server
+/// reflection — grpcio's, which offers v1alpha only — and the messages encoded from that schema
+/// (an enum by name, a nested message, an imported well-known type) are the ones grpcio decodes.
+/// A target without reflection is bad input that says to name the file; an unreachable one is a
+/// run that could not be made.
+#[test]
+fn without_proto_the_schema_comes_from_server_reflection() {
+    let Some(g) = grpcio_with_reflection() else {
+        return;
+    };
+    let url = format!("grpc://127.0.0.1:{}", g.port);
+    let out = harness()
+        .args(["load", &url, "--call", "demo.v1.Inventory/Reserve", "-d"])
+        .arg(r#"{"sku": "SKU-{{seq}}", "qty": "{{seq}}", "priority": "PRIORITY_HIGH", "note": {"text": "hold", "at": "2026-01-02T03:04:05Z"}}"#)
+        .args(["-n", "20", "-c", "2", "--format", "json"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let r: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(r["requests"]["by_grpc_status"]["OK"], 20, "{r}");
+
+    // The same call with a value grpcio decodes differently is refused by it: the OK above is
+    // the server's judgement of the message, not a server that answers anything.
+    let out = harness()
+        .args(["load", &url, "--call", "demo.v1.Inventory/Reserve", "-d"])
+        .arg(r#"{"sku": "SKU-{{seq}}", "qty": "{{seq}}", "priority": "PRIORITY_LOW"}"#)
+        .args(["-n", "3", "--format", "json"])
+        .output()
+        .unwrap();
+    let r: serde_json::Value = serde_json::from_str(&text(&out).0).unwrap();
+    assert_eq!(
+        r["requests"]["by_grpc_status"]["INVALID_ARGUMENT"], 3,
+        "{r}"
+    );
+
+    // A field the reflected message lacks is refused before any call, as with --proto.
+    let out = harness()
+        .args(["load", &url, "--call", "demo.v1.Inventory/Reserve"])
+        .args(["-d", r#"{"skew": 1}"#, "-n", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{:?}", text(&out));
+    assert!(text(&out).1.contains("skew"), "{:?}", text(&out));
+
+    // The fault server offers no reflection: bad input, naming the way out.
+    let s = server("{}\n", false);
+    let out = harness()
+        .args(["load", &format!("grpc://{}", s.addr)])
+        .args(["--call", "demo.v1.Inventory/Reserve", "-n", "1"])
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("UNIMPLEMENTED") && stderr.contains("--proto"),
+        "{stderr}"
+    );
+
+    // Nothing listens: the run cannot be made.
+    let out = harness()
+        .args([
+            "load",
+            "grpc://127.0.0.1:9",
+            "--call",
+            "demo.v1.Inventory/Reserve",
+        ])
+        .args(["-n", "1"])
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("127.0.0.1:9"), "{stderr}");
+}

@@ -72,6 +72,14 @@ impl Schemas {
         Ok(Schemas { own, builtin: None })
     }
 
+    /// A schema a target's server reflection gave, in place of files.
+    pub(crate) fn reflected(schema: Schema) -> Schemas {
+        Schemas {
+            own: Some(schema),
+            builtin: None,
+        }
+    }
+
     /// `pkg.Service/Method`, from the scenario's files or the built-in orders service.
     pub(crate) fn method(&mut self, name: &str) -> Result<grpc::Method, String> {
         let own_error = match &self.own {
