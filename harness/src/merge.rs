@@ -337,6 +337,7 @@ fn add_requests(into: &mut Requests, r: &Requests) -> Result<(), String> {
     into.late_starts = add(into.late_starts, r.late_starts, "requests.late_starts")?;
     into.cancelled = add(into.cancelled, r.cancelled, "requests.cancelled")?;
     into.not_started = add(into.not_started, r.not_started, "requests.not_started")?;
+    into.abandoned = add(into.abandoned, r.abandoned, "requests.abandoned")?;
     for (k, v) in &r.by_status {
         let sum = into.by_status.entry(k.clone()).or_default();
         *sum = add(*sum, *v, &format!("requests.by_status.{k}"))?;

@@ -233,6 +233,10 @@ pub struct Recorder {
     /// Requests of an open-model phase that were due but found no free connection before the
     /// phase ended: never sent.
     pub not_started: u64,
+    /// Attempts sent that their own call gave up before an answer or an error came: a hedge
+    /// (or the first attempt) still out when another attempt's answer ended the call. In
+    /// `sent`, neither completed nor errors.
+    pub abandoned: u64,
     /// One record per attempt, when kept.
     pub attempts: Option<Vec<ClientAttempt>>,
     /// Workers of the phase that died (a panic), each with its message; the first
@@ -296,6 +300,7 @@ impl Recorder {
             wait_too_long: 0,
             cancelled: 0,
             not_started: 0,
+            abandoned: 0,
             attempts: keep_attempts.then(Vec::new),
             worker_failures: Vec::new(),
             worker_failures_total: 0,
@@ -366,6 +371,9 @@ impl Recorder {
         }
         if let Some(e) = error {
             self.errors[e.index()] += 1;
+        }
+        if status.is_none() && error.is_none() {
+            self.abandoned += 1;
         }
     }
 
@@ -451,6 +459,7 @@ impl Recorder {
         self.wait_too_long += o.wait_too_long;
         self.cancelled += o.cancelled;
         self.not_started += o.not_started;
+        self.abandoned += o.abandoned;
         if let (Some(a), Some(b)) = (&mut self.attempts, &o.attempts) {
             a.extend_from_slice(b);
         }
@@ -510,6 +519,7 @@ impl Recorder {
             late_starts: self.late_starts,
             cancelled: self.cancelled,
             not_started: self.not_started,
+            abandoned: self.abandoned,
         }
     }
 
@@ -1106,6 +1116,19 @@ mod tests {
                 t = ended + Duration::from_millis(gap_ms * u64::from(attempt));
             }
         }
+    }
+
+    #[test]
+    fn every_attempt_sent_is_completed_an_error_or_abandoned() {
+        let mut rec = Recorder::new(false);
+        rec.result(Some(200), None);
+        rec.result(Some(503), None);
+        rec.result(None, Some(ErrorKind::Reset));
+        rec.result(None, None);
+        rec.result(None, None);
+        let q = rec.requests();
+        assert_eq!((q.sent, q.completed, q.errors, q.abandoned), (5, 2, 1, 2));
+        assert_eq!(q.sent, q.completed + q.errors + q.abandoned);
     }
 
     #[test]

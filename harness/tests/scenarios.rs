@@ -198,6 +198,8 @@ scenarios! {
     grpc_committed_retried => "grpc-committed-retried",
     grpc_attempts => "grpc-attempts",
     grpc_attempts_uncapped => "grpc-attempts-uncapped",
+    grpc_hedging => "grpc-hedging",
+    grpc_hedging_duplicates => "grpc-hedging-duplicates",
 }
 
 #[test]

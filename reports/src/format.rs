@@ -309,6 +309,7 @@ pub(crate) fn extra_counts(q: &crate::model::Requests) -> String {
         (q.late_starts, "late starts"),
         (q.not_started, "due but never sent"),
         (q.cancelled, "cancelled in flight"),
+        (q.abandoned, "abandoned by their call (hedges)"),
     ] {
         if n > 0 {
             s.push_str(&format!(", {n} {what}"));

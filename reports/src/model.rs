@@ -292,6 +292,11 @@ pub struct Requests {
     /// (every connection busy: the target could not take the rate).
     #[serde(default)]
     pub not_started: u64,
+    /// Attempts sent that their own call gave up before an answer or an error came: hedges
+    /// still in flight when another attempt's answer ended the call (gRFC A6 cancels them). In
+    /// `sent`, neither `completed` nor `errors`: `sent = completed + errors + abandoned`.
+    #[serde(default)]
+    pub abandoned: u64,
 }
 
 /// One load phase's figures.
