@@ -58,10 +58,11 @@ pub(crate) async fn handle(
         if let Some(refused) = control::refuse(&conn.state, conn.io.is_tls(), &req) {
             return Ok(refused.map(Either::Right));
         }
-        let res = control::handle(&conn.routes.control, req).await;
+        // Boxed, as every path a plain request does not take: see `faulted`.
+        let res = Box::pin(control::handle(&conn.routes.control, req)).await;
         return Ok(res.map(Either::Right));
     }
-    let (state, ctl, stream) = (&conn.state, &conn.ctl, &conn.stream);
+    let state = &conn.state;
 
     let (epoch, seq) = state.seq.next();
     let now = Instant::now();
@@ -142,7 +143,7 @@ pub(crate) async fn handle(
     let body_sha256 = if body.is_empty() {
         state.empty_body_sha256.clone()
     } else {
-        hex::encode(Sha256::digest(&body))
+        sha256_hex(&body)
     };
     {
         let e = pending.entry();
@@ -178,7 +179,7 @@ pub(crate) async fn handle(
     // With `state: shared`, the request's number and its key's attempt among every replica's.
     let (number, key_attempt) = match &state.shared {
         None => (seq, key_attempt),
-        Some(shared) => match shared.bump_request(key.as_deref()).await {
+        Some(shared) => match Box::pin(shared.bump_request(key.as_deref())).await {
             Ok((n, attempt)) => {
                 pending.entry().key_attempt = attempt;
                 (n, attempt)
@@ -217,7 +218,7 @@ pub(crate) async fn handle(
                 let rule = rule.to_string();
                 async move { shared.bump_hit(&rule).await }
             };
-            match schedule.decide_counted(&facts, bump).await {
+            match Box::pin(schedule.decide_counted(&facts, bump)).await {
                 Ok(d) => d.map(|d| (d.rule.to_string(), d.prepared.clone(), d.draw)),
                 Err(e) => {
                     return Ok(respond(
@@ -253,7 +254,54 @@ pub(crate) async fn handle(
         e.draw = draw;
     }
     let attempt = u64::from(key_attempt.unwrap_or(0));
+    // Boxed: the faults' futures (delays, hand-overs, forwards) are large, and a request no rule
+    // matched should not carry their room through every move of its own future.
+    Box::pin(faulted(
+        &conn,
+        Faulted {
+            work,
+            pending,
+            prepared,
+            rule,
+            subject,
+            attempt,
+            now,
+            deadline,
+            is_grpc,
+        },
+    ))
+    .await
+}
 
+/// A request a rule matched, with what its fault needs.
+struct Faulted {
+    work: Work,
+    pending: Pending,
+    prepared: Arc<crate::schedule::PreparedFault>,
+    rule: String,
+    /// What the fault's draws are made for: the key, else the request's number.
+    subject: String,
+    attempt: u64,
+    now: Instant,
+    /// The gRPC call's deadline, when it has one.
+    deadline: Option<Instant>,
+    is_grpc: bool,
+}
+
+/// Applies a matched rule's fault to its request.
+async fn faulted(conn: &ServedConn, f: Faulted) -> Result<Response<ResBody>, StreamReset> {
+    let (state, ctl, stream) = (&conn.state, &conn.ctl, &conn.stream);
+    let Faulted {
+        work,
+        pending,
+        prepared,
+        rule,
+        subject,
+        attempt,
+        now,
+        deadline,
+        is_grpc,
+    } = f;
     match &prepared.fault {
         FaultConfig::Status(s) => Ok(status_response(
             s,
@@ -262,7 +310,7 @@ pub(crate) async fn handle(
             &state.response_capture,
         )),
         FaultConfig::Forward => {
-            let (pending, done) = process(&conn, work, pending, Route::Upstream)
+            let (pending, done) = process(conn, work, pending, Route::Upstream)
                 .await
                 .ok_or(StreamReset::INTERNAL)?;
             Ok(answer(state, done, pending, is_grpc))
@@ -275,7 +323,7 @@ pub(crate) async fn handle(
                     _ = peer_closed(stream) => ctl.hand_over(SocketAction::Abandon, pending).await,
                 }
             }
-            let (pending, done) = process(&conn, work, pending, Route::Default)
+            let (pending, done) = process(conn, work, pending, Route::Default)
                 .await
                 .ok_or(StreamReset::INTERNAL)?;
             if d.when == DelayWhen::After {
@@ -288,7 +336,7 @@ pub(crate) async fn handle(
             Ok(answer(state, done, pending, is_grpc))
         }
         FaultConfig::Drop => {
-            let (pending, _) = process(&conn, work, pending, Route::Default)
+            let (pending, _) = process(conn, work, pending, Route::Default)
                 .await
                 .ok_or(StreamReset::INTERNAL)?;
             ctl.hand_over(SocketAction::Drop, pending).await
@@ -303,7 +351,7 @@ pub(crate) async fn handle(
         )),
         FaultConfig::GrpcAfterHeaders(g) => {
             let (pending, framed) = if g.process {
-                let (pending, done) = process(&conn, work, pending, Route::Default)
+                let (pending, done) = process(conn, work, pending, Route::Default)
                     .await
                     .ok_or(StreamReset::INTERNAL)?;
                 (pending, framed_answer(&done))
@@ -321,7 +369,7 @@ pub(crate) async fn handle(
         }
         FaultConfig::Reset(r) => {
             let pending = if r.process {
-                process(&conn, work, pending, Route::Default)
+                process(conn, work, pending, Route::Default)
                     .await
                     .ok_or(StreamReset::INTERNAL)?
                     .0
@@ -340,7 +388,7 @@ pub(crate) async fn handle(
         }
         FaultConfig::Hang(h) => {
             let pending = if h.process {
-                process(&conn, work, pending, Route::Default)
+                process(conn, work, pending, Route::Default)
                     .await
                     .ok_or(StreamReset::INTERNAL)?
                     .0
@@ -365,7 +413,7 @@ pub(crate) async fn handle(
         }
         FaultConfig::Malformed(m) => {
             let mut pending = if m.process {
-                process(&conn, work, pending, Route::Default)
+                process(conn, work, pending, Route::Default)
                     .await
                     .ok_or(StreamReset::INTERNAL)?
                     .0
@@ -382,6 +430,15 @@ pub(crate) async fn handle(
         }
         FaultConfig::GoAway => ctl.hand_over(SocketAction::GoAway, pending).await,
     }
+}
+
+/// A body's SHA-256 in lowercase hex, as the journal records it. `hex::encode` goes through an
+/// iterator of chars, which showed in the profile of every request; this fills a buffer.
+pub(crate) fn sha256_hex(body: &[u8]) -> String {
+    let mut out = [0u8; 64];
+    // 32 bytes into 64: the lengths always agree.
+    let _ = hex::encode_to_slice(Sha256::digest(body), &mut out);
+    String::from_utf8(out.to_vec()).unwrap_or_default()
 }
 
 /// The `grpc-message` of an injected gRPC status that names none.
@@ -558,9 +615,9 @@ async fn process(
     let start = Instant::now();
     pending.entry().forwarded = true;
     let p = &work.parts;
-    let result = upstream
-        .forward(&p.method, &p.uri, &p.headers, work.body, tls)
-        .await;
+    // Boxed: a forward's future (a client exchange) is the largest a request awaits, and only
+    // proxy mode needs its room.
+    let result = Box::pin(upstream.forward(&p.method, &p.uri, &p.headers, work.body, tls)).await;
     pending.entry().upstream_us = Some(elapsed_us(start));
     match result {
         Ok(reply) => {
@@ -676,6 +733,15 @@ fn sample_delay(spec: DelaySpec, seed: u64, rule: &str, subject: &str, attempt: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bodys_sha256_is_its_lowercase_hex() {
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(sha256_hex(b""), hex::encode(Sha256::digest(b"")));
+    }
 
     #[test]
     fn headers_are_read_in_one_pass_with_the_first_value_of_a_repeated_name() {

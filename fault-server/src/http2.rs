@@ -87,7 +87,9 @@ pub(crate) async fn serve(
                     // Followed before the task runs: its answer's first frame may be written
                     // before the task is polled.
                     ledger.follow(id);
-                    tokio::spawn(stream(conn.clone(), ledger.clone(), id, req, respond));
+                    // Boxed: the task then holds a pointer, not the stream's future, which
+                    // tokio would otherwise copy whole when it spawns, finishes and drops it.
+                    tokio::spawn(Box::pin(stream(conn.clone(), ledger.clone(), id, req, respond)));
                 }
                 Some(Err(e)) => {
                     tracing::debug!("HTTP/2 connection error: {e}");
@@ -170,8 +172,7 @@ async fn stream(
     let head_only = req.method() == Method::HEAD;
     let req = req.map(|b| ReqBody::H2(H2Body::new(b)));
     let handled = {
-        let handler = dispatch::handle(conn.clone(), req);
-        tokio::pin!(handler);
+        let mut handler = std::pin::pin!(dispatch::handle(conn.clone(), req));
         tokio::select! {
             // The handler first: a stream the h2 layer reset while the handler read its body is
             // the handler's to journal (`rejected`), not a client that left.
@@ -261,17 +262,21 @@ async fn answer(
 /// Headers that belong to an HTTP/1.1 connection and are forbidden in HTTP/2 (RFC 9113 §8.2.2),
 /// removed; `date` and, for a body of known size, `content-length` added when missing.
 fn prepare_headers(h: &mut HeaderMap, body: &ResBody) {
-    for name in [
-        http::header::CONNECTION,
-        http::header::TRANSFER_ENCODING,
-        http::header::UPGRADE,
-        http::header::HeaderName::from_static("keep-alive"),
-        http::header::HeaderName::from_static("proxy-connection"),
-    ] {
-        h.remove(name);
-    }
-    if h.get(http::header::TE).is_some_and(|v| v != "trailers") {
-        h.remove(http::header::TE);
+    // One pass over the few fields an answer has finds whether any must go (HTTP/2 forbids
+    // them, RFC 9113 §8.2.2), where five removals would hash five names every time.
+    let forbidden = h.keys().any(|k| {
+        matches!(
+            k.as_str(),
+            "connection"
+                | "transfer-encoding"
+                | "upgrade"
+                | "keep-alive"
+                | "proxy-connection"
+                | "te"
+        )
+    });
+    if forbidden {
+        strip_connection_fields(h);
     }
     if !h.contains_key(http::header::DATE) {
         h.insert(http::header::DATE, date_now());
@@ -284,6 +289,22 @@ fn prepare_headers(h: &mut HeaderMap, body: &ResBody) {
         if !h.contains_key(http::header::CONTENT_LENGTH) {
             h.insert(http::header::CONTENT_LENGTH, HeaderValue::from(n));
         }
+    }
+}
+
+/// Removes the connection-specific fields HTTP/2 forbids, and `te` unless it is `trailers`.
+fn strip_connection_fields(h: &mut HeaderMap) {
+    for name in [
+        http::header::CONNECTION,
+        http::header::TRANSFER_ENCODING,
+        http::header::UPGRADE,
+        http::header::HeaderName::from_static("keep-alive"),
+        http::header::HeaderName::from_static("proxy-connection"),
+    ] {
+        h.remove(name);
+    }
+    if h.get(http::header::TE).is_some_and(|v| v != "trailers") {
+        h.remove(http::header::TE);
     }
 }
 
@@ -449,5 +470,42 @@ async fn wait_end(
             Wake::Gone => return Err(Cut::Gone),
             Wake::Stalled => return Err(Cut::Stalled),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prepared(fields: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in fields {
+            h.append(*k, HeaderValue::from_static(v));
+        }
+        prepare_headers(&mut h, &Either::Right(axum::body::Body::from("four")));
+        h
+    }
+
+    /// The fields HTTP/2 forbids go (a `te` other than `trailers` too), whatever else the
+    /// answer has; the rest stay, with a date and, outside gRPC, a length.
+    #[test]
+    fn an_answer_loses_the_fields_http2_forbids_and_keeps_the_rest() {
+        let h = prepared(&[
+            ("connection", "close"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-connection", "keep-alive"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "h2c"),
+            ("te", "gzip"),
+            ("x-kept", "1"),
+        ]);
+        let names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["x-kept", "date", "content-length"], "{h:?}");
+        assert_eq!(h["content-length"], "4");
+
+        let h = prepared(&[("te", "trailers"), ("content-type", "application/grpc")]);
+        assert_eq!(h["te"], "trailers");
+        assert!(!h.contains_key("content-length"), "{h:?}");
+        assert!(h.contains_key("date"));
     }
 }

@@ -20,6 +20,7 @@
 //! PROTOCOL_ERROR. Such a frame is not passed on; the connection ends with our own GOAWAY.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasherDefault;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -117,7 +118,7 @@ enum Event {
 #[derive(Default)]
 struct Inner {
     out: Framing,
-    streams: HashMap<u32, Tracked>,
+    streams: HashMap<u32, Tracked, BuildHasherDefault<transport::StreamIdHasher>>,
     /// Streams whose task is done but whose last frame was not seen yet, oldest first: bounded,
     /// so a connection whose streams end without a last frame does not grow.
     done: VecDeque<u32>,

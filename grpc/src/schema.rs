@@ -163,6 +163,15 @@ impl Schema {
         s
     }
 
+    /// Every method of every service.
+    pub fn methods(&self) -> Vec<Method> {
+        self.pool
+            .services()
+            .flat_map(|s| s.methods().collect::<Vec<_>>())
+            .map(|desc| Method { desc })
+            .collect()
+    }
+
     /// The method named `pkg.Service/Method` (a leading `/`, as in a `:path`, is accepted).
     pub fn method(&self, name: &str) -> Result<Method, SchemaError> {
         let trimmed = name.strip_prefix('/').unwrap_or(name);

@@ -203,11 +203,24 @@ impl Writer<'_> {
         self.out.reserve(bytes.len() + 2);
         self.out.push(b'"');
         let mut start = 0;
-        for (i, &b) in bytes.iter().enumerate() {
+        let mut i = 0;
+        while i < bytes.len() {
+            // Eight bytes at a time while none of them needs escaping: the journal's strings
+            // (paths, keys, hashes) rarely do, and this loop runs for every field of every entry.
+            if let Some(chunk) = bytes.get(i..i + 8) {
+                let mut word = [0u8; 8];
+                word.copy_from_slice(chunk);
+                if !needs_escape(u64::from_le_bytes(word)) {
+                    i += 8;
+                    continue;
+                }
+            }
+            let b = bytes[i];
+            i += 1;
             if b >= 0x20 && b != b'"' && b != b'\\' {
                 continue;
             }
-            self.out.extend_from_slice(&bytes[start..i]);
+            self.out.extend_from_slice(&bytes[start..i - 1]);
             match b {
                 b'"' => self.raw(b"\\\""),
                 b'\\' => self.raw(b"\\\\"),
@@ -228,16 +241,64 @@ impl Writer<'_> {
                     ]);
                 }
             }
-            start = i + 1;
+            start = i;
         }
         self.out.extend_from_slice(&bytes[start..]);
         self.out.push(b'"');
     }
 }
 
+/// Whether any of the eight bytes of `w` is a control character, `"` or `\\` — what a JSON
+/// string escapes. (A byte of 0x80 or more, part of a UTF-8 sequence, never is.) The classic
+/// word-at-a-time tests: `(x - 0x01…01·n) & !x & 0x80…80` is non-zero exactly when some byte of
+/// `x` is below `n`, for `n` ≤ 0x80.
+const fn needs_escape(w: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let control = w.wrapping_sub(ONES * 0x20) & !w;
+    let q = w ^ (ONES * b'"' as u64);
+    let quote = q.wrapping_sub(ONES) & !q;
+    let b = w ^ (ONES * b'\\' as u64);
+    let backslash = b.wrapping_sub(ONES) & !b;
+    (control | quote | backslash) & HIGH != 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The word-at-a-time scan escapes exactly what serde_json escapes, whatever the position of
+    /// the byte that needs it and whatever surrounds it.
+    #[test]
+    fn strings_are_escaped_as_serde_json_escapes_them() {
+        let mut cases: Vec<String> = vec![
+            String::new(),
+            "a".into(),
+            "plain ascii text of some length".into(),
+            "ünïcödé → ✓ 𝄞".into(),
+        ];
+        for special in (0u8..0x20).chain([b'"', b'\\', 0x7f, b' ', b'~']) {
+            for at in 0..20 {
+                for len in [at + 1, at + 3, 24] {
+                    let mut v: Vec<u8> = (0..len.max(at + 1))
+                        .map(|i| b'a' + (i % 26) as u8)
+                        .collect();
+                    v[at] = special;
+                    cases.push(String::from_utf8(v).unwrap());
+                }
+            }
+        }
+        cases.push("é\"\\\u{1}é".repeat(5));
+        for s in cases {
+            let mut out = Vec::new();
+            Writer { out: &mut out }.str(&s);
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                serde_json::to_string(&s).unwrap(),
+                "{s:?}"
+            );
+        }
+    }
     use crate::entry::Outcome;
 
     fn same_as_serde(e: &Entry) {

@@ -91,10 +91,11 @@ pub(crate) const OWN_STREAM_CAP: usize = 10_000;
 const MAX_STREAM_ID: u32 = (1 << 31) - 1;
 const MAX_WINDOW: i64 = (1 << 31) - 1;
 
-/// Hashes a stream id with one multiplication: the ids are this side's own, odd and increasing,
-/// and the table is looked up a few times per request, where the default hasher's cost showed.
+/// Hashes a stream id with one multiplication: stream ids are odd and increasing (RFC 9113
+/// §5.1.1, a peer cannot pick them at will), and a table of streams is looked up a few times per
+/// request, where the default hasher's cost showed. The fault server's stream ledger uses it too.
 #[derive(Default)]
-struct StreamIdHasher(u64);
+pub struct StreamIdHasher(u64);
 
 impl Hasher for StreamIdHasher {
     fn finish(&self) -> u64 {

@@ -39,6 +39,7 @@
 
 #[doc(hidden)]
 pub mod fuzz;
+pub use h2conn::StreamIdHasher;
 mod h2conn;
 mod hpack;
 pub mod http1;

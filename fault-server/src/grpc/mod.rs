@@ -158,6 +158,9 @@ pub struct Services {
     orders: Schema,
     user: Option<Schema>,
     canned: HashMap<String, Bytes>,
+    /// Every method served, by `pkg.Service/Method`, with who answers it: routed once at start,
+    /// not per call.
+    routes: HashMap<String, (grpc::Method, Target)>,
     max_message: usize,
 }
 
@@ -207,12 +210,28 @@ impl Services {
             }
             canned.insert(method.path()[1..].to_string(), encoded);
         }
-        Ok(Services {
+        let mut services = Services {
             orders,
             user,
             canned,
+            routes: HashMap::new(),
             max_message,
-        })
+        };
+        let methods: Vec<grpc::Method> = services
+            .orders
+            .methods()
+            .into_iter()
+            .chain(services.user.iter().flat_map(Schema::methods))
+            .collect();
+        for m in methods {
+            let name = m.path()[1..].to_string();
+            if !services.routes.contains_key(&name) {
+                if let Ok(route) = services.route_uncached(&name) {
+                    services.routes.insert(name, route);
+                }
+            }
+        }
+        Ok(services)
     }
 
     /// The largest message a call may carry.
@@ -265,6 +284,15 @@ impl Services {
 
     /// The method named `name` and who answers it; UNIMPLEMENTED when no service has it.
     fn route(&self, name: &str) -> Result<(grpc::Method, Target), Status> {
+        match self.routes.get(name) {
+            Some(route) => Ok(route.clone()),
+            None => self.route_uncached(name),
+        }
+    }
+
+    /// [`Services::route`] worked out from the schemas: what [`Services::new`] caches, and what
+    /// says why a method is not served.
+    fn route_uncached(&self, name: &str) -> Result<(grpc::Method, Target), Status> {
         if let Ok(m) = self.orders.method(name) {
             if let Some(answer) = self.canned.get(&m.path()[1..]) {
                 return Ok((m, Target::Canned(answer.clone())));
