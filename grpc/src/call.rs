@@ -16,7 +16,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use history::ErrorKind;
 use http::header::{CONTENT_TYPE, TE, USER_AGENT};
-use http::{HeaderMap, HeaderValue, Method, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use retry_policy::grpc::{GrpcOutcome, Pushback};
 use transport::{AttemptError, Conn, Outgoing, Reply};
 
@@ -58,10 +58,10 @@ impl CallRequest {
         // "implementations should send Timeout immediately after the reserved headers and they
         // should send the Call-Definition headers before sending Custom-Metadata."
         if let Some(t) = attempt.timeout {
-            insert(
+            insert_owned(
                 &mut headers,
                 metadata::GRPC_TIMEOUT,
-                &metadata::encode_timeout(t),
+                metadata::encode_timeout(t),
             );
         }
         headers.insert(CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE_GRPC));
@@ -70,17 +70,20 @@ impl CallRequest {
         if self.encoding.is_some() {
             insert(&mut headers, "grpc-encoding", encoding.as_str());
         }
-        insert(&mut headers, "grpc-accept-encoding", "identity,gzip");
+        headers.insert(
+            HeaderName::from_static("grpc-accept-encoding"),
+            HeaderValue::from_static("identity,gzip"),
+        );
         if let Some(ua) = &self.user_agent {
             if let Ok(v) = HeaderValue::from_str(ua) {
                 headers.insert(USER_AGENT, v);
             }
         }
         if let Some(n) = attempt.previous_attempts {
-            insert(
+            insert_owned(
                 &mut headers,
                 metadata::GRPC_PREVIOUS_RPC_ATTEMPTS,
-                &n.to_string(),
+                n.to_string(),
             );
         }
         self.metadata.write_to(&mut headers);
@@ -95,6 +98,13 @@ impl CallRequest {
 
 fn insert(headers: &mut HeaderMap, name: &'static str, value: &str) {
     if let Ok(v) = HeaderValue::from_str(value) {
+        headers.insert(name, v);
+    }
+}
+
+/// [`insert`] of a value made for it: its bytes become the value's, not copied again.
+fn insert_owned(headers: &mut HeaderMap, name: &'static str, value: String) {
+    if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(value)) {
         headers.insert(name, v);
     }
 }

@@ -744,7 +744,12 @@ impl GrpcRendered<'_> {
     /// The HTTP/2 request of `attempt`, or the status that keeps it from being sent (a message
     /// the method's type refuses once its placeholders are filled in).
     fn request(&self, attempt: &Attempt) -> Result<crate::http::Outgoing, grpc::Status> {
-        let rendered = self.template.render(self.target, &self.vars, self.extra);
+        let rendered = match self.message {
+            Some(_) => self
+                .template
+                .render_head(self.target, &self.vars, self.extra),
+            None => self.template.render(self.target, &self.vars, self.extra),
+        };
         let message = match self.message {
             Some(m) => m.clone(),
             None => {
@@ -761,12 +766,17 @@ impl GrpcRendered<'_> {
             message,
             metadata: grpc::metadata::Metadata::new(),
             encoding: None,
-            user_agent: Some(concat!("harness/", env!("CARGO_PKG_VERSION")).to_string()),
+            // Set below from a static value, not copied for every call.
+            user_agent: None,
         };
         let mut out = call.outgoing(AttemptHeaders {
             timeout: attempt.timeout,
             previous_attempts: attempt.previous_attempts,
         });
+        out.headers.insert(
+            http::header::USER_AGENT,
+            HeaderValue::from_static(concat!("harness/", env!("CARGO_PKG_VERSION"))),
+        );
         for (name, value) in rendered.headers {
             if let Some(name) = name {
                 out.headers.insert(name, value);

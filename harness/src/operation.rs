@@ -378,16 +378,19 @@ fn end_grpc<O: Observer>(
 /// it every poll of the worker woke the worker again. Over HTTP/2 the workers sharing a
 /// connection run in one task, whose pass then ended every other worker, and the connection
 /// wrote two requests at a time instead of all that the pass queued.
+///
+/// The `FuturesUnordered` is made only when a second attempt overlaps the first: it allocates
+/// twice when made, which a call that never hedges should not pay.
 struct InFlight<F> {
     one: Option<std::pin::Pin<Box<F>>>,
-    more: FuturesUnordered<F>,
+    more: Option<FuturesUnordered<F>>,
 }
 
 impl<F> Default for InFlight<F> {
     fn default() -> Self {
         InFlight {
             one: None,
-            more: FuturesUnordered::new(),
+            more: None,
         }
     }
 }
@@ -397,12 +400,12 @@ impl<F: Future> InFlight<F> {
         if self.is_empty() {
             self.one = Some(Box::pin(f));
         } else {
-            self.more.push(f);
+            self.more.get_or_insert_with(FuturesUnordered::new).push(f);
         }
     }
 
     fn is_empty(&self) -> bool {
-        self.one.is_none() && self.more.is_empty()
+        self.one.is_none() && self.more.as_ref().is_none_or(FuturesUnordered::is_empty)
     }
 
     /// The next attempt to end; `None` when none is in flight.
@@ -414,8 +417,8 @@ impl<F: Future> InFlight<F> {
                     return std::task::Poll::Ready(Some(out));
                 }
             }
-            if !self.more.is_empty() {
-                if let std::task::Poll::Ready(Some(out)) = self.more.poll_next_unpin(cx) {
+            if let Some(more) = self.more.as_mut().filter(|m| !m.is_empty()) {
+                if let std::task::Poll::Ready(Some(out)) = more.poll_next_unpin(cx) {
                     return std::task::Poll::Ready(Some(out));
                 }
             }

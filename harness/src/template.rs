@@ -213,6 +213,27 @@ impl RequestTemplate {
         vars: &Vars<'_>,
         extra: &[(HeaderName, HeaderValue)],
     ) -> Outgoing {
+        self.render_with(target, vars, extra, true)
+    }
+
+    /// [`RequestTemplate::render`] without the body, for a caller that already has it (a gRPC
+    /// call whose message is the same for every call): the request's body is left empty.
+    pub fn render_head(
+        &self,
+        target: &Target,
+        vars: &Vars<'_>,
+        extra: &[(HeaderName, HeaderValue)],
+    ) -> Outgoing {
+        self.render_with(target, vars, extra, false)
+    }
+
+    fn render_with(
+        &self,
+        target: &Target,
+        vars: &Vars<'_>,
+        extra: &[(HeaderName, HeaderValue)],
+        with_body: bool,
+    ) -> Outgoing {
         let json = self.body.as_ref().is_some_and(|(_, json)| *json);
         // Sized to what goes in: a request without headers allocates no map.
         let mut headers =
@@ -231,6 +252,7 @@ impl RequestTemplate {
             headers.insert(name.clone(), value.clone());
         }
         let body = match &self.body {
+            Some(_) if !with_body => Bytes::new(),
             Some((t, json)) => {
                 if *json && !headers.contains_key(http::header::CONTENT_TYPE) {
                     headers.insert(
