@@ -12,7 +12,7 @@
 #   --soak S     length of the RSS soaks (default 60; the documented runs use 3600): the driver
 #                at 5k req/s, and the fault server at 20k req/s with its journal kept
 #   --only LIST  comma-separated parts: throughput,rate,burst,analyze,merge,orders-store,conns,soak,server-soak,
-#                tls,h2,sync,proxy (default: all)
+#                tls,h2,grpc,sync,proxy (default: all)
 #   --summary F  where the summary goes (default bench/results/latest.json)
 #
 # Raw samples go to bench/results/raw-<time>.tsv; the summary to --summary.
@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 ROUNDS=3
 SECS=5
 SOAK=60
-ONLY="throughput,rate,burst,analyze,merge,orders-store,conns,soak,server-soak,tls,h2,sync,proxy"
+ONLY="throughput,rate,burst,analyze,merge,orders-store,conns,soak,server-soak,tls,h2,grpc,sync,proxy"
 SUMMARY=bench/results/latest.json
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -50,7 +50,17 @@ cargo build --release -p fault-server -p harness --examples --bins
 BIN=target/release
 HARNESS=$BIN/harness
 
-if ! command -v wrk >/dev/null 2>&1; then
+if wants grpc; then
+  echo "== building the bare tonic server (bench/tonic-orders, the gRPC anchor)"
+  CARGO_TARGET_DIR=target/bench-tonic cargo build --release --manifest-path bench/tonic-orders/Cargo.toml
+fi
+
+# wrk and oha only for the parts that run them.
+NEEDS_WRK_OHA=0
+for part in throughput rate tls conns proxy soak server-soak; do
+  if wants "$part"; then NEEDS_WRK_OHA=1; fi
+done
+if [ $NEEDS_WRK_OHA = 1 ] && ! command -v wrk >/dev/null 2>&1; then
   echo "== installing wrk"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
 fi
@@ -62,7 +72,7 @@ if wants proxy && ! command -v nginx >/dev/null 2>&1; then
   echo "== installing nginx (the proxy part's upstream and its proxy_pass anchor)"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null
 fi
-if ! command -v oha >/dev/null 2>&1; then
+if [ $NEEDS_WRK_OHA = 1 ] && ! command -v oha >/dev/null 2>&1; then
   echo "== installing oha (a few minutes of compiling, once)"
   cargo install oha --locked
   export PATH="$HOME/.cargo/bin:$PATH"
@@ -120,6 +130,19 @@ start_server fault "$BIN/fault-server" --config bench/five-rules.yaml --bind 127
 FAULT_URL=$URL
 FAULT_PID=$LAST_PID
 echo "bare axum: $AXUM_URL   fault server (journal on, bench/five-rules.yaml): $FAULT_URL"
+if wants grpc; then
+  # gRPC: the fault server answering orders.v1.Orders/GetOrder with a canned order (journal on),
+  # and a bare tonic server answering the same bytes; h2load sends both the same framed call.
+  start_server grpc-fault "$BIN/fault-server" --config bench/grpc-canned.yaml --bind 127.0.0.1:0 \
+    --journal "$TMP/journal-grpc.jsonl"
+  GRPC_FAULT_URL=$URL
+  GRPC_FAULT_PID=$LAST_PID
+  start_server tonic target/bench-tonic/release/tonic-orders 127.0.0.1:0
+  TONIC_URL=http://$URL
+  TONIC_PID=$LAST_PID
+  printf '\x00\x00\x00\x00\x07\x0a\x05ord-1' > "$TMP/grpc-req.bin"
+  echo "gRPC: fault server (bench/grpc-canned.yaml) $GRPC_FAULT_URL   bare tonic $TONIC_URL"
+fi
 if wants tls; then
   start_server tls "$BIN/fault-server" --config bench/five-rules.yaml --bind 127.0.0.1:0 \
     --journal "$TMP/journal-tls.jsonl" --tls-self-signed "$TMP/ca.pem"
@@ -142,6 +165,8 @@ server_pid() {
   case "$1" in
     "$AXUM_URL") echo "$AXUM_PID" ;;
     "${TLS_URL:-none}") echo "$TLS_PID" ;;
+    "${GRPC_FAULT_URL:-none}") echo "$GRPC_FAULT_PID" ;;
+    "${TONIC_URL:-none}") echo "$TONIC_PID" ;;
     *) echo "$FAULT_PID" ;;
   esac
 }
@@ -227,6 +252,20 @@ run_h2_harness_t1() {
     --http2 -c 4 --streams 100 --duration ${SECS}s --format json
 }
 
+# gRPC unary calls (orders.v1.Orders/GetOrder, 4 connections, 100 calls in flight on each): h2load
+# sending a framed call by hand to the fault server and to bare tonic, and `harness load grpc://`
+# building the same call from JSON to the fault server.
+GRPC_PATH=/orders.v1.Orders/GetOrder
+run_grpc_h2load() { # name url round
+  measure "$1" "$2" "$3" count_h2load -- h2load -c 4 -m 100 -D $SECS -d "$TMP/grpc-req.bin" \
+    -H 'content-type: application/grpc' -H 'te: trailers' "$2$GRPC_PATH"
+}
+run_grpc_harness() { # round
+  measure harness-grpc-fault "$GRPC_FAULT_URL" "$1" count_harness -- $HARNESS load \
+    "grpc://${GRPC_FAULT_URL#http://}" --call orders.v1.Orders/GetOrder --json '{"id":"ord-1"}' \
+    -c 4 --streams 100 --duration ${SECS}s --format json
+}
+
 # Runs CMD with its peak RSS (kB) and wall time (s) appended to the record as rss_kb and wall_s.
 timed() { # part name round cmd...
   local part="$1" name="$2" round="$3"; shift 3
@@ -239,7 +278,7 @@ timed() { # part name round cmd...
 }
 
 # --- interleaved rounds --------------------------------------------------------------------------
-if wants throughput || wants rate || wants tls || wants h2; then
+if wants throughput || wants rate || wants tls || wants h2 || wants grpc; then
   STEPS=()
   if wants throughput; then
     STEPS+=("run_wrk wrk-axum $AXUM_URL" "run_wrk wrk-fault $FAULT_URL"
@@ -252,6 +291,10 @@ if wants throughput || wants rate || wants tls || wants h2; then
             "run_close_harness harness-close-tls $TLS_URL" "run_close_harness harness-close-plain $FAULT_URL")
   fi
   if wants h2; then STEPS+=("run_h2_h2load" "run_h2_harness" "run_h2_harness_t1"); fi
+  if wants grpc; then
+    STEPS+=("run_grpc_h2load h2load-grpc-fault $GRPC_FAULT_URL" "run_grpc_harness"
+            "run_grpc_h2load h2load-grpc-tonic $TONIC_URL")
+  fi
   n=${#STEPS[@]}
   for ((r = 1; r <= ROUNDS; r++)); do
     echo "== round $r/$ROUNDS"
@@ -259,6 +302,7 @@ if wants throughput || wants rate || wants tls || wants h2; then
       step=${STEPS[$(((k + r - 1) % n))]}
       reset_fault
       [ -n "${TLS_URL:-}" ] && curl -fsS --cacert "$TMP/ca.pem" -X POST "$TLS_URL/__harness/reset" > /dev/null
+      [ -n "${GRPC_FAULT_URL:-}" ] && curl -fsS -X POST "$GRPC_FAULT_URL/__harness/reset" > /dev/null
       # The step is a function name and its arguments: split on purpose.
       # shellcheck disable=SC2086
       $step "$r"

@@ -148,6 +148,22 @@ def main():
             target(what, v, ">= 1.0", v is not None and v >= 1.0, "h2load-h2")
             ratios_tp[f"{name}/h2load-h2"] = h
             ratios_tp[f"client CPU/req {name}/h2load-h2"] = ratio(name, "h2load-h2", "client_cpu_us")
+    if ("harness-grpc-fault", "rps") in s:
+        g = ratio("harness-grpc-fault", "h2load-grpc-fault", "rps")
+        v = g["median_of_round_ratios"]
+        target("harness load grpc:// -c 4 --streams 100 vs h2load -c 4 -m 100 (fault server, canned GetOrder)",
+               v, ">= 1.0", v is not None and v >= 1.0, "h2load-grpc-fault")
+        ratios_tp["harness-grpc-fault/h2load-grpc-fault"] = g
+        ratios_tp["client CPU/call harness-grpc-fault/h2load-grpc-fault"] = ratio(
+            "harness-grpc-fault", "h2load-grpc-fault", "client_cpu_us")
+    if ("h2load-grpc-tonic", "rps") in s:
+        t = ratio("h2load-grpc-fault", "h2load-grpc-tonic", "rps")
+        v = t["median_of_round_ratios"]
+        target("fault server (journal on) vs bare tonic, unary GetOrder under h2load -c 4 -m 100",
+               v, ">= 0.9", v is not None and v >= 0.9, "h2load-grpc-tonic")
+        ratios_tp["h2load-grpc-fault/h2load-grpc-tonic"] = t
+        ratios_tp["server CPU/call fault/tonic (h2load)"] = ratio(
+            "h2load-grpc-fault", "h2load-grpc-tonic", "server_cpu_us")
     if ("wrk-proxy-fault", "rps") in s:
         px = ratio("wrk-proxy-fault", "wrk-proxy-nginx", "rps")
         v = px["median_of_round_ratios"]
