@@ -96,6 +96,9 @@ impl CallRequest {
     }
 }
 
+/// `grpc-encoding`, looked up in every answer without parsing the name each time.
+const GRPC_ENCODING: HeaderName = HeaderName::from_static("grpc-encoding");
+
 fn insert(headers: &mut HeaderMap, name: &'static str, value: &str) {
     if let Ok(v) = HeaderValue::from_str(value) {
         headers.insert(name, v);
@@ -195,7 +198,7 @@ impl CallResponse {
             return done(status, Vec::new(), headers, trailers);
         }
         let encoding = match headers
-            .get("grpc-encoding")
+            .get(&GRPC_ENCODING)
             .map(|v| v.to_str().unwrap_or("?"))
         {
             None => None,

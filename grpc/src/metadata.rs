@@ -238,7 +238,8 @@ pub fn parse_timeout(raw: &[u8]) -> Result<Duration, MetadataError> {
 /// value, is [`Pushback::Stop`] ("If the value for pushback is negative or unparseble, then it
 /// will be seen as the server asking the client not to retry at all").
 pub fn pushback(fields: &HeaderMap) -> Option<Pushback> {
-    let mut values = fields.get_all(GRPC_RETRY_PUSHBACK_MS).iter();
+    const PUSHBACK: HeaderName = HeaderName::from_static(GRPC_RETRY_PUSHBACK_MS);
+    let mut values = fields.get_all(&PUSHBACK).iter();
     let first = values.next()?;
     if values.next().is_some() {
         return Some(Pushback::Stop);

@@ -4,7 +4,7 @@
 //! the HTTP status, by the table of gRPC's `http-grpc-status-mapping.md`.
 
 use bytes::Bytes;
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 
 pub use history::GrpcCode as Code;
 
@@ -40,13 +40,18 @@ impl Status {
     /// `grpc-status` is there. A value that is not a code becomes UNKNOWN (a number gRPC does
     /// not define) or INTERNAL (not a number), with the value in the message.
     pub fn from_fields(fields: &HeaderMap) -> Option<Status> {
-        let raw = fields.get(GRPC_STATUS)?;
+        // Looked up by `HeaderName`: a `&str` key is parsed and checked on every lookup, and
+        // every answer of a load is read here.
+        const STATUS: HeaderName = HeaderName::from_static(GRPC_STATUS);
+        const MESSAGE: HeaderName = HeaderName::from_static(GRPC_MESSAGE);
+        const DETAILS: HeaderName = HeaderName::from_static(GRPC_STATUS_DETAILS);
+        let raw = fields.get(&STATUS)?;
         let message = fields
-            .get(GRPC_MESSAGE)
+            .get(&MESSAGE)
             .map(|v| percent_decode(v.as_bytes()))
             .unwrap_or_default();
         let details = fields
-            .get(GRPC_STATUS_DETAILS)
+            .get(&DETAILS)
             .and_then(|v| crate::metadata::decode_binary(v.as_bytes()).ok());
         let text = String::from_utf8_lossy(raw.as_bytes());
         let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
