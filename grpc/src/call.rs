@@ -54,7 +54,23 @@ pub struct AttemptHeaders {
 impl CallRequest {
     /// The HTTP/2 request of one attempt. The transport adds `:scheme` and `:authority`.
     pub fn outgoing(&self, attempt: AttemptHeaders) -> Outgoing {
-        let mut headers = HeaderMap::new();
+        let encoding = self.encoding.unwrap_or(Encoding::Identity);
+        self.outgoing_with(attempt, frame::encode(&self.message, encoding))
+    }
+
+    /// [`CallRequest::outgoing`] with `framed` as the body: the message already framed, without
+    /// compression, by a caller that sends the same message many times and frames it once. A
+    /// call that compresses (`encoding`) frames its own message instead.
+    pub fn outgoing_framed(&self, attempt: AttemptHeaders, framed: Bytes) -> Outgoing {
+        match self.encoding {
+            None | Some(Encoding::Identity) => self.outgoing_with(attempt, framed),
+            Some(_) => self.outgoing(attempt),
+        }
+    }
+
+    fn outgoing_with(&self, attempt: AttemptHeaders, body: Bytes) -> Outgoing {
+        // Room for the fields below, so that the map is allocated once.
+        let mut headers = HeaderMap::with_capacity(8);
         // "implementations should send Timeout immediately after the reserved headers and they
         // should send the Call-Definition headers before sending Custom-Metadata."
         if let Some(t) = attempt.timeout {
@@ -91,7 +107,7 @@ impl CallRequest {
             method: Method::POST,
             uri: self.path.clone(),
             headers,
-            body: frame::encode(&self.message, encoding),
+            body,
         }
     }
 }
@@ -360,6 +376,29 @@ mod tests {
 
     fn grpc_headers() -> HeaderMap {
         fields(&[("content-type", "application/grpc")])
+    }
+
+    /// A message framed once and handed over is the request `outgoing` makes; a call that
+    /// compresses frames its own message whatever it is handed.
+    #[test]
+    fn a_message_framed_once_makes_the_same_request() {
+        let attempt = AttemptHeaders {
+            timeout: Some(Duration::from_secs(1)),
+            previous_attempts: None,
+        };
+        let call = request();
+        let framed = frame::encode(&call.message, Encoding::Identity);
+        let a = call.outgoing(attempt);
+        let b = call.outgoing_framed(attempt, framed.clone());
+        assert_eq!((a.uri, a.headers, a.body), (b.uri, b.headers, b.body));
+        let gzip = CallRequest {
+            encoding: Some(Encoding::Gzip),
+            ..request()
+        };
+        assert_eq!(
+            gzip.outgoing_framed(attempt, framed).body,
+            gzip.outgoing(attempt).body
+        );
     }
 
     #[test]

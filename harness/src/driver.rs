@@ -332,7 +332,8 @@ struct PhaseClient {
     /// The phase's stop, waited on beside every operation: made once, as waiting on a new one
     /// per operation registered with (and left) a shared list each time.
     stopped: StopWait,
-    /// A gRPC phase's request message, encoded once when its JSON has no placeholder.
+    /// A gRPC phase's request message, encoded and framed once when its JSON has no
+    /// placeholder.
     grpc_message: Option<bytes::Bytes>,
 }
 
@@ -355,7 +356,11 @@ impl PhaseClient {
             stopped: StopWait::new(sink.stop.clone()),
             grpc_message: plan.grpc.as_ref().and_then(|g| {
                 let (body, _) = plan.template.body.as_ref()?;
-                g.method.encode_request(&body.literal()?).ok()
+                let message = g.method.encode_request(&body.literal()?).ok()?;
+                Some(grpc::frame::encode(
+                    &message,
+                    grpc::frame::Encoding::Identity,
+                ))
             }),
         }
     }
@@ -736,7 +741,7 @@ struct GrpcRendered<'a> {
     vars: Vars<'a>,
     extra: &'a [(HeaderName, HeaderValue)],
     release: Option<Release<'a>>,
-    /// The message when it is the same for every call (see [`PhaseClient`]).
+    /// The message, framed, when it is the same for every call (see [`PhaseClient`]).
     message: Option<&'a bytes::Bytes>,
 }
 
@@ -751,7 +756,7 @@ impl GrpcRendered<'_> {
             None => self.template.render(self.target, &self.vars, self.extra),
         };
         let message = match self.message {
-            Some(m) => m.clone(),
+            Some(_) => bytes::Bytes::new(),
             None => {
                 let json = std::str::from_utf8(&rendered.body)
                     .map_err(|e| grpc::Status::new(grpc::Code::Internal, e.to_string()))?;
@@ -769,10 +774,14 @@ impl GrpcRendered<'_> {
             // Set below from a static value, not copied for every call.
             user_agent: None,
         };
-        let mut out = call.outgoing(AttemptHeaders {
+        let headers = AttemptHeaders {
             timeout: attempt.timeout,
             previous_attempts: attempt.previous_attempts,
-        });
+        };
+        let mut out = match self.message {
+            Some(framed) => call.outgoing_framed(headers, framed.clone()),
+            None => call.outgoing(headers),
+        };
         out.headers.insert(
             http::header::USER_AGENT,
             HeaderValue::from_static(concat!("harness/", env!("CARGO_PKG_VERSION"))),
