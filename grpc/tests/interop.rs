@@ -11,9 +11,6 @@
 //!
 //! Without the venv it says that it skips, unless `HARNESS_REQUIRE_TOOLS=1`.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -26,9 +23,9 @@ use history::ErrorKind;
 use retry_policy::grpc::Pushback;
 use transport::{AttemptError, Outgoing};
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+#[path = "common/grpcio.rs"]
+mod grpcio;
+use grpcio::root;
 
 /// The server: CreateOrder echoes the request and what metadata it saw; GetOrder fails as the
 /// id says.
@@ -74,70 +71,9 @@ sys.stdin.read()
 server.stop(0)
 "#;
 
-/// The grpcio server, stopped when dropped.
-struct Server {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_server() -> Option<Server> {
-    let py = root().join(".cache/calibration/venv/bin/python");
-    let ready = Command::new(&py)
-        .args(["-c", "import grpc, grpc_tools.protoc, grpc_reflection"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ready {
-        assert!(
-            std::env::var("HARNESS_REQUIRE_TOOLS").as_deref() != Ok("1"),
-            "grpcio is not installed in .cache/calibration/venv, and HARNESS_REQUIRE_TOOLS=1: \
-             run `bash calibration/install.sh`"
-        );
-        eprintln!("skipping the grpcio interop test: run `bash calibration/install.sh` first");
-        return None;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let gen = Command::new(&py)
-        .current_dir(root())
-        .args(["-m", "grpc_tools.protoc", "-I", "proto"])
-        .arg(format!("--python_out={}", dir.path().display()))
-        .arg(format!("--grpc_python_out={}", dir.path().display()))
-        .arg("proto/orders/v1/orders.proto")
-        .output()
-        .unwrap();
-    assert!(
-        gen.status.success(),
-        "{}",
-        String::from_utf8_lossy(&gen.stderr)
-    );
-    let mut child = Command::new(&py)
-        .args(["-c", SERVER])
-        .arg(dir.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let port = line.trim().parse().unwrap_or_else(|_| {
-        let _ = child.kill();
-        panic!("the grpcio server did not print its port: {line:?}")
-    });
-    Some(Server {
-        child,
-        port,
-        _dir: dir,
-    })
+/// The grpcio server above, on the shipped proto.
+fn start_server() -> Option<grpcio::Grpcio> {
+    grpcio::start(&root().join("proto"), "orders/v1/orders.proto", SERVER)
 }
 
 /// An HTTP/2 exchange on one h2c connection, trailers included.

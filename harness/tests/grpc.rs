@@ -327,69 +327,16 @@ message Reservation { string id = 1; }
 service Inventory { rpc Reserve(ReserveRequest) returns (Reservation); }
 "#;
 
-/// The grpcio server above, stopped when dropped; `None` (the test skips) without the venv,
+#[path = "../../grpc/tests/common/grpcio.rs"]
+mod grpcio;
+
+/// The grpcio server above, on `INVENTORY_PROTO`; `None` (the test skips) without the venv,
 /// unless `HARNESS_REQUIRE_TOOLS=1`.
-struct Grpcio {
-    child: std::process::Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Grpcio {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn grpcio_with_reflection() -> Option<Grpcio> {
-    use std::io::BufRead;
-    use std::process::Stdio;
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let py = root.join(".cache/calibration/venv/bin/python");
-    let ready = Command::new(&py)
-        .args(["-c", "import grpc, grpc_tools.protoc, grpc_reflection"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ready {
-        assert!(
-            std::env::var("HARNESS_REQUIRE_TOOLS").as_deref() != Ok("1"),
-            "grpcio is not installed in .cache/calibration/venv, and HARNESS_REQUIRE_TOOLS=1: \
-             run `bash calibration/install.sh`"
-        );
-        eprintln!("skipping: run `bash calibration/install.sh` for grpcio");
-        return None;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("inventory.proto"), INVENTORY_PROTO).unwrap();
-    let gen = Command::new(&py)
-        .current_dir(dir.path())
-        .args(["-m", "grpc_tools.protoc", "-I", ".", "--python_out=."])
-        .args(["--grpc_python_out=.", "inventory.proto"])
-        .output()
-        .unwrap();
-    assert!(gen.status.success(), "{}", text(&gen).1);
-    let mut child = Command::new(&py)
-        .args(["-c", REFLECTING_SERVER])
-        .arg(dir.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let port = line
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("the server printed {line:?}"));
-    Some(Grpcio {
-        child,
-        port,
-        _dir: dir,
-    })
+fn grpcio_with_reflection() -> Option<(grpcio::Grpcio, tempfile::TempDir)> {
+    let protos = tempfile::tempdir().unwrap();
+    std::fs::write(protos.path().join("inventory.proto"), INVENTORY_PROTO).unwrap();
+    let server = grpcio::start(protos.path(), "inventory.proto", REFLECTING_SERVER)?;
+    Some((server, protos))
 }
 
 /// Without `--proto`, a service that is not built in is described by the target's server
@@ -399,7 +346,7 @@ fn grpcio_with_reflection() -> Option<Grpcio> {
 /// run that could not be made.
 #[test]
 fn without_proto_the_schema_comes_from_server_reflection() {
-    let Some(g) = grpcio_with_reflection() else {
+    let Some((g, _protos)) = grpcio_with_reflection() else {
         return;
     };
     let url = format!("grpc://127.0.0.1:{}", g.port);
