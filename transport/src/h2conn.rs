@@ -26,7 +26,7 @@
 //! it as `protocol`. A keep-alive PING finds a peer that went silent under open streams; an idle
 //! connection is closed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::pin::Pin;
@@ -35,7 +35,7 @@ use std::task::{Context, Poll, Waker};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use history::ErrorKind;
-use http::{HeaderMap, Method, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::stream::Stream;
@@ -228,6 +228,8 @@ struct Inner {
     /// GOAWAY came (or ids ran out): no new stream may start.
     draining: bool,
     decoder: super::hpack::Decoder,
+    /// What this side has put in the server's HPACK table.
+    encoder: Encoder,
     /// A header block still waiting for its CONTINUATION frames: stream, flags, bytes.
     partial: Option<(u32, u8, BytesMut)>,
     /// Streams that waited on the written output (single-packet rounds).
@@ -369,7 +371,16 @@ impl Handle {
         };
         let end = finish && req.body.is_empty();
         let max_frame = inner.max_frame;
-        queue_request(&mut inner.out, id, req, origin, end, max_frame);
+        let inner = &mut *inner;
+        queue_request(
+            &mut inner.out,
+            &mut inner.encoder,
+            id,
+            req,
+            origin,
+            end,
+            max_frame,
+        );
         let mut slot = Slot {
             status: None,
             headers: HeaderMap::new(),
@@ -574,6 +585,7 @@ impl Inner {
             broken: None,
             draining: false,
             decoder: super::hpack::Decoder::new(),
+            encoder: Encoder::default(),
             partial: None,
             flushed: Vec::new(),
             writing: false,
@@ -812,6 +824,7 @@ impl Inner {
                                 "SETTINGS_ENABLE_PUSH {value} from a server"
                             )))
                         }
+                        0x1 => self.encoder.set_limit(value as usize),
                         0x3 => concurrency = Some(value),
                         0x4 => {
                             if i64::from(value) > MAX_WINDOW {
@@ -1386,6 +1399,7 @@ const NOT_IN_H2: [&str; 6] = [
 /// `max_frame` is moved into HEADERS and CONTINUATIONs.
 fn queue_request(
     out: &mut BytesMut,
+    encoder: &mut Encoder,
     id: u32,
     req: &Outgoing,
     origin: &Origin,
@@ -1394,7 +1408,7 @@ fn queue_request(
 ) {
     let start = out.len();
     frame_head(out, 0, HEADERS, 0, id);
-    encode_request_into(out, req, origin);
+    encode_request_into(out, encoder, req, origin);
     let len = out.len() - start - 9;
     if len <= max_frame {
         let flags = END_HEADERS | if end_stream { END_STREAM } else { 0 };
@@ -1413,13 +1427,14 @@ fn queue_request(
 #[cfg(test)]
 fn encode_request(req: &Outgoing, origin: &Origin) -> BytesMut {
     let mut b = BytesMut::new();
-    encode_request_into(&mut b, req, origin);
+    encode_request_into(&mut b, &mut Encoder::default(), req, origin);
     b
 }
 
-/// Appends `req`'s HPACK header block to `b`.
-fn encode_request_into(b: &mut BytesMut, req: &Outgoing, origin: &Origin) {
+/// Appends `req`'s HPACK header block to `b`, through the connection's `encoder`.
+fn encode_request_into(b: &mut BytesMut, encoder: &mut Encoder, req: &Outgoing, origin: &Origin) {
     b.reserve(64 + req.uri.len() + 32 * req.headers.len());
+    encoder.start_block(b);
     match req.method {
         Method::GET => b.put_u8(0x82),
         Method::POST => b.put_u8(0x83),
@@ -1432,8 +1447,7 @@ fn encode_request_into(b: &mut BytesMut, req: &Outgoing, origin: &Origin) {
     if req.uri == "/" {
         b.put_u8(0x84);
     } else {
-        int(b, 0x00, 4, 4);
-        string(b, req.uri.as_bytes());
+        encoder.path(b, req.uri.as_bytes());
     }
     b.extend_from_slice(&origin.authority);
     for (name, value) in &req.headers {
@@ -1444,14 +1458,154 @@ fn encode_request_into(b: &mut BytesMut, req: &Outgoing, origin: &Origin) {
         if n == "te" && !value.as_bytes().eq_ignore_ascii_case(b"trailers") {
             continue;
         }
-        b.put_u8(0x00);
-        string(b, n.as_bytes());
-        string(b, value.as_bytes());
+        encoder.field(b, name, value);
     }
     if !req.body.is_empty() {
         // content-length, static index 28.
         int(b, 0x00, 4, 28);
         string(b, itoa::Buffer::new().format(req.body.len()).as_bytes());
+    }
+}
+
+/// The largest dynamic table this side fills in the server's decoder: the protocol's default,
+/// or less when the server's SETTINGS_HEADER_TABLE_SIZE says so.
+const ENCODER_TABLE: usize = 4096;
+/// Fields sent without indexing that are remembered, so that the second time one is sent it is
+/// added to the table: a field that repeats (a content type, a method's path) is then one byte
+/// per request, and one that does not (an idempotency key) never takes room in the table.
+const ENCODER_SEEN: usize = 16;
+
+/// This side's HPACK encoding context (RFC 7541 §2.3.2, §4): the entries it added to the server's
+/// dynamic table, newest first, sized as the server counts them. Every header block of the
+/// connection is encoded through it in the order the blocks are written, under the connection's
+/// lock, so that the server's table and this copy agree.
+#[derive(Default)]
+struct Encoder {
+    /// `(name, value)`, newest first: index 62 is the front.
+    table: VecDeque<(Bytes, Bytes)>,
+    size: usize,
+    /// The table's size in use: `None` for the protocol's default ([`ENCODER_TABLE`]), until
+    /// the server asks for less.
+    max: Option<usize>,
+    /// A smaller size to announce at the start of the next block.
+    update: Option<usize>,
+    /// The last fields sent without indexing.
+    seen: VecDeque<(HeaderName, HeaderValue)>,
+    /// The last `:path` sent without indexing.
+    seen_path: Vec<u8>,
+}
+
+impl Encoder {
+    fn max(&self) -> usize {
+        self.max.unwrap_or(ENCODER_TABLE)
+    }
+
+    /// The server's SETTINGS_HEADER_TABLE_SIZE: a table smaller than the one in use is
+    /// announced at the start of the next block, and what no longer fits is evicted now.
+    fn set_limit(&mut self, limit: usize) {
+        let new = limit.min(ENCODER_TABLE);
+        if new < self.max() {
+            self.max = Some(new);
+            self.update = Some(self.update.map_or(new, |u| u.min(new)));
+            self.evict(0);
+        }
+    }
+
+    /// Begins a block: the table size update owed, if any (RFC 7541 §4.2: first in the block).
+    fn start_block(&mut self, b: &mut BytesMut) {
+        if let Some(u) = self.update.take() {
+            int(b, 0x20, 5, u);
+            if u != self.max() {
+                int(b, 0x20, 5, self.max());
+            }
+        }
+    }
+
+    /// `:path` (static name 4).
+    fn path(&mut self, b: &mut BytesMut, value: &[u8]) {
+        if let Some(i) = self.find(b":path", value) {
+            int(b, 0x80, 7, i);
+        } else if self.seen_path == value && self.fits(5, value.len()) {
+            int(b, 0x40, 6, 4);
+            string(b, value);
+            self.add(Bytes::from_static(b":path"), Bytes::copy_from_slice(value));
+        } else {
+            int(b, 0x00, 4, 4);
+            string(b, value);
+            self.seen_path.clear();
+            self.seen_path.extend_from_slice(value);
+        }
+    }
+
+    /// A regular field. Credentials are never indexed (RFC 7541 §7.1.3).
+    fn field(&mut self, b: &mut BytesMut, name: &HeaderName, value: &HeaderValue) {
+        let (n, v) = (name.as_str().as_bytes(), value.as_bytes());
+        if matches!(
+            name.as_str(),
+            "authorization" | "proxy-authorization" | "cookie"
+        ) || value.is_sensitive()
+        {
+            b.put_u8(0x10);
+            string(b, n);
+            string(b, v);
+            return;
+        }
+        if let Some(i) = self.find(n, v) {
+            int(b, 0x80, 7, i);
+            return;
+        }
+        let seen = self
+            .seen
+            .iter()
+            .position(|(sn, sv)| sv.as_bytes() == v && sn == name);
+        if let (Some(at), true) = (seen, self.fits(n.len(), v.len())) {
+            self.seen.remove(at);
+            b.put_u8(0x40);
+            string(b, n);
+            string(b, v);
+            self.add(Bytes::copy_from_slice(n), Bytes::copy_from_slice(v));
+            return;
+        }
+        b.put_u8(0x00);
+        string(b, n);
+        string(b, v);
+        if seen.is_none() {
+            if self.seen.len() == ENCODER_SEEN {
+                self.seen.pop_back();
+            }
+            self.seen.push_front((name.clone(), value.clone()));
+        }
+    }
+
+    /// The index of `name: value` in the dynamic table.
+    fn find(&self, name: &[u8], value: &[u8]) -> Option<usize> {
+        self.table
+            .iter()
+            .position(|(n, v)| v.len() == value.len() && v[..] == *value && n[..] == *name)
+            .map(|i| 62 + i)
+    }
+
+    /// Whether an entry this size is worth a place: at most a quarter of the table, so that a
+    /// few long values cannot push out the many short ones.
+    fn fits(&self, name: usize, value: usize) -> bool {
+        name + value + 32 <= self.max() / 4
+    }
+
+    fn add(&mut self, name: Bytes, value: Bytes) {
+        let size = name.len() + value.len() + 32;
+        self.evict(size);
+        self.table.push_front((name, value));
+        self.size += size;
+    }
+
+    /// Evicts the oldest entries until `room` more bytes fit.
+    fn evict(&mut self, room: usize) {
+        while self.size + room > self.max() {
+            let Some((n, v)) = self.table.pop_back() else {
+                break;
+            };
+            self.size -= n.len() + v.len() + 32;
+        }
     }
 }
 
@@ -1789,6 +1943,71 @@ mod tests {
         assert_eq!(&block[..], &[0x82, 0x87, 0x84, 0x01, 0x01, b'a']);
     }
 
+    /// Through one connection's encoder, a field sent a second time goes into the server's
+    /// table and is one byte after that; a field that never repeats, and a credential, never
+    /// goes in; when the server shrinks its table the next block says so first. Every block
+    /// decodes, with the decoder's own table, to exactly the fields sent.
+    #[test]
+    fn repeated_fields_are_indexed_and_every_block_decodes_as_sent() {
+        let mut encoder = Encoder::default();
+        let mut decoder = crate::hpack::Decoder::new();
+        let mut sizes = Vec::new();
+        for i in 0..60 {
+            match i {
+                30 => encoder.set_limit(300),
+                45 => encoder.set_limit(0),
+                _ => {}
+            }
+            let path = if i % 7 == 6 { "/other.S/N" } else { "/pkg.S/M" };
+            let key = format!("key-{i:03}");
+            let mut headers = HeaderMap::new();
+            headers.insert("content-type", HeaderValue::from_static("application/grpc"));
+            headers.insert("te", HeaderValue::from_static("trailers"));
+            headers.insert("idempotency-key", HeaderValue::from_str(&key).unwrap());
+            headers.insert("authorization", HeaderValue::from_static("Bearer s3cret"));
+            let req = Outgoing {
+                method: Method::POST,
+                uri: path.into(),
+                headers,
+                body: Bytes::from_static(b"xyz"),
+            };
+            let mut block = BytesMut::new();
+            encode_request_into(&mut block, &mut encoder, &req, &origin());
+            sizes.push(block.len());
+            let mut fields: Vec<(String, String)> = Vec::new();
+            decoder
+                .decode(&block, |f| {
+                    fields.push((
+                        String::from_utf8(f.name.to_vec()).unwrap(),
+                        String::from_utf8(f.value.to_vec()).unwrap(),
+                    ))
+                })
+                .unwrap_or_else(|e| panic!("block {i}: {e:?}"));
+            let want: Vec<(String, String)> = [
+                (":method", "POST"),
+                (":scheme", "http"),
+                (":path", path),
+                (":authority", "127.0.0.1:8080"),
+                ("content-type", "application/grpc"),
+                ("te", "trailers"),
+                ("idempotency-key", key.as_str()),
+                ("authorization", "Bearer s3cret"),
+                ("content-length", "3"),
+            ]
+            .into_iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+            assert_eq!(fields, want, "block {i}");
+        }
+        // The first block is all literals; from the third, the path, content-type and te are
+        // indexed (one byte each); the key and the credential stay literals.
+        assert!(sizes[2] + 40 < sizes[0], "{sizes:?}");
+        assert_eq!(sizes[3], sizes[2], "{sizes:?}");
+        // With no table left, blocks are literals again (the first of them says so first).
+        assert_eq!(sizes[50], sizes[0], "{sizes:?}");
+        assert!(encoder.table.is_empty() && encoder.size == 0);
+    }
+
     #[test]
     fn integers_past_their_prefix_continue_in_seven_bit_groups() {
         // RFC 7541 C.1.2: 1337 with a 5-bit prefix.
@@ -1823,7 +2042,15 @@ mod tests {
                 max_frame,
             );
             let mut in_place = BytesMut::from(&b"before"[..]);
-            queue_request(&mut in_place, 5, &req, &origin(), end, max_frame);
+            queue_request(
+                &mut in_place,
+                &mut Encoder::default(),
+                5,
+                &req,
+                &origin(),
+                end,
+                max_frame,
+            );
             assert_eq!(in_place, apart, "{uri} at {max_frame}");
         }
     }
