@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use http::HeaderName;
-use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -221,7 +220,7 @@ impl FaultServer {
             hang_cap: config.hang_cap.map_or(DEFAULT_HANG_CAP, |d| d.0),
             capture,
             response_capture,
-            empty_body_sha256: hex::encode(Sha256::digest(b"")),
+            empty_body_sha256: crate::dispatch::sha256_hex(b""),
             tls,
             upstream,
             grpc,

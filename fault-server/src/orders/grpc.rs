@@ -26,7 +26,6 @@ use history::GrpcCode;
 use prost::Message;
 use prost_reflect::{DynamicMessage, MapKey, MessageDescriptor, ReflectMessage};
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 use super::{Orders, ResourceReply};
 use crate::grpc::{canonical_json, Decoded, GrpcReply, Target};
@@ -55,7 +54,7 @@ pub(crate) async fn serve(orders: &Orders, decoded: Decoded, key: Option<String>
                     .filter(|k| !k.is_empty())
                     .map(str::to_string)
             });
-            let hash = hex::encode(Sha256::digest(canonical_json(&order)));
+            let hash = crate::dispatch::sha256_hex(canonical_json(&order).as_bytes());
             if let (Some(k), Some(o)) = (&key, order.as_object_mut()) {
                 o.insert("requestId".into(), Value::String(k.clone()));
             }
