@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body_util::Either;
-use sha2::{Digest, Sha256};
 
 use crate::body::{self, BodyRefused, ReadBody, ReqBody};
 use crate::config::{DelaySpec, DelayWhen, FaultConfig, MalformedKind};
@@ -143,7 +142,7 @@ pub(crate) async fn handle(
     let body_sha256 = if body.is_empty() {
         state.empty_body_sha256.clone()
     } else {
-        sha256_hex(&body)
+        crate::journal::sha256_hex(&body)
     };
     {
         let e = pending.entry();
@@ -430,15 +429,6 @@ async fn faulted(conn: &ServedConn, f: Faulted) -> Result<Response<ResBody>, Str
         }
         FaultConfig::GoAway => ctl.hand_over(SocketAction::GoAway, pending).await,
     }
-}
-
-/// A body's SHA-256 in lowercase hex, as the journal records it. `hex::encode` goes through an
-/// iterator of chars, which showed in the profile of every request; this fills a buffer.
-pub(crate) fn sha256_hex(body: &[u8]) -> String {
-    let mut out = [0u8; 64];
-    // 32 bytes into 64: the lengths always agree.
-    let _ = hex::encode_to_slice(Sha256::digest(body), &mut out);
-    String::from_utf8(out.to_vec()).unwrap_or_default()
 }
 
 /// The `grpc-message` of an injected gRPC status that names none.
@@ -733,15 +723,6 @@ fn sample_delay(spec: DelaySpec, seed: u64, rule: &str, subject: &str, attempt: 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_bodys_sha256_is_its_lowercase_hex() {
-        assert_eq!(
-            sha256_hex(b"abc"),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
-        assert_eq!(sha256_hex(b""), hex::encode(Sha256::digest(b"")));
-    }
 
     #[test]
     fn headers_are_read_in_one_pass_with_the_first_value_of_a_repeated_name() {

@@ -220,7 +220,7 @@ impl FaultServer {
             hang_cap: config.hang_cap.map_or(DEFAULT_HANG_CAP, |d| d.0),
             capture,
             response_capture,
-            empty_body_sha256: crate::dispatch::sha256_hex(b""),
+            empty_body_sha256: crate::journal::sha256_hex(b""),
             tls,
             upstream,
             grpc,

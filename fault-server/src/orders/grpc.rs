@@ -54,7 +54,7 @@ pub(crate) async fn serve(orders: &Orders, decoded: Decoded, key: Option<String>
                     .filter(|k| !k.is_empty())
                     .map(str::to_string)
             });
-            let hash = crate::dispatch::sha256_hex(canonical_json(&order).as_bytes());
+            let hash = crate::journal::sha256_hex(canonical_json(&order).as_bytes());
             if let (Some(k), Some(o)) = (&key, order.as_object_mut()) {
                 o.insert("requestId".into(), Value::String(k.clone()));
             }
