@@ -230,7 +230,7 @@ impl CallResponse {
                 }
             },
         };
-        let messages = match frame::decode_all(&body, max_message, encoding) {
+        let messages = match frame::decode_all_bytes(&body, max_message, encoding) {
             Ok(m) => m,
             // The server ended the call with a failing status of its own: that is the call's
             // status, whatever it sent of a message before it (a failure after headers).

@@ -215,9 +215,55 @@ pub fn decode_all(
     Ok(out)
 }
 
+/// [`decode_all`] of a body held in [`Bytes`]: a body that is exactly one uncompressed message
+/// within `max` — a unary call's answer — is sliced, not copied.
+pub fn decode_all_bytes(
+    body: &Bytes,
+    max: usize,
+    encoding: Option<Encoding>,
+) -> Result<Vec<Bytes>, FrameError> {
+    if let [0, a, b, c, d, ..] = body[..] {
+        let len = u32::from_be_bytes([a, b, c, d]) as usize;
+        if body.len() - PREFIX_LEN == len && len <= max {
+            return Ok(vec![body.slice(PREFIX_LEN..)]);
+        }
+    }
+    decode_all(body, max, encoding)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Sliced or copied, the same messages and the same errors.
+    #[test]
+    fn a_body_in_bytes_decodes_as_a_slice_does() {
+        let one = encode(b"hello", Encoding::Identity);
+        let mut two = one.to_vec();
+        two.extend_from_slice(&encode(b"", Encoding::Identity));
+        let gz = encode(b"zipped", Encoding::Gzip);
+        let cases: Vec<(Vec<u8>, usize, Option<Encoding>)> = vec![
+            (one.to_vec(), 10, None),
+            (one.to_vec(), 5, None),
+            (one.to_vec(), 4, None),
+            (two, 10, None),
+            (gz.to_vec(), 10, Some(Encoding::Gzip)),
+            (gz.to_vec(), 10, None),
+            (one[..7].to_vec(), 10, None),
+            (vec![2, 0, 0, 0, 0], 10, None),
+            (vec![0, 0, 0], 10, None),
+            (Vec::new(), 10, None),
+        ];
+        for (body, max, enc) in cases {
+            let sliced = decode_all_bytes(&Bytes::from(body.clone()), max, enc);
+            let copied = decode_all(&body, max, enc);
+            assert_eq!(
+                format!("{sliced:?}"),
+                format!("{copied:?}"),
+                "{body:?} max {max}"
+            );
+        }
+    }
 
     #[test]
     fn a_message_is_flag_length_bytes() {

@@ -335,6 +335,10 @@ struct PhaseClient {
     /// A gRPC phase's request message, encoded and framed once when its JSON has no
     /// placeholder.
     grpc_message: Option<bytes::Bytes>,
+    /// A gRPC phase's whole request, built once when nothing in it changes from call to call
+    /// (no placeholder anywhere): an attempt without a `grpc-timeout` or a
+    /// `grpc-previous-rpc-attempts` of its own is sent as it is, with no map built per call.
+    grpc_request: Option<crate::http::Outgoing>,
 }
 
 impl PhaseClient {
@@ -354,15 +358,54 @@ impl PhaseClient {
             rec: Recorder::worker(ctx.keep_attempts, sink),
             extra: client_header(plan.client_id_header, ctx.index, client),
             stopped: StopWait::new(sink.stop.clone()),
-            grpc_message: plan.grpc.as_ref().and_then(|g| {
-                let (body, _) = plan.template.body.as_ref()?;
-                let message = g.method.encode_request(&body.literal()?).ok()?;
-                Some(grpc::frame::encode(
-                    &message,
-                    grpc::frame::Encoding::Identity,
-                ))
-            }),
+            grpc_message: None,
+            grpc_request: None,
         }
+        .with_grpc_requests(plan, ctx)
+    }
+
+    /// The gRPC requests built once (see the fields), when the phase's template allows.
+    fn with_grpc_requests(mut self, plan: &PhasePlan, ctx: &PhaseCtx) -> PhaseClient {
+        let Some(g) = &plan.grpc else {
+            return self;
+        };
+        let t = &plan.template;
+        self.grpc_message = t.body.as_ref().and_then(|(body, _)| {
+            let message = g.method.encode_request(&body.literal()?).ok()?;
+            Some(grpc::frame::encode(
+                &message,
+                grpc::frame::Encoding::Identity,
+            ))
+        });
+        let fixed =
+            t.path.literal().is_some() && t.headers.iter().all(|(_, v)| v.literal().is_some());
+        if let (true, Some(message)) = (fixed, &self.grpc_message) {
+            let first = GrpcRendered {
+                grpc: g,
+                template: t,
+                target: &ctx.target,
+                vars: Vars {
+                    seq: 0,
+                    client: self.client,
+                    uuid: "",
+                    key: "",
+                    round: 0,
+                    captured: None,
+                },
+                extra: &self.extra,
+                release: None,
+                message: Some(message),
+                whole: None,
+            };
+            self.grpc_request = first
+                .request(&Attempt {
+                    number: 1,
+                    previous_attempts: None,
+                    timeout: None,
+                })
+                .ok();
+        }
+        self
     }
 
     /// Client `client` on `conn`, with the phase's usual random source.
@@ -424,6 +467,7 @@ impl PhaseClient {
                 extra: &self.extra,
                 release,
                 message: self.grpc_message.as_ref(),
+                whole: self.grpc_request.as_ref(),
             };
             let ids = AttemptIds {
                 phase: ctx.index,
@@ -743,6 +787,8 @@ struct GrpcRendered<'a> {
     release: Option<Release<'a>>,
     /// The message, framed, when it is the same for every call (see [`PhaseClient`]).
     message: Option<&'a bytes::Bytes>,
+    /// The whole request, when it is the same for every call (see [`PhaseClient`]).
+    whole: Option<&'a crate::http::Outgoing>,
 }
 
 impl GrpcRendered<'_> {
@@ -803,22 +849,19 @@ impl GrpcTransport for GrpcRendered<'_> {
     }
 
     async fn send(&self, lane: &mut Conn, attempt: Attempt, timeout: Duration) -> GrpcAnswer {
-        let req = match self.request(&attempt) {
-            Ok(r) => r,
-            Err(status) => {
-                return GrpcAnswer {
-                    response: CallResponse::failed(status),
-                    http_status: None,
-                    error: Some(history::ErrorKind::Other),
-                }
+        let release = self.release.filter(|_| attempt.number == 1);
+        let reply = match self.whole {
+            // Nothing of its own to add: the request built once goes as it is.
+            Some(whole)
+                if release.is_none()
+                    && attempt.timeout.is_none()
+                    && attempt.previous_attempts.is_none() =>
+            {
+                lane.send_ref(whole, timeout)
+                    .await
+                    .map_err(Unanswered::Failed)
             }
-        };
-        let reply = match self.release.filter(|_| attempt.number == 1) {
-            None => lane.send(req, timeout).await,
-            Some(Release::Barrier { barrier, last_byte }) => {
-                Box::pin(lane.send_released(req, timeout, Some(barrier), last_byte)).await
-            }
-            Some(Release::SinglePacket(round)) => Box::pin(round.submit(req, timeout)).await,
+            _ => self.send_rendered(lane, &attempt, release, timeout).await,
         };
         match reply {
             Ok(r) => GrpcAnswer {
@@ -826,12 +869,46 @@ impl GrpcTransport for GrpcRendered<'_> {
                 error: None,
                 response: CallResponse::read(r.into(), DEFAULT_MAX_MESSAGE),
             },
-            Err(e) => GrpcAnswer {
+            Err(Unanswered::Unsendable(status)) => GrpcAnswer {
+                response: CallResponse::failed(status),
+                http_status: None,
+                error: Some(history::ErrorKind::Other),
+            },
+            Err(Unanswered::Failed(e)) => GrpcAnswer {
                 response: CallResponse::failed(grpc::call::status_of_failure(&e)),
                 http_status: None,
                 error: Some(e.kind),
             },
         }
+    }
+}
+
+/// Why a gRPC attempt got no answer.
+enum Unanswered {
+    /// Its request could not be built (see [`GrpcRendered::request`]).
+    Unsendable(grpc::Status),
+    /// The transport failed.
+    Failed(AttemptError),
+}
+
+impl GrpcRendered<'_> {
+    /// Renders `attempt`'s request and sends it, released with its round when it is a burst's.
+    async fn send_rendered(
+        &self,
+        lane: &mut Conn,
+        attempt: &Attempt,
+        release: Option<Release<'_>>,
+        timeout: Duration,
+    ) -> Result<Reply, Unanswered> {
+        let req = self.request(attempt).map_err(Unanswered::Unsendable)?;
+        match release {
+            None => lane.send(req, timeout).await,
+            Some(Release::Barrier { barrier, last_byte }) => {
+                Box::pin(lane.send_released(req, timeout, Some(barrier), last_byte)).await
+            }
+            Some(Release::SinglePacket(round)) => Box::pin(round.submit(req, timeout)).await,
+        }
+        .map_err(Unanswered::Failed)
     }
 }
 

@@ -20,10 +20,13 @@ use rand::rngs::StdRng;
 use retry_policy::{AttemptOutcome, Attempts, Call, Decision, Limits, Next, OpEnd, Policy};
 
 use crate::http::{AttemptError, Reply};
+use futures_util::future::{Fuse, FusedFuture, FutureExt};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use grpc::call::CallResponse;
 use history::GrpcCode;
 use retry_policy::grpc::{Attempt, CallEnd, GrpcCall, GrpcPolicy, Step, Throttle};
+use smallvec::SmallVec;
+use std::pin::Pin;
 
 /// One attempt to send: what the policy decided, and what the operation adds to it.
 #[derive(Debug, Clone, Copy)]
@@ -257,10 +260,14 @@ pub async fn execute_grpc<T: GrpcTransport, O: Observer>(
     };
     let mut spares: Vec<T::Lane> = (0..hedges).map(|_| transport.spare(lane)).collect();
     // The first attempt takes the worker's own lane (a burst member's, released with its round).
-    let mut free: Vec<&mut T::Lane> = spares.iter_mut().chain(std::iter::once(lane)).collect();
-    let mut flying = InFlight::default();
+    // Inline for a call without hedges, as is the list below: a call allocates nothing of its
+    // own for either.
+    let mut free: SmallVec<[&mut T::Lane; 2]> =
+        spares.iter_mut().chain(std::iter::once(lane)).collect();
+    let slot = std::pin::pin!(InFlight::slot());
+    let mut flying = InFlight::new(slot);
     // (attempt, sent) of each attempt in flight, to report those the end of the call cancels.
-    let mut out: Vec<(Attempt, Instant)> = Vec::new();
+    let mut out: SmallVec<[(Attempt, Instant); 2]> = SmallVec::new();
     let mut last: Option<GrpcAnswer> = None;
     let mut now = start;
     loop {
@@ -269,7 +276,7 @@ pub async fn execute_grpc<T: GrpcTransport, O: Observer>(
                 let Some(l) = free.pop() else {
                     // More attempts in flight than lanes: the policy broke its own bound.
                     let result =
-                        end_grpc(observer, &call, CallEnd::Fatal(GrpcCode::Internal), &last);
+                        end_grpc(observer, &call, CallEnd::Fatal(GrpcCode::Internal), last);
                     return result;
                 };
                 let timeout = attempt
@@ -317,7 +324,7 @@ pub async fn execute_grpc<T: GrpcTransport, O: Observer>(
                     now = ended;
                 } else if until.is_none() {
                     // Nothing in flight and nothing due: the call cannot go on.
-                    return end_grpc(observer, &call, CallEnd::Fatal(GrpcCode::Internal), &last);
+                    return end_grpc(observer, &call, CallEnd::Fatal(GrpcCode::Internal), last);
                 } else {
                     now = Instant::now();
                 }
@@ -337,7 +344,7 @@ pub async fn execute_grpc<T: GrpcTransport, O: Observer>(
                         &AttemptOutcome::default(),
                     );
                 }
-                return end_grpc(observer, &call, end, &last);
+                return end_grpc(observer, &call, end, last);
             }
         }
     }
@@ -347,7 +354,7 @@ fn end_grpc<O: Observer>(
     observer: &mut O,
     call: &GrpcCall<'_>,
     end: CallEnd,
-    last: &Option<GrpcAnswer>,
+    last: Option<GrpcAnswer>,
 ) -> GrpcResult {
     let op_end = match end {
         CallEnd::Exhausted(_) => OpEnd::Exhausted,
@@ -368,7 +375,7 @@ fn end_grpc<O: Observer>(
     GrpcResult {
         end,
         attempts: call.sent(),
-        last: last.clone(),
+        last,
     }
 }
 
@@ -379,41 +386,51 @@ fn end_grpc<O: Observer>(
 /// connection run in one task, whose pass then ended every other worker, and the connection
 /// wrote two requests at a time instead of all that the pass queued.
 ///
-/// The `FuturesUnordered` is made only when a second attempt overlaps the first: it allocates
-/// twice when made, which a call that never hedges should not pay.
-struct InFlight<F> {
-    one: Option<std::pin::Pin<Box<F>>>,
+/// The single attempt lives in storage the caller pinned (in its own future's state), not in a
+/// box of its own: a call allocates nothing for it. The `FuturesUnordered` is made only when a
+/// second attempt overlaps the first: it allocates twice when made, which a call that never
+/// hedges should not pay.
+struct InFlight<'p, F: Future> {
+    one: Pin<&'p mut Fuse<F>>,
     more: Option<FuturesUnordered<F>>,
 }
 
-impl<F> Default for InFlight<F> {
-    fn default() -> Self {
-        InFlight {
-            one: None,
-            more: None,
-        }
+/// Dropping what is in flight cancels it, the attempt in the caller's storage too.
+impl<F: Future> Drop for InFlight<'_, F> {
+    fn drop(&mut self) {
+        self.one.set(Fuse::terminated());
     }
 }
 
-impl<F: Future> InFlight<F> {
+impl<'p, F: Future> InFlight<'p, F> {
+    /// Attempts in flight, the first of them in `one` (see [`InFlight::slot`]).
+    fn new(one: Pin<&'p mut Fuse<F>>) -> Self {
+        InFlight { one, more: None }
+    }
+
+    /// The storage for the single attempt, to be pinned by the caller.
+    fn slot() -> Fuse<F> {
+        Fuse::terminated()
+    }
+
     fn push(&mut self, f: F) {
-        if self.is_empty() {
-            self.one = Some(Box::pin(f));
+        if self.one.is_terminated() {
+            self.one.set(f.fuse());
         } else {
             self.more.get_or_insert_with(FuturesUnordered::new).push(f);
         }
     }
 
     fn is_empty(&self) -> bool {
-        self.one.is_none() && self.more.as_ref().is_none_or(FuturesUnordered::is_empty)
+        self.one.is_terminated() && self.more.as_ref().is_none_or(FuturesUnordered::is_empty)
     }
 
     /// The next attempt to end; `None` when none is in flight.
     async fn next(&mut self) -> Option<F::Output> {
         std::future::poll_fn(|cx| {
-            if let Some(f) = self.one.as_mut() {
-                if let std::task::Poll::Ready(out) = f.as_mut().poll(cx) {
-                    self.one = None;
+            if !self.one.is_terminated() {
+                // A fused future is terminated once it has returned its output.
+                if let std::task::Poll::Ready(out) = self.one.as_mut().poll(cx) {
                     return std::task::Poll::Ready(Some(out));
                 }
             }
@@ -462,7 +479,8 @@ mod tests {
         let mut cx = std::task::Context::from_waker(&waker);
         let woken = || wakes.0.load(std::sync::atomic::Ordering::SeqCst);
 
-        let mut flying = InFlight::default();
+        let slot = std::pin::pin!(InFlight::slot());
+        let mut flying = InFlight::new(slot);
         flying.push(std::future::pending::<u32>());
         {
             let mut next = std::pin::pin!(flying.next());
@@ -483,7 +501,8 @@ mod tests {
 
     #[tokio::test]
     async fn hedged_attempts_in_flight_all_end() {
-        let mut flying = InFlight::default();
+        let slot = std::pin::pin!(InFlight::slot());
+        let mut flying = InFlight::new(slot);
         assert!(flying.is_empty());
         for n in [1u32, 2, 3] {
             flying.push(std::future::ready(n));

@@ -120,6 +120,47 @@ fn load_calls_a_grpc_method_with_templated_metadata_and_message() {
     assert_eq!(keys.len(), 40, "one key per call");
 }
 
+/// A call with nothing templated is built once and sent as it is: every call still carries
+/// its metadata and its message (one key, so one order and replays of it).
+#[test]
+fn a_call_with_nothing_templated_carries_its_metadata_on_every_call() {
+    let s = server("orders: { idempotency: unique }\n", false);
+    let (code, r, stderr) = load(
+        &format!("grpc://{}", s.addr),
+        &[
+            "-d",
+            r#"{"requestId": "fixed", "sku": "SKU-1", "qty": 2}"#,
+            "-H",
+            "idempotency-key: one-key",
+            // One at a time: a key's second call while its first is in progress is ABORTED.
+            "-c",
+            "1",
+            "--streams",
+            "1",
+            "-n",
+            "30",
+        ],
+    );
+    assert_eq!(code, Some(0), "{r}\n{stderr}");
+    assert_eq!(r["requests"]["by_grpc_status"]["OK"], 30, "{r}");
+    let entries = journal(&s);
+    assert_eq!(entries.len(), 30);
+    let mut created = std::collections::HashSet::new();
+    for e in &entries {
+        assert_eq!(e["grpc_method"], "orders.v1.Orders/CreateOrder", "{e}");
+        assert_eq!(e["grpc_status"], "OK", "{e}");
+        assert_eq!(e["idempotency_key"], "one-key", "{e}");
+        assert!(
+            e["grpc_timeout_ms"].is_null(),
+            "no deadline, no grpc-timeout: {e}"
+        );
+        if let Some(id) = e["created"].as_str() {
+            created.insert(id.to_string());
+        }
+    }
+    assert_eq!(created.len(), 1, "one key, one order: {created:?}");
+}
+
 #[test]
 fn a_load_whose_calls_fail_is_judged_by_their_grpc_status() {
     let s = server(
