@@ -20,6 +20,20 @@ pub const GRPC_PREVIOUS_RPC_ATTEMPTS: &str = "grpc-previous-rpc-attempts";
 /// `grpc-retry-pushback-ms`.
 pub const GRPC_RETRY_PUSHBACK_MS: &str = "grpc-retry-pushback-ms";
 
+/// The names above and `grpc-encoding` as [`HeaderName`]s, for lookups: a `&str` key is parsed
+/// and checked again on every lookup, and a server reads these on every call.
+pub mod names {
+    use http::HeaderName;
+
+    /// `grpc-timeout`.
+    pub const TIMEOUT: HeaderName = HeaderName::from_static(super::GRPC_TIMEOUT);
+    /// `grpc-previous-rpc-attempts`.
+    pub const PREVIOUS_RPC_ATTEMPTS: HeaderName =
+        HeaderName::from_static(super::GRPC_PREVIOUS_RPC_ATTEMPTS);
+    /// `grpc-encoding`.
+    pub const ENCODING: HeaderName = HeaderName::from_static("grpc-encoding");
+}
+
 /// A metadata entry or header value that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MetadataError {
@@ -262,7 +276,7 @@ pub fn parse_pushback(raw: &[u8]) -> Pushback {
 
 /// `grpc-previous-rpc-attempts` in `fields`, when present.
 pub fn previous_attempts(fields: &HeaderMap) -> Result<Option<u32>, MetadataError> {
-    let Some(v) = fields.get(GRPC_PREVIOUS_RPC_ATTEMPTS) else {
+    let Some(v) = fields.get(&names::PREVIOUS_RPC_ATTEMPTS) else {
         return Ok(None);
     };
     let bad =

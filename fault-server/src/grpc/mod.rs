@@ -66,13 +66,13 @@ impl CallHead {
             encoding: None,
             refused: None,
         };
-        if let Some(t) = headers.get(grpc::metadata::GRPC_TIMEOUT) {
+        if let Some(t) = headers.get(&grpc::metadata::names::TIMEOUT) {
             match grpc::metadata::parse_timeout(t.as_bytes()) {
                 Ok(d) => head.timeout = Some(d),
                 Err(e) => head.refused = Some(Status::new(GrpcCode::Internal, e.to_string())),
             }
         }
-        if let Some(e) = headers.get("grpc-encoding") {
+        if let Some(e) = headers.get(&grpc::metadata::names::ENCODING) {
             match Encoding::parse(std::str::from_utf8(e.as_bytes()).unwrap_or("?")) {
                 Ok(Encoding::Identity) => {}
                 Ok(enc) => head.encoding = Some(enc),
