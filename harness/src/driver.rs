@@ -850,18 +850,21 @@ impl GrpcTransport for GrpcRendered<'_> {
 
     async fn send(&self, lane: &mut Conn, attempt: Attempt, timeout: Duration) -> GrpcAnswer {
         let release = self.release.filter(|_| attempt.number == 1);
-        let reply = match self.whole {
+        // This future is moved into the call's state for every attempt, and written whole: it
+        // stays small (the HTTP/2 exchange), and what is larger — rendering a request, an
+        // HTTP/1.1 lane (gRPC is HTTP/2) — is boxed.
+        let reply = match (self.whole, lane) {
             // Nothing of its own to add: the request built once goes as it is.
-            Some(whole)
+            (Some(whole), Conn::H2(h2))
                 if release.is_none()
                     && attempt.timeout.is_none()
                     && attempt.previous_attempts.is_none() =>
             {
-                lane.send_ref(whole, timeout)
+                h2.send_ref(whole, timeout)
                     .await
                     .map_err(Unanswered::Failed)
             }
-            _ => self.send_rendered(lane, &attempt, release, timeout).await,
+            (_, lane) => Box::pin(self.send_rendered(lane, &attempt, release, timeout)).await,
         };
         match reply {
             Ok(r) => GrpcAnswer {

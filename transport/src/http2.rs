@@ -289,7 +289,7 @@ impl H2Conn {
     }
 
     /// [`H2Conn::send`] on a borrowed request (see [`super::http1::H1Conn`]'s).
-    pub(crate) async fn send_ref(
+    pub async fn send_ref(
         &mut self,
         req: &Outgoing,
         timeout: Duration,
