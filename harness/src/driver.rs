@@ -1238,9 +1238,10 @@ where
             .collect();
     };
     let clients: Vec<u32> = clients.collect();
-    // As many driving tasks as the runtime has threads, each with its share of the connections:
-    // a task per connection made the threads hand connections to each other, park and wake
-    // between reads, and write after nearly every read.
+    // As many driving tasks as the runtime has threads, each with its share of the connections
+    // and a thread of its own: a task per connection made the threads hand connections to each
+    // other, park and wake between reads, and write after nearly every read; driving tasks on the
+    // shared runtime still moved between its threads.
     let connections = clients.len().div_ceil(pool.streams()).max(1);
     let threads = tokio::runtime::Handle::current().metrics().num_workers();
     let per_task = connections.div_ceil(threads.min(connections)) * pool.streams();
@@ -1257,9 +1258,24 @@ where
                         .collect::<Vec<_>>()
                 })
                 .collect();
-            tokio::spawn(crate::http::http2::drive(workers))
+            on_a_thread_of_its_own(crate::http::http2::drive(workers))
         })
         .collect()
+}
+
+/// Runs `task` on a thread of its own, in a single-threaded runtime: a driving task and its
+/// connections then never move between threads (a multi-threaded runtime hands a woken task to
+/// whichever thread polled the socket, and wakes a parked thread to steal it).
+fn on_a_thread_of_its_own<T: Send + 'static>(
+    task: impl std::future::Future<Output = T> + Send + 'static,
+) -> tokio::task::JoinHandle<T> {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => tokio::task::spawn_blocking(move || rt.block_on(task)),
+        Err(_) => tokio::spawn(task),
+    }
 }
 
 async fn collect(tasks: Vec<tokio::task::JoinHandle<Vec<Recorder>>>, keep: bool) -> Recorder {
