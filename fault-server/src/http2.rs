@@ -89,7 +89,9 @@ pub(crate) async fn serve(
                     ledger.follow(id);
                     // Boxed: the task then holds a pointer, not the stream's future, which
                     // tokio would otherwise copy whole when it spawns, finishes and drops it.
-                    tokio::spawn(Box::pin(stream(conn.clone(), ledger.clone(), id, req, respond)));
+                    tokio::spawn(dispatch::built_in_box(|| {
+                        stream(conn.clone(), ledger.clone(), id, req, respond)
+                    }));
                 }
                 Some(Err(e)) => {
                     tracing::debug!("HTTP/2 connection error: {e}");
