@@ -142,6 +142,72 @@ pub struct PhaseCtx {
     /// When the phase was scheduled to start (every shard alike); bursts with `every` time their
     /// rounds from it. `None`: from when the phase starts here.
     pub scheduled: Option<Instant>,
+    /// A gRPC phase's request as far as it is the same for every client (set by `run_phase`).
+    pub grpc_once: Option<Arc<GrpcOnce>>,
+}
+
+/// What of a gRPC phase's request is the same for every call of every client, built once per
+/// phase and shared: every worker then sends from the same memory, which stays in cache, where a
+/// copy of its own per worker (hundreds of them over HTTP/2) would be read cold on every call.
+#[derive(Debug, Default)]
+pub struct GrpcOnce {
+    /// The request message, encoded and framed, when its JSON has no placeholder.
+    message: Option<bytes::Bytes>,
+    /// The whole request, when nothing in it changes from call to call (no placeholder
+    /// anywhere) and no client adds a header of its own.
+    request: Option<Arc<crate::http::Outgoing>>,
+}
+
+impl GrpcOnce {
+    /// `plan`'s, for clients whose own headers are `extra` (the client-id header, if any).
+    fn build(
+        plan: &PhasePlan,
+        target: &Arc<Target>,
+        client: u32,
+        extra: &[(HeaderName, HeaderValue)],
+    ) -> GrpcOnce {
+        let Some(g) = &plan.grpc else {
+            return GrpcOnce::default();
+        };
+        let t = &plan.template;
+        let message = t.body.as_ref().and_then(|(body, _)| {
+            let message = g.method.encode_request(&body.literal()?).ok()?;
+            Some(grpc::frame::encode(
+                &message,
+                grpc::frame::Encoding::Identity,
+            ))
+        });
+        let fixed =
+            t.path.literal().is_some() && t.headers.iter().all(|(_, v)| v.literal().is_some());
+        let request = match (fixed, &message) {
+            (true, Some(message)) => GrpcRendered {
+                grpc: g,
+                template: t,
+                target,
+                vars: Vars {
+                    seq: 0,
+                    client,
+                    uuid: "",
+                    key: "",
+                    round: 0,
+                    captured: None,
+                },
+                extra,
+                release: None,
+                message: Some(message),
+                whole: None,
+            }
+            .request(&Attempt {
+                number: 1,
+                previous_attempts: None,
+                timeout: None,
+            })
+            .ok()
+            .map(Arc::new),
+            _ => None,
+        };
+        GrpcOnce { message, request }
+    }
 }
 
 /// What a phase produced.
@@ -236,9 +302,14 @@ pub async fn run_phase(plan: Arc<PhasePlan>, ctx: PhaseCtx) -> PhaseOutcome {
         }
         _ => None,
     };
+    let grpc_once = plan
+        .grpc
+        .is_some()
+        .then(|| Arc::new(GrpcOnce::build(&plan, &ctx.target, 0, &[])));
     let ctx = PhaseCtx {
         capture_sink: Some(captures.clone()),
         stop,
+        grpc_once,
         ..ctx
     };
     let sink = Sink::new();
@@ -338,7 +409,8 @@ struct PhaseClient {
     /// A gRPC phase's whole request, built once when nothing in it changes from call to call
     /// (no placeholder anywhere): an attempt without a `grpc-timeout` or a
     /// `grpc-previous-rpc-attempts` of its own is sent as it is, with no map built per call.
-    grpc_request: Option<crate::http::Outgoing>,
+    /// The phase's own ([`GrpcOnce`]) unless this client adds a header.
+    grpc_request: Option<Arc<crate::http::Outgoing>>,
 }
 
 impl PhaseClient {
@@ -364,47 +436,18 @@ impl PhaseClient {
         .with_grpc_requests(plan, ctx)
     }
 
-    /// The gRPC requests built once (see the fields), when the phase's template allows.
+    /// The gRPC requests built once (see the fields), when the phase's template allows: the
+    /// phase's, shared, unless this client's request has a header of its own.
     fn with_grpc_requests(mut self, plan: &PhasePlan, ctx: &PhaseCtx) -> PhaseClient {
-        let Some(g) = &plan.grpc else {
+        if plan.grpc.is_none() {
             return self;
-        };
-        let t = &plan.template;
-        self.grpc_message = t.body.as_ref().and_then(|(body, _)| {
-            let message = g.method.encode_request(&body.literal()?).ok()?;
-            Some(grpc::frame::encode(
-                &message,
-                grpc::frame::Encoding::Identity,
-            ))
-        });
-        let fixed =
-            t.path.literal().is_some() && t.headers.iter().all(|(_, v)| v.literal().is_some());
-        if let (true, Some(message)) = (fixed, &self.grpc_message) {
-            let first = GrpcRendered {
-                grpc: g,
-                template: t,
-                target: &ctx.target,
-                vars: Vars {
-                    seq: 0,
-                    client: self.client,
-                    uuid: "",
-                    key: "",
-                    round: 0,
-                    captured: None,
-                },
-                extra: &self.extra,
-                release: None,
-                message: Some(message),
-                whole: None,
-            };
-            self.grpc_request = first
-                .request(&Attempt {
-                    number: 1,
-                    previous_attempts: None,
-                    timeout: None,
-                })
-                .ok();
         }
+        let once = match (&ctx.grpc_once, self.extra.is_empty()) {
+            (Some(once), true) => once.clone(),
+            _ => Arc::new(GrpcOnce::build(plan, &ctx.target, self.client, &self.extra)),
+        };
+        self.grpc_message = once.message.clone();
+        self.grpc_request = once.request.clone();
         self
     }
 
@@ -467,7 +510,7 @@ impl PhaseClient {
                 extra: &self.extra,
                 release,
                 message: self.grpc_message.as_ref(),
-                whole: self.grpc_request.as_ref(),
+                whole: self.grpc_request.as_deref(),
             };
             let ids = AttemptIds {
                 phase: ctx.index,

@@ -162,6 +162,46 @@ fn a_call_with_nothing_templated_carries_its_metadata_on_every_call() {
 }
 
 #[test]
+fn every_client_of_a_load_sends_the_request_built_once_for_the_phase_whole() {
+    // Six workers over two connections share the one request the phase built: each call still
+    // carries its path, its metadata and its message.
+    let s = server("orders: { idempotency: unique }\n", false);
+    let (code, r, stderr) = load(
+        &format!("grpc://{}", s.addr),
+        &[
+            "-d",
+            r#"{"requestId": "fixed", "sku": "SKU-1", "qty": 2}"#,
+            "-H",
+            "idempotency-key: shared-key",
+            "-c",
+            "2",
+            "--streams",
+            "3",
+            "-n",
+            "60",
+        ],
+    );
+    // A call that finds the key's first still in progress is ABORTED: judged, not an error.
+    assert!(matches!(code, Some(0 | 1)), "{r}\n{stderr}");
+    let entries = journal(&s);
+    assert_eq!(entries.len(), 60, "{r}\n{stderr}");
+    let mut conns = std::collections::HashSet::new();
+    for e in &entries {
+        assert_eq!(e["grpc_method"], "orders.v1.Orders/CreateOrder", "{e}");
+        assert_eq!(e["idempotency_key"], "shared-key", "{e}");
+        assert_eq!(e["body_len"], entries[0]["body_len"], "{e}");
+        assert_eq!(e["body_sha256"], entries[0]["body_sha256"], "{e}");
+        conns.insert(e["conn_id"].as_u64());
+    }
+    assert_eq!(conns.len(), 2, "two connections: {conns:?}");
+    let created: std::collections::HashSet<_> = entries
+        .iter()
+        .filter_map(|e| e["created"].as_str())
+        .collect();
+    assert_eq!(created.len(), 1, "one key, one order: {created:?}");
+}
+
+#[test]
 fn a_load_whose_calls_fail_is_judged_by_their_grpc_status() {
     let s = server(
         "rules:\n  - match: { grpc_method: orders.v1.Orders/CreateOrder }\n    fault: { grpc: { code: UNAVAILABLE, message: down } }\n",
