@@ -173,7 +173,7 @@ async fn reject_head(conn: &ServedConn, e: &hyper::Error) -> bool {
     entry.http_version = Some(HttpVersion::Http11);
     entry.status = Some(status);
     entry.rejected = Some(reason.to_string());
-    Pending::with_emitter(conn.emitter.clone(), epoch, entry).finish(Outcome::Rejected);
+    Pending::with_emitter(conn.emitter.clone(), epoch, Box::new(entry)).finish(Outcome::Rejected);
     true
 }
 

@@ -76,7 +76,9 @@ pub(crate) async fn handle(
         None => key.as_deref().map(|k| state.bump_attempt(k)),
         Some(_) => None,
     };
-    let mut entry = Entry::blank(seq);
+    // Filled in on the heap, where it stays until the writer has it: built on the stack, its
+    // 712 bytes were written twice, once into this future's state and once into the box.
+    let mut entry = Box::write(Box::new_uninit(), Entry::blank(seq));
     entry.t_recv_us = t_recv_us;
     state.stamp(&mut entry);
     entry.method = parts.method.as_str().to_string();

@@ -173,24 +173,33 @@ async fn stream(
     let _busy = conn.streams.enter(&conn.state.clock);
     let head_only = req.method() == Method::HEAD;
     let req = req.map(|b| ReqBody::H2(H2Body::new(b)));
-    let handled = {
-        let mut handler = std::pin::pin!(dispatch::handle(conn.clone(), req));
-        tokio::select! {
-            // The handler first: a stream the h2 layer reset while the handler read its body is
-            // the handler's to journal (`rejected`), not a client that left.
-            biased;
-            r = &mut handler => Some(r),
-            // The client reset the stream: the handler's future is dropped, and its entry says
-            // `client_closed`.
-            _ = poll_fn(|cx| respond.poll_reset(cx)) => None,
-        }
-    };
+    // Awaited on its own, so that the answer's state takes the room the handler's had, lines
+    // already in the cache, rather than room of its own beside it.
+    let handled = handled(&conn, req, &mut respond).await;
     match handled {
         None => {}
         Some(Err(dispatch::StreamReset(reason))) => respond.send_reset(reason),
         Some(Ok(res)) => answer(&conn, &ledger, id, respond, res, head_only).await,
     }
     ledger.release(id);
+}
+
+/// The request handled, or `None` when the client reset the stream first.
+async fn handled(
+    conn: &Arc<ServedConn>,
+    req: http::Request<ReqBody>,
+    respond: &mut SendResponse<Bytes>,
+) -> Option<Result<Response<ResBody>, dispatch::StreamReset>> {
+    let mut handler = std::pin::pin!(dispatch::handle(conn.clone(), req));
+    tokio::select! {
+        // The handler first: a stream the h2 layer reset while the handler read its body is the
+        // handler's to journal (`rejected`), not a client that left.
+        biased;
+        r = &mut handler => Some(r),
+        // The client reset the stream: the handler's future is dropped, and its entry says
+        // `client_closed`.
+        _ = poll_fn(|cx| respond.poll_reset(cx)) => None,
+    }
 }
 
 /// Why an answer was not delivered.

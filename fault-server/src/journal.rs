@@ -831,13 +831,15 @@ impl Journal {
 impl Pending {
     /// Starts an entry for a request of `epoch`.
     pub fn new(journal: &Journal, clock: Arc<Clock>, epoch: u16, entry: Entry) -> Pending {
-        Pending::with_emitter(journal.emitter(clock), epoch, entry)
+        Pending::with_emitter(journal.emitter(clock), epoch, Box::new(entry))
     }
 
-    /// Starts an entry for a request of `epoch` that `emitter` will hand to the writer.
-    pub fn with_emitter(emitter: Arc<Emitter>, epoch: u16, entry: Entry) -> Pending {
+    /// Starts an entry for a request of `epoch` that `emitter` will hand to the writer. The
+    /// entry comes boxed, so that a request's can be filled in where it stays rather than built
+    /// on the stack and copied.
+    pub fn with_emitter(emitter: Arc<Emitter>, epoch: u16, entry: Box<Entry>) -> Pending {
         Pending {
-            entry: Some(Box::new(entry)),
+            entry: Some(entry),
             epoch,
             emitter,
         }
