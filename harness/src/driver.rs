@@ -159,54 +159,64 @@ pub struct GrpcOnce {
 }
 
 impl GrpcOnce {
-    /// `plan`'s, for clients whose own headers are `extra` (the client-id header, if any).
-    fn build(
+    /// `plan`'s, for clients with no header of their own.
+    fn build(plan: &PhasePlan, target: &Arc<Target>) -> GrpcOnce {
+        let message = GrpcOnce::message(plan);
+        let request = message
+            .as_ref()
+            .and_then(|m| GrpcOnce::request(plan, target, m, &[]));
+        GrpcOnce { message, request }
+    }
+
+    /// The phase's message, encoded and framed, when its JSON has no placeholder.
+    fn message(plan: &PhasePlan) -> Option<bytes::Bytes> {
+        let g = plan.grpc.as_ref()?;
+        let (body, _) = plan.template.body.as_ref()?;
+        let message = g.method.encode_request(&body.literal()?).ok()?;
+        Some(grpc::frame::encode(
+            &message,
+            grpc::frame::Encoding::Identity,
+        ))
+    }
+
+    /// The whole request with `message` and a client's own headers `extra`, when nothing in it
+    /// changes from call to call (no placeholder in the path or a header).
+    fn request(
         plan: &PhasePlan,
         target: &Arc<Target>,
-        client: u32,
+        message: &bytes::Bytes,
         extra: &[(HeaderName, HeaderValue)],
-    ) -> GrpcOnce {
-        let Some(g) = &plan.grpc else {
-            return GrpcOnce::default();
-        };
+    ) -> Option<Arc<crate::http::Outgoing>> {
+        let g = plan.grpc.as_ref()?;
         let t = &plan.template;
-        let message = t.body.as_ref().and_then(|(body, _)| {
-            let message = g.method.encode_request(&body.literal()?).ok()?;
-            Some(grpc::frame::encode(
-                &message,
-                grpc::frame::Encoding::Identity,
-            ))
-        });
-        let fixed =
-            t.path.literal().is_some() && t.headers.iter().all(|(_, v)| v.literal().is_some());
-        let request = match (fixed, &message) {
-            (true, Some(message)) => GrpcRendered {
-                grpc: g,
-                template: t,
-                target,
-                vars: Vars {
-                    seq: 0,
-                    client,
-                    uuid: "",
-                    key: "",
-                    round: 0,
-                    captured: None,
-                },
-                extra,
-                release: None,
-                message: Some(message),
-                whole: None,
-            }
-            .request(&Attempt {
-                number: 1,
-                previous_attempts: None,
-                timeout: None,
-            })
-            .ok()
-            .map(Arc::new),
-            _ => None,
-        };
-        GrpcOnce { message, request }
+        if t.path.literal().is_none() || t.headers.iter().any(|(_, v)| v.literal().is_none()) {
+            return None;
+        }
+        GrpcRendered {
+            grpc: g,
+            template: t,
+            target,
+            // No placeholder anywhere: the values are not read.
+            vars: Vars {
+                seq: 0,
+                client: 0,
+                uuid: "",
+                key: "",
+                round: 0,
+                captured: None,
+            },
+            extra,
+            release: None,
+            message: Some(message),
+            whole: None,
+        }
+        .request(&Attempt {
+            number: 1,
+            previous_attempts: None,
+            timeout: None,
+        })
+        .ok()
+        .map(Arc::new)
     }
 }
 
@@ -305,7 +315,7 @@ pub async fn run_phase(plan: Arc<PhasePlan>, ctx: PhaseCtx) -> PhaseOutcome {
     let grpc_once = plan
         .grpc
         .is_some()
-        .then(|| Arc::new(GrpcOnce::build(&plan, &ctx.target, 0, &[])));
+        .then(|| Arc::new(GrpcOnce::build(&plan, &ctx.target)));
     let ctx = PhaseCtx {
         capture_sink: Some(captures.clone()),
         stop,
@@ -439,15 +449,17 @@ impl PhaseClient {
     /// The gRPC requests built once (see the fields), when the phase's template allows: the
     /// phase's, shared, unless this client's request has a header of its own.
     fn with_grpc_requests(mut self, plan: &PhasePlan, ctx: &PhaseCtx) -> PhaseClient {
-        if plan.grpc.is_none() {
-            return self;
-        }
-        let once = match (&ctx.grpc_once, self.extra.is_empty()) {
-            (Some(once), true) => once.clone(),
-            _ => Arc::new(GrpcOnce::build(plan, &ctx.target, self.client, &self.extra)),
+        let phase = match &ctx.grpc_once {
+            Some(phase) => phase.clone(),
+            None if plan.grpc.is_some() => Arc::new(GrpcOnce::build(plan, &ctx.target)),
+            None => return self,
         };
-        self.grpc_message = once.message.clone();
-        self.grpc_request = once.request.clone();
+        self.grpc_request = match (&phase.message, self.extra.is_empty()) {
+            (_, true) => phase.request.clone(),
+            (Some(m), false) => GrpcOnce::request(plan, &ctx.target, m, &self.extra),
+            (None, false) => None,
+        };
+        self.grpc_message = phase.message.clone();
         self
     }
 

@@ -120,27 +120,40 @@ fn load_calls_a_grpc_method_with_templated_metadata_and_message() {
     assert_eq!(keys.len(), 40, "one key per call");
 }
 
-/// A call with nothing templated is built once and sent as it is: every call still carries
-/// its metadata and its message (one key, so one order and replays of it).
-#[test]
-fn a_call_with_nothing_templated_carries_its_metadata_on_every_call() {
-    let s = server("orders: { idempotency: unique }\n", false);
-    let (code, r, stderr) = load(
+/// `harness load` of one literal CreateOrder (nothing templated) under the idempotency key
+/// `key`, `n` calls by `clients` clients of `streams` streams per connection.
+fn load_one_literal_create(
+    s: &Server,
+    key: &str,
+    clients: &str,
+    streams: &str,
+    n: &str,
+) -> (Option<i32>, serde_json::Value, String) {
+    let header = format!("idempotency-key: {key}");
+    load(
         &format!("grpc://{}", s.addr),
         &[
             "-d",
             r#"{"requestId": "fixed", "sku": "SKU-1", "qty": 2}"#,
             "-H",
-            "idempotency-key: one-key",
-            // One at a time: a key's second call while its first is in progress is ABORTED.
+            &header,
             "-c",
-            "1",
+            clients,
             "--streams",
-            "1",
+            streams,
             "-n",
-            "30",
+            n,
         ],
-    );
+    )
+}
+
+/// A call with nothing templated is built once and sent as it is: every call still carries
+/// its metadata and its message (one key, so one order and replays of it).
+#[test]
+fn a_call_with_nothing_templated_carries_its_metadata_on_every_call() {
+    let s = server("orders: { idempotency: unique }\n", false);
+    // One at a time: a key's second call while its first is in progress is ABORTED.
+    let (code, r, stderr) = load_one_literal_create(&s, "one-key", "1", "1", "30");
     assert_eq!(code, Some(0), "{r}\n{stderr}");
     assert_eq!(r["requests"]["by_grpc_status"]["OK"], 30, "{r}");
     let entries = journal(&s);
@@ -166,21 +179,7 @@ fn every_client_of_a_load_sends_the_request_built_once_for_the_phase_whole() {
     // Six workers over two connections share the one request the phase built: each call still
     // carries its path, its metadata and its message.
     let s = server("orders: { idempotency: unique }\n", false);
-    let (code, r, stderr) = load(
-        &format!("grpc://{}", s.addr),
-        &[
-            "-d",
-            r#"{"requestId": "fixed", "sku": "SKU-1", "qty": 2}"#,
-            "-H",
-            "idempotency-key: shared-key",
-            "-c",
-            "2",
-            "--streams",
-            "3",
-            "-n",
-            "60",
-        ],
-    );
+    let (code, r, stderr) = load_one_literal_create(&s, "shared-key", "2", "3", "60");
     // A call that finds the key's first still in progress is ABORTED: judged, not an error.
     assert!(matches!(code, Some(0 | 1)), "{r}\n{stderr}");
     let entries = journal(&s);
