@@ -201,6 +201,45 @@ fn every_client_of_a_load_sends_the_request_built_once_for_the_phase_whole() {
 }
 
 #[test]
+fn a_scenario_client_with_a_header_of_its_own_sends_it_on_a_literal_call() {
+    // A scenario's clients name themselves in a header (`client_id_header`, on by default), so
+    // each builds its own request from the phase's shared message.
+    let s = server("orders: { idempotency: unique }\n", false);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("literal.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "name: literal\nseed: 1\ntarget: grpc://{}\nphases:\n  - name: gets\n    \
+             clients: {{ concurrency: 3, requests: 12 }}\n    request:\n      \
+             grpc: orders.v1.Orders/GetOrder\n      message: {{ id: ord-1 }}\n",
+            s.addr
+        ),
+    )
+    .unwrap();
+    let out = harness()
+        .arg("run")
+        .arg(&file)
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let entries = journal(&s);
+    assert_eq!(entries.len(), 12, "{stderr}");
+    let mut clients = std::collections::HashSet::new();
+    for e in &entries {
+        assert_eq!(e["grpc_method"], "orders.v1.Orders/GetOrder", "{e}");
+        assert_eq!(e["body_sha256"], entries[0]["body_sha256"], "{e}");
+        clients.insert(e["client_id"].as_str().expect("a client id").to_string());
+    }
+    assert_eq!(
+        clients.len(),
+        3,
+        "three clients, each its own id: {clients:?}"
+    );
+}
+
+#[test]
 fn a_load_whose_calls_fail_is_judged_by_their_grpc_status() {
     let s = server(
         "rules:\n  - match: { grpc_method: orders.v1.Orders/CreateOrder }\n    fault: { grpc: { code: UNAVAILABLE, message: down } }\n",
