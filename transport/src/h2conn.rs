@@ -209,7 +209,10 @@ struct Inner {
     out: BytesMut,
     /// The driver's waker: woken when frames are queued or a handle goes.
     driver: Option<Waker>,
-    streams: HashMap<u32, Slot, BuildHasherDefault<StreamIdHasher>>,
+    /// Each slot boxed: a stream's slot moves into the table when it opens and out when it is
+    /// answered, and the table's buckets (hundreds of streams' worth, spread by id) were written
+    /// and read cold each time, where a box moves as one word.
+    streams: HashMap<u32, Box<Slot>, BuildHasherDefault<StreamIdHasher>>,
     next_id: u32,
     /// The server's limits.
     max_concurrent: usize,
@@ -381,7 +384,7 @@ impl Handle {
             end,
             max_frame,
         );
-        let mut slot = Slot {
+        let mut slot = Box::new(Slot {
             status: None,
             headers: HeaderMap::new(),
             trailers: None,
@@ -397,7 +400,7 @@ impl Handle {
             head_done: false,
             end_when_sent: finish,
             ended: end,
-        };
+        });
         inner.send_body(id, &mut slot);
         inner.streams.insert(id, slot);
         inner.wake_driver();
