@@ -404,23 +404,27 @@ pub async fn run_phase(plan: Arc<PhasePlan>, ctx: PhaseCtx) -> PhaseOutcome {
 }
 
 /// One client of a phase: its connection, random source, measurements and identity header.
+///
+/// Laid out in the order written (`repr(C)`): what every call reads first, the random source
+/// (drawn from only for a retry's jitter) last, so that a call touches few cache lines of it.
+#[repr(C)]
 struct PhaseClient {
     client: u32,
-    conn: Conn,
-    rng: StdRng,
-    rec: Recorder,
-    extra: Vec<(HeaderName, HeaderValue)>,
-    /// The phase's stop, waited on beside every operation: made once, as waiting on a new one
-    /// per operation registered with (and left) a shared list each time.
-    stopped: StopWait,
-    /// A gRPC phase's request message, encoded and framed once when its JSON has no
-    /// placeholder.
-    grpc_message: Option<bytes::Bytes>,
     /// A gRPC phase's whole request, built once when nothing in it changes from call to call
     /// (no placeholder anywhere): an attempt without a `grpc-timeout` or a
     /// `grpc-previous-rpc-attempts` of its own is sent as it is, with no map built per call.
     /// The phase's own ([`GrpcOnce`]) unless this client adds a header.
     grpc_request: Option<Arc<crate::http::Outgoing>>,
+    /// A gRPC phase's request message, encoded and framed once when its JSON has no
+    /// placeholder.
+    grpc_message: Option<bytes::Bytes>,
+    extra: Vec<(HeaderName, HeaderValue)>,
+    /// The phase's stop, waited on beside every operation: made once, as waiting on a new one
+    /// per operation registered with (and left) a shared list each time.
+    stopped: StopWait,
+    conn: Conn,
+    rec: Recorder,
+    rng: StdRng,
 }
 
 impl PhaseClient {
@@ -925,15 +929,15 @@ impl GrpcTransport for GrpcRendered<'_> {
             Ok(r) => GrpcAnswer {
                 http_status: Some(r.status.as_u16()),
                 error: None,
-                response: CallResponse::read(r.into(), DEFAULT_MAX_MESSAGE),
+                response: Box::new(CallResponse::read(r.into(), DEFAULT_MAX_MESSAGE)),
             },
             Err(Unanswered::Unsendable(status)) => GrpcAnswer {
-                response: CallResponse::failed(status),
+                response: Box::new(CallResponse::failed(status)),
                 http_status: None,
                 error: Some(history::ErrorKind::Other),
             },
             Err(Unanswered::Failed(e)) => GrpcAnswer {
-                response: CallResponse::failed(grpc::call::status_of_failure(&e)),
+                response: Box::new(CallResponse::failed(grpc::call::status_of_failure(&e))),
                 http_status: None,
                 error: Some(e.kind),
             },
