@@ -261,6 +261,9 @@ pub async fn execute_grpc<T: GrpcTransport, O: Observer>(
         retry_policy::grpc::Strategy::Hedging(_) => call.max_attempts().saturating_sub(1),
         _ => 0,
     };
+    if hedges == 0 {
+        return one_at_a_time(transport, lane, observer, call, attempt_timeout, rng, start).await;
+    }
     let mut spares: Vec<T::Lane> = (0..hedges).map(|_| transport.spare(lane)).collect();
     // The first attempt takes the worker's own lane (a burst member's, released with its round).
     // Inline for a call without hedges, as is the list below: a call allocates nothing of its
@@ -305,23 +308,16 @@ pub async fn execute_grpc<T: GrpcTransport, O: Observer>(
                 };
                 if let Some((attempt, sent, ended, answer, l)) = ended {
                     out.retain(|(a, _)| a.number != attempt.number);
-                    let outcome = answer.response.outcome();
-                    observer.grpc_status(outcome.code);
-                    observer.attempt(
-                        &Call {
-                            attempt: attempt.number,
-                            timeout: attempt.timeout.unwrap_or(attempt_timeout),
-                            fresh_key: None,
-                        },
-                        sent,
-                        ended,
-                        &AttemptOutcome {
-                            status: answer.http_status,
-                            error: answer.error,
-                            retry_after: None,
-                        },
+                    let times = (sent, ended);
+                    answered(
+                        observer,
+                        &mut call,
+                        attempt,
+                        times,
+                        &answer,
+                        attempt_timeout,
+                        rng,
                     );
-                    call.on_result(attempt.number, &outcome, ended, rng);
                     free.push(l);
                     last = Some(answer);
                     now = ended;
@@ -336,21 +332,136 @@ pub async fn execute_grpc<T: GrpcTransport, O: Observer>(
                 drop(flying);
                 let cancelled = Instant::now();
                 for (attempt, sent) in out {
-                    observer.attempt(
-                        &Call {
-                            attempt: attempt.number,
-                            timeout: attempt.timeout.unwrap_or(attempt_timeout),
-                            fresh_key: None,
-                        },
-                        sent,
-                        cancelled,
-                        &AttemptOutcome::default(),
-                    );
+                    abandoned(observer, attempt, sent, cancelled, attempt_timeout);
                 }
                 return end_grpc(observer, &call, end, last);
             }
         }
     }
+}
+
+/// [`execute_grpc`] for a call that never has two attempts out (no hedging): each attempt is
+/// awaited where it is made, on the worker's own lane, with the call's steps followed while it is
+/// out (its deadline). The same steps, reports and result as the general loop, without its
+/// machinery for attempts in flight together, which a call touches on every poll: with hundreds
+/// of calls taking turns, each level of state it passes through is read from memory.
+#[allow(clippy::too_many_arguments)]
+async fn one_at_a_time<T: GrpcTransport, O: Observer>(
+    transport: &T,
+    lane: &mut T::Lane,
+    observer: &mut O,
+    mut call: GrpcCall<'_>,
+    attempt_timeout: Duration,
+    rng: &mut StdRng,
+    start: Instant,
+) -> GrpcResult {
+    let mut last: Option<GrpcAnswer> = None;
+    let mut now = start;
+    loop {
+        let attempt = match call.poll(now) {
+            Step::Send(attempt) => attempt,
+            Step::Wait { until: Some(at) } => {
+                tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
+                now = Instant::now();
+                continue;
+            }
+            // Nothing in flight and nothing due: the call cannot go on.
+            Step::Wait { until: None } => {
+                return end_grpc(observer, &call, CallEnd::Fatal(GrpcCode::Internal), last)
+            }
+            Step::Finish(end) => return end_grpc(observer, &call, end, last),
+        };
+        let timeout = attempt
+            .timeout
+            .unwrap_or(attempt_timeout)
+            .max(Duration::from_millis(1));
+        let sent = Instant::now();
+        let mut send = std::pin::pin!(transport.send(lane, attempt, timeout));
+        let mut at = sent;
+        let answer = loop {
+            match call.poll(at) {
+                Step::Wait { until: None } => break send.as_mut().await,
+                Step::Wait { until: Some(until) } => tokio::select! {
+                    biased;
+                    answer = send.as_mut() => break answer,
+                    () = tokio::time::sleep_until(tokio::time::Instant::from_std(until)) => {
+                        at = Instant::now();
+                    }
+                },
+                // A second attempt while one is out: the policy broke its own bound.
+                Step::Send(_) => {
+                    return end_grpc(observer, &call, CallEnd::Fatal(GrpcCode::Internal), last)
+                }
+                Step::Finish(end) => {
+                    let cancelled = Instant::now();
+                    abandoned(observer, attempt, sent, cancelled, attempt_timeout);
+                    return end_grpc(observer, &call, end, last);
+                }
+            }
+        };
+        let ended = Instant::now();
+        let times = (sent, ended);
+        answered(
+            observer,
+            &mut call,
+            attempt,
+            times,
+            &answer,
+            attempt_timeout,
+            rng,
+        );
+        last = Some(answer);
+        now = ended;
+    }
+}
+
+/// Reports attempt `attempt`'s answer, sent and ended at `times`, and gives it to the call.
+fn answered<O: Observer>(
+    observer: &mut O,
+    call: &mut GrpcCall<'_>,
+    attempt: Attempt,
+    (sent, ended): (Instant, Instant),
+    answer: &GrpcAnswer,
+    attempt_timeout: Duration,
+    rng: &mut StdRng,
+) {
+    let outcome = answer.response.outcome();
+    observer.grpc_status(outcome.code);
+    observer.attempt(
+        &Call {
+            attempt: attempt.number,
+            timeout: attempt.timeout.unwrap_or(attempt_timeout),
+            fresh_key: None,
+        },
+        sent,
+        ended,
+        &AttemptOutcome {
+            status: answer.http_status,
+            error: answer.error,
+            retry_after: None,
+        },
+    );
+    call.on_result(attempt.number, &outcome, ended, rng);
+}
+
+/// Reports attempt `attempt`, sent at `sent`, as given up at `cancelled` with no outcome.
+fn abandoned<O: Observer>(
+    observer: &mut O,
+    attempt: Attempt,
+    sent: Instant,
+    cancelled: Instant,
+    attempt_timeout: Duration,
+) {
+    observer.attempt(
+        &Call {
+            attempt: attempt.number,
+            timeout: attempt.timeout.unwrap_or(attempt_timeout),
+            fresh_key: None,
+        },
+        sent,
+        cancelled,
+        &AttemptOutcome::default(),
+    );
 }
 
 fn end_grpc<O: Observer>(
@@ -704,6 +815,50 @@ mod tests {
             asked,
             [(1, None, 0), (2, Some(1), 0)],
             "one lane, counted up"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_call_whose_attempt_outlives_its_deadline_ends_and_gives_the_attempt_up() {
+        use retry_policy::grpc::{RetryPolicy, Strategy};
+        let policy = GrpcPolicy {
+            strategy: Strategy::Retry(RetryPolicy {
+                max_attempts: 3,
+                initial_backoff: Duration::from_millis(1),
+                max_backoff: Duration::from_millis(1),
+                backoff_multiplier: 1.0,
+                retryable_status_codes: vec![GrpcCode::Unavailable],
+            }),
+            conduct: Default::default(),
+        };
+        // The first attempt fails, the second never answers: the call's deadline ends it.
+        let t = script(vec![Some((GrpcCode::Unavailable, false)), None, None]);
+        let (mut lane, mut log, mut rng) = (0, GrpcLog::default(), StdRng::seed_from_u64(1));
+        let deadline = Some(Duration::from_millis(40));
+        let secs = Duration::from_secs(5);
+        let r = execute_grpc(
+            &t, &mut lane, &mut log, &policy, None, deadline, secs, &mut rng,
+        )
+        .await;
+        assert_eq!(r.end, CallEnd::DeadlineExceeded);
+        assert_eq!(r.attempts, 2);
+        assert_eq!(log.codes, [GrpcCode::Unavailable]);
+        // The second attempt, still out at the deadline, is reported with no outcome.
+        assert_eq!(log.attempts, [(1, Some(200)), (2, None)]);
+        assert_eq!(
+            log.ended,
+            Some((
+                OpEnd::DeadlineExceeded,
+                Some(GrpcCode::DeadlineExceeded),
+                false
+            ))
+        );
+        let asked = t.asked.lock().unwrap().clone();
+        assert_eq!(asked.len(), 2, "nothing sent after the deadline");
+        assert_eq!(
+            asked,
+            [(1, None, 0), (2, Some(1), 0)],
+            "both on the worker's one lane, the retry counting the attempt before it"
         );
     }
 
