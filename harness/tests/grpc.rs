@@ -24,7 +24,8 @@ struct Server {
     addr: String,
     journal: PathBuf,
     dir: tempfile::TempDir,
-    _rt: tokio::runtime::Runtime,
+    server: std::sync::Arc<fault_server::FaultServer>,
+    rt: tokio::runtime::Runtime,
 }
 
 fn server(yaml: &str, tls: bool) -> Server {
@@ -49,19 +50,29 @@ fn server(yaml: &str, tls: bool) -> Server {
         .block_on(fault_server::FaultServer::start(cfg, opts))
         .unwrap();
     let addr = s.addr().to_string();
+    let server = std::sync::Arc::new(s);
+    let keep = server.clone();
     rt.spawn(async move {
-        let _keep = s;
+        let _keep = keep;
         std::future::pending::<()>().await
     });
     Server {
         addr,
         journal,
         dir,
-        _rt: rt,
+        server,
+        rt,
     }
 }
 
+/// The journal, once every request the server received is in it: a client may read its last
+/// answer before the server has journaled it.
 fn journal(s: &Server) -> Vec<serde_json::Value> {
+    assert!(
+        s.rt.block_on(s.server.settle(std::time::Duration::from_secs(10))),
+        "the journal did not settle"
+    );
+    s.server.journal().flush();
     std::fs::read_to_string(&s.journal)
         .unwrap()
         .lines()

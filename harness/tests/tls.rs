@@ -17,7 +17,8 @@ struct Server {
     url: String,
     ca: Option<PathBuf>,
     journal: PathBuf,
-    _rt: tokio::runtime::Runtime,
+    server: std::sync::Arc<fault_server::FaultServer>,
+    rt: tokio::runtime::Runtime,
     _dir: tempfile::TempDir,
 }
 
@@ -43,15 +44,18 @@ fn server(yaml: &str) -> Server {
         p
     });
     let url = s.url();
+    let server = std::sync::Arc::new(s);
+    let keep = server.clone();
     rt.spawn(async move {
-        let _keep = s;
+        let _keep = keep;
         std::future::pending::<()>().await
     });
     Server {
         url,
         ca,
         journal,
-        _rt: rt,
+        server,
+        rt,
         _dir: dir,
     }
 }
@@ -64,7 +68,14 @@ fn run(cmd: &mut Command) -> (Output, serde_json::Value, String) {
     (out, json, stderr)
 }
 
+/// The journal, once every request the server received is in it: a client may read its last
+/// answer before the server has journaled it.
 fn journal(s: &Server) -> Vec<serde_json::Value> {
+    assert!(
+        s.rt.block_on(s.server.settle(std::time::Duration::from_secs(10))),
+        "the journal did not settle"
+    );
+    s.server.journal().flush();
     std::fs::read_to_string(&s.journal)
         .expect("the journal file")
         .lines()
