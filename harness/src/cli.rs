@@ -26,9 +26,10 @@ use crate::tls::TlsOptions;
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// Threads the run's async runtime has (default: one per core). Against a server on the
-    /// same machine, fewer often go further, leaving the cores to the server (as wrk's and
-    /// h2load's `-t 1`).
+    /// Threads the run's async runtime has (default: one per core), and the threads an HTTP/2
+    /// or gRPC load drives its connections on (default: one per core, half of them against a
+    /// server on this machine). Against a server on the same machine, fewer often go further,
+    /// leaving the cores to the server (as wrk's and h2load's `-t 1`).
     #[arg(
         long,
         global = true,
@@ -583,6 +584,7 @@ pub fn main() -> ExitCode {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = cli.threads {
         builder.worker_threads(usize::from(n));
+        crate::driver::set_threads(usize::from(n));
     }
     let runtime = match builder.enable_all().build() {
         Ok(r) => r,
