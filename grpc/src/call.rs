@@ -213,23 +213,21 @@ impl CallResponse {
             }
             return done(status, Vec::new(), headers, trailers);
         }
-        let encoding = match headers
-            .get(&GRPC_ENCODING)
-            .map(|v| v.to_str().unwrap_or("?"))
-        {
-            None => None,
-            Some(v) => match Encoding::parse(v) {
-                Ok(e) => Some(e),
-                Err(e) => {
-                    return done(
-                        Status::new(Code::Internal, e.to_string()),
-                        Vec::new(),
-                        headers,
-                        trailers,
-                    )
-                }
-            },
-        };
+        let encoding =
+            match metadata::first(&headers, &GRPC_ENCODING).map(|v| v.to_str().unwrap_or("?")) {
+                None => None,
+                Some(v) => match Encoding::parse(v) {
+                    Ok(e) => Some(e),
+                    Err(e) => {
+                        return done(
+                            Status::new(Code::Internal, e.to_string()),
+                            Vec::new(),
+                            headers,
+                            trailers,
+                        )
+                    }
+                },
+            };
         let messages = match frame::decode_all_bytes(&body, max_message, encoding) {
             Ok(m) => m,
             // The server ended the call with a failing status of its own: that is the call's

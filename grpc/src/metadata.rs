@@ -252,13 +252,43 @@ pub fn parse_timeout(raw: &[u8]) -> Result<Duration, MetadataError> {
 /// value, is [`Pushback::Stop`] ("If the value for pushback is negative or unparseble, then it
 /// will be seen as the server asking the client not to retry at all").
 pub fn pushback(fields: &HeaderMap) -> Option<Pushback> {
-    const PUSHBACK: HeaderName = HeaderName::from_static(GRPC_RETRY_PUSHBACK_MS);
-    let mut values = fields.get_all(&PUSHBACK).iter();
+    static PUSHBACK: HeaderName = HeaderName::from_static(GRPC_RETRY_PUSHBACK_MS);
+    let mut values = all(fields, &PUSHBACK);
     let first = values.next()?;
     if values.next().is_some() {
         return Some(Pushback::Stop);
     }
     Some(parse_pushback(first.as_bytes()))
+}
+
+/// The largest header block looked up by comparing names (see [`first`]).
+const SCANNED: usize = 8;
+
+/// The first value of `name` in `fields`, as [`HeaderMap::get`] gives it. An answer's header
+/// blocks hold a handful of fields, and a `HeaderMap` look-up hashes a name that is not one of
+/// HTTP's standard headers — every gRPC name — byte by byte, every time: comparing it with the
+/// few names there costs a fraction of that, and every answer of a load is read this way.
+pub fn first<'a>(fields: &'a HeaderMap, name: &HeaderName) -> Option<&'a HeaderValue> {
+    if fields.keys_len() > SCANNED {
+        return fields.get(name);
+    }
+    fields.iter().find_map(|(n, v)| (n == name).then_some(v))
+}
+
+/// Every value of `name` in `fields`, in order, looked up as [`first`] does.
+pub fn all<'a>(
+    fields: &'a HeaderMap,
+    name: &'a HeaderName,
+) -> impl Iterator<Item = &'a HeaderValue> + 'a {
+    let (scan, hashed) = match fields.keys_len() > SCANNED {
+        true => (None, Some(fields.get_all(name).iter())),
+        false => (Some(fields.iter()), None),
+    };
+    let scanned = scan
+        .into_iter()
+        .flatten()
+        .filter_map(move |(n, v)| (n == name).then_some(v));
+    scanned.chain(hashed.into_iter().flatten())
 }
 
 /// One `grpc-retry-pushback-ms` value (see [`pushback`]).
@@ -291,6 +321,35 @@ pub fn previous_attempts(fields: &HeaderMap) -> Result<Option<u32>, MetadataErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_field_is_found_as_a_header_map_finds_it_in_small_blocks_and_large() {
+        let status = HeaderName::from_static("grpc-status");
+        let pb = HeaderName::from_static(GRPC_RETRY_PUSHBACK_MS);
+        for filler in [0, SCANNED + 4] {
+            let mut fields = HeaderMap::new();
+            for i in 0..filler {
+                let name = HeaderName::try_from(format!("x-filler-{i}")).unwrap();
+                fields.insert(name, HeaderValue::from(i));
+            }
+            fields.append(&pb, HeaderValue::from_static("10"));
+            fields.insert(&status, HeaderValue::from_static("14"));
+            fields.append(&pb, HeaderValue::from_static("-1"));
+            assert_eq!(first(&fields, &status), fields.get(&status), "{filler}");
+            assert_eq!(first(&fields, &pb), fields.get(&pb), "{filler}");
+            let absent = HeaderName::from_static("grpc-message");
+            assert_eq!(first(&fields, &absent), None, "{filler}");
+            let values: Vec<_> = all(&fields, &pb).collect();
+            let expected: Vec<_> = fields.get_all(&pb).iter().collect();
+            assert_eq!(values, expected, "{filler}");
+            assert_eq!(values.len(), 2);
+            assert_eq!(
+                pushback(&fields),
+                Some(Pushback::Stop),
+                "two values: {filler}"
+            );
+        }
+    }
 
     #[test]
     fn timeouts_use_the_finest_unit_that_fits_eight_digits() {

@@ -45,14 +45,13 @@ impl Status {
         const STATUS: HeaderName = HeaderName::from_static(GRPC_STATUS);
         const MESSAGE: HeaderName = HeaderName::from_static(GRPC_MESSAGE);
         const DETAILS: HeaderName = HeaderName::from_static(GRPC_STATUS_DETAILS);
-        let raw = fields.get(&STATUS)?;
-        let message = fields
-            .get(&MESSAGE)
+        use crate::metadata::first;
+        let raw = first(fields, &STATUS)?;
+        let message = first(fields, &MESSAGE)
             .map(|v| percent_decode(v.as_bytes()))
             .unwrap_or_default();
-        let details = fields
-            .get(&DETAILS)
-            .and_then(|v| crate::metadata::decode_binary(v.as_bytes()).ok());
+        let details =
+            first(fields, &DETAILS).and_then(|v| crate::metadata::decode_binary(v.as_bytes()).ok());
         let text = String::from_utf8_lossy(raw.as_bytes());
         let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
         let code = match digits.then(|| text.parse::<u64>().ok()).flatten() {
