@@ -1297,10 +1297,10 @@ where
             .collect();
     };
     let clients: Vec<u32> = clients.collect();
-    // As many driving tasks as the runtime has threads, each with its share of the connections
-    // and a thread of its own: a task per connection made the threads hand connections to each
-    // other, park and wake between reads, and write after nearly every read; driving tasks on the
-    // shared runtime still moved between its threads.
+    // As many driving tasks as there are driving threads (`driving_threads`), each with its
+    // share of the connections and a thread of its own: a task per connection made the threads
+    // hand connections to each other, park and wake between reads, and write after nearly every
+    // read; driving tasks on the shared runtime still moved between its threads.
     let connections = clients.len().div_ceil(pool.streams()).max(1);
     let threads = driving_threads(
         tokio::runtime::Handle::current().metrics().num_workers(),
