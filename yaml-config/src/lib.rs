@@ -278,9 +278,26 @@ pub fn locate(text: &str, path: &str) -> Option<(usize, usize)> {
     let de = serde_norway::Deserializer::from_str(text);
     match (Walk { path: &segments }).deserialize(de) {
         Ok(()) => None,
-        Err(e) if e.to_string().contains(FOUND) => e.location().map(|l| (l.line(), l.column())),
+        Err(e) if e.to_string().contains(FOUND) => {
+            e.location().map(|l| inside(text, l.line(), l.column()))
+        }
         Err(_) => None,
     }
+}
+
+/// `line` and `column` kept inside `text`: the parser places an empty document (blank text, or
+/// only spaces) at the start of a line after the last one, where no editor can go; that is the
+/// end of the text's last line.
+fn inside(text: &str, line: usize, column: usize) -> (usize, usize) {
+    let width = |l: &str| l.chars().count();
+    let lines = text.split('\n').count();
+    if line > lines {
+        let last = text.rsplit('\n').next().map_or(0, width);
+        return (lines, last + 1);
+    }
+    let line = line.max(1);
+    let here = text.split('\n').nth(line - 1).map_or(0, width);
+    (line, column.clamp(1, here + 1))
 }
 
 const FOUND: &str = "\u{0}found";
@@ -679,6 +696,9 @@ mod tests {
         assert_eq!(locate(text, "items[1]"), Some((4, 5)));
         assert_eq!(locate(text, "items[7].size"), None);
         assert_eq!(locate(text, "nothing"), None);
+        // An empty document is found at the end of its last line, not on a line after it.
+        assert_eq!(locate(" ", ""), Some((1, 2)));
+        assert_eq!(locate("", ""), Some((1, 1)));
     }
 
     #[test]
