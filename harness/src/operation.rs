@@ -773,6 +773,21 @@ mod tests {
         }
     }
 
+    /// A6 retries of UNAVAILABLE, `max_attempts` in all, 1 ms apart.
+    fn retrying_unavailable(max_attempts: u32) -> GrpcPolicy {
+        use retry_policy::grpc::{RetryPolicy, Strategy};
+        GrpcPolicy {
+            strategy: Strategy::Retry(RetryPolicy {
+                max_attempts,
+                initial_backoff: Duration::from_millis(1),
+                max_backoff: Duration::from_millis(1),
+                backoff_multiplier: 1.0,
+                retryable_status_codes: vec![GrpcCode::Unavailable],
+            }),
+            conduct: Default::default(),
+        }
+    }
+
     fn script(answers: Vec<Option<(GrpcCode, bool)>>) -> GrpcScript {
         GrpcScript {
             answers,
@@ -783,17 +798,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_grpc_call_retries_as_a6_says_and_stops_once_committed() {
-        use retry_policy::grpc::{RetryPolicy, Strategy};
-        let policy = GrpcPolicy {
-            strategy: Strategy::Retry(RetryPolicy {
-                max_attempts: 4,
-                initial_backoff: Duration::from_millis(1),
-                max_backoff: Duration::from_millis(1),
-                backoff_multiplier: 1.0,
-                retryable_status_codes: vec![GrpcCode::Unavailable],
-            }),
-            conduct: Default::default(),
-        };
+        let policy = retrying_unavailable(4);
         let t = script(vec![
             Some((GrpcCode::Unavailable, false)),
             Some((GrpcCode::Unavailable, true)),
@@ -820,17 +825,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_call_whose_attempt_outlives_its_deadline_ends_and_gives_the_attempt_up() {
-        use retry_policy::grpc::{RetryPolicy, Strategy};
-        let policy = GrpcPolicy {
-            strategy: Strategy::Retry(RetryPolicy {
-                max_attempts: 3,
-                initial_backoff: Duration::from_millis(1),
-                max_backoff: Duration::from_millis(1),
-                backoff_multiplier: 1.0,
-                retryable_status_codes: vec![GrpcCode::Unavailable],
-            }),
-            conduct: Default::default(),
-        };
+        let policy = retrying_unavailable(3);
         // The first attempt fails, the second never answers: the call's deadline ends it.
         let t = script(vec![Some((GrpcCode::Unavailable, false)), None, None]);
         let (mut lane, mut log, mut rng) = (0, GrpcLog::default(), StdRng::seed_from_u64(1));
