@@ -49,178 +49,167 @@ impl std::fmt::Display for StreamReset {
 impl std::error::Error for StreamReset {}
 
 /// Handles one request of `conn`.
-pub(crate) async fn handle(
+///
+/// The request's parts are held in one place while it is handled: moved into its [`Work`] as
+/// soon as the request is split, and lent to [`process`]. A request's future is memory written
+/// for the first time (each stream's task is allocated for it), and every move of the parts
+/// into a binding of their own, or of the work into an `async fn`'s argument and from there into
+/// its local (an `async fn` keeps both), wrote the same bytes into more of it. For the same
+/// reason the body is an `async` block, not an `async fn`: the request stays where it was put.
+#[allow(clippy::manual_async_fn)] // on purpose: an `async fn` keeps its arguments twice
+pub(crate) fn handle(
     conn: Arc<ServedConn>,
     req: Request<ReqBody>,
-) -> Result<Response<ResBody>, StreamReset> {
-    if req.uri().path().starts_with(control::PREFIX) {
-        if let Some(refused) = control::refuse(&conn.state, conn.io.is_tls(), &req) {
-            return Ok(refused.map(Either::Right));
-        }
-        // Boxed, as every path a plain request does not take: see `faulted`.
-        let res = built_in_box(|| control::handle(&conn.routes.control, req)).await;
-        return Ok(res.map(Either::Right));
-    }
-    let state = &conn.state;
-
-    let (epoch, seq) = state.seq.next();
-    let now = Instant::now();
-    let t_recv_us = state.clock.us_at(now);
-    let (parts, body) = req.into_parts();
-    let read = ReadHeaders::of(&parts.headers, &state.capture);
-    let grpc_head = (conn.http2 && crate::grpc::is_grpc(&parts.headers))
-        .then(|| CallHead::read(parts.uri.path(), &parts.headers));
-    let mut key = read.key.map(str::to_string);
-    // With shared counters the attempt is counted in the database, below.
-    let mut key_attempt = match state.shared {
-        None => key.as_deref().map(|k| state.bump_attempt(k)),
-        Some(_) => None,
-    };
-    // Filled in on the heap, where it stays until the writer has it: built on the stack, its
-    // 712 bytes were written twice, once into this future's state and once into the box.
-    let mut entry = Box::write(Box::new_uninit(), Entry::blank(seq));
-    entry.t_recv_us = t_recv_us;
-    state.stamp(&mut entry);
-    entry.method = parts.method.as_str().to_string();
-    entry.path = parts.uri.path().to_string();
-    entry.query = parts.uri.query().map(str::to_string);
-    entry.headers = read.captured;
-    entry.idempotency_key = key.clone();
-    entry.client_id = read.client_id.map(str::to_string);
-    entry.conn_id = conn.id;
-    entry.http_version = Some(journal_version(parts.version));
-    entry.tls = conn.io.is_tls();
-    entry.key_attempt = key_attempt;
-    if let Some(g) = &grpc_head {
-        entry.grpc_method = Some(g.method.clone());
-        entry.grpc_previous_attempts = g.previous_attempts;
-        entry.grpc_timeout_ms = g.timeout_ms();
-    }
-    let mut pending = Pending::with_emitter(conn.emitter.clone(), epoch, entry);
-
-    if conn.over_limit {
-        return Ok(reject(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "connection-limit",
-            "the server is at its connection limit; try again\n",
-            pending,
-        ));
-    }
-    let announced = read
-        .content_length
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    let limits = &state.limits;
-    let read = body::read(
-        body,
-        announced,
-        limits.max_body,
-        limits.body_timeout,
-        &state.body_budget,
-    )
-    .await;
-    let ReadBody {
-        bytes: body,
-        _reserved: reserved,
-    } = match read {
-        Ok(b) => b,
-        Err(refused) => {
-            if !conn.http2 && refused != BodyRefused::ClientGone {
-                // The rest of the body may still be on its way: read it before closing, so the
-                // client reads the answer rather than a reset.
-                conn.drain_after.store(true, Ordering::Relaxed);
+) -> impl std::future::Future<Output = Result<Response<ResBody>, StreamReset>> + Send {
+    async move {
+        if req.uri().path().starts_with(control::PREFIX) {
+            if let Some(refused) = control::refuse(&conn.state, conn.io.is_tls(), &req) {
+                return Ok(refused.map(Either::Right));
             }
-            return refuse_body(refused, pending);
+            // Boxed, as every path a plain request does not take: see `faulted`.
+            let res = built_in_box(|| control::handle(&conn.routes.control, req)).await;
+            return Ok(res.map(Either::Right));
         }
-    };
-    // Stamped first thing: a burst's release skew is measured on it.
-    let body_done_us = state.clock.now_us();
-    let wire_us = conn
-        .wire
-        .unix_ns()
-        .map(|ns| state.clock.us_at_unix_ns(ns).min(body_done_us));
-    conn.quiet_mark
-        .store(conn.bytes_read.load(Ordering::Relaxed), Ordering::Relaxed);
-    let body_sha256 = if body.is_empty() {
-        state.empty_body_sha256.clone()
-    } else {
-        crate::journal::sha256_hex(&body)
-    };
-    {
-        let e = pending.entry();
-        e.body_len = body.len() as u64;
-        e.body_sha256 = Some(body_sha256.clone());
-        if !body.is_empty() {
-            e.t_body_us = Some(body_done_us);
+        let state = &conn.state;
+
+        let (epoch, seq) = state.seq.next();
+        let now = Instant::now();
+        let t_recv_us = state.clock.us_at(now);
+        let (parts, body) = req.into_parts();
+        let mut work = Work {
+            parts,
+            key: None,
+            body: Bytes::new(),
+            body_sha256: String::new(),
+            grpc: None,
+            _reserved: None,
+        };
+        let read = ReadHeaders::of(&work.parts.headers, &state.capture);
+        if conn.http2 && crate::grpc::is_grpc(&work.parts.headers) {
+            let head = CallHead::read(work.parts.uri.path(), &work.parts.headers);
+            work.grpc = Some(GrpcWork {
+                head,
+                decoded: None,
+            });
         }
-        e.t_wire_us = wire_us;
-    }
-    // A call the server answers itself is decoded now: a create's key may be its `request_id`.
-    let grpc = grpc_head.map(|head| {
-        let decoded = state
-            .upstream
-            .is_none()
-            .then(|| state.grpc.decode(&head, &body));
-        GrpcWork { head, decoded }
-    });
-    if key.is_none() {
-        if let Some(Some(Ok(d))) = grpc.as_ref().map(|g| g.decoded.as_ref()) {
-            if let Some(id) = d.request_id() {
+        work.key = read.key.map(str::to_string);
+        // With shared counters the attempt is counted in the database, below.
+        let mut key_attempt = match state.shared {
+            None => work.key.as_deref().map(|k| state.bump_attempt(k)),
+            Some(_) => None,
+        };
+        // Filled in on the heap, where it stays until the writer has it: built on the stack, its
+        // 712 bytes were written twice, once into this future's state and once into the box.
+        let mut entry = Box::write(Box::new_uninit(), Entry::blank(seq));
+        entry.t_recv_us = t_recv_us;
+        state.stamp(&mut entry);
+        entry.method = work.parts.method.as_str().to_string();
+        entry.path = work.parts.uri.path().to_string();
+        entry.query = work.parts.uri.query().map(str::to_string);
+        entry.headers = read.captured;
+        entry.idempotency_key = work.key.clone();
+        entry.client_id = read.client_id.map(str::to_string);
+        entry.conn_id = conn.id;
+        entry.http_version = Some(journal_version(work.parts.version));
+        entry.tls = conn.io.is_tls();
+        entry.key_attempt = key_attempt;
+        if let Some(g) = &work.grpc {
+            entry.grpc_method = Some(g.head.method.clone());
+            entry.grpc_previous_attempts = g.head.previous_attempts;
+            entry.grpc_timeout_ms = g.head.timeout_ms();
+        }
+        let mut pending = Pending::with_emitter(conn.emitter.clone(), epoch, entry);
+
+        if conn.over_limit {
+            return Ok(reject(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "connection-limit",
+                "the server is at its connection limit; try again\n",
+                pending,
+            ));
+        }
+        let announced = read
+            .content_length
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        let limits = &state.limits;
+        let read = body::read(
+            body,
+            announced,
+            limits.max_body,
+            limits.body_timeout,
+            &state.body_budget,
+        )
+        .await;
+        match read {
+            Ok(ReadBody {
+                bytes,
+                _reserved: reserved,
+            }) => {
+                work.body = bytes;
+                work._reserved = reserved;
+            }
+            Err(refused) => {
+                if !conn.http2 && refused != BodyRefused::ClientGone {
+                    // The rest of the body may still be on its way: read it before closing, so
+                    // the client reads the answer rather than a reset.
+                    conn.drain_after.store(true, Ordering::Relaxed);
+                }
+                return refuse_body(refused, pending);
+            }
+        }
+        // Stamped first thing: a burst's release skew is measured on it.
+        let body_done_us = state.clock.now_us();
+        let wire_us = conn
+            .wire
+            .unix_ns()
+            .map(|ns| state.clock.us_at_unix_ns(ns).min(body_done_us));
+        conn.quiet_mark
+            .store(conn.bytes_read.load(Ordering::Relaxed), Ordering::Relaxed);
+        work.body_sha256 = if work.body.is_empty() {
+            state.empty_body_sha256.clone()
+        } else {
+            crate::journal::sha256_hex(&work.body)
+        };
+        {
+            let e = pending.entry();
+            e.body_len = work.body.len() as u64;
+            e.body_sha256 = Some(work.body_sha256.clone());
+            if !work.body.is_empty() {
+                e.t_body_us = Some(body_done_us);
+            }
+            e.t_wire_us = wire_us;
+        }
+        // A call the server answers itself is decoded now: a create's key may be its
+        // `request_id`.
+        if let (Some(g), None) = (&mut work.grpc, &state.upstream) {
+            g.decoded = Some(state.grpc.decode(&g.head, &work.body));
+        }
+        if work.key.is_none() {
+            let id = match work.grpc.as_ref().and_then(|g| g.decoded.as_ref()) {
+                Some(Ok(d)) => d.request_id(),
+                _ => None,
+            };
+            if let Some(id) = id {
                 if state.shared.is_none() {
                     key_attempt = Some(state.bump_attempt(&id));
                 }
                 let e = pending.entry();
                 e.idempotency_key = Some(id.clone());
                 e.key_attempt = key_attempt;
-                key = Some(id);
+                work.key = Some(id);
             }
         }
-    }
 
-    // With `state: shared`, the request's number and its key's attempt among every replica's.
-    let (number, key_attempt) = match &state.shared {
-        None => (seq, key_attempt),
-        Some(shared) => match Box::pin(shared.bump_request(key.as_deref())).await {
-            Ok((n, attempt)) => {
-                pending.entry().key_attempt = attempt;
-                (n, attempt)
-            }
-            Err(e) => {
-                return Ok(respond(
-                    shared_state_unavailable(&e),
-                    pending,
-                    &state.response_capture,
-                ))
-            }
-        },
-    };
-    let facts = RequestFacts {
-        method: &parts.method,
-        path: parts.uri.path(),
-        headers: &parts.headers,
-        seq: number,
-        idempotency_key: key.as_deref(),
-        key_attempt,
-        now,
-        grpc: grpc.as_ref().map(|g| GrpcFacts {
-            method: &g.head.method,
-            attempt: g.head.attempt(),
-        }),
-    };
-    let decision = match &state.shared {
-        None => conn.with_schedule(|schedule| {
-            schedule
-                .decide(&facts)
-                .map(|d| (d.rule.to_string(), d.prepared.clone(), d.draw))
-        }),
-        Some(shared) => {
-            let schedule = state.schedule();
-            let bump = |rule: &str| {
-                let rule = rule.to_string();
-                async move { shared.bump_hit(&rule).await }
-            };
-            match Box::pin(schedule.decide_counted(&facts, bump)).await {
-                Ok(d) => d.map(|d| (d.rule.to_string(), d.prepared.clone(), d.draw)),
+        // With `state: shared`, the request's number and its key's attempt among every
+        // replica's.
+        let (number, key_attempt) = match &state.shared {
+            None => (seq, key_attempt),
+            Some(shared) => match Box::pin(shared.bump_request(work.key.as_deref())).await {
+                Ok((n, attempt)) => {
+                    pending.entry().key_attempt = attempt;
+                    (n, attempt)
+                }
                 Err(e) => {
                     return Ok(respond(
                         shared_state_unavailable(&e),
@@ -228,52 +217,85 @@ pub(crate) async fn handle(
                         &state.response_capture,
                     ))
                 }
-            }
-        }
-    };
-    let deadline = grpc.as_ref().and_then(|g| g.head.timeout).map(|t| now + t);
-    let work = Work {
-        parts,
-        key: key.clone(),
-        body,
-        body_sha256,
-        grpc,
-        _reserved: reserved,
-    };
-    let is_grpc = work.grpc.is_some();
-    let Some((rule, prepared, draw)) = decision else {
-        let (pending, done) = process(&conn, work, pending, Route::Default)
-            .await
-            .ok_or(StreamReset::INTERNAL)?;
-        return Ok(answer(state, done, pending, is_grpc));
-    };
-    let subject = key.clone().unwrap_or_else(|| seq.to_string());
-    {
-        let e = pending.entry();
-        e.rule = Some(rule.clone());
-        e.fault = Some(prepared.fault.kind().to_string());
-        e.draw = draw;
-    }
-    let attempt = u64::from(key_attempt.unwrap_or(0));
-    // Boxed: the faults' futures (delays, hand-overs, forwards) are large, and a request no rule
-    // matched should not carry their room through every move of its own future.
-    built_in_box(|| {
-        faulted(
-            &conn,
-            Faulted {
-                work,
-                pending,
-                prepared,
-                rule,
-                subject,
-                attempt,
-                now,
-                deadline,
-                is_grpc,
             },
-        )
-    })
-    .await
+        };
+        let facts = RequestFacts {
+            method: &work.parts.method,
+            path: work.parts.uri.path(),
+            headers: &work.parts.headers,
+            seq: number,
+            idempotency_key: work.key.as_deref(),
+            key_attempt,
+            now,
+            grpc: work.grpc.as_ref().map(|g| GrpcFacts {
+                method: &g.head.method,
+                attempt: g.head.attempt(),
+            }),
+        };
+        let decision = match &state.shared {
+            None => conn.with_schedule(|schedule| {
+                schedule
+                    .decide(&facts)
+                    .map(|d| (d.rule.to_string(), d.prepared.clone(), d.draw))
+            }),
+            Some(shared) => {
+                let schedule = state.schedule();
+                let bump = |rule: &str| {
+                    let rule = rule.to_string();
+                    async move { shared.bump_hit(&rule).await }
+                };
+                match Box::pin(schedule.decide_counted(&facts, bump)).await {
+                    Ok(d) => d.map(|d| (d.rule.to_string(), d.prepared.clone(), d.draw)),
+                    Err(e) => {
+                        return Ok(respond(
+                            shared_state_unavailable(&e),
+                            pending,
+                            &state.response_capture,
+                        ))
+                    }
+                }
+            }
+        };
+        let deadline = work
+            .grpc
+            .as_ref()
+            .and_then(|g| g.head.timeout)
+            .map(|t| now + t);
+        let is_grpc = work.grpc.is_some();
+        let Some((rule, prepared, draw)) = decision else {
+            let (pending, done) = process(&conn, &mut work, pending, Route::Default)
+                .await
+                .ok_or(StreamReset::INTERNAL)?;
+            return Ok(answer(state, done, pending, is_grpc));
+        };
+        let subject = work.key.clone().unwrap_or_else(|| seq.to_string());
+        {
+            let e = pending.entry();
+            e.rule = Some(rule.clone());
+            e.fault = Some(prepared.fault.kind().to_string());
+            e.draw = draw;
+        }
+        let attempt = u64::from(key_attempt.unwrap_or(0));
+        // Boxed: the faults' futures (delays, hand-overs, forwards) are large, and a request no
+        // rule matched should not carry their room through every move of its own future.
+        built_in_box(|| {
+            faulted(
+                &conn,
+                Faulted {
+                    work,
+                    pending,
+                    prepared,
+                    rule,
+                    subject,
+                    attempt,
+                    now,
+                    deadline,
+                    is_grpc,
+                },
+            )
+        })
+        .await
+    }
 }
 
 /// `make()`'s future on the heap, built there. `Box::pin(make())` builds it on the stack and
@@ -303,7 +325,7 @@ struct Faulted {
 async fn faulted(conn: &ServedConn, f: Faulted) -> Result<Response<ResBody>, StreamReset> {
     let (state, ctl, stream) = (&conn.state, &conn.ctl, &conn.stream);
     let Faulted {
-        work,
+        mut work,
         pending,
         prepared,
         rule,
@@ -321,7 +343,7 @@ async fn faulted(conn: &ServedConn, f: Faulted) -> Result<Response<ResBody>, Str
             &state.response_capture,
         )),
         FaultConfig::Forward => {
-            let (pending, done) = process(conn, work, pending, Route::Upstream)
+            let (pending, done) = process(conn, &mut work, pending, Route::Upstream)
                 .await
                 .ok_or(StreamReset::INTERNAL)?;
             Ok(answer(state, done, pending, is_grpc))
@@ -334,7 +356,7 @@ async fn faulted(conn: &ServedConn, f: Faulted) -> Result<Response<ResBody>, Str
                     _ = peer_closed(stream) => ctl.hand_over(SocketAction::Abandon, pending).await,
                 }
             }
-            let (pending, done) = process(conn, work, pending, Route::Default)
+            let (pending, done) = process(conn, &mut work, pending, Route::Default)
                 .await
                 .ok_or(StreamReset::INTERNAL)?;
             if d.when == DelayWhen::After {
@@ -347,7 +369,7 @@ async fn faulted(conn: &ServedConn, f: Faulted) -> Result<Response<ResBody>, Str
             Ok(answer(state, done, pending, is_grpc))
         }
         FaultConfig::Drop => {
-            let (pending, _) = process(conn, work, pending, Route::Default)
+            let (pending, _) = process(conn, &mut work, pending, Route::Default)
                 .await
                 .ok_or(StreamReset::INTERNAL)?;
             ctl.hand_over(SocketAction::Drop, pending).await
@@ -362,7 +384,7 @@ async fn faulted(conn: &ServedConn, f: Faulted) -> Result<Response<ResBody>, Str
         )),
         FaultConfig::GrpcAfterHeaders(g) => {
             let (pending, framed) = if g.process {
-                let (pending, done) = process(conn, work, pending, Route::Default)
+                let (pending, done) = process(conn, &mut work, pending, Route::Default)
                     .await
                     .ok_or(StreamReset::INTERNAL)?;
                 (pending, framed_answer(&done))
@@ -380,7 +402,7 @@ async fn faulted(conn: &ServedConn, f: Faulted) -> Result<Response<ResBody>, Str
         }
         FaultConfig::Reset(r) => {
             let pending = if r.process {
-                process(conn, work, pending, Route::Default)
+                process(conn, &mut work, pending, Route::Default)
                     .await
                     .ok_or(StreamReset::INTERNAL)?
                     .0
@@ -399,7 +421,7 @@ async fn faulted(conn: &ServedConn, f: Faulted) -> Result<Response<ResBody>, Str
         }
         FaultConfig::Hang(h) => {
             let pending = if h.process {
-                process(conn, work, pending, Route::Default)
+                process(conn, &mut work, pending, Route::Default)
                     .await
                     .ok_or(StreamReset::INTERNAL)?
                     .0
@@ -424,7 +446,7 @@ async fn faulted(conn: &ServedConn, f: Faulted) -> Result<Response<ResBody>, Str
         }
         FaultConfig::Malformed(m) => {
             let mut pending = if m.process {
-                process(conn, work, pending, Route::Default)
+                process(conn, &mut work, pending, Route::Default)
                     .await
                     .ok_or(StreamReset::INTERNAL)?
                     .0
@@ -557,7 +579,7 @@ fn empty_message() -> Bytes {
 /// `None` only when the forward could not finish.
 async fn process(
     conn: &ServedConn,
-    work: Work,
+    work: &mut Work,
     mut pending: Pending,
     route: Route,
 ) -> Option<(Pending, Done)> {
@@ -582,10 +604,10 @@ async fn process(
         }
     }
     let Some(upstream) = upstream else {
-        if let Some(g) = work.grpc {
-            let reply = match g.decoded {
+        if let Some(g) = &mut work.grpc {
+            let reply = match g.decoded.take() {
                 Some(Ok(decoded)) => {
-                    crate::orders::grpc::serve(&state.orders, decoded, work.key).await
+                    crate::orders::grpc::serve(&state.orders, decoded, work.key.take()).await
                 }
                 Some(Err(status)) => GrpcReply::status(status),
                 None => GrpcReply::status(grpc::Status::new(
@@ -602,12 +624,12 @@ async fn process(
             return Some((pending, Done::Resource(reply)));
         }
         let request = ResourceRequest {
-            method: work.parts.method,
+            method: work.parts.method.clone(),
             path: work.parts.uri.path().to_string(),
             query: work.parts.uri.query().map(str::to_string),
-            key: work.key,
-            body: work.body,
-            body_sha256: work.body_sha256,
+            key: work.key.take(),
+            body: std::mem::take(&mut work.body),
+            body_sha256: std::mem::take(&mut work.body_sha256),
         };
         let reply = serve_resource(&conn.routes.resource, request).await;
         record_reply(&mut pending, &reply);
@@ -617,10 +639,10 @@ async fn process(
     let start = Instant::now();
     pending.entry().forwarded = true;
     let p = &work.parts;
+    let body = std::mem::take(&mut work.body);
     // Boxed: a forward's future (a client exchange) is the largest a request awaits, and only
     // proxy mode needs its room.
-    let result =
-        built_in_box(|| upstream.forward(&p.method, &p.uri, &p.headers, work.body, tls)).await;
+    let result = built_in_box(|| upstream.forward(&p.method, &p.uri, &p.headers, body, tls)).await;
     pending.entry().upstream_us = Some(elapsed_us(start));
     match result {
         Ok(reply) => {

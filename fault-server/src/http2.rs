@@ -163,42 +163,53 @@ async fn end_for_violation(conn: &ServedConn, ledger: &Ledger) {
 }
 
 /// One stream: the request handled, its answer written to the end or given up.
-async fn stream(
+///
+/// This and the steps below are `async` blocks rather than `async fn`s: an `async fn` keeps
+/// each argument twice in its state (as given, and as its own local), and the stream's state is
+/// memory each request writes for the first time, so every copy of the request or its answer
+/// is cache lines written for nothing.
+#[allow(clippy::manual_async_fn)] // on purpose: an `async fn` keeps its arguments twice
+fn stream(
     conn: Arc<ServedConn>,
     ledger: Arc<Ledger>,
     id: u32,
     req: http::Request<h2::RecvStream>,
     mut respond: SendResponse<Bytes>,
-) {
-    let _busy = conn.streams.enter(&conn.state.clock);
-    let head_only = req.method() == Method::HEAD;
-    let req = req.map(|b| ReqBody::H2(H2Body::new(b)));
-    // Awaited on its own, so that the answer's state takes the room the handler's had, lines
-    // already in the cache, rather than room of its own beside it.
-    let handled = handled(&conn, req, &mut respond).await;
-    match handled {
-        None => {}
-        Some(Err(dispatch::StreamReset(reason))) => respond.send_reset(reason),
-        Some(Ok(res)) => answer(&conn, &ledger, id, respond, res, head_only).await,
+) -> impl Future<Output = ()> + Send {
+    async move {
+        let _busy = conn.streams.enter(&conn.state.clock);
+        let head_only = req.method() == Method::HEAD;
+        // Awaited on its own, so that the answer's state takes the room the handler's had,
+        // lines already in the cache, rather than room of its own beside it.
+        let handled = handled(&conn, req, &mut respond).await;
+        match handled {
+            None => {}
+            Some(Err(dispatch::StreamReset(reason))) => respond.send_reset(reason),
+            Some(Ok(res)) => answer(&conn, &ledger, id, respond, res, head_only).await,
+        }
+        ledger.release(id);
     }
-    ledger.release(id);
 }
 
 /// The request handled, or `None` when the client reset the stream first.
-async fn handled(
-    conn: &Arc<ServedConn>,
-    req: http::Request<ReqBody>,
-    respond: &mut SendResponse<Bytes>,
-) -> Option<Result<Response<ResBody>, dispatch::StreamReset>> {
-    let mut handler = std::pin::pin!(dispatch::handle(conn.clone(), req));
-    tokio::select! {
-        // The handler first: a stream the h2 layer reset while the handler read its body is the
-        // handler's to journal (`rejected`), not a client that left.
-        biased;
-        r = &mut handler => Some(r),
-        // The client reset the stream: the handler's future is dropped, and its entry says
-        // `client_closed`.
-        _ = poll_fn(|cx| respond.poll_reset(cx)) => None,
+#[allow(clippy::manual_async_fn)] // on purpose: an `async fn` keeps its arguments twice
+fn handled<'a>(
+    conn: &'a Arc<ServedConn>,
+    req: http::Request<h2::RecvStream>,
+    respond: &'a mut SendResponse<Bytes>,
+) -> impl Future<Output = Option<Result<Response<ResBody>, dispatch::StreamReset>>> + Send + 'a {
+    async move {
+        let req = req.map(|b| ReqBody::H2(H2Body::new(b)));
+        let mut handler = std::pin::pin!(dispatch::handle(conn.clone(), req));
+        tokio::select! {
+            // The handler first: a stream the h2 layer reset while the handler read its body
+            // is the handler's to journal (`rejected`), not a client that left.
+            biased;
+            r = &mut handler => Some(r),
+            // The client reset the stream: the handler's future is dropped, and its entry says
+            // `client_closed`.
+            _ = poll_fn(|cx| respond.poll_reset(cx)) => None,
+        }
     }
 }
 
@@ -211,62 +222,65 @@ enum Cut {
 }
 
 /// Writes `res` on the stream and finishes its entry with what happened to it.
-async fn answer(
-    conn: &ServedConn,
-    ledger: &Ledger,
+#[allow(clippy::manual_async_fn)] // on purpose: an `async fn` keeps its arguments twice
+fn answer<'a>(
+    conn: &'a ServedConn,
+    ledger: &'a Ledger,
     id: u32,
     mut respond: SendResponse<Bytes>,
     res: Response<ResBody>,
     head_only: bool,
-) {
-    let (mut parts, mut body) = res.into_parts();
-    let status = parts.status;
-    // No content for these (RFC 9110 §6.4.1): what the body would have been is not owed.
-    let bodiless = head_only
-        || status.is_informational()
-        || status == http::StatusCode::NO_CONTENT
-        || status == http::StatusCode::NOT_MODIFIED;
-    let settle = match &mut body {
-        Either::Left(b) => {
-            if bodiless {
-                b.discard();
+) -> impl Future<Output = ()> + Send + 'a {
+    async move {
+        let (mut parts, mut body) = res.into_parts();
+        let status = parts.status;
+        // No content for these (RFC 9110 §6.4.1): what the body would have been is not owed.
+        let bodiless = head_only
+            || status.is_informational()
+            || status == http::StatusCode::NO_CONTENT
+            || status == http::StatusCode::NOT_MODIFIED;
+        let settle = match &mut body {
+            Either::Left(b) => {
+                if bodiless {
+                    b.discard();
+                }
+                b.take_settle()
             }
-            b.take_settle()
-        }
-        Either::Right(_) => None,
-    };
-    prepare_headers(&mut parts.headers, &body);
-    let end_now = bodiless || body.is_end_stream();
-    let limit = conn.state.limits.send_timeout;
-    let result = match respond.send_response(Response::from_parts(parts, ()), end_now) {
-        Err(_) => Err(Cut::Gone),
-        Ok(mut tx) => {
-            let piped = if end_now {
-                Ok(())
-            } else {
-                pipe(&mut body, &mut tx, ledger, id, limit).await
-            };
-            let delivered = match piped {
-                Ok(()) => wait_end(&mut tx, ledger, id, limit).await,
-                Err(cut) => Err(cut),
-            };
-            if let Err(Cut::Stalled) = delivered {
-                tx.send_reset(Reason::CANCEL);
+            Either::Right(_) => None,
+        };
+        prepare_headers(&mut parts.headers, &body);
+        let end_now = bodiless || body.is_end_stream();
+        let limit = conn.state.limits.send_timeout;
+        let result = match respond.send_response(Response::from_parts(parts, ()), end_now) {
+            Err(_) => Err(Cut::Gone),
+            Ok(mut tx) => {
+                let piped = if end_now {
+                    Ok(())
+                } else {
+                    pipe(&mut body, &mut tx, ledger, id, limit).await
+                };
+                let delivered = match piped {
+                    Ok(()) => wait_end(&mut tx, ledger, id, limit).await,
+                    Err(cut) => Err(cut),
+                };
+                if let Err(Cut::Stalled) = delivered {
+                    tx.send_reset(Reason::CANCEL);
+                }
+                delivered
             }
-            delivered
+        };
+        drop(body);
+        if let Some(s) = settle {
+            let bytes = ledger.sent(id).bytes;
+            s.finish(
+                bytes,
+                match result {
+                    Ok(()) => None,
+                    Err(Cut::Gone) => Some(history::Outcome::ClientClosed),
+                    Err(Cut::Stalled) => Some(history::Outcome::SendTimeout),
+                },
+            );
         }
-    };
-    drop(body);
-    if let Some(s) = settle {
-        let bytes = ledger.sent(id).bytes;
-        s.finish(
-            bytes,
-            match result {
-                Ok(()) => None,
-                Err(Cut::Gone) => Some(history::Outcome::ClientClosed),
-                Err(Cut::Stalled) => Some(history::Outcome::SendTimeout),
-            },
-        );
     }
 }
 
