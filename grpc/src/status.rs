@@ -52,9 +52,12 @@ impl Status {
             .unwrap_or_default();
         let details =
             first(fields, &DETAILS).and_then(|v| crate::metadata::decode_binary(v.as_bytes()).ok());
-        let text = String::from_utf8_lossy(raw.as_bytes());
-        let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
-        let code = match digits.then(|| text.parse::<u64>().ok()).flatten() {
+        let raw = raw.as_bytes();
+        let digits = !raw.is_empty() && raw.iter().all(u8::is_ascii_digit);
+        let number = digits
+            .then(|| std::str::from_utf8(raw).ok()?.parse::<u64>().ok())
+            .flatten();
+        let code = match number {
             Some(n) => match Code::from_number(n) {
                 Some(c) => c,
                 None => {
@@ -68,7 +71,10 @@ impl Status {
             None => {
                 return Some(Status {
                     code: Code::Internal,
-                    message: format!("malformed grpc-status {text:?}: {message}"),
+                    message: format!(
+                        "malformed grpc-status {:?}: {message}",
+                        String::from_utf8_lossy(raw)
+                    ),
                     details,
                 })
             }

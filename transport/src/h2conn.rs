@@ -1206,6 +1206,19 @@ impl FieldList {
 
     /// A pseudo-header: only `:status`, once, first, and not in trailers (RFC 9113 §8.3).
     fn pseudo(&mut self, name: &[u8], value: &[u8]) -> Result<(), String> {
+        if name == b":status" && self.part != Part::Trailers && !self.regular {
+            if self.status.is_some() {
+                return Err("a second :status".into());
+            }
+            let status = (value.len() == 3 && value.iter().all(u8::is_ascii_digit))
+                .then(|| std::str::from_utf8(value).ok()?.parse::<u16>().ok())
+                .flatten()
+                .and_then(|s| StatusCode::from_u16(s).ok())
+                .ok_or_else(|| format!(":status {:?}", String::from_utf8_lossy(value)))?;
+            self.status = Some(status);
+            return Ok(());
+        }
+        // Named only when it is refused: every answer has a `:status`.
         let shown = String::from_utf8_lossy(name);
         if self.part == Part::Trailers {
             return Err(format!("pseudo-header {shown} in trailers"));
@@ -1213,19 +1226,7 @@ impl FieldList {
         if self.regular {
             return Err(format!("pseudo-header {shown} after a regular field"));
         }
-        if name != b":status" {
-            return Err(format!("pseudo-header {shown} in an answer"));
-        }
-        if self.status.is_some() {
-            return Err("a second :status".into());
-        }
-        let status = (value.len() == 3 && value.iter().all(u8::is_ascii_digit))
-            .then(|| std::str::from_utf8(value).ok()?.parse::<u16>().ok())
-            .flatten()
-            .and_then(|s| StatusCode::from_u16(s).ok())
-            .ok_or_else(|| format!(":status {:?}", String::from_utf8_lossy(value)))?;
-        self.status = Some(status);
-        Ok(())
+        Err(format!("pseudo-header {shown} in an answer"))
     }
 }
 
