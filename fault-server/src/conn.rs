@@ -21,18 +21,21 @@ use crate::body::ReqBody;
 use crate::dispatch;
 use crate::http2::{self, H2End};
 use crate::journal::Pending;
+use crate::lanes::Lanes;
 use crate::socket::{
     linger_close, peer_closed, ConnCtl, ConnIo, ServedConn, SharedStream, SharedTls, SocketAction,
     Streams,
 };
 use crate::state::{Routes, State, CONTROL_RESERVE};
 
-/// Accepts connections until `shutdown`, serving each in a task of its own.
+/// Accepts connections until `shutdown`, serving each in a task of its own: on one of the
+/// `lanes` when there are, else on this runtime.
 pub(crate) async fn accept_loop(
     listener: TcpListener,
     state: Arc<State>,
     routes: Arc<Routes>,
     mut shutdown: watch::Receiver<bool>,
+    lanes: Option<Lanes>,
 ) {
     loop {
         let accepted = tokio::select! {
@@ -43,13 +46,15 @@ pub(crate) async fn accept_loop(
             Ok((stream, _peer)) => {
                 let _ = stream.set_nodelay(true);
                 let conn_id = state.conn_ids.fetch_add(1, Ordering::Relaxed) + 1;
-                tokio::spawn(serve_connection(
-                    state.clone(),
-                    routes.clone(),
-                    stream,
-                    conn_id,
-                    shutdown.clone(),
-                ));
+                let (state, routes, shutdown) = (state.clone(), routes.clone(), shutdown.clone());
+                match &lanes {
+                    Some(lanes) => lanes.serve(stream, move |stream| {
+                        serve_connection(state, routes, stream, conn_id, shutdown)
+                    }),
+                    None => {
+                        tokio::spawn(serve_connection(state, routes, stream, conn_id, shutdown));
+                    }
+                }
             }
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning.

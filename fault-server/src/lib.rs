@@ -52,6 +52,7 @@ pub mod draw;
 pub mod grpc;
 mod http2;
 pub mod journal;
+mod lanes;
 pub mod orders;
 mod reply;
 pub mod schedule;

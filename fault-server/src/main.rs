@@ -80,6 +80,10 @@ struct Args {
     /// config's `grpc.import_paths`.
     #[arg(long, value_name = "DIR")]
     import_path: Vec<PathBuf>,
+    /// Threads that serve connections, each connection start to end on one [default: one per
+    /// core]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    threads: Option<u16>,
 }
 
 fn main() -> ExitCode {
@@ -190,6 +194,10 @@ fn main() -> ExitCode {
             tls,
             control_token: args.control_token,
             replica_id: args.replica_id.or_else(host_name),
+            threads: Some(args.threads.map_or_else(
+                || std::thread::available_parallelism().map_or(1, |n| n.get()),
+                usize::from,
+            )),
         };
         let server = match FaultServer::start(config, opts).await {
             Ok(s) => s,
@@ -206,6 +214,7 @@ fn main() -> ExitCode {
                     StartError::Bind { .. }
                     | StartError::Store(_)
                     | StartError::Journal(_)
+                    | StartError::Threads(_)
                     | StartError::Tls(_) => ExitCode::from(3),
                 };
             }

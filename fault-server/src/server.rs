@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use crate::config::{Config, RuleConfig, StateMode, TlsConfig};
 use crate::conn::accept_loop;
 use crate::journal::{self, Clock, Journal, Sequencer};
+use crate::lanes::Lanes;
 use crate::orders::{Orders, StoreError};
 use crate::schedule::Schedule;
 use crate::state::{
@@ -38,6 +39,10 @@ pub struct ServerOptions {
     pub control_token: Option<String>,
     /// This replica's name, written in every journal entry (`replica`).
     pub replica_id: Option<String>,
+    /// Serve connections on this many threads of their own, each connection start to end on one
+    /// (the `fault-server` binary: one per core); `None` serves them on the runtime that starts
+    /// the server.
+    pub threads: Option<usize>,
 }
 
 impl Default for ServerOptions {
@@ -49,6 +54,7 @@ impl Default for ServerOptions {
             tls: None,
             control_token: None,
             replica_id: None,
+            threads: None,
         }
     }
 }
@@ -76,6 +82,9 @@ pub enum StartError {
     /// The upstream's TLS settings are unusable.
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
+    /// The threads that serve connections could not be started.
+    #[error("cannot start the threads that serve connections: {0}")]
+    Threads(io::Error),
     /// The config's `.proto` files or canned gRPC answers are unusable (the config's
     /// validation says so first).
     #[error("grpc: {0}")]
@@ -139,6 +148,7 @@ impl FaultServer {
                     config.limits.max_body.0,
                     n,
                     memory,
+                    opts.threads.unwrap_or(1),
                 )?))
             }
             None => None,
@@ -230,7 +240,11 @@ impl FaultServer {
             resource: crate::orders::routes::router(state.orders.clone()),
         });
         let (shutdown, rx) = watch::channel(false);
-        let task = tokio::spawn(accept_loop(listener, state.clone(), routes, rx));
+        let lanes = match opts.threads {
+            Some(n) => Some(Lanes::start(n).map_err(StartError::Threads)?),
+            None => None,
+        };
+        let task = tokio::spawn(accept_loop(listener, state.clone(), routes, rx, lanes));
         Ok(FaultServer {
             state,
             addr,

@@ -83,12 +83,15 @@ impl TestDb {
 }
 
 /// Two replicas on 127.0.0.2 and 127.0.0.3 with the same config, started at the same moment (so
-/// their schema creations race, as two pods' would).
+/// their schema creations race, as two pods' would), each serving its connections on two
+/// threads of its own as the binary does (so their database connections are used from threads
+/// other than the one that opened them).
 async fn replicas(yaml: &str) -> [FaultServer; 2] {
     let cfg = Config::from_yaml(yaml, "test").expect("test config is valid");
     let opts = |ip: [u8; 4], id: &str| ServerOptions {
         bind: SocketAddr::from((ip, 0)),
         replica_id: Some(id.to_string()),
+        threads: Some(2),
         ..ServerOptions::default()
     };
     let (a, b) = tokio::join!(

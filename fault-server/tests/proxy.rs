@@ -359,6 +359,21 @@ async fn a_forward_rule_mixes_proxied_and_mocked_paths() {
 async fn connections_to_the_upstream_are_kept_alive_and_pooled() {
     let up = Upstream::start().await;
     let s = proxy(&up.url(), "  []").await;
+    kept_alive_and_pooled(&up, &s, 1).await;
+}
+
+/// The same with connections served on two threads of their own, each keeping its own idle
+/// connections to the upstream.
+#[tokio::test]
+async fn connections_to_the_upstream_are_pooled_per_serving_thread() {
+    let up = Upstream::start().await;
+    let s = common::start_on_threads(&format!("upstream: {}\nrules: []", up.url()), 2).await;
+    kept_alive_and_pooled(&up, &s, 2).await;
+}
+
+/// Sequential requests on `lanes` serving threads reuse at most two upstream connections per
+/// thread; ten at once need at most ten more.
+async fn kept_alive_and_pooled(up: &Upstream, s: &FaultServer, lanes: u64) {
     // Twenty clients one after another, each on its own connection to the proxy.
     for i in 0..20 {
         let c = reqwest::Client::builder()
@@ -371,7 +386,7 @@ async fn connections_to_the_upstream_are_kept_alive_and_pooled() {
     assert_eq!(up.seen().len(), 20);
     let conns = up.connections.load(Ordering::SeqCst);
     assert!(
-        conns <= 2,
+        conns <= 2 * lanes,
         "20 sequential requests took {conns} upstream connections"
     );
     // Ten at once need at most ten.
@@ -385,7 +400,7 @@ async fn connections_to_the_upstream_are_kept_alive_and_pooled() {
     for t in tasks {
         assert_eq!(t.await.unwrap().unwrap(), 200);
     }
-    assert!(up.connections.load(Ordering::SeqCst) <= 12);
+    assert!(up.connections.load(Ordering::SeqCst) <= conns + 10);
 }
 
 #[tokio::test]

@@ -12,7 +12,9 @@
 //! a request is one write and its answer is parsed in place, on the request's own task. A general
 //! client (hyper's, with a task per connection, a request channel into it and a oneshot back)
 //! costs two cross-task wake-ups per request, which in a proxy that does little else was a large
-//! part of its time. The pool is a list of idle connections under a lock held for a push or a pop.
+//! part of its time. The pool is a list of idle connections under a lock held for a push or a pop,
+//! one list per connection lane ([`crate::lanes`]): a forward takes a connection its own thread
+//! polls, and takes one of another lane only when no new one may be opened.
 //!
 //! Everything a forward holds is bounded. Connections: at most `upstream.max_connections` are
 //! open at once, idle ones included, each holding a permit of one semaphore; a request that finds
@@ -69,8 +71,11 @@ pub(crate) struct Upstream {
     timeout: Duration,
     connect_timeout: Duration,
     created_from: CreatedFrom,
-    /// Idle kept-alive connections, the most recently used last, with when each was put back.
-    idle: Mutex<Vec<(Lease, Instant)>>,
+    /// Idle kept-alive connections, the most recently used last, with when each was put back:
+    /// a list per connection lane ([`crate::lanes`]), so that a forward reuses a connection its
+    /// own thread polls.
+    idle: Vec<Mutex<Vec<(Lease, Instant)>>>,
+    /// The most each lane keeps idle (`upstream.max_idle`, shared out between the lanes).
     max_idle: usize,
     /// A permit per open connection, idle ones included (`upstream.max_connections`).
     open: Arc<Semaphore>,
@@ -187,14 +192,17 @@ static HOP_BY_HOP: [HeaderName; 9] = [
 ];
 
 impl Upstream {
-    /// A pool of at most `max_connections` to `cfg.url`; `max_body` bounds every answer read,
-    /// and all answers held together take their memory from `memory`.
+    /// A pool of at most `max_connections` to `cfg.url`, used from `lanes` connection lanes;
+    /// `max_body` bounds every answer read, and all answers held together take their memory
+    /// from `memory`.
     pub(crate) fn new(
         cfg: &UpstreamConfig,
         max_body: u64,
         max_connections: usize,
         memory: Arc<Semaphore>,
+        lanes: usize,
     ) -> Result<Upstream, UpstreamError> {
+        let lanes = lanes.max(1);
         let scheme = if cfg.url.tls { "https" } else { "http" };
         let how = Connect {
             tls: TlsOptions {
@@ -221,8 +229,8 @@ impl Upstream {
             timeout: cfg.timeout.0,
             connect_timeout: cfg.connect_timeout.0,
             created_from: cfg.created_from.clone(),
-            idle: Mutex::new(Vec::new()),
-            max_idle: cfg.max_idle as usize,
+            idle: (0..lanes).map(|_| Mutex::new(Vec::new())).collect(),
+            max_idle: (cfg.max_idle as usize).div_ceil(lanes),
             open: Arc::new(Semaphore::new(max_connections.max(1))),
             max_connections: max_connections.max(1),
             returned: Notify::new(),
@@ -231,22 +239,43 @@ impl Upstream {
         })
     }
 
-    /// An idle connection of the pool (the most recently used: the likeliest still open), or a
-    /// new one, not yet open, when fewer than `max_connections` are; else waits, until
-    /// `deadline`, for either.
+    /// This lane's idle connections.
+    fn idle_here(&self) -> &Mutex<Vec<(Lease, Instant)>> {
+        &self.idle[crate::lanes::current() % self.idle.len()]
+    }
+
+    /// The most recently used connection of `idle` not idle for too long (the likeliest still
+    /// open); those idle for too long are closed.
+    fn pop_fresh(idle: &Mutex<Vec<(Lease, Instant)>>) -> Option<Lease> {
+        let mut idle = idle.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some((lease, since)) = idle.pop() {
+            if since.elapsed() < IDLE_FOR {
+                return Some(lease);
+            }
+        }
+        None
+    }
+
+    /// An idle connection of this lane, or a new one, not yet open, when fewer than
+    /// `max_connections` are, or an idle one of another lane; else waits, until `deadline`, for
+    /// any of them.
     async fn checkout(&self, deadline: tokio::time::Instant) -> Result<Lease, UpstreamFailure> {
         loop {
             // Registered before looking, so a connection returned in between is not missed.
             let returned = self.returned.notified();
             tokio::pin!(returned);
             returned.as_mut().enable();
-            {
-                let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-                while let Some((lease, since)) = idle.pop() {
-                    if since.elapsed() < IDLE_FOR {
-                        return Ok(lease);
-                    }
-                }
+            if let Some(lease) = Self::pop_fresh(self.idle_here()) {
+                return Ok(lease);
+            }
+            if let Ok(permit) = self.open.clone().try_acquire_owned() {
+                return Ok(Lease {
+                    conn: H1Conn::new(self.target.clone()),
+                    _permit: permit,
+                });
+            }
+            if let Some(lease) = self.idle.iter().find_map(Self::pop_fresh) {
+                return Ok(lease);
             }
             tokio::select! {
                 biased;
@@ -267,10 +296,10 @@ impl Upstream {
         }
     }
 
-    /// Puts a connection that just carried a whole exchange back in the pool (or closes it, and
-    /// frees its place, when the pool holds `max_idle` already).
+    /// Puts a connection that just carried a whole exchange back in this lane's pool (or closes
+    /// it, and frees its place, when the lane holds its share of `max_idle` already).
     fn checkin(&self, lease: Lease) {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let mut idle = self.idle_here().lock().unwrap_or_else(|p| p.into_inner());
         if idle.len() < self.max_idle {
             idle.push((lease, Instant::now()));
             drop(idle);
@@ -483,7 +512,7 @@ mod tests {
     fn upstream(created_from: CreatedFrom) -> Upstream {
         let mut cfg = UpstreamConfig::new(UpstreamUrl::parse("http://127.0.0.1:9/api/").unwrap());
         cfg.created_from = created_from;
-        Upstream::new(&cfg, 1 << 20, 4, Arc::new(Semaphore::new(1 << 20))).unwrap()
+        Upstream::new(&cfg, 1 << 20, 4, Arc::new(Semaphore::new(1 << 20)), 1).unwrap()
     }
 
     #[tokio::test]

@@ -20,6 +20,17 @@ pub async fn start(yaml: &str) -> FaultServer {
         .expect("server starts")
 }
 
+/// Starts a server with the given YAML config whose connections are served on `threads`
+/// threads of their own, as the binary serves them.
+pub async fn start_on_threads(yaml: &str, threads: usize) -> FaultServer {
+    let cfg = Config::from_yaml(yaml, "test").expect("test config is valid");
+    let opts = ServerOptions {
+        threads: Some(threads),
+        ..ServerOptions::default()
+    };
+    FaultServer::start(cfg, opts).await.expect("server starts")
+}
+
 /// The journal once every request received so far is in it.
 pub async fn journal(s: &FaultServer) -> Vec<Entry> {
     assert!(
