@@ -12,6 +12,7 @@
 //! Every worker owns its connection, its RNG and its [`Recorder`]; they are merged at the end.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -485,10 +486,111 @@ impl PhaseClient {
         )
     }
 
-    /// Runs operation `op` under the phase's policy. A burst member passes its round, the
-    /// round's shared key and the release point its first attempt waits at; any other operation
-    /// uses its own key.
-    async fn run(
+    /// What operation `op` is sent with: its burst round, key and release (a burst member's),
+    /// or its own key, and its uuid, each made only when the template uses it.
+    fn op_vars<'b>(
+        plan: &PhasePlan,
+        ctx: &PhaseCtx,
+        op: u64,
+        burst: Option<(u64, &'b str, Release<'b>)>,
+    ) -> OpVars<'b> {
+        let (round, key, release) = match burst {
+            Some((round, key, release)) => (round, OpKey::Shared(key), Some(release)),
+            None if plan.template.uses(Var::Key) => {
+                (0, OpKey::Own(ctx.keys.key(ctx.index, op)), None)
+            }
+            None => (0, OpKey::Shared(""), None),
+        };
+        let uuid = if plan.template.uses(Var::Uuid) {
+            ctx.keys.uuid(ctx.index, op)
+        } else {
+            String::new()
+        };
+        OpVars {
+            round,
+            key,
+            release,
+            uuid,
+        }
+    }
+
+    /// Runs gRPC operation `op` (of a phase whose `plan.grpc` is `g`) under the call's policy. A burst
+    /// member passes its round, the round's shared key and the release point its first attempt
+    /// waits at; any other operation uses its own key.
+    ///
+    /// Separate from [`PhaseClient::run_http`], and chosen by the caller ([`run_op!`]): a
+    /// worker moves this future whole into its state for every operation, and one future for
+    /// both kinds would be as large as the larger for either.
+    async fn run_grpc(
+        &mut self,
+        g: &GrpcPlan,
+        plan: &PhasePlan,
+        ctx: &PhaseCtx,
+        shared: &Limits,
+        op: u64,
+        burst: Option<(u64, &str, Release<'_>)>,
+    ) {
+        let v = Self::op_vars(plan, ctx, op, burst);
+        let transport = GrpcRendered {
+            grpc: g,
+            template: &plan.template,
+            target: &ctx.target,
+            vars: Vars {
+                seq: op,
+                client: self.client,
+                uuid: &v.uuid,
+                key: v.key.as_str(),
+                round: v.round,
+                captured: Some(&ctx.captured),
+            },
+            extra: &self.extra,
+            release: v.release,
+            message: self.grpc_message.as_ref(),
+            whole: self.grpc_request.as_deref(),
+        };
+        let ids = AttemptIds {
+            phase: ctx.index,
+            op,
+            client: self.client,
+        };
+        let mut observer = self.rec.operation(ids, ctx.run_start);
+        let result = tokio::select! {
+            biased;
+            () = &mut self.stopped => None,
+            r = execute_grpc(
+                &transport,
+                &mut self.conn,
+                &mut observer,
+                &g.policy,
+                shared.grpc_throttle.as_ref(),
+                g.deadline,
+                plan.policy.timeout,
+                &mut self.rng,
+            ) => Some(r),
+        };
+        let Some(result) = result else {
+            self.rec.cancelled += 1;
+            self.conn = Conn::new(ctx.target.clone());
+            return;
+        };
+        if let (false, Some(sink), Some(last)) =
+            (plan.capture.is_empty(), &ctx.capture_sink, &result.last)
+        {
+            let reply = last
+                .response
+                .messages
+                .first()
+                .filter(|_| last.response.status.code == grpc::Code::Ok);
+            if let Some(json) = reply.and_then(|m| g.method.decode_response(m).ok()) {
+                capture(&plan.capture, json.as_bytes(), sink);
+            }
+        }
+        ctx.done.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Runs HTTP operation `op` under the phase's policy (see [`PhaseClient::run_grpc`] for
+    /// `burst`, and why the two are apart).
+    async fn run_http(
         &mut self,
         plan: &PhasePlan,
         ctx: &PhaseCtx,
@@ -496,78 +598,7 @@ impl PhaseClient {
         op: u64,
         burst: Option<(u64, &str, Release<'_>)>,
     ) {
-        let own_key;
-        let (round, key, release) = match burst {
-            Some((round, key, release)) => (round, key, Some(release)),
-            None if plan.template.uses(Var::Key) => {
-                own_key = ctx.keys.key(ctx.index, op);
-                (0, own_key.as_str(), None)
-            }
-            None => (0, "", None),
-        };
-        let uuid = if plan.template.uses(Var::Uuid) {
-            ctx.keys.uuid(ctx.index, op)
-        } else {
-            String::new()
-        };
-        if let Some(g) = &plan.grpc {
-            let transport = GrpcRendered {
-                grpc: g,
-                template: &plan.template,
-                target: &ctx.target,
-                vars: Vars {
-                    seq: op,
-                    client: self.client,
-                    uuid: &uuid,
-                    key,
-                    round,
-                    captured: Some(&ctx.captured),
-                },
-                extra: &self.extra,
-                release,
-                message: self.grpc_message.as_ref(),
-                whole: self.grpc_request.as_deref(),
-            };
-            let ids = AttemptIds {
-                phase: ctx.index,
-                op,
-                client: self.client,
-            };
-            let mut observer = self.rec.operation(ids, ctx.run_start);
-            let result = tokio::select! {
-                biased;
-                () = &mut self.stopped => None,
-                r = execute_grpc(
-                    &transport,
-                    &mut self.conn,
-                    &mut observer,
-                    &g.policy,
-                    shared.grpc_throttle.as_ref(),
-                    g.deadline,
-                    plan.policy.timeout,
-                    &mut self.rng,
-                ) => Some(r),
-            };
-            let Some(result) = result else {
-                self.rec.cancelled += 1;
-                self.conn = Conn::new(ctx.target.clone());
-                return;
-            };
-            if let (false, Some(sink), Some(last)) =
-                (plan.capture.is_empty(), &ctx.capture_sink, &result.last)
-            {
-                let reply = last
-                    .response
-                    .messages
-                    .first()
-                    .filter(|_| last.response.status.code == grpc::Code::Ok);
-                if let Some(json) = reply.and_then(|m| g.method.decode_response(m).ok()) {
-                    capture(&plan.capture, json.as_bytes(), sink);
-                }
-            }
-            ctx.done.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
+        let v = Self::op_vars(plan, ctx, op, burst);
         let mut transport = Rendered {
             conn: &mut self.conn,
             template: &plan.template,
@@ -575,13 +606,13 @@ impl PhaseClient {
             vars: Vars {
                 seq: op,
                 client: self.client,
-                uuid: &uuid,
-                key,
-                round,
+                uuid: &v.uuid,
+                key: v.key.as_str(),
+                round: v.round,
                 captured: Some(&ctx.captured),
             },
             extra: &self.extra,
-            release,
+            release: v.release,
         };
         let ids = AttemptIds {
             phase: ctx.index,
@@ -615,6 +646,41 @@ impl PhaseClient {
         }
         ctx.done.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// What [`PhaseClient::op_vars`] makes for an operation.
+struct OpVars<'b> {
+    round: u64,
+    key: OpKey<'b>,
+    release: Option<Release<'b>>,
+    uuid: String,
+}
+
+/// An operation's key: a burst round's, or its own.
+enum OpKey<'b> {
+    Shared(&'b str),
+    Own(String),
+}
+
+impl OpKey<'_> {
+    fn as_str(&self) -> &str {
+        match self {
+            OpKey::Shared(k) => k,
+            OpKey::Own(k) => k,
+        }
+    }
+}
+
+/// Runs operation `op` of worker `w` (a [`PhaseClient`]): its gRPC call when the phase is gRPC,
+/// else its HTTP request, each awaited as a future of its own size.
+macro_rules! run_op {
+    ($w:expr, $plan:expr, $ctx:expr, $shared:expr, $op:expr, $burst:expr) => {
+        if let Some(g) = &$plan.grpc {
+            $w.run_grpc(g, $plan, $ctx, $shared, $op, $burst).await
+        } else {
+            $w.run_http($plan, $ctx, $shared, $op, $burst).await
+        }
+    };
 }
 
 /// When a burst's rounds go.
@@ -737,8 +803,7 @@ async fn burst(
                         last_byte: sync == SyncMode::LastByte,
                     },
                 };
-                w.run(&plan, &ctx, &shared, op, Some((round, &key, release)))
-                    .await;
+                run_op!(w, &plan, &ctx, &shared, op, Some((round, &key, release)));
                 (w.conn, w.rec)
             }));
         }
@@ -802,7 +867,13 @@ struct Rendered<'a> {
 }
 
 impl Transport for Rendered<'_> {
-    async fn send(&mut self, spec: AttemptSpec<'_>) -> Result<Reply, AttemptError> {
+    // Not an `async fn`: that would keep `spec` twice in its state (as the argument and as the
+    // local it is moved to), and what is rendered from it is all the exchange needs.
+    #[allow(clippy::manual_async_fn)]
+    fn send(
+        &mut self,
+        spec: AttemptSpec<'_>,
+    ) -> impl Future<Output = Result<Reply, AttemptError>> + Send {
         let vars = Vars {
             key: spec.fresh_key.unwrap_or(self.vars.key),
             ..self.vars
@@ -815,19 +886,23 @@ impl Transport for Rendered<'_> {
             }
             None => self.template.render(self.target, &vars, self.extra),
         };
-        // A burst's first attempt is boxed: its futures are several times a plain request's,
-        // which would otherwise carry (and copy) their size on every request of every phase.
-        match self.release.filter(|_| spec.call.attempt == 1) {
-            None => self.conn.send(req, spec.call.timeout).await,
-            Some(Release::Barrier { barrier, last_byte }) => {
-                Box::pin(
-                    self.conn
-                        .send_released(req, spec.call.timeout, Some(barrier), last_byte),
-                )
-                .await
-            }
-            Some(Release::SinglePacket(round)) => {
-                Box::pin(round.submit(req, spec.call.timeout)).await
+        let timeout = spec.call.timeout;
+        let release = self.release.filter(|_| spec.call.attempt == 1);
+        let conn = &mut *self.conn;
+        // This future is moved whole into the operation's state on every attempt, and every
+        // future that holds it is moved whole too: it keeps only an HTTP/2 exchange inline (a
+        // few hundred bytes) and boxes what is larger — an HTTP/1.1 exchange (where a request
+        // costs several times more, in the kernel, than the box) and a burst's first attempt.
+        async move {
+            match (release, conn) {
+                (None, Conn::H2(h2)) => h2.send_ref(&req, timeout).await,
+                (None, conn) => Box::pin(conn.send_ref(&req, timeout)).await,
+                (Some(Release::Barrier { barrier, last_byte }), conn) => {
+                    Box::pin(conn.send_released(req, timeout, Some(barrier), last_byte)).await
+                }
+                (Some(Release::SinglePacket(round)), _) => {
+                    Box::pin(round.submit(req, timeout)).await
+                }
             }
         }
     }
@@ -1126,7 +1201,7 @@ async fn rate(
                 {
                     w.rec.late_starts += 1;
                 }
-                w.run(&plan, &ctx, &shared, i + 1, None).await;
+                run_op!(w, &plan, &ctx, &shared, i + 1, None);
                 w.rec.intended(intended.elapsed());
             }
             w.rec
@@ -1219,8 +1294,7 @@ async fn closed(
                 if requests.is_some_and(|r| i >= r) {
                     break;
                 }
-                w.run(&plan, &ctx, &shared, ctx.shard.global(i) + 1, None)
-                    .await;
+                run_op!(w, &plan, &ctx, &shared, ctx.shard.global(i) + 1, None);
                 if !think.is_zero() {
                     tokio::select! {
                         () = ctx.stop.cancelled() => {}
@@ -1268,7 +1342,7 @@ async fn fleet(
                     break;
                 }
                 let op = u64::from(client) * operations + k + 1;
-                w.run(&plan, &ctx, &shared, op, None).await;
+                run_op!(w, &plan, &ctx, &shared, op, None);
             }
             w.rec
         }
