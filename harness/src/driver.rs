@@ -486,6 +486,15 @@ impl PhaseClient {
         )
     }
 
+    /// Operation `op`'s ids in the attempt log.
+    fn ids(&self, ctx: &PhaseCtx, op: u64) -> AttemptIds {
+        AttemptIds {
+            phase: ctx.index,
+            op,
+            client: self.client,
+        }
+    }
+
     /// What operation `op` is sent with: its burst round, key and release (a burst member's),
     /// or its own key, and its uuid, each made only when the template uses it.
     fn op_vars<'b>(
@@ -531,27 +540,16 @@ impl PhaseClient {
         burst: Option<(u64, &str, Release<'_>)>,
     ) {
         let v = Self::op_vars(plan, ctx, op, burst);
+        let ids = self.ids(ctx, op);
         let transport = GrpcRendered {
             grpc: g,
             template: &plan.template,
             target: &ctx.target,
-            vars: Vars {
-                seq: op,
-                client: self.client,
-                uuid: &v.uuid,
-                key: v.key.as_str(),
-                round: v.round,
-                captured: Some(&ctx.captured),
-            },
+            vars: v.vars(op, self.client, ctx),
             extra: &self.extra,
             release: v.release,
             message: self.grpc_message.as_ref(),
             whole: self.grpc_request.as_deref(),
-        };
-        let ids = AttemptIds {
-            phase: ctx.index,
-            op,
-            client: self.client,
         };
         let mut observer = self.rec.operation(ids, ctx.run_start);
         let result = tokio::select! {
@@ -599,25 +597,14 @@ impl PhaseClient {
         burst: Option<(u64, &str, Release<'_>)>,
     ) {
         let v = Self::op_vars(plan, ctx, op, burst);
+        let ids = self.ids(ctx, op);
         let mut transport = Rendered {
             conn: &mut self.conn,
             template: &plan.template,
             target: &ctx.target,
-            vars: Vars {
-                seq: op,
-                client: self.client,
-                uuid: &v.uuid,
-                key: v.key.as_str(),
-                round: v.round,
-                captured: Some(&ctx.captured),
-            },
+            vars: v.vars(op, self.client, ctx),
             extra: &self.extra,
             release: v.release,
-        };
-        let ids = AttemptIds {
-            phase: ctx.index,
-            op,
-            client: self.client,
         };
         let mut observer = self.rec.operation(ids, ctx.run_start);
         let result = tokio::select! {
@@ -654,6 +641,20 @@ struct OpVars<'b> {
     key: OpKey<'b>,
     release: Option<Release<'b>>,
     uuid: String,
+}
+
+impl OpVars<'_> {
+    /// The template's values for operation `op` of `client`.
+    fn vars<'v>(&'v self, op: u64, client: u32, ctx: &'v PhaseCtx) -> Vars<'v> {
+        Vars {
+            seq: op,
+            client,
+            uuid: &self.uuid,
+            key: self.key.as_str(),
+            round: self.round,
+            captured: Some(&ctx.captured),
+        }
+    }
 }
 
 /// An operation's key: a burst round's, or its own.
