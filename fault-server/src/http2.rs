@@ -58,6 +58,8 @@ pub(crate) async fn serve(
     let state = &conn.state;
     let limits = state.limits;
     let ledger = Arc::new(Ledger::new(state.http2.clone()));
+    // Whatever ends the serving, after the connection (declared before it, dropped after).
+    let _closed = Closed(&ledger);
     let io = H2Io::new(conn.io.clone(), ledger.clone());
     let mut builder = h2::server::Builder::new();
     builder
@@ -121,6 +123,15 @@ pub(crate) async fn serve(
             }
             _ = shutdown.changed() => return H2End::Closed,
         }
+    }
+}
+
+/// Closes a connection's ledger when dropped (see [`Ledger::close`]).
+struct Closed<'a>(&'a Ledger);
+
+impl Drop for Closed<'_> {
+    fn drop(&mut self) {
+        self.0.close();
     }
 }
 
@@ -446,6 +457,7 @@ async fn pipe(
                     while room == 0 {
                         match wait(tx, ledger, id, seen, true, deadline).await {
                             Wake::Capacity(n) => room = n,
+                            Wake::Sent(s) if s.reset => return Err(Cut::Gone),
                             Wake::Sent(s) => {
                                 seen = s;
                                 deadline = tokio::time::Instant::now() + limit;

@@ -55,7 +55,7 @@ pub(crate) struct Sent {
     pub(crate) bytes: u64,
     /// The frame that ends the stream (END_STREAM, its header block complete) was written.
     pub(crate) ended: bool,
-    /// A RST_STREAM for it was written.
+    /// A RST_STREAM for it was written, or the connection ended before the frame that ends it.
     pub(crate) reset: bool,
 }
 
@@ -209,6 +209,23 @@ impl Ledger {
             .get(&stream)
             .map(|t| t.sent)
             .unwrap_or_default()
+    }
+
+    /// The connection has ended: nothing more of any answer will be written. A stream whose
+    /// last frame did not get out reads as reset, and its task is woken to journal it so now,
+    /// rather than waiting for progress that cannot come (until the send timeout, with every
+    /// journal entry behind it held back).
+    pub(crate) fn close(&self) {
+        let mut inner = self.lock();
+        inner.unsent.clear();
+        for t in inner.streams.values_mut() {
+            if !t.sent.ended {
+                t.sent.reset = true;
+            }
+            if let Some(w) = t.waker.take() {
+                w.wake();
+            }
+        }
     }
 
     /// The highest stream the client opened.
@@ -594,6 +611,42 @@ mod tests {
         assert_eq!(ledger.sent(1), Sent::default());
         ledger.drained();
         assert!(ledger.sent(1).ended);
+    }
+
+    #[test]
+    fn a_closed_connection_ends_the_streams_still_waiting_and_wakes_them() {
+        let ledger = Ledger::new(Arc::new(Http2Counts::default()));
+        ledger.follow(1);
+        ledger.follow(3);
+        ledger.follow(5);
+        ledger.wrote(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &[0x88]), true);
+        // Over TLS, accepted by the session but never on the socket.
+        ledger.wrote(&frame(HEADERS, END_HEADERS | END_STREAM, 5, &[0x88]), false);
+        let woken = Arc::new(Flag::default());
+        let waker = std::task::Waker::from(woken.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(ledger.poll_sent(3, Sent::default(), &mut cx).is_pending());
+        ledger.close();
+        assert!(woken.0.load(std::sync::atomic::Ordering::SeqCst));
+        assert_eq!(
+            ledger.poll_sent(3, Sent::default(), &mut cx),
+            Poll::Ready(Sent {
+                bytes: 0,
+                ended: false,
+                reset: true
+            })
+        );
+        assert!(ledger.sent(1).ended && !ledger.sent(1).reset, "it got out");
+        assert!(ledger.sent(5).reset && !ledger.sent(5).ended, "it did not");
+    }
+
+    #[derive(Default)]
+    struct Flag(std::sync::atomic::AtomicBool);
+
+    impl std::task::Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
     }
 
     #[test]

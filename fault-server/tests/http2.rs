@@ -97,6 +97,76 @@ fn answers_whose_window_never_opened_are_client_closed_with_what_got_out() {
     );
 }
 
+/// Streams open when the client closes its connection are journaled `client_closed` when it
+/// closes, not at the send timeout: the journal is written in arrival order, so one entry left
+/// waiting holds back every entry behind it.
+#[test]
+fn answers_cut_by_the_connection_closing_are_client_closed_when_it_closes() {
+    // The send timeout is far longer than the wait below.
+    let s = start(&big_body_config("send_timeout: 120s", 64 << 10));
+    let mut c = Client::connect(s.addr, &[(SETTINGS_INITIAL_WINDOW_SIZE, 0)]);
+    let streams: Vec<u32> = (0..20).map(|i| 2 * i + 1).collect();
+    for id in &streams {
+        c.request(*id, "GET", "/big", &[], true);
+    }
+    let mut heads = 0;
+    while heads < streams.len() {
+        let f = c.next().expect("the answers' heads");
+        heads += usize::from(f.kind == HEADERS);
+    }
+    drop(c);
+    let entries = s.entries_for("/big", streams.len(), Duration::from_secs(20));
+    assert_eq!(entries.len(), streams.len(), "{entries:?}");
+    for e in &entries {
+        assert_eq!(e["outcome"], "client_closed", "{e}");
+    }
+}
+
+/// The same for answers handed whole to the HTTP/2 layer but never written, because the socket
+/// was full when the client left: their entries end with the connection.
+#[test]
+fn answers_queued_behind_a_full_socket_are_client_closed_when_the_connection_closes() {
+    let s = start(&format!(
+        "{}  - match: {{ path: /small }}\n    fault: {{ status: {{ code: 200, body: \"ok\" }} }}\n",
+        big_body_config("send_timeout: 120s", 8 << 20)
+    ));
+    // Windows as large as they go, and nothing read: the first answer fills the socket.
+    let mut c = Client::connect(s.addr, &[(SETTINGS_INITIAL_WINDOW_SIZE, (1 << 31) - 1)]);
+    c.window_update(0, (1 << 31) - 1 - 65535);
+    c.request(1, "GET", "/big", &[], true);
+    let small: Vec<u32> = (1..=20).map(|i| 2 * i + 1).collect();
+    for id in &small {
+        c.request(*id, "GET", "/small", &[], true);
+    }
+    // Until the server has all 21 in hand, none finished.
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        let raw = s.get("/__harness/health");
+        let body = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        let h: serde_json::Value = serde_json::from_str(body.trim()).expect("health JSON");
+        let open = h["received"].as_u64().unwrap_or(0) - h["journaled"].as_u64().unwrap_or(0);
+        if open >= 21 {
+            break;
+        }
+        assert!(Instant::now() < end, "the requests were not all seen: {h}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(c);
+    let entries = s.entries_for("/small", small.len(), Duration::from_secs(20));
+    assert_eq!(entries.len(), small.len(), "{entries:?}");
+    for e in &entries {
+        let outcome = e["outcome"].as_str();
+        assert!(
+            matches!(outcome, Some("responded" | "client_closed")),
+            "written, or cut by the close: {e}"
+        );
+    }
+    // The first answer did fill the socket: it was not all read.
+    let big = s.entries_for("/big", 1, Duration::from_secs(5));
+    assert_eq!(big.len(), 1);
+    assert_eq!(big[0]["outcome"], "client_closed", "{}", big[0]);
+}
+
 #[test]
 fn an_answer_that_makes_no_progress_is_reset_at_the_send_timeout() {
     let s = start(&format!(
