@@ -11,6 +11,7 @@
 //!
 //! Every worker owns its connection, its RNG and its [`Recorder`]; they are merged at the end.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -143,33 +144,32 @@ pub struct PhaseCtx {
     /// When the phase was scheduled to start (every shard alike); bursts with `every` time their
     /// rounds from it. `None`: from when the phase starts here.
     pub scheduled: Option<Instant>,
-    /// A gRPC phase's request as far as it is the same for every client (set by `run_phase`).
-    pub grpc_once: Option<Arc<GrpcOnce>>,
+    /// The phase's request as far as it is the same for every client (set by `run_phase`).
+    pub once: Option<Arc<PhaseOnce>>,
 }
 
-/// What of a gRPC phase's request is the same for every call of every client, built once per
-/// phase and shared: every worker then sends from the same memory, which stays in cache, where a
-/// copy of its own per worker (hundreds of them over HTTP/2) would be read cold on every call.
+/// What of a phase's request is the same for every call of every client, built once per phase
+/// and shared: every worker then sends from the same memory, which stays in cache, where a copy
+/// of its own per worker (hundreds of them over HTTP/2) would be read cold on every call, and
+/// nothing is rendered per call.
 #[derive(Debug, Default)]
-pub struct GrpcOnce {
-    /// The request message, encoded and framed, when its JSON has no placeholder.
+pub struct PhaseOnce {
+    /// A gRPC phase's request message, encoded and framed, when its JSON has no placeholder.
     message: Option<bytes::Bytes>,
     /// The whole request, when nothing in it changes from call to call (no placeholder
     /// anywhere) and no client adds a header of its own.
     request: Option<Arc<crate::http::Outgoing>>,
 }
 
-impl GrpcOnce {
+impl PhaseOnce {
     /// `plan`'s, for clients with no header of their own.
-    fn build(plan: &PhasePlan, target: &Arc<Target>) -> GrpcOnce {
-        let message = GrpcOnce::message(plan);
-        let request = message
-            .as_ref()
-            .and_then(|m| GrpcOnce::request(plan, target, m, &[]));
-        GrpcOnce { message, request }
+    fn build(plan: &PhasePlan, target: &Arc<Target>) -> PhaseOnce {
+        let message = PhaseOnce::message(plan);
+        let request = PhaseOnce::request(plan, target, message.as_ref(), &[]);
+        PhaseOnce { message, request }
     }
 
-    /// The phase's message, encoded and framed, when its JSON has no placeholder.
+    /// A gRPC phase's message, encoded and framed, when its JSON has no placeholder.
     fn message(plan: &PhasePlan) -> Option<bytes::Bytes> {
         let g = plan.grpc.as_ref()?;
         let (body, _) = plan.template.body.as_ref()?;
@@ -180,44 +180,47 @@ impl GrpcOnce {
         ))
     }
 
-    /// The whole request with `message` and a client's own headers `extra`, when nothing in it
-    /// changes from call to call (no placeholder in the path or a header).
+    /// The whole request with a client's own headers `extra` (and, for a gRPC phase, its framed
+    /// `message`), when nothing in it changes from call to call: no placeholder anywhere.
     fn request(
         plan: &PhasePlan,
         target: &Arc<Target>,
-        message: &bytes::Bytes,
+        message: Option<&bytes::Bytes>,
         extra: &[(HeaderName, HeaderValue)],
     ) -> Option<Arc<crate::http::Outgoing>> {
-        let g = plan.grpc.as_ref()?;
         let t = &plan.template;
-        if t.path.literal().is_none() || t.headers.iter().any(|(_, v)| v.literal().is_none()) {
+        if !t.is_literal() {
             return None;
         }
-        GrpcRendered {
-            grpc: g,
-            template: t,
-            target,
-            // No placeholder anywhere: the values are not read.
-            vars: Vars {
-                seq: 0,
-                client: 0,
-                uuid: "",
-                key: "",
-                round: 0,
-                captured: None,
-            },
-            extra,
-            release: None,
-            message: Some(message),
-            whole: None,
-        }
-        .request(&Attempt {
-            number: 1,
-            previous_attempts: None,
-            timeout: None,
-        })
-        .ok()
-        .map(Arc::new)
+        // No placeholder anywhere: the values are not read.
+        let vars = Vars {
+            seq: 0,
+            client: 0,
+            uuid: "",
+            key: "",
+            round: 0,
+            captured: None,
+        };
+        let request = match &plan.grpc {
+            None => t.render(target, &vars, extra),
+            Some(g) => GrpcRendered {
+                grpc: g,
+                template: t,
+                target,
+                vars,
+                extra,
+                release: None,
+                message: Some(message?),
+                whole: None,
+            }
+            .request(&Attempt {
+                number: 1,
+                previous_attempts: None,
+                timeout: None,
+            })
+            .ok()?,
+        };
+        Some(Arc::new(request))
     }
 }
 
@@ -313,14 +316,11 @@ pub async fn run_phase(plan: Arc<PhasePlan>, ctx: PhaseCtx) -> PhaseOutcome {
         }
         _ => None,
     };
-    let grpc_once = plan
-        .grpc
-        .is_some()
-        .then(|| Arc::new(GrpcOnce::build(&plan, &ctx.target)));
+    let once = Some(Arc::new(PhaseOnce::build(&plan, &ctx.target)));
     let ctx = PhaseCtx {
         capture_sink: Some(captures.clone()),
         stop,
-        grpc_once,
+        once,
         ..ctx
     };
     let sink = Sink::new();
@@ -411,11 +411,12 @@ pub async fn run_phase(plan: Arc<PhasePlan>, ctx: PhaseCtx) -> PhaseOutcome {
 #[repr(C)]
 struct PhaseClient {
     client: u32,
-    /// A gRPC phase's whole request, built once when nothing in it changes from call to call
-    /// (no placeholder anywhere): an attempt without a `grpc-timeout` or a
-    /// `grpc-previous-rpc-attempts` of its own is sent as it is, with no map built per call.
-    /// The phase's own ([`GrpcOnce`]) unless this client adds a header.
-    grpc_request: Option<Arc<crate::http::Outgoing>>,
+    /// The whole request, built once when nothing in it changes from call to call (no
+    /// placeholder anywhere): an attempt with nothing of its own to add (an HTTP attempt's
+    /// `x-deadline`, a gRPC attempt's `grpc-timeout` or `grpc-previous-rpc-attempts`, a burst's
+    /// release) is sent as it is, with nothing rendered per call. The phase's own
+    /// ([`PhaseOnce`]) unless this client adds a header.
+    request: Option<Arc<crate::http::Outgoing>>,
     /// A gRPC phase's request message, encoded and framed once when its JSON has no
     /// placeholder.
     grpc_message: Option<bytes::Bytes>,
@@ -446,23 +447,21 @@ impl PhaseClient {
             extra: client_header(plan.client_id_header, ctx.index, client),
             stopped: StopWait::new(sink.stop.clone()),
             grpc_message: None,
-            grpc_request: None,
+            request: None,
         }
-        .with_grpc_requests(plan, ctx)
+        .with_requests_built_once(plan, ctx)
     }
 
-    /// The gRPC requests built once (see the fields), when the phase's template allows: the
-    /// phase's, shared, unless this client's request has a header of its own.
-    fn with_grpc_requests(mut self, plan: &PhasePlan, ctx: &PhaseCtx) -> PhaseClient {
-        let phase = match &ctx.grpc_once {
+    /// The requests built once (see the fields), when the phase's template allows: the phase's,
+    /// shared, unless this client's request has a header of its own.
+    fn with_requests_built_once(mut self, plan: &PhasePlan, ctx: &PhaseCtx) -> PhaseClient {
+        let phase = match &ctx.once {
             Some(phase) => phase.clone(),
-            None if plan.grpc.is_some() => Arc::new(GrpcOnce::build(plan, &ctx.target)),
-            None => return self,
+            None => Arc::new(PhaseOnce::build(plan, &ctx.target)),
         };
-        self.grpc_request = match (&phase.message, self.extra.is_empty()) {
-            (_, true) => phase.request.clone(),
-            (Some(m), false) => GrpcOnce::request(plan, &ctx.target, m, &self.extra),
-            (None, false) => None,
+        self.request = match self.extra.is_empty() {
+            true => phase.request.clone(),
+            false => PhaseOnce::request(plan, &ctx.target, phase.message.as_ref(), &self.extra),
         };
         self.grpc_message = phase.message.clone();
         self
@@ -549,7 +548,7 @@ impl PhaseClient {
             extra: &self.extra,
             release: v.release,
             message: self.grpc_message.as_ref(),
-            whole: self.grpc_request.as_deref(),
+            whole: self.request.as_deref(),
         };
         let mut observer = self.rec.operation(ids, ctx.run_start);
         let result = tokio::select! {
@@ -605,6 +604,7 @@ impl PhaseClient {
             vars: v.vars(op, self.client, ctx),
             extra: &self.extra,
             release: v.release,
+            whole: self.request.as_deref(),
         };
         let mut observer = self.rec.operation(ids, ctx.run_start);
         let result = tokio::select! {
@@ -865,6 +865,8 @@ struct Rendered<'a> {
     vars: Vars<'a>,
     extra: &'a [(HeaderName, HeaderValue)],
     release: Option<Release<'a>>,
+    /// The whole request, when it is the same for every call (see [`PhaseClient`]).
+    whole: Option<&'a crate::http::Outgoing>,
 }
 
 impl Transport for Rendered<'_> {
@@ -879,16 +881,18 @@ impl Transport for Rendered<'_> {
             key: spec.fresh_key.unwrap_or(self.vars.key),
             ..self.vars
         };
-        let req = match spec.deadline_unix_ms {
-            Some(ms) => {
-                let mut extra = self.extra.to_vec();
-                extra.push((HeaderName::from_static("x-deadline"), HeaderValue::from(ms)));
-                self.template.render(self.target, &vars, &extra)
-            }
-            None => self.template.render(self.target, &vars, self.extra),
-        };
         let timeout = spec.call.timeout;
         let release = self.release.filter(|_| spec.call.attempt == 1);
+        // A key made fresh for the attempt changes nothing in a request without placeholders.
+        let req = match (spec.deadline_unix_ms, self.whole) {
+            (None, Some(whole)) if release.is_none() => Cow::Borrowed(whole),
+            (Some(ms), _) => {
+                let mut extra = self.extra.to_vec();
+                extra.push((HeaderName::from_static("x-deadline"), HeaderValue::from(ms)));
+                Cow::Owned(self.template.render(self.target, &vars, &extra))
+            }
+            (None, _) => Cow::Owned(self.template.render(self.target, &vars, self.extra)),
+        };
         let conn = &mut *self.conn;
         // This future is moved whole into the operation's state on every attempt, and every
         // future that holds it is moved whole too: it keeps only an HTTP/2 exchange inline (a
@@ -899,10 +903,11 @@ impl Transport for Rendered<'_> {
                 (None, Conn::H2(h2)) => h2.send_ref(&req, timeout).await,
                 (None, conn) => Box::pin(conn.send_ref(&req, timeout)).await,
                 (Some(Release::Barrier { barrier, last_byte }), conn) => {
+                    let req = req.into_owned();
                     Box::pin(conn.send_released(req, timeout, Some(barrier), last_byte)).await
                 }
                 (Some(Release::SinglePacket(round)), _) => {
-                    Box::pin(round.submit(req, timeout)).await
+                    Box::pin(round.submit(req.into_owned(), timeout)).await
                 }
             }
         }

@@ -446,7 +446,7 @@ pub async fn run(
         capture_sink: None,
         shard: crate::shard::Shard::WHOLE,
         scheduled: None,
-        grpc_once: None,
+        once: None,
     };
     let out = driver::run_phase(Arc::new(o.phase.clone()), ctx).await;
     bar.finish();

@@ -366,7 +366,7 @@ impl Session {
                 capture_sink: None,
                 shard: plan.shard,
                 scheduled,
-                grpc_once: None,
+                once: None,
             };
             let journal_before = self.server.as_ref().map_or(0, |s| s.journal().written());
             let mut out = driver::run_phase(Arc::new(p.clone()), ctx).await;

@@ -193,6 +193,16 @@ impl RequestTemplate {
         v
     }
 
+    /// Whether no part has a placeholder: every rendering is the same request.
+    pub fn is_literal(&self) -> bool {
+        self.path.literal().is_some()
+            && self.headers.iter().all(|(_, v)| v.literal().is_some())
+            && self
+                .body
+                .as_ref()
+                .is_none_or(|(t, _)| t.literal().is_some())
+    }
+
     /// Whether any part uses `v`.
     pub fn uses(&self, v: Var) -> bool {
         self.path.uses(v)

@@ -269,7 +269,7 @@ impl Workload {
             capture_sink: None,
             shard: Shard::WHOLE,
             scheduled: None,
-            grpc_once: None,
+            once: None,
         };
         let mut out = driver::run_phase(Arc::new(phase), ctx).await;
         if let Some(e) = crate::run::RunError::worker_died("workload", &out.recorder) {
