@@ -57,7 +57,7 @@ pub(crate) async fn serve(
 ) -> H2End {
     let state = &conn.state;
     let limits = state.limits;
-    let ledger = Arc::new(Ledger::new(state.http2.clone()));
+    let ledger = Arc::new(Ledger::new(state.http2.clone(), state.clock.clone()));
     // Whatever ends the serving, after the connection (declared before it, dropped after).
     let _closed = Closed(&ledger);
     let io = H2Io::new(conn.io.clone(), ledger.clone());
@@ -283,14 +283,13 @@ fn answer<'a>(
         drop(body);
         if let Some(s) = settle {
             let bytes = ledger.sent(id).bytes;
-            s.finish(
-                bytes,
-                match result {
-                    Ok(()) => None,
-                    Err(Cut::Gone) => Some(history::Outcome::ClientClosed),
-                    Err(Cut::Stalled) => Some(history::Outcome::SendTimeout),
-                },
-            );
+            match result {
+                // Done when its last frame was written, not when this task got to see that: a
+                // retry measured from a later time would look sooner than the client made it.
+                Ok(()) => s.finish(bytes, None, ledger.ended_at(id)),
+                Err(Cut::Gone) => s.finish(bytes, Some(history::Outcome::ClientClosed), None),
+                Err(Cut::Stalled) => s.finish(bytes, Some(history::Outcome::SendTimeout), None),
+            }
         }
     }
 }

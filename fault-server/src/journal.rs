@@ -853,12 +853,19 @@ impl Pending {
 
     /// Completes the entry with its outcome, stamped now.
     pub fn finish(mut self, outcome: Outcome) {
-        self.emit(outcome);
+        self.emit(outcome, None);
     }
 
-    fn emit(&mut self, outcome: Outcome) {
+    /// Completes the entry with its outcome, done at `t_done_us` (its clock's time, when the
+    /// answer's last byte was written), not later than now nor before the request came.
+    pub fn finish_at(mut self, outcome: Outcome, t_done_us: u64) {
+        self.emit(outcome, Some(t_done_us));
+    }
+
+    fn emit(&mut self, outcome: Outcome, done: Option<u64>) {
         if let Some(mut e) = self.entry.take() {
-            e.t_done_us = self.emitter.clock.now_us();
+            let now = self.emitter.clock.now_us();
+            e.t_done_us = done.map_or(now, |t| t.clamp(e.t_recv_us.min(now), now));
             e.outcome = outcome;
             if !matches!(
                 outcome,
@@ -887,7 +894,7 @@ impl Pending {
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        self.emit(Outcome::ClientClosed);
+        self.emit(Outcome::ClientClosed, None);
     }
 }
 
@@ -958,6 +965,27 @@ mod tests {
             2
         );
         assert_eq!(j.stats().by_outcome.get("client_closed"), Some(&1));
+    }
+
+    #[test]
+    fn an_entry_finished_late_keeps_the_time_its_answer_was_written() {
+        let j = Journal::start(None).unwrap();
+        let clock = Arc::new(Clock::new());
+        let mut a = entry(1);
+        a.t_recv_us = clock.now_us();
+        let written = a.t_recv_us + 1;
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        Pending::new(&j, clock.clone(), 0, a).finish_at(Outcome::Responded, written);
+        // A time from a clock ahead of the entry's own is brought back to now.
+        let mut b = entry(2);
+        b.t_recv_us = clock.now_us();
+        Pending::new(&j, clock.clone(), 0, b).finish_at(Outcome::Responded, u64::MAX);
+        let after = clock.now_us();
+        j.flush();
+        let entries = j.entries();
+        assert_eq!(entries[0].t_done_us, written);
+        assert!(entries[1].t_done_us <= after, "{:?}", entries[1]);
+        assert!(entries[1].t_done_us >= entries[1].t_recv_us);
     }
 
     #[test]

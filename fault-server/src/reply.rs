@@ -397,8 +397,8 @@ pub(crate) struct Settle {
 
 impl Settle {
     /// Finishes the entry: with `bytes` of the answer written, as meant (`cut` `None`) or as
-    /// `cut`.
-    pub(crate) fn finish(self, bytes: u64, cut: Option<history::Outcome>) {
+    /// `cut`; done at `done_us` (the server's clock) when given, else now.
+    pub(crate) fn finish(self, bytes: u64, cut: Option<history::Outcome>, done_us: Option<u64>) {
         let Settle {
             mut pending,
             outcome,
@@ -411,7 +411,10 @@ impl Settle {
             // committed.
             e.committed = Some(false);
         }
-        pending.finish(cut.unwrap_or(outcome));
+        match done_us {
+            Some(t) => pending.finish_at(cut.unwrap_or(outcome), t),
+            None => pending.finish(cut.unwrap_or(outcome)),
+        }
         drop(held);
     }
 }
@@ -568,7 +571,7 @@ impl Drop for JournaledBody {
                 } else {
                     Outcome::ClientClosed
                 };
-                s.finish(watch.bytes_since(*start), Some(cut));
+                s.finish(watch.bytes_since(*start), Some(cut), None);
             }
             // Not written through a watched connection: the hand-over is all there is to see.
             (None, true) => {

@@ -29,6 +29,7 @@ use std::task::{Context, Poll, Waker};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use crate::journal::Clock;
 use crate::socket::ConnIo;
 use crate::state::Http2Counts;
 
@@ -66,6 +67,8 @@ struct Tracked {
     end_after_block: bool,
     /// Its task has its answer (or gave up): the entry goes once the last frame is seen.
     done: bool,
+    /// When the frame that ends it was written (the server's clock, µs).
+    ended_us: u64,
     waker: Option<Waker>,
 }
 
@@ -141,14 +144,16 @@ const MAX_DONE: usize = 4096;
 pub(crate) struct Ledger {
     inner: Mutex<Inner>,
     counts: Arc<Http2Counts>,
+    clock: Arc<Clock>,
 }
 
 impl Ledger {
-    /// A ledger counting refusals into `counts`.
-    pub(crate) fn new(counts: Arc<Http2Counts>) -> Ledger {
+    /// A ledger counting refusals into `counts`, stamping the ends of answers with `clock`.
+    pub(crate) fn new(counts: Arc<Http2Counts>, clock: Arc<Clock>) -> Ledger {
         Ledger {
             inner: Mutex::new(Inner::default()),
             counts,
+            clock,
         }
     }
 
@@ -226,6 +231,16 @@ impl Ledger {
                 w.wake();
             }
         }
+    }
+
+    /// When the frame that ends the stream's answer was written, if it was: the moment its
+    /// client could have the whole answer, whenever the stream's task gets to journal it.
+    pub(crate) fn ended_at(&self, stream: u32) -> Option<u64> {
+        self.lock()
+            .streams
+            .get(&stream)
+            .filter(|t| t.sent.ended)
+            .map(|t| t.ended_us)
     }
 
     /// The highest stream the client opened.
@@ -375,7 +390,10 @@ impl Ledger {
         };
         match e {
             Event::Bytes(_, n) => t.sent.bytes += n,
-            Event::Ended(_) => t.sent.ended = true,
+            Event::Ended(_) => {
+                t.sent.ended = true;
+                t.ended_us = self.clock.now_us();
+            }
             Event::Reset(_, _) => t.sent.reset = true,
             _ => return,
         }
@@ -577,7 +595,7 @@ mod tests {
 
     #[test]
     fn a_stream_ends_when_its_last_frame_is_out_however_the_writes_split_it() {
-        let ledger = Ledger::new(Arc::new(Http2Counts::default()));
+        let ledger = Ledger::new(Arc::new(Http2Counts::default()), Arc::new(Clock::new()));
         ledger.follow(1);
         ledger.follow(3);
         let mut out = frame(HEADERS, END_HEADERS, 1, &[0x88]);
@@ -605,7 +623,7 @@ mod tests {
 
     #[test]
     fn over_tls_a_frame_counts_once_the_session_wrote_it() {
-        let ledger = Ledger::new(Arc::new(Http2Counts::default()));
+        let ledger = Ledger::new(Arc::new(Http2Counts::default()), Arc::new(Clock::new()));
         ledger.follow(1);
         ledger.wrote(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &[0x88]), false);
         assert_eq!(ledger.sent(1), Sent::default());
@@ -614,8 +632,29 @@ mod tests {
     }
 
     #[test]
+    fn the_end_of_an_answer_is_timed_when_its_frame_reaches_the_socket() {
+        let clock = Arc::new(Clock::new());
+        let ledger = Ledger::new(Arc::new(Http2Counts::default()), clock.clone());
+        ledger.follow(1);
+        ledger.follow(3);
+        let before = clock.now_us();
+        ledger.wrote(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &[0x88]), true);
+        let ended = ledger.ended_at(1).expect("ended");
+        assert!(ended >= before);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(ledger.ended_at(1), Some(ended), "read later, the same time");
+        // Over TLS: when the session wrote it, not when it was accepted.
+        ledger.wrote(&frame(HEADERS, END_HEADERS | END_STREAM, 3, &[0x88]), false);
+        assert_eq!(ledger.ended_at(3), None);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let drained = clock.now_us();
+        ledger.drained();
+        assert!(ledger.ended_at(3).expect("ended") >= drained);
+    }
+
+    #[test]
     fn a_closed_connection_ends_the_streams_still_waiting_and_wakes_them() {
-        let ledger = Ledger::new(Arc::new(Http2Counts::default()));
+        let ledger = Ledger::new(Arc::new(Http2Counts::default()), Arc::new(Clock::new()));
         ledger.follow(1);
         ledger.follow(3);
         ledger.follow(5);
@@ -652,7 +691,7 @@ mod tests {
     #[test]
     fn what_h2_refused_on_its_own_is_counted_by_reason() {
         let counts = Arc::new(Http2Counts::default());
-        let ledger = Ledger::new(counts.clone());
+        let ledger = Ledger::new(counts.clone(), Arc::new(Clock::new()));
         ledger.follow(1);
         let mut out = frame(RST_STREAM, 0, 1, &8u32.to_be_bytes());
         out.extend(frame(RST_STREAM, 0, 3, &1u32.to_be_bytes()));
@@ -682,7 +721,7 @@ mod tests {
 
     #[test]
     fn a_settings_frame_of_the_wrong_length_stops_what_is_passed_on() {
-        let ledger = Ledger::new(Arc::new(Http2Counts::default()));
+        let ledger = Ledger::new(Arc::new(Http2Counts::default()), Arc::new(Clock::new()));
         let mut inbound = Inbound {
             preface_left: 24,
             framing: Framing::default(),
