@@ -41,11 +41,11 @@
 //! horizon; then the cluster is judged and only its verdicts remain.
 //!
 //! Metrics: `groups` (the worst `max_evidence` of the judged cluster/attempt groups, worst
-//! first), `groups_analyzed`, `retries_analyzed`, `lowest_dispersion`,
+//! first), `groups_analyzed`, `groups_cut_off`, `retries_analyzed`, `lowest_dispersion`,
 //! `highest_densest_window_fraction`, `highest_peak_to_mean`.
 
 use history::Facts;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -126,6 +126,9 @@ struct Cluster {
     last_us: u64,
     members: usize,
     groups: BTreeMap<u32, Group>,
+    /// Member operations whose latest attempt failed, with when it ended: each will be
+    /// retried, has given up, or was cut off by the end of the run.
+    failing: HashMap<u64, u64>,
 }
 
 /// What one group's delays show.
@@ -196,6 +199,9 @@ pub(crate) struct JitterCheck {
     largest: usize,
     /// Groups judged so far (their samples are gone).
     analyses: Vec<Analysis>,
+    /// Groups left out because the end of the run may have cut their slower retries off (see
+    /// [`JitterCheck::no_backoff`]).
+    censored: usize,
 }
 
 impl JitterCheck {
@@ -211,6 +217,7 @@ impl JitterCheck {
             open: None,
             largest: 0,
             analyses: Vec::new(),
+            censored: 0,
         }
     }
 
@@ -226,7 +233,8 @@ impl JitterCheck {
                 judged.push(a);
             }
         }
-        self.no_backoff(&mut judged);
+        let last_failing = c.failing.values().max().copied();
+        self.no_backoff(&mut judged, last_failing);
         self.analyses.extend(judged);
     }
 
@@ -235,7 +243,14 @@ impl JitterCheck {
     /// the client takes to handle a response — a fleet on one event loop handles 50 failures one
     /// after another, which looks like a spread of tens of milliseconds — not a backoff, and
     /// whatever their dispersion they bring every retry back within a window of its failure.
-    fn no_backoff(&self, groups: &mut [Analysis]) {
+    ///
+    /// The comparison needs the last group whole. When the run ended while a member operation
+    /// had failed and not been retried, and a retry backing off from the first group's (its slow
+    /// retries' wait, `GROWTH` times) would have come after the end, the slower retries of the
+    /// last group may be the ones cut off: its delays look shorter than the client's. Then the
+    /// groups this criterion would decide are left out, counted in `censored`, rather than
+    /// judged on what the end of the run kept.
+    fn no_backoff(&mut self, groups: &mut Vec<Analysis>, last_failing_us: Option<u64>) {
         let window = self.cfg.window_ms as f64;
         if groups.len() < 2 || groups.iter().any(|a| a.median_ms >= window) {
             return;
@@ -251,6 +266,13 @@ impl JitterCheck {
             return;
         };
         if last.p90_ms >= first.p90_ms * GROWTH {
+            return;
+        }
+        let backing_off_us = (first.p90_ms * GROWTH * 1000.0) as u64;
+        if last_failing_us.is_some_and(|t| t.saturating_add(backing_off_us) > self.now_us) {
+            let before = groups.len();
+            groups.retain(|a| !matches!(a.kind, Kind::Jittered | Kind::Small));
+            self.censored += before - groups.len();
             return;
         }
         for a in groups.iter_mut() {
@@ -313,6 +335,7 @@ impl JitterCheck {
             last_us: t_us,
             members: 0,
             groups: BTreeMap::new(),
+            failing: HashMap::new(),
         });
         c.members += 1;
         self.open = Some(start);
@@ -517,6 +540,11 @@ impl Check for JitterCheck {
             return;
         }
         c.last_us = c.last_us.max(e.t_recv_us.max(e.t_done_us));
+        if a.step.failed {
+            c.failing.insert(a.step.op, e.t_done_us);
+        } else {
+            c.failing.remove(&a.step.op);
+        }
         let (true, Some(delay)) = (a.is_retry(), a.delay_us()) else {
             return;
         };
@@ -544,6 +572,15 @@ impl Check for JitterCheck {
         }
         let retries: usize = analyses.iter().map(|a| a.n).sum();
         let (verdict, summary) = match ranked.first() {
+            None if self.censored > 0 => (
+                Verdict::Inconclusive,
+                format!(
+                    "not enough data: the run ended while operations that failed together were \
+                     still retrying, so their later retries may be cut off and cannot tell a \
+                     backoff from the pace of handling responses ({} attempt groups left out)",
+                    self.censored
+                ),
+            ),
             None => (
                 Verdict::Inconclusive,
                 format!(
@@ -603,6 +640,7 @@ impl Check for JitterCheck {
         let mut result = CheckResult::new("jitter", verdict, summary)
             .metric("groups", groups)
             .metric("groups_analyzed", analyses.len() as u64)
+            .metric("groups_cut_off", self.censored as u64)
             .metric("retries_analyzed", retries as u64);
         if !analyses.is_empty() {
             let lowest = analyses
@@ -632,7 +670,7 @@ impl CheckSpec for JitterConfig {
         catches: "the thundering herd",
         how: "operations whose first failures cluster in time; per attempt index the retry delays' dispersion (MAD / median, IQR / median) and the arrivals' clustering (densest-window fraction, peak-to-mean). No jitter fails; full, equal, decorrelated pass; a spread above the noise floor but under `min_dispersion` (e.g. 0–400 ms on 1 s), or a dispersed one that still brings `max_wave_fraction` of the retries back in one window, is weak, and a narrow one that does is no jitter; retries back within a window of their failures over a spread under `min_spread_ms` (10th to 90th percentile: the pace at which a client handles responses, e.g. a fleet of 50 on one event loop retrying at once) are no jitter whatever their dispersion; a median delay under `immediate_ms`, or short delays that do not grow from attempt to attempt (a fleet on an event loop handling its failures one after another), fail as no backoff at all",
         evidence: "`min_samples` retries of one attempt index among operations that failed together",
-        limits: "needs `min_samples` retries per group, else inconclusive; under a strong time scale lower `noise_floor_ms` and `min_spread_ms`; a fleet whose handling is itself spread over more than `min_spread_ms` (a connection pool queueing its retries, or an event loop starved of CPU) spreads them at the server as jitter would",
+        limits: "needs `min_samples` retries per group, else inconclusive; under a strong time scale lower `noise_floor_ms` and `min_spread_ms`; a fleet whose handling is itself spread over more than `min_spread_ms` (a connection pool queueing its retries, or an event loop starved of CPU) spreads them at the server as jitter would; when the run ends while operations that failed together are still retrying, the later retries a backoff would make are cut off, so that cluster is not judged for backoff (its groups are left out, `groups_cut_off`)",
     };
 
     fn scale(&mut self, f: f64) {
@@ -796,6 +834,36 @@ mod tests {
         });
         let r = run_one("jitter", "{}", &j);
         assert_eq!(r.verdict, Verdict::Pass, "{}", r.summary);
+    }
+
+    /// The end of the run cuts a backing-off client's last retries short: those still to come
+    /// are the slow ones, and the ones kept look like the pace of handling. That is no evidence
+    /// either way: the groups are left out, not failed as no backoff — and a fleet that does
+    /// not back off, cut the same way, is not passed either.
+    #[test]
+    fn retries_cut_off_by_the_end_of_the_run_are_not_judged_for_backoff() {
+        // The journal ends at `ms`, part way through the last retries.
+        let cut = |j: Vec<Entry>, ms: u64| -> Vec<Entry> {
+            j.into_iter().filter(|e| e.t_recv_us < ms * 1000).collect()
+        };
+        let backing_off = herd(50, 3, 11, |rng, k, _| {
+            rng.random::<f64>() * 100.0 * f64::powi(2.0, k as i32 - 1)
+        });
+        let r = run_one("jitter", "{}", &backing_off);
+        assert_eq!(r.verdict, Verdict::Pass, "whole: {}", r.summary);
+        // Retries 1 to 3 wait up to 100, 200 and 400 ms.
+        let r = run_one("jitter", "{}", &cut(backing_off, 150));
+        assert_ne!(r.verdict, Verdict::Fail, "cut: {}", r.summary);
+        assert!(
+            r.metrics["groups_cut_off"].as_u64() > Some(0),
+            "{:?}",
+            r.metrics
+        );
+
+        let fleet = herd(50, 3, 10, |rng, _, _| 10.0 + rng.random::<f64>() * 40.0);
+        // Each retry 10 to 50 ms after its failure.
+        let r = run_one("jitter", "{}", &cut(fleet, 95));
+        assert_ne!(r.verdict, Verdict::Pass, "cut: {}", r.summary);
     }
 
     /// The same fleet with a single retry: no later attempt to compare with, and a spread of
