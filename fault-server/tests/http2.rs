@@ -56,15 +56,18 @@ fn a_slow_reader_whose_window_keeps_opening_gets_the_whole_answer() {
     assert_eq!(e["response_bytes"], wire, "every byte the client read: {e}");
 }
 
-#[test]
-fn answers_whose_window_never_opened_are_client_closed_with_what_got_out() {
-    let s = start(&big_body_config("send_timeout: 60s", 64 << 10));
+/// A client that opens no window asks for `/big` on `n` streams and reads every answer's head
+/// (HEADERS are not flow-controlled; not one byte of a body can come): the client, its streams
+/// and each head's size on the wire.
+fn heads_with_no_window(
+    s: &common::binary::Server,
+    n: u32,
+) -> (Client, Vec<u32>, std::collections::HashMap<u32, u64>) {
     let mut c = Client::connect(s.addr, &[(SETTINGS_INITIAL_WINDOW_SIZE, 0)]);
-    let streams: Vec<u32> = (0..20).map(|i| 2 * i + 1).collect();
+    let streams: Vec<u32> = (0..n).map(|i| 2 * i + 1).collect();
     for id in &streams {
         c.request(*id, "GET", "/big", &[], true);
     }
-    // Every answer's head arrives (HEADERS are not flow-controlled); not one byte of a body can.
     let mut head_bytes = std::collections::HashMap::new();
     while head_bytes.len() < streams.len() {
         let f = c.next().expect("the answers' heads");
@@ -73,6 +76,13 @@ fn answers_whose_window_never_opened_are_client_closed_with_what_got_out() {
             head_bytes.insert(f.stream, f.wire_len());
         }
     }
+    (c, streams, head_bytes)
+}
+
+#[test]
+fn answers_whose_window_never_opened_are_client_closed_with_what_got_out() {
+    let s = start(&big_body_config("send_timeout: 60s", 64 << 10));
+    let (mut c, streams, head_bytes) = heads_with_no_window(&s, 20);
     for id in &streams {
         c.reset(*id, CANCEL);
     }
@@ -104,16 +114,7 @@ fn answers_whose_window_never_opened_are_client_closed_with_what_got_out() {
 fn answers_cut_by_the_connection_closing_are_client_closed_when_it_closes() {
     // The send timeout is far longer than the wait below.
     let s = start(&big_body_config("send_timeout: 120s", 64 << 10));
-    let mut c = Client::connect(s.addr, &[(SETTINGS_INITIAL_WINDOW_SIZE, 0)]);
-    let streams: Vec<u32> = (0..20).map(|i| 2 * i + 1).collect();
-    for id in &streams {
-        c.request(*id, "GET", "/big", &[], true);
-    }
-    let mut heads = 0;
-    while heads < streams.len() {
-        let f = c.next().expect("the answers' heads");
-        heads += usize::from(f.kind == HEADERS);
-    }
+    let (c, streams, _) = heads_with_no_window(&s, 20);
     drop(c);
     let entries = s.entries_for("/big", streams.len(), Duration::from_secs(20));
     assert_eq!(entries.len(), streams.len(), "{entries:?}");
