@@ -575,6 +575,7 @@ async fn a_locked_table_is_answered_503_with_retry_after_not_waited_on() {
     .await;
     locker.batch_execute("ROLLBACK").await.expect("unlock");
     let replies = replies.expect("every request is answered while the lock is held");
+    let mut lock_timeouts = 0;
     for r in &replies {
         assert_eq!(r.status, 503, "{r:?}");
         assert_eq!(r.header("retry-after"), Some("1"), "{r:?}");
@@ -583,7 +584,15 @@ async fn a_locked_table_is_answered_503_with_retry_after_not_waited_on() {
             "urn:fault-server:problem:store-unavailable",
             "{r:?}"
         );
+        // The answer says which bound gave out: the lock's, or the wait for a connection.
+        let detail = r.json()["detail"].as_str().unwrap_or_default().to_string();
+        assert!(
+            detail.contains("lock timeout") || detail.contains("database pool"),
+            "{detail}"
+        );
+        lock_timeouts += usize::from(detail.contains("canceling statement due to lock timeout"));
     }
+    assert!(lock_timeouts > 0, "{replies:?}");
     let j = journal(&server).await;
     assert_eq!(j.len(), 20);
     for e in &j {
@@ -604,11 +613,37 @@ async fn a_locked_table_is_answered_503_with_retry_after_not_waited_on() {
 }
 
 /// A TCP relay to the database that the test can cut and restore: what a database restart or a
-/// partition looks like to the server.
+/// partition looks like to the server. Or freeze: the connections stay open and nothing goes
+/// through them, what a stalled link or a frozen host looks like.
 struct Cuttable {
     addr: SocketAddr,
     up: std::sync::Arc<std::sync::atomic::AtomicBool>,
     cut: std::sync::Arc<tokio::sync::Notify>,
+    frozen: tokio::sync::watch::Sender<bool>,
+}
+
+/// Copies `from` to `to`, holding what it read while `frozen` says so.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut frozen: tokio::sync::watch::Receiver<bool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        while *frozen.borrow_and_update() {
+            if frozen.changed().await.is_err() {
+                return;
+            }
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
 }
 
 impl Cuttable {
@@ -620,27 +655,47 @@ impl Cuttable {
         let addr = listener.local_addr().expect("its address");
         let up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
         let cut = std::sync::Arc::new(tokio::sync::Notify::new());
+        let (frozen, _) = tokio::sync::watch::channel(false);
         {
-            let (up, cut) = (up.clone(), cut.clone());
+            let (up, cut, frozen) = (up.clone(), cut.clone(), frozen.clone());
             tokio::spawn(async move {
-                while let Ok((mut client, _)) = listener.accept().await {
+                while let Ok((client, _)) = listener.accept().await {
                     if !up.load(Ordering::SeqCst) {
                         continue; // dropped: refused
                     }
-                    let cut = cut.clone();
+                    let (cut, frozen) = (cut.clone(), frozen.clone());
                     tokio::spawn(async move {
-                        let Ok(mut server) = tokio::net::TcpStream::connect(target).await else {
+                        let Ok(server) = tokio::net::TcpStream::connect(target).await else {
                             return;
                         };
+                        let (client_rx, client_tx) = client.into_split();
+                        let (server_rx, server_tx) = server.into_split();
                         tokio::select! {
-                            _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                            () = pump(client_rx, server_tx, frozen.subscribe()) => {}
+                            () = pump(server_rx, client_tx, frozen.subscribe()) => {}
                             () = cut.notified() => {}
                         }
                     });
                 }
             });
         }
-        Cuttable { addr, up, cut }
+        Cuttable {
+            addr,
+            up,
+            cut,
+            frozen,
+        }
+    }
+
+    fn freeze(&self, frozen: bool) {
+        self.frozen.send_replace(frozen);
+    }
+
+    /// The server's URL for the database `url`, through this relay.
+    fn url_for(&self, url: &str) -> String {
+        let (creds, rest) = url.split_once('@').expect("a URL with credentials");
+        let (_, path) = rest.split_once('/').expect("a database name");
+        format!("{creds}@{}/{path}", self.addr)
     }
 
     fn set(&self, up: bool) {
@@ -673,10 +728,7 @@ async fn health_says_degraded_while_the_store_cannot_be_reached() {
     let cfg: tokio_postgres::Config = db.url.parse().expect("the test URL parses");
     let port = cfg.get_ports().first().copied().unwrap_or(5432);
     let relay = Cuttable::to(SocketAddr::from(([127, 0, 0, 1], port))).await;
-    let (_, rest) = db.url.split_once('@').expect("a URL with credentials");
-    let (_, path) = rest.split_once('/').expect("a database name");
-    let (creds, _) = db.url.split_once('@').expect("credentials");
-    let via = format!("{creds}@{}/{path}", relay.addr);
+    let via = relay.url_for(&db.url);
     let server = common::start(&format!(
         "orders: {{ database: \"{via}\", statement_timeout: 1s }}"
     ))
@@ -713,5 +765,74 @@ async fn health_says_degraded_while_the_store_cannot_be_reached() {
     )
     .await;
     assert_eq!(created.status, 201, "{created:?}");
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_that_stops_answering_costs_a_bounded_wait_not_a_hang() {
+    let Some(db) =
+        TestDb::new("a_database_that_stops_answering_costs_a_bounded_wait_not_a_hang").await
+    else {
+        return;
+    };
+    let cfg: tokio_postgres::Config = db.url.parse().expect("the test URL parses");
+    let port = cfg.get_ports().first().copied().unwrap_or(5432);
+    let relay = Cuttable::to(SocketAddr::from(([127, 0, 0, 1], port))).await;
+    let server = common::start(&format!(
+        "orders: {{ database: \"{}\", statement_timeout: 1s }}",
+        relay.url_for(&db.url)
+    ))
+    .await;
+    // The pool's connection is open and idle: the next request takes it, no connect to wait on.
+    let first = send(
+        server.addr(),
+        &request_bytes("POST", "/orders", Some("stall-0"), r#"{"sku":"S"}"#),
+    )
+    .await;
+    assert_eq!(first.status, 201, "{first:?}");
+
+    // The link stalls: the database's own timeouts cannot fire, as nothing reaches it.
+    relay.freeze(true);
+    let stalled = tokio::time::timeout(
+        Duration::from_secs(30),
+        send(
+            server.addr(),
+            &request_bytes("POST", "/orders", Some("stall-1"), r#"{"sku":"S"}"#),
+        ),
+    )
+    .await
+    .expect("answered while the database does not answer, not held for the stall");
+    assert_eq!(stalled.status, 503, "{stalled:?}");
+    assert_eq!(stalled.header("retry-after"), Some("1"), "{stalled:?}");
+    let detail = stalled.json()["detail"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(detail.contains("no answer within 2s"), "{detail}");
+    let j = journal(&server).await;
+    let e = j.last().expect("the stalled request's entry");
+    assert_eq!(e.status, Some(503), "{e:?}");
+    // Its effect is not known (a commit may have been sent): not journaled as a refusal.
+    assert_eq!(e.outcome, history::Outcome::Responded, "{e:?}");
+    assert_eq!(e.rejected, None, "{e:?}");
+
+    // The link comes back and what was held goes through: the first attempt's claim of its key
+    // reaches the database after the server gave up on it. The key is then held as in progress
+    // (until `key_ttl`), never released behind a request's back: a retry is told to wait, and
+    // no second order is made for it. Other keys are served at once.
+    relay.freeze(false);
+    let again = send(
+        server.addr(),
+        &request_bytes("POST", "/orders", Some("stall-1"), r#"{"sku":"S"}"#),
+    )
+    .await;
+    assert!(matches!(again.status, 201 | 409), "{again:?}");
+    let other = send(
+        server.addr(),
+        &request_bytes("POST", "/orders", Some("stall-2"), r#"{"sku":"S"}"#),
+    )
+    .await;
+    assert_eq!(other.status, 201, "{other:?}");
+    assert!(db.count("orders WHERE idempotency_key = 'stall-1'").await <= 1);
     db.drop().await;
 }

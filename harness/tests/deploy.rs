@@ -365,6 +365,93 @@ fn fault_server_replicas_are_named_after_their_pods() {
     );
 }
 
+/// The fault-server container's readiness probe, run by `bash` against `port` instead of the
+/// pod's 8080, with `token` as the control token; its exit code.
+fn run_readiness_probe(port: u16, token: &str) -> i32 {
+    let deploy = resource("Deployment", "fault-server");
+    let c = container(&deploy["spec"]["template"]["spec"], "fault-server");
+    let cmd = seq(
+        &c["readinessProbe"]["exec"]["command"],
+        "the probe's command",
+    );
+    let words: Vec<&str> = cmd.iter().map(|w| str_of(w, "command")).collect();
+    assert_eq!(&words[..2], ["bash", "-c"], "an exec probe run by bash");
+    let script = words[2].replace(
+        "/dev/tcp/127.0.0.1/8080",
+        &format!("/dev/tcp/127.0.0.1/{port}"),
+    );
+    assert_ne!(
+        script, words[2],
+        "the probe connects to the server's port 8080"
+    );
+    let out = Command::new("bash")
+        .args(["-c", &script])
+        .env("FAULT_SERVER_CONTROL_TOKEN", token)
+        .output()
+        .expect("bash runs");
+    out.status.code().unwrap_or(-1)
+}
+
+/// A peer that answers one request with `answer` and closes.
+fn answer_once(answer: &'static str) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("its address").port();
+    std::thread::spawn(move || {
+        if let Ok((mut s, _)) = listener.accept() {
+            // The whole request head first, as a server reads it.
+            let mut head = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = s.write_all(answer.as_bytes());
+        }
+    });
+    port
+}
+
+#[test]
+fn the_readiness_probe_reads_the_health_body_not_only_its_status() {
+    // A real fault server with its control token: ready.
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    let server = rt
+        .block_on(fault_server::FaultServer::start(
+            fault_server::config::Config::from_yaml("{}", "test").expect("an empty config"),
+            fault_server::ServerOptions {
+                control_token: Some("s3cret".into()),
+                ..fault_server::ServerOptions::default()
+            },
+        ))
+        .expect("the server starts");
+    let port = server.addr().port();
+    assert_eq!(
+        run_readiness_probe(port, "s3cret"),
+        0,
+        "a healthy server is ready"
+    );
+    assert_eq!(
+        run_readiness_probe(port, "wrong"),
+        1,
+        "a refused probe (401) is not ready"
+    );
+    // Health answers 200 while the orders' database is unreachable, and says so in its body
+    // (the fault server's own test of that: fault-server/tests/postgres.rs): not ready.
+    let degraded = answer_once(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 118\r\nconnection: close\r\n\r\n\
+         {\"received\":0,\"status\":\"degraded\",\"store\":{\"backend\":\"postgres\",\"error\":\"no answer within 1s\",\"status\":\"unreachable\"}}",
+    );
+    assert_eq!(
+        run_readiness_probe(degraded, "s3cret"),
+        1,
+        "degraded is not ready"
+    );
+    drop(server);
+}
+
 #[test]
 fn fault_server_config_shares_the_postgres_store() {
     let map = resource("ConfigMap", "fault-server-config");

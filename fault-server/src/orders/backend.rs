@@ -57,8 +57,13 @@ pub enum StoreError {
         source: tokio_postgres::Error,
     },
     /// A PostgreSQL statement failed.
-    #[error("database error: {0}")]
+    #[error("database error: {}", pg_detail(.0))]
     Postgres(#[from] tokio_postgres::Error),
+    /// The PostgreSQL server gave no answer at all within the operation's bound (a stalled link
+    /// or a frozen host: no timeout of the server's own can fire). Whether the operation took
+    /// effect is not known.
+    #[error("the orders database gave no answer within {0:?}; whether the operation took effect is not known")]
+    NoAnswer(std::time::Duration),
     /// No PostgreSQL connection could be had from the pool.
     #[error("database pool: {0}")]
     PostgresPool(#[from] deadpool_postgres::PoolError),
@@ -88,6 +93,19 @@ impl StoreError {
             }
             _ => false,
         }
+    }
+}
+
+/// What PostgreSQL said, not just that it said something: `tokio_postgres::Error` displays a
+/// server's error as `db error`, with the message (`canceling statement due to lock timeout`) and
+/// its code in its source.
+fn pg_detail(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        return format!("{} (SQLSTATE {})", db.message(), db.code().code());
+    }
+    match std::error::Error::source(e) {
+        Some(cause) => format!("{e}: {cause}"),
+        None => e.to_string(),
     }
 }
 

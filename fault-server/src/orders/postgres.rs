@@ -68,6 +68,8 @@ CREATE TABLE IF NOT EXISTS key_attempts (
 #[derive(Clone)]
 pub(crate) struct PgStore {
     pool: Pool,
+    /// The longest one operation may take: its wait for a connection and its statements.
+    answer_within: Duration,
 }
 
 impl PgStore {
@@ -142,7 +144,28 @@ impl PgStore {
             source,
         })?;
         drop(client);
-        Ok(PgStore { pool })
+        Ok(PgStore {
+            pool,
+            answer_within: statement_timeout.saturating_mul(2),
+        })
+    }
+
+    /// Runs one operation of the store within twice `statement_timeout` — its wait for a
+    /// connection and its statements, each bounded by that timeout — else fails it with
+    /// [`StoreError::NoAnswer`].
+    ///
+    /// Why a bound of the client's own: `statement_timeout` and `lock_timeout` are enforced by
+    /// the database server, and a server that stops answering altogether (a stalled network, a
+    /// frozen host) enforces nothing. Without it a request on a connection it already had waited
+    /// as long as the stall.
+    pub(crate) async fn bounded<T>(
+        &self,
+        op: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.answer_within, op).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::NoAnswer(self.answer_within)),
+        }
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
@@ -392,6 +415,10 @@ impl SharedCounters {
     /// Counts one more request, and one more attempt of its key: the request's cluster-wide
     /// number and the key's attempt number, in one round trip.
     pub async fn bump_request(&self, key: Option<&str>) -> Result<(u64, Option<u32>), StoreError> {
+        self.store.bounded(self.bump_request_now(key)).await
+    }
+
+    async fn bump_request_now(&self, key: Option<&str>) -> Result<(u64, Option<u32>), StoreError> {
         let c = self.store.client().await?;
         match key {
             Some(k) => {
@@ -417,8 +444,12 @@ impl SharedCounters {
 
     /// Counts one more hit of the rule `rule`; returns its number (1 = first).
     pub async fn bump_hit(&self, rule: &str) -> Result<u64, StoreError> {
-        let c = self.store.client().await?;
-        self.bump(&c, &format!("hits:{rule}")).await
+        self.store
+            .bounded(async {
+                let c = self.store.client().await?;
+                self.bump(&c, &format!("hits:{rule}")).await
+            })
+            .await
     }
 
     async fn bump(&self, c: &deadpool_postgres::Object, name: &str) -> Result<u64, StoreError> {
@@ -434,20 +465,28 @@ impl SharedCounters {
 
     /// Forgets the rules' hit counts (a new schedule's count from zero).
     pub async fn clear_hits(&self) -> Result<(), StoreError> {
-        let c = self.store.client().await?;
-        c.execute(
-            "DELETE FROM schedule_counters WHERE name LIKE 'hits:%'",
-            &[],
-        )
-        .await?;
-        Ok(())
+        self.store
+            .bounded(async {
+                let c = self.store.client().await?;
+                c.execute(
+                    "DELETE FROM schedule_counters WHERE name LIKE 'hits:%'",
+                    &[],
+                )
+                .await?;
+                Ok(())
+            })
+            .await
     }
 
     /// Forgets every count.
     pub async fn clear(&self) -> Result<(), StoreError> {
-        let c = self.store.client().await?;
-        c.batch_execute("DELETE FROM schedule_counters; DELETE FROM key_attempts;")
-            .await?;
-        Ok(())
+        self.store
+            .bounded(async {
+                let c = self.store.client().await?;
+                c.batch_execute("DELETE FROM schedule_counters; DELETE FROM key_attempts;")
+                    .await?;
+                Ok(())
+            })
+            .await
     }
 }

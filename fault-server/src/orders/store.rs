@@ -81,6 +81,19 @@ impl ResourceReply {
     /// store-unavailable`) when the database did not answer within its timeouts or could not be
     /// reached — the request had no effect, and a retry later may succeed — else `500`.
     pub fn store_failed(e: &StoreError, title: &str) -> ResourceReply {
+        if let StoreError::NoAnswer(_) = e {
+            // Not `rejected`: a refusal had no effect, and this one may have had (a commit sent
+            // before the database stopped answering). The client is told to retry; with its
+            // key, the retry finds what the first attempt did.
+            tracing::warn!("{title}: {e}");
+            return ResourceReply::problem(
+                503,
+                "store-unavailable",
+                "The orders database did not answer in time",
+                e.to_string(),
+            )
+            .header("retry-after", "1".to_string());
+        }
         if e.is_unavailable() {
             tracing::warn!("{title}: {e}");
             return ResourceReply {
@@ -117,12 +130,13 @@ enum Backend {
     Postgres(PgStore),
 }
 
-/// Runs the same operation on whichever backend holds the orders.
+/// Runs the same operation on whichever backend holds the orders; on PostgreSQL within the
+/// store's bound on an operation ([`PgStore::bounded`]).
 macro_rules! on_backend {
     ($self:expr, $s:ident => $e:expr) => {
         match &$self.inner.backend {
             Backend::Sqlite($s) => $e,
-            Backend::Postgres($s) => $e,
+            Backend::Postgres($s) => $s.bounded(async { $e }).await,
         }
     };
 }
