@@ -35,6 +35,8 @@ const READ_CHUNK: usize = 8 * 1024;
 const MAX_RESERVE: usize = 1024 * 1024;
 /// Free space below which the read buffer is grown (or its space reclaimed) before a read.
 const MIN_READ_SPACE: usize = 1024;
+/// A body longer than this gets its allocation to itself once read (see [`read_sized`]).
+const DETACH_OVER: usize = 64 * 1024;
 
 /// One HTTP/1.1 connection that reconnects when it breaks.
 ///
@@ -668,7 +670,13 @@ async fn read_sized(
             )));
         }
     }
-    Ok(buf.split_to(len).freeze())
+    let body = buf.split_to(len).freeze();
+    if len > DETACH_OVER {
+        // The body and the read buffer share one allocation. Kept, the buffer of a pooled
+        // connection would hold every byte of this body until the next one outgrew it.
+        *buf = BytesMut::from(&buf[..]);
+    }
+    Ok(body)
 }
 
 /// Reads and decodes a chunked body, up to and including its trailer section (kept when it has
@@ -894,6 +902,34 @@ mod tests {
                 .expect_err("denied past 50 bytes");
             assert!(denied.message.contains("memory budget"), "{denied}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_large_body_does_not_share_its_memory_with_the_kept_connection() {
+        // Over the detach size, with a small answer after it: the connection is kept (it goes
+        // back to a pool) and must not hold the large body's allocation.
+        let mut answer = b"HTTP/1.1 200 OK\r\ncontent-length: 1048576\r\n\r\n".to_vec();
+        answer.extend(std::iter::repeat_n(b'x', 1 << 20));
+        let target = answering(answer).await;
+        let req = outgoing(Method::GET, "/", &[], b"");
+        let mut conn = H1Conn::new(target);
+        let reply = conn
+            .send_metered(&req, Duration::from_secs(10), &mut |_| true)
+            .await
+            .expect("answered");
+        assert_eq!(reply.body.len(), 1 << 20);
+        let mut body = reply.body;
+        assert!(
+            body.is_unique(),
+            "the body's allocation is the body's alone: dropping it frees it"
+        );
+        // Still a working connection.
+        let again = conn
+            .send_metered(&req, Duration::from_secs(10), &mut |_| true)
+            .await
+            .expect("answered again");
+        assert_eq!(again.body.len(), 1 << 20);
+        body.clear();
     }
 
     #[test]
