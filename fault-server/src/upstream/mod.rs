@@ -387,9 +387,13 @@ impl Upstream {
             headers: h,
             body,
         };
-        let started = Instant::now();
+        // The wait for a connection and the exchange each get `upstream.timeout`: a request that
+        // waited its turn is sent with the whole of it, never with what its wait left — a
+        // request sent with a few milliseconds to go reaches the upstream, and has its effect
+        // there, while its client is told `504`.
         let deadline = tokio::time::Instant::now() + self.timeout;
         let mut lease = self.checkout(deadline).await?;
+        let started = Instant::now();
         let conn = &mut lease.conn;
         match tokio::time::timeout(self.connect_timeout, conn.open()).await {
             Err(_) => {
