@@ -83,7 +83,15 @@ pub(crate) async fn serve(
     loop {
         tokio::select! {
             biased;
-            accepted = h2.accept() => match accepted {
+            accepted = std::future::poll_fn(|cx| {
+                let r = h2.poll_accept(cx);
+                if r.is_pending() {
+                    // Every stream h2 took has been handed over: those it reset and kept were
+                    // refused before dispatch.
+                    ledger.settle_refusals();
+                }
+                r
+            }) => match accepted {
                 Some(Ok((req, respond))) => {
                     let id = u32::from(respond.stream_id());
                     // Followed before the task runs: its answer's first frame may be written

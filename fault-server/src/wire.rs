@@ -17,7 +17,9 @@
 //! What comes in is read too, for the few frame-size rules where h2's error code is not the
 //! RFC's: a SETTINGS, PING, WINDOW_UPDATE or RST_STREAM frame of the wrong length is a connection
 //! error of type FRAME_SIZE_ERROR (RFC 9113 §6.4, §6.5, §6.7, §6.9), which h2 reports as
-//! PROTOCOL_ERROR. Such a frame is not passed on; the connection ends with our own GOAWAY.
+//! PROTOCOL_ERROR; so is a PRIORITY frame of the wrong length on a stream (§6.3 makes it a
+//! stream error, which §5.4 lets an endpoint treat as the connection's). Such a frame is not
+//! passed on; the connection ends with our own GOAWAY.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
@@ -35,6 +37,7 @@ use crate::state::Http2Counts;
 
 const DATA: u8 = 0;
 const HEADERS: u8 = 1;
+const PRIORITY: u8 = 2;
 const RST_STREAM: u8 = 3;
 const SETTINGS: u8 = 4;
 const PING: u8 = 6;
@@ -131,6 +134,11 @@ struct Inner {
     accepted: u64,
     /// A stream h2 answered `431` before refusing it: its RST is counted as that.
     answered_431: Option<u32>,
+    /// Streams no handler had taken when h2 reset them, with the reset's code, oldest first: a
+    /// refusal before dispatch, unless h2 hands the stream over after all (a body that broke
+    /// its content-length in the same read as its head is reset before the request is taken,
+    /// and the handler journals it). Counted by [`Ledger::settle_refusals`]; bounded.
+    unclaimed: VecDeque<(u32, u32)>,
     /// The highest stream a client opened (from what came in), for our own GOAWAY.
     last_opened: u32,
     /// A frame that came in broke a size rule: the connection ends with this error code.
@@ -139,6 +147,8 @@ struct Inner {
 
 /// Done streams kept waiting for their last frame before the oldest is let go.
 const MAX_DONE: usize = 4096;
+/// Resets of streams no handler took yet, kept before the oldest is counted as refused.
+const MAX_UNCLAIMED: usize = 1024;
 
 /// One HTTP/2 connection's record of what it wrote, per stream; see the module's doc.
 pub(crate) struct Ledger {
@@ -163,7 +173,20 @@ impl Ledger {
 
     /// Starts following a stream the server took (from now on its frames are its answer's).
     pub(crate) fn follow(&self, stream: u32) {
-        self.lock().streams.insert(stream, Tracked::default());
+        let mut inner = self.lock();
+        inner.streams.insert(stream, Tracked::default());
+        // Reset by h2 before it was handed over: the handler has it, and journals it.
+        inner.unclaimed.retain(|&(s, _)| s != stream);
+    }
+
+    /// Counts as refused before dispatch the streams h2 reset that no handler took. Called when
+    /// h2 has no stream left to hand over (and when the connection ends): a stream it reset and
+    /// did not hand over by then never will be.
+    pub(crate) fn settle_refusals(&self) {
+        let mut inner = self.lock();
+        for (_, code) in inner.unclaimed.drain(..) {
+            self.counts.refused(code);
+        }
     }
 
     /// The stream's task no longer needs it; it is forgotten once its last frame is seen (or
@@ -221,6 +244,7 @@ impl Ledger {
     /// rather than waiting for progress that cannot come (until the send timeout, with every
     /// journal entry behind it held back).
     pub(crate) fn close(&self) {
+        self.settle_refusals();
         let mut inner = self.lock();
         inner.unsent.clear();
         for t in inner.streams.values_mut() {
@@ -381,9 +405,17 @@ impl Ledger {
                     inner.answered_431 = None;
                     let _ = code;
                 }
-                // A stream no handler saw, reset by h2 with an error: refused before dispatch.
-                // (NO_ERROR and CANCEL end streams that were answered or abandoned.)
-                Event::Reset(_, code) if code != 0 && code != 8 => self.counts.refused(code),
+                // A stream no handler saw, reset by h2 with an error: refused before dispatch,
+                // once it is sure h2 does not hand it over (see `unclaimed`). (NO_ERROR and
+                // CANCEL end streams that were answered or abandoned.)
+                Event::Reset(s, code) if code != 0 && code != 8 => {
+                    inner.unclaimed.push_back((s, code));
+                    while inner.unclaimed.len() > MAX_UNCLAIMED {
+                        if let Some((_, old)) = inner.unclaimed.pop_front() {
+                            self.counts.refused(old);
+                        }
+                    }
+                }
                 _ => {}
             }
             return;
@@ -444,6 +476,9 @@ impl Inbound {
                     SETTINGS => len % 6 != 0 || (flags & ACK != 0 && len != 0),
                     PING => len != 8,
                     WINDOW_UPDATE | RST_STREAM => len != 4,
+                    // On a stream: a stream error, here the connection's (RFC 9113 §5.4 allows
+                    // it); on stream 0 h2's PROTOCOL_ERROR is the RFC's.
+                    PRIORITY => len != 5 && f.stream() != 0,
                     _ => false,
                 };
                 if wrong {
@@ -708,6 +743,19 @@ mod tests {
         out.extend(frame(GOAWAY, 0, 0, &goaway));
         ledger.wrote(&out, true);
         assert!(ledger.sent(1).reset, "a followed stream's reset is its own");
+        // Not yet counted: h2 may still hand stream 3 or 5 over.
+        assert_eq!(counts.refused_streams(), [("header_list_too_large", 1)]);
+        // Reset before it was handed over, then handed over: the handler's, not a refusal.
+        ledger.follow(3);
+        ledger.settle_refusals();
+        assert_eq!(
+            counts.refused_streams(),
+            [("refused_stream", 1), ("header_list_too_large", 1)]
+        );
+        assert_eq!(counts.connection_errors(), [("enhance_your_calm", 1)]);
+        // What the connection ends with unsettled is counted then.
+        ledger.wrote(&frame(RST_STREAM, 0, 9, &1u32.to_be_bytes()), true);
+        ledger.close();
         assert_eq!(
             counts.refused_streams(),
             [
@@ -716,7 +764,6 @@ mod tests {
                 ("header_list_too_large", 1)
             ]
         );
-        assert_eq!(counts.connection_errors(), [("enhance_your_calm", 1)]);
     }
 
     #[test]

@@ -253,6 +253,46 @@ fn a_body_that_disagrees_with_its_content_length_is_journaled_rejected() {
 }
 
 #[test]
+fn a_body_short_of_its_content_length_in_the_same_write_is_journaled_not_counted_as_refused() {
+    let s = start("{}");
+    let mut c = Client::connect(s.addr, &[]);
+    // Head and short body in one write: h2 resets the stream before the request is taken, and
+    // then hands it over; the handler journals it, so it is not also a refusal before dispatch.
+    let block = c.encode(&[
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", "/orders"),
+        (":authority", "x"),
+        ("content-type", "application/json"),
+        ("content-length", "10"),
+        ("idempotency-key", "cl-2"),
+    ]);
+    let mut both = frame(HEADERS, END_HEADERS, 1, &block);
+    both.extend(frame(DATA, END_STREAM, 1, b"{\"a\":1}"));
+    c.send_raw(&both).expect("the request");
+    let reset = std::iter::from_fn(|| c.next())
+        .find(|f| f.kind == RST_STREAM && f.stream == 1)
+        .expect("the stream is reset");
+    assert_eq!(reset.error_code(), Some(PROTOCOL_ERROR));
+    let e = &s.entries_for("/orders", 1, Duration::from_secs(20))[0];
+    assert_eq!(e["outcome"], "rejected", "{e}");
+    assert_eq!(e["rejected"], "bad-body");
+    // A request after it on the same connection, answered: h2 has handed over all it took.
+    c.request(3, "GET", "/fine", &[], true);
+    std::iter::from_fn(|| c.next())
+        .find(|f| f.kind == HEADERS && f.stream == 3)
+        .expect("the next request is answered");
+    drop(c);
+    assert_eq!(s.entries_for("/fine", 1, Duration::from_secs(20)).len(), 1);
+    let stats = s.stats();
+    assert_eq!(
+        stats["http2_refused_streams"],
+        serde_json::json!({}),
+        "journaled, so not counted as refused before dispatch: {stats}"
+    );
+}
+
+#[test]
 fn requests_the_h2_layer_refuses_are_counted_not_journaled() {
     let s = start("{}");
     let mut c = Client::connect(s.addr, &[]);
@@ -346,9 +386,16 @@ fn requests_the_h2_layer_refuses_are_counted_not_journaled() {
 #[test]
 fn frames_of_the_wrong_size_are_frame_size_errors() {
     let s = start("{}");
-    for (kind, flags, len) in [(SETTINGS, 0, 5), (PING, 0, 7), (WINDOW_UPDATE, 0, 3)] {
+    // A PRIORITY frame of the wrong length is a stream error (RFC 9113 §6.3), which an endpoint
+    // may treat as a connection error (§5.4); its code is FRAME_SIZE_ERROR either way.
+    for (kind, flags, stream, len) in [
+        (SETTINGS, 0, 0, 5),
+        (PING, 0, 0, 7),
+        (WINDOW_UPDATE, 0, 0, 3),
+        (PRIORITY, 0, 1, 4),
+    ] {
         let mut c = Client::connect(s.addr, &[]);
-        c.send(kind, flags, 0, &vec![0u8; len]);
+        c.send(kind, flags, stream, &vec![0u8; len]);
         let goaway = std::iter::from_fn(|| c.next())
             .find(|f| f.kind == GOAWAY)
             .unwrap_or_else(|| panic!("frame type {kind} of {len} bytes: no GOAWAY"));
@@ -361,7 +408,7 @@ fn frames_of_the_wrong_size_are_frame_size_errors() {
     assert!(s.healthy());
     let stats = s.stats();
     assert_eq!(
-        stats["http2_connection_errors"]["frame_size_error"], 3,
+        stats["http2_connection_errors"]["frame_size_error"], 4,
         "{stats}"
     );
 }

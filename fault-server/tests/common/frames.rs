@@ -10,6 +10,7 @@ use std::time::Duration;
 /// Frame types.
 pub const DATA: u8 = 0;
 pub const HEADERS: u8 = 1;
+pub const PRIORITY: u8 = 2;
 pub const RST_STREAM: u8 = 3;
 pub const SETTINGS: u8 = 4;
 pub const PING: u8 = 6;
