@@ -15,11 +15,12 @@ use common::frames::*;
 
 #[test]
 fn a_slow_reader_whose_window_keeps_opening_gets_the_whole_answer() {
-    // The idle timeout (300 ms) is far shorter than the time the reader takes: a connection
-    // with a stream still being written is not idle.
-    let len = 256 << 10;
+    // Each pause (700 ms) is longer than the idle timeout (300 ms): a connection with a stream
+    // still being written is not idle. The whole read (2.8 s) is longer than the send timeout
+    // (2 s), and no pause is: that timeout is for an answer that stops moving, not a deadline.
+    let len = 80 << 10;
     let s = start(&big_body_config(
-        "header_timeout: 300ms, send_timeout: 60s",
+        "header_timeout: 300ms, send_timeout: 2s",
         len,
     ));
     let mut c = Client::connect(s.addr, &[(SETTINGS_INITIAL_WINDOW_SIZE, 16384)]);
@@ -42,7 +43,7 @@ fn a_slow_reader_whose_window_keeps_opening_gets_the_whole_answer() {
             ended = f.flags & END_STREAM != 0;
             if unacked >= 16384 && !ended {
                 // A slow reader: a pause, then room for one more window.
-                std::thread::sleep(Duration::from_millis(150));
+                std::thread::sleep(Duration::from_millis(700));
                 c.window_update(1, unacked);
                 c.window_update(0, unacked);
                 unacked = 0;
@@ -54,6 +55,26 @@ fn a_slow_reader_whose_window_keeps_opening_gets_the_whole_answer() {
     assert_eq!(e["outcome"], "responded", "{e}");
     assert_eq!(e["status"], 200);
     assert_eq!(e["response_bytes"], wire, "every byte the client read: {e}");
+}
+
+#[test]
+fn a_request_body_still_coming_keeps_its_connection_busy() {
+    // The body comes a second after the head, more than three idle timeouts later.
+    let s = start("limits: { header_timeout: 300ms }\n");
+    let mut c = Client::connect(s.addr, &[]);
+    c.request(1, "POST", "/late", &[("content-length", "2")], false);
+    std::thread::sleep(Duration::from_secs(1));
+    c.send(DATA, END_STREAM, 1, b"{}");
+    let answer = std::iter::from_fn(|| c.next())
+        .find(|f| f.kind == GOAWAY || (f.stream == 1 && matches!(f.kind, HEADERS | RST_STREAM)))
+        .expect("the request is answered");
+    assert_eq!(
+        answer.kind, HEADERS,
+        "not ended under a request being read: {answer:?}"
+    );
+    let e = &s.entries_for("/late", 1, Duration::from_secs(20))[0];
+    assert_eq!(e["outcome"], "responded", "{e}");
+    assert_eq!(e["body_len"], 2, "{e}");
 }
 
 /// A client that opens no window asks for `/big` on `n` streams and reads every answer's head
