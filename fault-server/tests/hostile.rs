@@ -53,20 +53,7 @@ fn a_gigabyte_body_is_refused_without_being_read() {
     // Chunked, never announced: refused once it passes the limit; the rest is never read.
     let mut c = TcpStream::connect(s.addr).expect("connect");
     c.set_write_timeout(Some(Duration::from_secs(10))).ok();
-    c.write_all(b"POST /upload HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n")
-        .expect("head");
-    let chunk = vec![b'a'; 1 << 20];
-    let mut sent = 0u64;
-    while sent < (1 << 30) {
-        let head = format!("{:x}\r\n", chunk.len());
-        if c.write_all(head.as_bytes()).is_err()
-            || c.write_all(&chunk).is_err()
-            || c.write_all(b"\r\n").is_err()
-        {
-            break;
-        }
-        sent += chunk.len() as u64;
-    }
+    let sent = upload_chunked(&mut c, 1024);
     assert!(
         sent < (1 << 30),
         "the server stopped reading long before 1 GiB ({sent} bytes)"
@@ -82,6 +69,77 @@ fn a_gigabyte_body_is_refused_without_being_read() {
     assert_eq!(refused.len(), 2, "{j:#?}");
     assert!(refused.iter().all(|e| e["status"] == 413));
     assert_eq!(s.stats()["by_outcome"]["rejected"], 2);
+}
+
+/// Sends a chunked upload's head and `mib` MiB of chunks as fast as the server takes them; the
+/// bytes of body written before the connection broke (or all of them).
+fn upload_chunked(c: &mut TcpStream, mib: u64) -> u64 {
+    c.write_all(b"POST /upload HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n")
+        .expect("head");
+    let chunk = vec![b'a'; 1 << 20];
+    let mut sent = 0u64;
+    while sent < (mib << 20) {
+        let head = format!("{:x}\r\n", chunk.len());
+        if c.write_all(head.as_bytes()).is_err()
+            || c.write_all(&chunk).is_err()
+            || c.write_all(b"\r\n").is_err()
+        {
+            break;
+        }
+        sent += chunk.len() as u64;
+    }
+    sent
+}
+
+#[test]
+fn the_drain_after_a_413_takes_what_drain_bytes_says() {
+    // Far more than the default 8 MiB is read and thrown away, and no more than that.
+    let s = start("limits: { max_body: 1MiB, drain_bytes: 96MiB, drain_time: 60s }");
+    let mut c = TcpStream::connect(s.addr).expect("connect");
+    c.set_write_timeout(Some(Duration::from_secs(20))).ok();
+    let sent = upload_chunked(&mut c, 512);
+    assert!(sent >= 64 << 20, "drained past the default: {sent} bytes");
+    assert!(
+        sent < 256 << 20,
+        "the drain ends at drain_bytes: {sent} bytes"
+    );
+    assert!(eventually(Duration::from_secs(20), || {
+        rejected(&s.journal(), "body-too-large").len() == 1
+    }));
+}
+
+#[test]
+fn the_drain_after_a_413_lasts_what_drain_time_says() {
+    // Longer than the default 5 s: a client still sending is read until then, not cut before.
+    let s = start("limits: { max_body: 1MiB, drain_time: 8s }");
+    let mut c = TcpStream::connect(s.addr).expect("connect");
+    c.set_write_timeout(Some(Duration::from_secs(20))).ok();
+    c.set_read_timeout(Some(Duration::from_secs(20))).ok();
+    assert_eq!(upload_chunked(&mut c, 2), 2 << 20, "the first 2 MiB go in");
+    let mut status = [0u8; 12];
+    c.read_exact(&mut status).expect("the answer");
+    assert_eq!(&status, b"HTTP/1.1 413");
+    let refused_at = Instant::now();
+    // Then a trickle: a small chunk every 100 ms, until the server stops taking them.
+    let mut open_for = Duration::ZERO;
+    while refused_at.elapsed() < Duration::from_secs(30) {
+        if c.write_all(b"400\r\n").is_err()
+            || c.write_all(&[b'a'; 1024]).is_err()
+            || c.write_all(b"\r\n").is_err()
+        {
+            break;
+        }
+        open_for = refused_at.elapsed();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        open_for >= Duration::from_secs(6),
+        "drained for drain_time, not the default: {open_for:?}"
+    );
+    assert!(
+        open_for < Duration::from_secs(30),
+        "the drain ends: {open_for:?}"
+    );
 }
 
 #[test]
