@@ -268,9 +268,10 @@ impl H2Pool {
                 h.append(name.clone(), value.clone());
             }
         }
-        // A connection with room for one more stream, within `deadline`; then the exchange, with
-        // the whole of `upstream.timeout` (as over HTTP/1.1: a request that waited its turn is
-        // never sent with only what its wait left).
+        // A connection, within `deadline` (else `Busy`: never sent); then the exchange, with the
+        // whole of `upstream.timeout`, as over HTTP/1.1: a call that waited for a connection is
+        // not sent with only what its wait left. (A call over the dependency's stream limit is
+        // queued by h2 until a stream frees, not on the wire: that wait is the exchange's.)
         let wait =
             async {
                 let lease = self.checkout(deadline).await?;
