@@ -194,7 +194,7 @@ async fn check_then_insert_races_into_duplicates_across_replicas() {
     // before the first of them inserts creates several orders. How many rounds race depends on
     // the machine; that one can, and that every duplicate is counted, does not.
     let servers = replicas(&format!(
-        "orders: {{ idempotency: check-then-insert, work_delay: 500ms, database: \"{}\" }}",
+        "orders: {{ idempotency: check-then-insert, work_delay: 1500ms, database: \"{}\" }}",
         db.url
     ))
     .await;
@@ -364,7 +364,7 @@ async fn idempotency_semantics_across_replicas() {
 
 async fn pay_race(db: &TestDb, pay: &str) -> (Vec<u16>, u64, Vec<history::Entry>) {
     let servers = replicas(&format!(
-        "orders: {{ pay: {pay}, work_delay: 500ms, database: \"{}\" }}",
+        "orders: {{ pay: {pay}, work_delay: 1500ms, database: \"{}\" }}",
         db.url
     ))
     .await;
@@ -769,6 +769,20 @@ async fn health_says_degraded_while_the_store_cannot_be_reached() {
     db.drop().await;
 }
 
+/// Sends `bytes` again while it is answered `503` with `Retry-After` (as a client that honours
+/// it would), up to twenty times: the database's connections may take a moment to come back.
+async fn send_until_served(addr: SocketAddr, bytes: &[u8]) -> common::Raw {
+    let mut reply = send(addr, bytes).await;
+    for _ in 0..20 {
+        if reply.status != 503 || reply.header("retry-after").is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        reply = send(addr, bytes).await;
+    }
+    reply
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_that_stops_answering_costs_a_bounded_wait_not_a_hang() {
     let Some(db) =
@@ -824,18 +838,60 @@ async fn a_database_that_stops_answering_costs_a_bounded_wait_not_a_hang() {
     // (until `key_ttl`), never released behind a request's back: a retry is told to wait, and
     // no second order is made for it. Other keys are served at once.
     relay.freeze(false);
-    let again = send(
+    let again = send_until_served(
         server.addr(),
         &request_bytes("POST", "/orders", Some("stall-1"), r#"{"sku":"S"}"#),
     )
     .await;
     assert!(matches!(again.status, 201 | 409), "{again:?}");
-    let other = send(
+    let other = send_until_served(
         server.addr(),
         &request_bytes("POST", "/orders", Some("stall-2"), r#"{"sku":"S"}"#),
     )
     .await;
     assert_eq!(other.status, 201, "{other:?}");
     assert!(db.count("orders WHERE idempotency_key = 'stall-1'").await <= 1);
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_starting_while_another_creates_the_schema_waits_for_it() {
+    let Some(db) =
+        TestDb::new("a_replica_starting_while_another_creates_the_schema_waits_for_it").await
+    else {
+        return;
+    };
+    // Another replica's schema creation, slow: its advisory lock ("fault-sv") held 2 s, far
+    // longer than the requests' lock_timeout.
+    let (other, conn) = tokio_postgres::connect(&db.url, NoTls)
+        .await
+        .expect("the other replica's connection");
+    tokio::spawn(conn);
+    other
+        .batch_execute("BEGIN; SELECT pg_advisory_xact_lock(7377306773275636598);")
+        .await
+        .expect("the schema lock");
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        other.batch_execute("COMMIT").await.expect("released");
+    });
+    let cfg = Config::from_yaml(
+        &format!(
+            "orders: {{ database: \"{}\", lock_timeout: 300ms }}",
+            db.url
+        ),
+        "test",
+    )
+    .expect("test config is valid");
+    let server = FaultServer::start(cfg, ServerOptions::default())
+        .await
+        .expect("the replica starts once the schema is free, not at its lock_timeout");
+    release.await.expect("the other replica commits");
+    let created = send(
+        server.addr(),
+        &request_bytes("POST", "/orders", Some("late-start"), r#"{"sku":"L"}"#),
+    )
+    .await;
+    assert_eq!(created.status, 201, "{created:?}");
     db.drop().await;
 }

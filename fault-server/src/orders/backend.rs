@@ -49,7 +49,7 @@ pub enum StoreError {
         source: deadpool_postgres::PoolError,
     },
     /// The orders' tables could not be created.
-    #[error("cannot create the orders schema in {url}: {source}")]
+    #[error("cannot create the orders schema in {url}: {}", pg_detail(source))]
     Schema {
         /// The URL, without its password.
         url: String,

@@ -28,6 +28,8 @@ use crate::config::PostgresUrl;
 
 /// Key of the advisory lock held while the schema is created ("fault-sv").
 const SCHEMA_LOCK: i64 = 0x6661_756c_742d_7376;
+/// The longest the schema's creation waits for a lock or a statement, in milliseconds.
+const SCHEMA_WAIT_MS: u64 = 60_000;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS orders (
@@ -134,6 +136,13 @@ impl PgStore {
             })?;
         let schema = async {
             let tx = client.transaction().await?;
+            // Starting, not serving: another replica creating the schema holds the advisory lock
+            // for as long as that takes, which a busy database can make longer than the
+            // requests' `lock_timeout`. This transaction waits up to a minute instead.
+            tx.batch_execute(&format!(
+                "SET LOCAL lock_timeout = {SCHEMA_WAIT_MS}; SET LOCAL statement_timeout = {SCHEMA_WAIT_MS}"
+            ))
+            .await?;
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
                 .await?;
             tx.batch_execute(SCHEMA).await?;
