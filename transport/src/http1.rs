@@ -670,13 +670,16 @@ async fn read_sized(
             )));
         }
     }
-    let body = buf.split_to(len).freeze();
     if len > DETACH_OVER {
-        // The body and the read buffer share one allocation. Kept, the buffer of a pooled
-        // connection would hold every byte of this body until the next one outgrew it.
-        *buf = BytesMut::from(&buf[..]);
+        // Copied to an allocation of its own size, the read buffer started anew. Split off,
+        // the body would share the buffer's allocation: up to twice its length (the buffer
+        // grows by doubling), which no budget of body bytes counts, and kept alive by the
+        // buffer of a pooled connection until the next body outgrew it.
+        let body = Bytes::copy_from_slice(&buf[..len]);
+        *buf = BytesMut::from(&buf[len..]);
+        return Ok(body);
     }
-    Ok(body)
+    Ok(buf.split_to(len).freeze())
 }
 
 /// Reads and decodes a chunked body, up to and including its trailer section (kept when it has
@@ -906,8 +909,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_large_body_does_not_share_its_memory_with_the_kept_connection() {
-        // Over the detach size, with a small answer after it: the connection is kept (it goes
-        // back to a pool) and must not hold the large body's allocation.
+        // Over the detach size, on a kept connection (it goes back to a pool): the body's
+        // allocation is its own, not the read buffer's.
         let mut answer = b"HTTP/1.1 200 OK\r\ncontent-length: 1048576\r\n\r\n".to_vec();
         answer.extend(std::iter::repeat_n(b'x', 1 << 20));
         let target = answering(answer).await;
