@@ -835,15 +835,29 @@ async fn a_database_that_stops_answering_costs_a_bounded_wait_not_a_hang() {
 
     // The link comes back and what was held goes through: the first attempt's claim of its key
     // reaches the database after the server gave up on it. The key is then held as in progress
-    // (until `key_ttl`), never released behind a request's back: a retry is told to wait, and
-    // no second order is made for it. Other keys are served at once.
+    // (until `key_ttl`), never released behind a request's back: a retry is told so (`409`),
+    // and no second order is made for it. Other keys are served at once.
     relay.freeze(false);
+    let mut landed = 0;
+    for _ in 0..200 {
+        landed = db.count("idempotency_keys WHERE key = 'stall-1'").await;
+        if landed == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(landed, 1, "the held claim reached the database");
     let again = send_until_served(
         server.addr(),
         &request_bytes("POST", "/orders", Some("stall-1"), r#"{"sku":"S"}"#),
     )
     .await;
-    assert!(matches!(again.status, 201 | 409), "{again:?}");
+    assert_eq!(again.status, 409, "{again:?}");
+    assert_eq!(
+        again.json()["type"],
+        "urn:fault-server:problem:request-in-progress",
+        "{again:?}"
+    );
     let other = send_until_served(
         server.addr(),
         &request_bytes("POST", "/orders", Some("stall-2"), r#"{"sku":"S"}"#),

@@ -73,13 +73,30 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Whether the operation may have taken effect though it failed: the database gave no
+    /// answer at all ([`StoreError::NoAnswer`]), or the connection broke under a statement — a
+    /// COMMIT may have been on its way. Answered `503` like an unavailable store, but not
+    /// journaled as a refusal.
+    pub fn effect_unknown(&self) -> bool {
+        match self {
+            StoreError::NoAnswer(_) => true,
+            StoreError::Postgres(e) => {
+                e.is_closed()
+                    || std::error::Error::source(e)
+                        .is_some_and(|s| s.downcast_ref::<std::io::Error>().is_some())
+            }
+            _ => false,
+        }
+    }
+
     /// Whether the database did not answer in time or could not be reached — a pool wait, a
     /// statement or a lock that timed out, a connection refused or lost — rather than refusing
-    /// the statement itself. Such a request had no effect (a timed-out statement is rolled back).
+    /// the statement itself. Such a request had no effect (a timed-out statement is rolled
+    /// back), unless [`StoreError::effect_unknown`] says otherwise.
     pub fn is_unavailable(&self) -> bool {
         use tokio_postgres::error::SqlState;
         match self {
-            StoreError::PostgresPool(_) | StoreError::Pool(_) => true,
+            StoreError::PostgresPool(_) | StoreError::Pool(_) | StoreError::NoAnswer(_) => true,
             StoreError::Postgres(e) => {
                 e.is_closed()
                     || e.code().is_some_and(|c| {

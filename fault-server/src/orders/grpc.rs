@@ -12,7 +12,7 @@
 //! | `422` (same key, a different request) | FAILED_PRECONDITION | "the system is not in a state required for the operation": the key is bound to another request, and retrying the same call can never succeed until the client uses a new key (not ALREADY_EXISTS: a replay is not an error, and INVALID_ARGUMENT would say the request itself is malformed whatever the state) |
 //! | `400` (no key where one is required) | INVALID_ARGUMENT | the request itself lacks what it needs |
 //! | `404` | NOT_FOUND | |
-//! | `503` + Retry-After (the store did not answer) | UNAVAILABLE + `grpc-retry-pushback-ms` | transient; the call had no effect |
+//! | `503` + Retry-After (the store did not answer) | UNAVAILABLE + `grpc-retry-pushback-ms` | transient; the call had no effect — unless the database stopped answering or dropped the connection mid-call, when whether it took effect is not known (journaled `responded`, not `rejected`) |
 //! | anything else | INTERNAL | |
 //!
 //! A create's request is stored as its proto3 JSON with its keys in order (so one request is

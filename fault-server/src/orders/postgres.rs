@@ -30,6 +30,9 @@ use crate::config::PostgresUrl;
 const SCHEMA_LOCK: i64 = 0x6661_756c_742d_7376;
 /// The longest the schema's creation waits for a lock or a statement, in milliseconds.
 const SCHEMA_WAIT_MS: u64 = 60_000;
+/// The least an operation of the store is given before the database counts as not answering:
+/// room for a new connection and a statement, whatever a short `statement_timeout` says.
+const MIN_ANSWER_WITHIN: Duration = Duration::from_secs(2);
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS orders (
@@ -102,6 +105,13 @@ impl PgStore {
             lock_timeout.as_millis().max(1),
         );
         cfg.options(options.trim_start());
+        // A connection whose peer vanished (a host lost, a failover without a reset) is closed
+        // by the kernel within the operations' bound, not after minutes of retransmits, and so
+        // leaves the pool (which checks each connection it hands out for being closed).
+        let answer_within = statement_timeout.saturating_mul(2).max(MIN_ANSWER_WITHIN);
+        cfg.tcp_user_timeout(answer_within);
+        cfg.keepalives(true);
+        cfg.keepalives_idle(answer_within);
         if cfg.get_application_name().is_none() {
             cfg.application_name("fault-server");
         }
@@ -155,13 +165,13 @@ impl PgStore {
         drop(client);
         Ok(PgStore {
             pool,
-            answer_within: statement_timeout.saturating_mul(2),
+            answer_within,
         })
     }
 
-    /// Runs one operation of the store within twice `statement_timeout` — its wait for a
-    /// connection and its statements, each bounded by that timeout — else fails it with
-    /// [`StoreError::NoAnswer`].
+    /// Runs one operation of the store within twice `statement_timeout` (at least 2 s) — its
+    /// wait for a connection and its statements, each bounded by that timeout — else fails it
+    /// with [`StoreError::NoAnswer`].
     ///
     /// Why a bound of the client's own: `statement_timeout` and `lock_timeout` are enforced by
     /// the database server, and a server that stops answering altogether (a stalled network, a

@@ -81,10 +81,12 @@ impl ResourceReply {
     /// store-unavailable`) when the database did not answer within its timeouts or could not be
     /// reached — the request had no effect, and a retry later may succeed — else `500`.
     pub fn store_failed(e: &StoreError, title: &str) -> ResourceReply {
-        if let StoreError::NoAnswer(_) = e {
+        if e.effect_unknown() {
             // Not `rejected`: a refusal had no effect, and this one may have had (a commit sent
-            // before the database stopped answering). The client is told to retry; with its
-            // key, the retry finds what the first attempt did.
+            // before the database stopped answering or the connection broke). The client is
+            // told to retry; with its key, a retry finds what the first attempt left: its order,
+            // or its key still in progress (`409`) when the attempt's claim got through and no
+            // more did.
             tracing::warn!("{title}: {e}");
             return ResourceReply::problem(
                 503,
@@ -382,8 +384,13 @@ impl Orders {
         let order = order.to_string();
         let done = on_backend!(self, s => s.complete(&key, &id, &order, &body).await);
         if let Err(e) = done {
-            // Release the key so a retry can succeed instead of getting 409 forever.
-            let _ = on_backend!(self, s => s.release(&key).await);
+            // Release the key so a retry can succeed instead of getting 409 until the key
+            // expires — unless the database gave no answer: then the release would wait its
+            // whole bound on the same silence, and the transaction it would wait behind may
+            // still commit.
+            if !matches!(e, StoreError::NoAnswer(_)) {
+                let _ = on_backend!(self, s => s.release(&key).await);
+            }
             return Err(e);
         }
         Ok(created_reply(&id, body))
