@@ -122,7 +122,7 @@ fn the_drain_after_a_413_lasts_what_drain_time_says() {
     let refused_at = Instant::now();
     // Then a trickle: a small chunk every 100 ms, until the server stops taking them.
     let mut open_for = Duration::ZERO;
-    while refused_at.elapsed() < Duration::from_secs(30) {
+    while refused_at.elapsed() < Duration::from_secs(60) {
         if c.write_all(b"400\r\n").is_err()
             || c.write_all(&[b'a'; 1024]).is_err()
             || c.write_all(b"\r\n").is_err()
@@ -137,8 +137,8 @@ fn the_drain_after_a_413_lasts_what_drain_time_says() {
         "drained for drain_time, not the default: {open_for:?}"
     );
     assert!(
-        open_for < Duration::from_secs(30),
-        "the drain ends: {open_for:?}"
+        open_for < Duration::from_secs(20),
+        "the drain ends, soon after drain_time: {open_for:?}"
     );
 }
 

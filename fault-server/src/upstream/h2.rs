@@ -239,9 +239,8 @@ impl H2Pool {
         Ok(send)
     }
 
-    /// Sends the request on a stream once one is free (by `deadline`, else `Busy`) and reads the
-    /// whole answer, trailers included, within `upstream.timeout`; the body within the pool's
-    /// `max_body`, its memory granted from its budget.
+    /// Sends the request on a stream and reads the whole answer, trailers included, by
+    /// `deadline`; the body within the pool's `max_body`, its memory granted from its budget.
     pub(crate) async fn forward(
         &self,
         method: &Method,
@@ -268,71 +267,60 @@ impl H2Pool {
                 h.append(name.clone(), value.clone());
             }
         }
-        // A connection, within `deadline` (else `Busy`: never sent); then the exchange, with the
-        // whole of `upstream.timeout`, as over HTTP/1.1: a call that waited for a connection is
-        // not sent with only what its wait left. (A call over the dependency's stream limit is
-        // queued by h2 until a stream frees, not on the wire: that wait is the exchange's.)
-        let wait =
+        let work =
             async {
                 let lease = self.checkout(deadline).await?;
-                let send =
+                let mut send =
                     lease.0.send.clone().ready().await.map_err(|e| {
                         UpstreamFailure::Connect(format!("the connection failed: {e}"))
                     })?;
-                Ok::<_, UpstreamFailure>((lease, send))
+                let end = body.is_empty();
+                let (answer, mut tx) = send
+                    .send_request(req, end)
+                    .map_err(|e| UpstreamFailure::Broken(format!("the stream was refused: {e}")))?;
+                if !end {
+                    tx.send_data(body, true)
+                        .map_err(|e| UpstreamFailure::Broken(format!("sending the body: {e}")))?;
+                }
+                let answer = answer
+                    .await
+                    .map_err(|e| UpstreamFailure::Broken(e.to_string()))?;
+                let (parts, mut rx) = answer.into_parts();
+                let mut held: Option<OwnedSemaphorePermit> = None;
+                let mut buf = BytesMut::new();
+                while let Some(chunk) = rx.data().await {
+                    let chunk = chunk.map_err(|e| UpstreamFailure::Broken(e.to_string()))?;
+                    let _ = rx.flow_control().release_capacity(chunk.len());
+                    let want = (buf.len() + chunk.len()) as u64;
+                    if want > max_body {
+                        return Err(UpstreamFailure::TooLarge(
+                            usize::try_from(max_body).unwrap_or(usize::MAX),
+                        ));
+                    }
+                    let more = u32::try_from(chunk.len())
+                        .ok()
+                        .and_then(|n| memory.clone().try_acquire_many_owned(n).ok());
+                    match (more, &mut held) {
+                        (Some(p), Some(h)) => h.merge(p),
+                        (Some(p), None) => held = Some(p),
+                        (None, _) => return Err(UpstreamFailure::Memory(want)),
+                    }
+                    buf.extend_from_slice(&chunk);
+                }
+                let trailers = rx
+                    .trailers()
+                    .await
+                    .map_err(|e| UpstreamFailure::Broken(e.to_string()))?;
+                drop(lease);
+                Ok(H2Answer {
+                    status: parts.status.as_u16(),
+                    headers: parts.headers,
+                    body: buf.freeze(),
+                    trailers,
+                    held,
+                })
             };
-        let (lease, mut send) = match tokio::time::timeout_at(deadline, wait).await {
-            Ok(r) => r?,
-            Err(_) => return Err(UpstreamFailure::Busy(self.timeout, self.max_connections)),
-        };
-        let work = async {
-            let end = body.is_empty();
-            let (answer, mut tx) = send
-                .send_request(req, end)
-                .map_err(|e| UpstreamFailure::Broken(format!("the stream was refused: {e}")))?;
-            if !end {
-                tx.send_data(body, true)
-                    .map_err(|e| UpstreamFailure::Broken(format!("sending the body: {e}")))?;
-            }
-            let answer = answer
-                .await
-                .map_err(|e| UpstreamFailure::Broken(e.to_string()))?;
-            let (parts, mut rx) = answer.into_parts();
-            let mut held: Option<OwnedSemaphorePermit> = None;
-            let mut buf = BytesMut::new();
-            while let Some(chunk) = rx.data().await {
-                let chunk = chunk.map_err(|e| UpstreamFailure::Broken(e.to_string()))?;
-                let _ = rx.flow_control().release_capacity(chunk.len());
-                let want = (buf.len() + chunk.len()) as u64;
-                if want > max_body {
-                    return Err(UpstreamFailure::TooLarge(
-                        usize::try_from(max_body).unwrap_or(usize::MAX),
-                    ));
-                }
-                let more = u32::try_from(chunk.len())
-                    .ok()
-                    .and_then(|n| memory.clone().try_acquire_many_owned(n).ok());
-                match (more, &mut held) {
-                    (Some(p), Some(h)) => h.merge(p),
-                    (Some(p), None) => held = Some(p),
-                    (None, _) => return Err(UpstreamFailure::Memory(want)),
-                }
-                buf.extend_from_slice(&chunk);
-            }
-            let trailers = rx
-                .trailers()
-                .await
-                .map_err(|e| UpstreamFailure::Broken(e.to_string()))?;
-            drop(lease);
-            Ok(H2Answer {
-                status: parts.status.as_u16(),
-                headers: parts.headers,
-                body: buf.freeze(),
-                trailers,
-                held,
-            })
-        };
-        match tokio::time::timeout(self.timeout, work).await {
+        match tokio::time::timeout_at(deadline, work).await {
             Ok(r) => r,
             Err(_) => Err(UpstreamFailure::Timeout(self.timeout)),
         }

@@ -325,7 +325,8 @@ impl Upstream {
         &self.url
     }
 
-    /// Sends the request and reads the whole answer, within `upstream.timeout`.
+    /// Sends the request and reads the whole answer: a connection within `upstream.timeout`,
+    /// then the answer within `upstream.timeout` (over HTTP/2, both within the one).
     pub(crate) async fn forward(
         &self,
         method: &Method,
