@@ -25,7 +25,7 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
@@ -155,6 +155,9 @@ pub(crate) struct Ledger {
     inner: Mutex<Inner>,
     counts: Arc<Http2Counts>,
     clock: Arc<Clock>,
+    /// Whether `unclaimed` may hold a reset, so that settling takes the lock only then (the
+    /// accept loop settles each time it has nothing to accept).
+    unclaimed_any: AtomicBool,
 }
 
 impl Ledger {
@@ -164,6 +167,7 @@ impl Ledger {
             inner: Mutex::new(Inner::default()),
             counts,
             clock,
+            unclaimed_any: AtomicBool::new(false),
         }
     }
 
@@ -183,6 +187,9 @@ impl Ledger {
     /// h2 has no stream left to hand over (and when the connection ends): a stream it reset and
     /// did not hand over by then never will be.
     pub(crate) fn settle_refusals(&self) {
+        if !self.unclaimed_any.swap(false, Ordering::AcqRel) {
+            return;
+        }
         let mut inner = self.lock();
         for (_, code) in inner.unclaimed.drain(..) {
             self.counts.refused(code);
@@ -410,6 +417,7 @@ impl Ledger {
                 // CANCEL end streams that were answered or abandoned.)
                 Event::Reset(s, code) if code != 0 && code != 8 => {
                     inner.unclaimed.push_back((s, code));
+                    self.unclaimed_any.store(true, Ordering::Release);
                     while inner.unclaimed.len() > MAX_UNCLAIMED {
                         if let Some((_, old)) = inner.unclaimed.pop_front() {
                             self.counts.refused(old);
