@@ -909,3 +909,72 @@ async fn a_replica_starting_while_another_creates_the_schema_waits_for_it() {
     assert_eq!(created.status, 201, "{created:?}");
     db.drop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_stays_ok_while_a_lock_holds_every_pooled_connection() {
+    let Some(db) = TestDb::new("health_stays_ok_while_a_lock_holds_every_pooled_connection").await
+    else {
+        return;
+    };
+    let server = common::start(&format!(
+        "orders: {{ database: \"{}\", pool_size: 4, lock_timeout: 4s, statement_timeout: 5s }}",
+        db.url
+    ))
+    .await;
+    let (locker, conn) = tokio_postgres::connect(&db.url, NoTls)
+        .await
+        .expect("the locking connection");
+    tokio::spawn(conn);
+    locker
+        .batch_execute("BEGIN; LOCK TABLE idempotency_keys, orders IN ACCESS EXCLUSIVE MODE;")
+        .await
+        .expect("the lock");
+    // Eight creations for four pooled connections: every connection waits on the lock.
+    let addr = server.addr();
+    let burst = tokio::spawn(async move {
+        common::burst(addr, 8, |i| {
+            request_bytes(
+                "POST",
+                "/orders",
+                Some(&format!("held-{i}")),
+                r#"{"sku":"H"}"#,
+            )
+        })
+        .await
+    });
+    let mut waiting = false;
+    for _ in 0..100 {
+        let (n,): (i64,) = {
+            // Asked on another connection: the locker's transaction would see one snapshot.
+            let row = db
+                .admin
+                .query_one(
+                    "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND application_name = 'fault-server'",
+                    &[],
+                )
+                .await
+                .expect("pg_stat_activity");
+            (row.get(0),)
+        };
+        if n >= 4 {
+            waiting = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(waiting, "the pool's four connections wait on the lock");
+    // The database answers: health says so, from a connection of its own.
+    let h = health(server.addr()).await;
+    assert_eq!(h["status"], "ok", "{h}");
+    assert_eq!(h["store"]["status"], "ok", "{h}");
+    locker.batch_execute("ROLLBACK").await.expect("unlock");
+    let replies = tokio::time::timeout(Duration::from_secs(30), burst)
+        .await
+        .expect("answered once the lock is gone")
+        .expect("the burst");
+    assert!(
+        replies.iter().all(|r| matches!(r.status, 201 | 503)),
+        "{replies:?}"
+    );
+    db.drop().await;
+}

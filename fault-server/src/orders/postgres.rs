@@ -75,6 +75,12 @@ pub(crate) struct PgStore {
     pool: Pool,
     /// The longest one operation may take: its wait for a connection and its statements.
     answer_within: Duration,
+    /// The connection health asks `SELECT 1` on, kept apart from the pool (and opened again
+    /// when it closed): whether the database answers is not whether the requests have left a
+    /// connection free. A locked table holds every pooled connection in its wait while the
+    /// database answers.
+    health: std::sync::Arc<tokio::sync::Mutex<Option<tokio_postgres::Client>>>,
+    health_cfg: std::sync::Arc<tokio_postgres::Config>,
 }
 
 impl PgStore {
@@ -115,6 +121,7 @@ impl PgStore {
         if cfg.get_application_name().is_none() {
             cfg.application_name("fault-server");
         }
+        let health_cfg = std::sync::Arc::new(cfg.clone());
         let manager = Manager::from_config(
             cfg,
             NoTls,
@@ -166,6 +173,8 @@ impl PgStore {
         Ok(PgStore {
             pool,
             answer_within,
+            health: std::sync::Arc::default(),
+            health_cfg,
         })
     }
 
@@ -191,10 +200,22 @@ impl PgStore {
         Ok(self.pool.get().await?)
     }
 
-    /// A connection of the pool answers a trivial query.
+    /// The database answers a trivial query, on health's own connection (opened when there is
+    /// none, or the last one closed). Callers bound the wait.
     pub(super) async fn ping(&self) -> Result<(), StoreError> {
-        let c = self.client().await?;
-        c.simple_query("SELECT 1").await?;
+        let mut held = self.health.lock().await;
+        if held.as_ref().is_none_or(tokio_postgres::Client::is_closed) {
+            let (client, connection) = self.health_cfg.connect(NoTls).await?;
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!("health's database connection ended: {e}");
+                }
+            });
+            *held = Some(client);
+        }
+        if let Some(c) = held.as_ref() {
+            c.simple_query("SELECT 1").await?;
+        }
         Ok(())
     }
 
