@@ -11,26 +11,6 @@ fn bin() -> Command {
     Command::cargo_bin("fault-server").unwrap()
 }
 
-/// Stops a server the way a user does (SIGTERM), so that it cleans up after itself — its
-/// temporary journal file among it — and waits for it; kills it if it is still there after 10 s.
-fn stop(mut child: std::process::Child) {
-    let pid = libc::pid_t::try_from(child.id()).expect("a pid");
-    // SAFETY: sends a signal to our own child, which has not been waited for (so the pid is
-    // still its own).
-    unsafe {
-        libc::kill(pid, libc::SIGTERM);
-    }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while std::time::Instant::now() < deadline {
-        if matches!(child.try_wait(), Ok(Some(_))) {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
 fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> std::path::PathBuf {
     let p = dir.path().join(name);
     std::fs::write(&p, text).unwrap();
@@ -134,7 +114,7 @@ fn prints_the_listening_line_and_port_in_use_exits_3() {
         err.contains(&format!("cannot listen on {addr}")) && err.to_lowercase().contains("in use"),
         "{err}"
     );
-    stop(child);
+    common::binary::stop(child);
 }
 
 #[test]
@@ -253,7 +233,7 @@ fn replica_of_a_request(args: &[&str], replica_env: Option<&str>) -> Option<Stri
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
-    stop(child);
+    common::binary::stop(child);
     entry["replica"].as_str().map(str::to_string)
 }
 
@@ -344,7 +324,7 @@ fn protos_given_on_the_command_line_are_checked_and_served() {
             .unwrap();
         r
     });
-    stop(child);
+    common::binary::stop(child);
     assert_eq!(
         answered.status.code,
         fault_server::GrpcCode::Ok,

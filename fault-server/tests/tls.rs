@@ -153,8 +153,7 @@ fn the_binary_writes_its_certificate_and_says_https() {
     let pem = std::fs::read_to_string(&ca).expect("the certificate was written");
     assert!(pem.starts_with("-----BEGIN CERTIFICATE-----"), "{pem}");
     let ok = curl(&["--cacert", &ca.display().to_string(), &format!("{url}/")]);
-    let _ = child.kill();
-    let _ = child.wait();
+    common::binary::stop(child);
     assert!(ok.status.success(), "{ok:?}");
     assert_eq!(String::from_utf8_lossy(&ok.stdout), "ok\n");
 }

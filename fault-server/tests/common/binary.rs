@@ -174,3 +174,23 @@ pub fn big_body_config(limits: &str, len: usize) -> String {
         "a".repeat(len)
     )
 }
+
+/// Stops a server the way a user does (SIGTERM), so that it cleans up after itself — its
+/// temporary journal file among it — and waits for it; kills it if it is still there after 10 s.
+pub fn stop(mut child: std::process::Child) {
+    let pid = libc::pid_t::try_from(child.id()).expect("a pid");
+    // SAFETY: sends a signal to our own child, which has not been waited for (so the pid is
+    // still its own).
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
