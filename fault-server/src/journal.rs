@@ -444,6 +444,15 @@ impl Journal {
     fn sender(&self) -> mpsc::SyncSender<Msg> {
         self.tx.clone()
     }
+
+    /// Removes the temporary journal file now, if the journal has one: its server is going
+    /// away, and the threads still holding the journal may outlive the process's last chance to
+    /// drop it. What writes to it goes on writing to the unlinked file.
+    pub(crate) fn remove_temp_file(&self) {
+        if self._temp.is_some() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 impl Drop for Journal {

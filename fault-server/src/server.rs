@@ -105,7 +105,19 @@ pub struct FaultServer {
     state: Arc<State>,
     addr: SocketAddr,
     shutdown: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
+    /// The accept loop; taken by [`FaultServer::shutdown`].
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Dropped (or shut down), the server stops serving, and its temporary journal file, when it
+/// has one, is removed at once: connections served on threads of their own may hold the
+/// journal until after the process has exited, and a file left behind per server in the
+/// temporary directory is a leak a test suite repeats on every run.
+impl Drop for FaultServer {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+        self.state.journal.remove_temp_file();
+    }
 }
 
 impl FaultServer {
@@ -249,7 +261,7 @@ impl FaultServer {
             state,
             addr,
             shutdown,
-            task,
+            task: Some(task),
         })
     }
 
@@ -338,9 +350,11 @@ impl FaultServer {
     }
 
     /// Stops accepting, closes every connection and flushes the journal.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
         let _ = self.shutdown.send(true);
-        let _ = self.task.await;
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
         let state = self.state.clone();
         let _ = tokio::task::spawn_blocking(move || state.journal.flush()).await;
     }

@@ -313,3 +313,48 @@ async fn the_kernel_stamps_when_the_last_byte_arrived() {
         last_sent - wire_unix
     );
 }
+
+#[tokio::test]
+async fn a_temporary_journal_is_removed_when_its_server_is_dropped() {
+    // Served on threads of their own, the connections may hold the journal past the server:
+    // the file goes with the server, whatever they hold.
+    for threads in [None, Some(2)] {
+        let s = FaultServer::start(
+            Config::default(),
+            ServerOptions {
+                threads,
+                ..ServerOptions::default()
+            },
+        )
+        .await
+        .expect("server starts");
+        let ok = common::send(
+            s.addr(),
+            b"GET /x HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+        )
+        .await;
+        assert_eq!(ok.status, 200);
+        let path = s.journal().path().to_path_buf();
+        assert!(path.exists(), "{}", path.display());
+        drop(s);
+        assert!(
+            !path.exists(),
+            "threads {threads:?}: {} is left",
+            path.display()
+        );
+    }
+    // A journal the user named is theirs: kept.
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let named = dir.path().join("kept.jsonl");
+    let s = FaultServer::start(
+        Config::default(),
+        ServerOptions {
+            journal_file: Some(named.clone()),
+            ..ServerOptions::default()
+        },
+    )
+    .await
+    .expect("server starts");
+    drop(s);
+    assert!(named.exists());
+}
