@@ -267,8 +267,9 @@ pub struct Journal {
     shared: Arc<Written>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     path: std::path::PathBuf,
-    /// The temporary file, when no path was given; removed when the journal is dropped.
-    _temp: Option<tempfile::TempPath>,
+    /// The temporary file, when no path was given; removed when the journal is dropped, or
+    /// before, by [`Journal::remove_temp_file`].
+    temp: Mutex<Option<tempfile::TempPath>>,
 }
 
 /// A journal file could not be opened.
@@ -338,7 +339,7 @@ impl Journal {
             shared,
             thread: Mutex::new(Some(thread)),
             path,
-            _temp: temp,
+            temp: Mutex::new(temp),
         })
     }
 
@@ -449,8 +450,9 @@ impl Journal {
     /// away, and the threads still holding the journal may outlive the process's last chance to
     /// drop it. What writes to it goes on writing to the unlinked file.
     pub(crate) fn remove_temp_file(&self) {
-        if self._temp.is_some() {
-            let _ = std::fs::remove_file(&self.path);
+        let temp = self.temp.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(t) = temp {
+            let _ = t.close();
         }
     }
 }

@@ -538,6 +538,20 @@ async fn an_unreachable_database_is_named_without_its_password() {
     assert!(!err.contains("s3cret"), "{err}");
 }
 
+/// A second connection that holds ACCESS EXCLUSIVE on the tables a creation writes, in a
+/// transaction the caller ends (`ROLLBACK`).
+async fn lock_order_tables(db: &TestDb) -> tokio_postgres::Client {
+    let (locker, conn) = tokio_postgres::connect(&db.url, NoTls)
+        .await
+        .expect("the locking connection");
+    tokio::spawn(conn);
+    locker
+        .batch_execute("BEGIN; LOCK TABLE idempotency_keys, orders IN ACCESS EXCLUSIVE MODE;")
+        .await
+        .expect("the lock");
+    locker
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_locked_table_is_answered_503_with_retry_after_not_waited_on() {
     let Some(db) =
@@ -550,15 +564,7 @@ async fn a_locked_table_is_answered_503_with_retry_after_not_waited_on() {
         db.url
     ))
     .await;
-    // A second connection holds ACCESS EXCLUSIVE on the tables a creation writes.
-    let (locker, conn) = tokio_postgres::connect(&db.url, NoTls)
-        .await
-        .expect("the locking connection");
-    tokio::spawn(conn);
-    locker
-        .batch_execute("BEGIN; LOCK TABLE idempotency_keys, orders IN ACCESS EXCLUSIVE MODE;")
-        .await
-        .expect("the lock");
+    let locker = lock_order_tables(&db).await;
     // Twenty concurrent creations, more than the pool's sixteen connections. The lock is held
     // until every one has its answer, which the timeouts (300 ms, 2 s) bound to seconds: well
     // within twenty, the test's bound for "not held as long as the lock".
@@ -688,6 +694,13 @@ impl Cuttable {
         }
     }
 
+    /// A relay to the test's database.
+    async fn before(db: &TestDb) -> Cuttable {
+        let cfg: tokio_postgres::Config = db.url.parse().expect("the test URL parses");
+        let port = cfg.get_ports().first().copied().unwrap_or(5432);
+        Cuttable::to(SocketAddr::from(([127, 0, 0, 1], port))).await
+    }
+
     fn freeze(&self, frozen: bool) {
         self.frozen.send_replace(frozen);
     }
@@ -726,9 +739,7 @@ async fn health_says_degraded_while_the_store_cannot_be_reached() {
     else {
         return;
     };
-    let cfg: tokio_postgres::Config = db.url.parse().expect("the test URL parses");
-    let port = cfg.get_ports().first().copied().unwrap_or(5432);
-    let relay = Cuttable::to(SocketAddr::from(([127, 0, 0, 1], port))).await;
+    let relay = Cuttable::before(&db).await;
     let via = relay.url_for(&db.url);
     let server = common::start(&format!(
         "orders: {{ database: \"{via}\", statement_timeout: 1s }}"
@@ -790,9 +801,7 @@ async fn a_database_that_stops_answering_costs_a_bounded_wait_not_a_hang() {
     else {
         return;
     };
-    let cfg: tokio_postgres::Config = db.url.parse().expect("the test URL parses");
-    let port = cfg.get_ports().first().copied().unwrap_or(5432);
-    let relay = Cuttable::to(SocketAddr::from(([127, 0, 0, 1], port))).await;
+    let relay = Cuttable::before(&db).await;
     let server = common::start(&format!(
         "orders: {{ database: \"{}\", statement_timeout: 1s }}",
         relay.url_for(&db.url)
@@ -921,14 +930,7 @@ async fn health_stays_ok_while_a_lock_holds_every_pooled_connection() {
         db.url
     ))
     .await;
-    let (locker, conn) = tokio_postgres::connect(&db.url, NoTls)
-        .await
-        .expect("the locking connection");
-    tokio::spawn(conn);
-    locker
-        .batch_execute("BEGIN; LOCK TABLE idempotency_keys, orders IN ACCESS EXCLUSIVE MODE;")
-        .await
-        .expect("the lock");
+    let locker = lock_order_tables(&db).await;
     // Eight creations for four pooled connections: every connection waits on the lock.
     let addr = server.addr();
     let burst = tokio::spawn(async move {

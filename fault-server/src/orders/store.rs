@@ -77,40 +77,29 @@ impl ResourceReply {
         self
     }
 
-    /// The answer to a request the store failed: `503` with `Retry-After` (journaled `rejected:
-    /// store-unavailable`) when the database did not answer within its timeouts or could not be
-    /// reached — the request had no effect, and a retry later may succeed — else `500`.
+    /// The answer to a request the store failed: `503` with `Retry-After` when the database did
+    /// not answer within its timeouts or could not be reached — a retry later may succeed —
+    /// else `500`. The `503` is journaled `rejected: store-unavailable` when the request had no
+    /// effect; not when it may have had (no answer at all, or the connection broke under a
+    /// statement: a commit may have been on its way). With its key, a retry then finds what the
+    /// first attempt left: its order, or its key still in progress (`409`) when the attempt's
+    /// claim got through and no more did.
     pub fn store_failed(e: &StoreError, title: &str) -> ResourceReply {
-        if e.effect_unknown() {
-            // Not `rejected`: a refusal had no effect, and this one may have had (a commit sent
-            // before the database stopped answering or the connection broke). The client is
-            // told to retry; with its key, a retry finds what the first attempt left: its order,
-            // or its key still in progress (`409`) when the attempt's claim got through and no
-            // more did.
-            tracing::warn!("{title}: {e}");
-            return ResourceReply::problem(
+        if !e.is_unavailable() {
+            tracing::error!("{title}: {e}");
+            return ResourceReply::problem(500, "store-error", title, e.to_string());
+        }
+        tracing::warn!("{title}: {e}");
+        ResourceReply {
+            refused: (!e.effect_unknown()).then_some("store-unavailable"),
+            ..ResourceReply::problem(
                 503,
                 "store-unavailable",
                 "The orders database did not answer in time",
                 e.to_string(),
             )
-            .header("retry-after", "1".to_string());
         }
-        if e.is_unavailable() {
-            tracing::warn!("{title}: {e}");
-            return ResourceReply {
-                refused: Some("store-unavailable"),
-                ..ResourceReply::problem(
-                    503,
-                    "store-unavailable",
-                    "The orders database did not answer in time",
-                    e.to_string(),
-                )
-            }
-            .header("retry-after", "1".to_string());
-        }
-        tracing::error!("{title}: {e}");
-        ResourceReply::problem(500, "store-error", title, e.to_string())
+        .header("retry-after", "1".to_string())
     }
 }
 
