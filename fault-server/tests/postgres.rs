@@ -457,7 +457,10 @@ rules:
     for _ in 0..3 {
         let replies = burst_across(&addrs, 10, |_| request_bytes("GET", "/flaky", None, "")).await;
         faulted += replies.iter().filter(|r| r.status == 503).count();
-        assert!(replies.iter().all(|r| matches!(r.status, 503 | 200)));
+        assert!(
+            replies.iter().all(|r| matches!(r.status, 503 | 200)),
+            "{replies:?}"
+        );
     }
     assert_eq!(
         faulted, 3,
