@@ -424,7 +424,8 @@ fi
 # server with `--upstream` (no rules, journal on) and nginx with `proxy_pass` over kept-alive
 # HTTP/1.1 connections (an `upstream` block with `keepalive`, the recommended setup). Throughput:
 # wrk -c 64, closed loop. Latency the proxy adds: oha at a fixed 2,000 req/s (16 connections,
-# latency corrected), through each proxy and straight to the upstream, p50 and p99.
+# latency corrected), through each proxy and straight to the upstream, p50 and p99. Beside them,
+# for reference, examples/bare_proxy.rs.
 PROXY_RATE=2000
 nginx_conf() { # dir port body
   mkdir -p "$1"
@@ -476,8 +477,13 @@ if wants proxy; then
   start_server proxy "$BIN/fault-server" --bind 127.0.0.1:0 --upstream "$UP_URL" \
     --journal "$TMP/journal-proxy.jsonl"
   FAULT_PX_URL=$URL
-  echo "upstream (nginx): $UP_URL   fault-server proxy: $FAULT_PX_URL   nginx proxy: $NGINX_PX_URL"
+  # The floor: the least a tokio proxy does (examples/bare_proxy.rs), to tell the runtime's cost
+  # from what the fault server adds. A reference, not a goal.
+  start_server bare-proxy "$BIN/examples/bare_proxy" 127.0.0.1:0 "127.0.0.1:$up_port"
+  BARE_PX_URL=$URL
+  echo "upstream (nginx): $UP_URL   fault-server proxy: $FAULT_PX_URL   nginx proxy: $NGINX_PX_URL   bare tokio proxy: $BARE_PX_URL"
   PSTEPS=("run_proxy_wrk wrk-proxy-fault $FAULT_PX_URL" "run_proxy_wrk wrk-proxy-nginx $NGINX_PX_URL"
+          "run_proxy_wrk wrk-proxy-bare $BARE_PX_URL"
           "run_proxy_wrk wrk-upstream $UP_URL" "run_proxy_lat lat-proxy-fault $FAULT_PX_URL"
           "run_proxy_lat lat-proxy-nginx $NGINX_PX_URL" "run_proxy_lat lat-upstream $UP_URL")
   n=${#PSTEPS[@]}

@@ -167,6 +167,10 @@ def main():
         target("fault-server --upstream vs nginx proxy_pass, wrk -c 64", v, ">= 0.95",
                v is not None and v >= 0.95, "wrk-proxy-nginx")
         ratios_tp["wrk-proxy-fault/wrk-proxy-nginx"] = px
+        if ("wrk-proxy-bare", "rps") in s:
+            # The floor (examples/bare_proxy.rs): what a tokio proxy doing nothing else reaches.
+            ratios_tp["wrk-proxy-bare/wrk-proxy-nginx"] = ratio("wrk-proxy-bare", "wrk-proxy-nginx", "rps")
+            ratios_tp["wrk-proxy-fault/wrk-proxy-bare"] = ratio("wrk-proxy-fault", "wrk-proxy-bare", "rps")
         for who in ("fault", "nginx"):
             for q in ("p50_ms", "p99_ms"):
                 a, b = med(f"lat-proxy-{who}", q), med("lat-upstream", q)
