@@ -101,7 +101,11 @@ async fn connection(mut client: TcpStream, idle: Idle, upstream: &str) -> io::Re
         };
         let mut fields = [httparse::EMPTY_HEADER; 64];
         let mut parsed = httparse::Request::new(&mut fields);
-        if !parsed.parse(&req[..head]).map_err(|_| bad("request head"))?.is_complete() {
+        if !parsed
+            .parse(&req[..head])
+            .map_err(|_| bad("request head"))?
+            .is_complete()
+        {
             return Err(bad("request head"));
         }
         if parsed.headers.iter().any(|h| {
@@ -138,7 +142,11 @@ async fn connection(mut client: TcpStream, idle: Idle, upstream: &str) -> io::Re
         req.drain(..head);
         let mut fields = [httparse::EMPTY_HEADER; 64];
         let mut answer = httparse::Response::new(&mut fields);
-        if !answer.parse(&buf[..len]).map_err(|_| bad("answer head"))?.is_complete() {
+        if !answer
+            .parse(&buf[..len])
+            .map_err(|_| bad("answer head"))?
+            .is_complete()
+        {
             return Err(bad("answer head"));
         }
         out.clear();

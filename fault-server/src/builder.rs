@@ -789,6 +789,13 @@ impl OrdersConfig {
         self
     }
 
+    /// How long a key's request in flight may hold it before a retry with the same key and body
+    /// takes it over (default: one minute past `work_delay`).
+    pub fn claim_lease(mut self, d: Duration) -> Self {
+        self.claim_lease = Some(Dur(d));
+        self
+    }
+
     /// `Retry-After` seconds sent with `409` while the key's first request is in flight.
     pub fn retry_after_s(mut self, seconds: u64) -> Self {
         self.retry_after_s = seconds;

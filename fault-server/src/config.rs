@@ -544,6 +544,13 @@ pub struct OrdersConfig {
     /// Simulated work between claiming/checking a key and writing the order (and in pay).
     #[serde(default)]
     pub work_delay: Dur,
+    /// How long a key's request in flight may hold it (`unique` only). A key still in flight
+    /// after that — its request's process died, or the database lost its completion — is taken
+    /// over by the next request with the same key and body, which makes the order; the request
+    /// that held it, if still running, then writes nothing and gets `409`. Default: one minute
+    /// past `work_delay`.
+    #[serde(default)]
+    pub claim_lease: Option<Dur>,
     /// `Retry-After` seconds sent with `409` while the key's first request is in flight.
     #[serde(default = "default_retry_after")]
     pub retry_after_s: u64,
@@ -572,12 +579,22 @@ impl Default for OrdersConfig {
             require_key: true,
             key_ttl: default_key_ttl(),
             work_delay: Dur::default(),
+            claim_lease: None,
             retry_after_s: default_retry_after(),
             database: None,
             pool_size: default_pool_size(),
             statement_timeout: default_statement_timeout(),
             lock_timeout: default_lock_timeout(),
         }
+    }
+}
+
+impl OrdersConfig {
+    /// How long a key's request in flight may hold it: `claim_lease`, else one minute past
+    /// `work_delay`.
+    pub fn lease(&self) -> Duration {
+        self.claim_lease
+            .map_or_else(|| self.work_delay.0 + Duration::from_secs(60), |d| d.0)
     }
 }
 
@@ -1836,6 +1853,18 @@ impl Config {
                 ));
             }
         }
+        if let Some(lease) = self.orders.claim_lease {
+            if lease.0 < Duration::from_millis(1) || lease.0 > self.orders.key_ttl.0 {
+                return Err(ConfigError::at(
+                    origin,
+                    "orders.claim_lease",
+                    format!(
+                        "{:?}; give 1ms up to key_ttl ({:?}): a key expires before a longer lease ends",
+                        lease.0, self.orders.key_ttl.0
+                    ),
+                ));
+            }
+        }
         if self.orders.pool_size == 0 || self.orders.pool_size > 256 {
             return Err(ConfigError::at(
                 origin,
@@ -2547,6 +2576,16 @@ rules:
                 "orders: { idempotency: maybe }\n",
                 "cfg:1:",
                 "unknown variant `maybe`",
+            ),
+            (
+                "orders:\n  key_ttl: 1h\n  claim_lease: 2h\n",
+                "cfg:3:16: at `orders.claim_lease`",
+                "give 1ms up to key_ttl (3600s)",
+            ),
+            (
+                "orders: { claim_lease: 0ms }\n",
+                "cfg:1:24: at `orders.claim_lease`",
+                "give 1ms up to key_ttl",
             ),
             (
                 "rules:\n  - match: { path: \"/a b\" }\n    fault: drop\n",

@@ -262,3 +262,142 @@ async fn unknown_order_is_404() {
         405
     );
 }
+
+/// One `POST /orders` on a connection of its own.
+async fn post_order(addr: std::net::SocketAddr, key: &str, body: &str) -> common::Raw {
+    let c = tokio::net::TcpStream::connect(addr).await.unwrap();
+    exchange(c, &request_bytes("POST", "/orders", Some(key), body))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_lapsed_claim_is_taken_over_and_its_holder_writes_nothing() {
+    // The first request works for 4 s under a lease of 300 ms: a retry a second later takes the
+    // key over, whatever the machine's speed (its claim comes 3 s before the first request can
+    // complete).
+    let s = start("orders: { idempotency: unique, work_delay: 4s, claim_lease: 300ms }").await;
+    let addr = s.addr();
+    let first = tokio::spawn(post_order(addr, "lapse", r#"{"sku":"A"}"#));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Another body is still another request: no takeover.
+    let other = post_order(addr, "lapse", r#"{"sku":"B"}"#).await;
+    assert_eq!(other.status, 422, "{other:?}");
+    let retry = tokio::spawn(post_order(addr, "lapse", r#"{"sku":"A"}"#));
+    let first = first.await.unwrap();
+    assert_eq!(first.status, 409, "the first lost its claim: {first:?}");
+    assert!(
+        first.body.contains("took it over"),
+        "the problem says why: {}",
+        first.body
+    );
+    let retry = retry.await.unwrap();
+    assert_eq!(retry.status, 201, "the retry made the order: {retry:?}");
+    assert_eq!(s.orders().count_for_key("lapse").await.unwrap(), 1);
+    let replay = post_order(addr, "lapse", r#"{"sku":"A"}"#).await;
+    assert_eq!(replay.status, 200);
+    assert_eq!(replay.json()["id"], retry.json()["id"]);
+    let j = journal(&s).await;
+    let created: Vec<_> = j.iter().filter_map(|e| e.created.as_deref()).collect();
+    assert_eq!(created, [retry.json()["id"].as_str().unwrap()]);
+}
+
+#[test]
+fn a_claim_left_by_a_killed_server_is_taken_over_after_its_lease() {
+    use common::binary;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("orders.sqlite");
+    let config = |work: &str| {
+        format!("orders: {{ idempotency: unique, work_delay: {work}, claim_lease: 1s, database: {db:?} }}\n")
+    };
+    let body = r#"{"sku":"A"}"#;
+    let post = format!(
+        "POST /orders HTTP/1.0\r\nhost: x\r\nidempotency-key: crash\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let first = binary::start(&config("1h"));
+    let addr = first.addr;
+    {
+        let post = post.clone();
+        std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            s.write_all(post.as_bytes()).unwrap();
+            let _ = s.read_to_end(&mut Vec::new());
+        });
+    }
+    // The claim is in once the database has the key in flight. (Not asked with a second
+    // request: past the lease, that one would take the key over itself.)
+    let in_flight = || {
+        let c = rusqlite::Connection::open(&db).ok()?;
+        c.query_row(
+            "SELECT state FROM idempotency_keys WHERE key = 'crash'",
+            [],
+            |r| r.get::<_, String>(0),
+        )
+        .ok()
+    };
+    let claimed = (0..200).any(|_| {
+        let held = in_flight().as_deref() == Some("in_flight");
+        if !held {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        held
+    });
+    assert!(claimed, "the first request never claimed the key");
+    // The server dies with the key in flight; the next one opens the same database.
+    drop(first);
+    let second = binary::start(&config("0ms"));
+    std::thread::sleep(Duration::from_millis(1200));
+    let taken = second.request(post.as_bytes());
+    assert!(taken.starts_with("HTTP/1.0 201"), "{taken}");
+    assert!(second.log().contains("taken over"), "{}", second.log());
+    let listed = second.get("/orders?idempotency_key=crash");
+    assert!(listed.contains(r#""count":1"#), "{listed}");
+}
+
+#[tokio::test]
+async fn a_key_table_from_before_claim_stamps_gets_them_and_its_lapsed_keys_are_taken_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("orders.sqlite");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    {
+        // The key table as it was before `claimed_at_ms`, with two keys in flight: one claimed
+        // two minutes ago (its server gone), one just now.
+        let c = rusqlite::Connection::open(&db).unwrap();
+        c.execute_batch(
+            "CREATE TABLE idempotency_keys (
+                key TEXT NOT NULL UNIQUE, request_hash TEXT NOT NULL,
+                state TEXT NOT NULL CHECK (state IN ('in_flight', 'completed')),
+                response_status INTEGER, response_body TEXT, order_id TEXT,
+                created_at_ms INTEGER NOT NULL, expires_at_ms INTEGER NOT NULL);",
+        )
+        .unwrap();
+        // What the server keys a request's body by: its SHA-256, in hex.
+        let hash = {
+            use sha2::Digest;
+            hex::encode(sha2::Sha256::digest(br#"{"sku":"A"}"#))
+        };
+        for (key, at) in [("old", now - 120_000), ("new", now)] {
+            c.execute(
+                "INSERT INTO idempotency_keys (key, request_hash, state, created_at_ms, expires_at_ms) VALUES (?1, ?2, 'in_flight', ?3, ?4)",
+                rusqlite::params![key, hash, at, at + 86_400_000],
+            )
+            .unwrap();
+        }
+    }
+    let s = start(&format!(
+        "orders: {{ idempotency: unique, database: {db:?} }}"
+    ))
+    .await;
+    // The default lease is a minute past work_delay (0 here).
+    let old = post_order(s.addr(), "old", r#"{"sku":"A"}"#).await;
+    assert_eq!(old.status, 201, "{old:?}");
+    let new = post_order(s.addr(), "new", r#"{"sku":"A"}"#).await;
+    assert_eq!(new.status, 409, "{new:?}");
+    assert_eq!(s.orders().count_for_key("old").await.unwrap(), 1);
+    assert_eq!(s.orders().count_for_key("new").await.unwrap(), 0);
+}

@@ -362,6 +362,87 @@ async fn idempotency_semantics_across_replicas() {
     db.drop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lapsed_claim_is_taken_over_across_replicas_and_its_holder_writes_nothing() {
+    let test = "a_lapsed_claim_is_taken_over_across_replicas_and_its_holder_writes_nothing";
+    let Some(db) = TestDb::new(test).await else {
+        return;
+    };
+    // The key table as it was before `claimed_at_ms`, with a key a dead replica left in flight.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let hash = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(br#"{"sku":"A"}"#))
+    };
+    db.admin
+        .batch_execute(&format!(
+            "CREATE TABLE {0}.idempotency_keys (
+                key TEXT NOT NULL UNIQUE, request_hash TEXT NOT NULL,
+                state TEXT NOT NULL CHECK (state IN ('in_flight', 'completed')),
+                response_status INTEGER, response_body TEXT, order_id TEXT,
+                created_at_ms BIGINT NOT NULL, expires_at_ms BIGINT NOT NULL);
+             INSERT INTO {0}.idempotency_keys (key, request_hash, state, created_at_ms, expires_at_ms)
+                VALUES ('gone', '{hash}', 'in_flight', {1}, {2});",
+            db.schema,
+            now - 120_000,
+            now + 86_400_000
+        ))
+        .await
+        .expect("the old key table");
+    // Each request works 4 s under a lease of 300 ms: a retry a second after the first takes
+    // its key over, 3 s before the first can complete, however slow the machine.
+    let servers = replicas(&format!(
+        "orders: {{ idempotency: unique, work_delay: 4s, claim_lease: 300ms, database: \"{}\" }}",
+        db.url
+    ))
+    .await;
+    let stamped: i64 = db
+        .admin
+        .query_one(
+            "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'idempotency_keys' AND column_name = 'claimed_at_ms'",
+            &[&db.schema],
+        )
+        .await
+        .expect("the columns")
+        .get(0);
+    assert_eq!(stamped, 1, "the old key table got its claim stamps");
+    let [a, b] = [servers[0].addr(), servers[1].addr()];
+    let post = |addr, key: &'static str| async move {
+        send(
+            addr,
+            &request_bytes("POST", "/orders", Some(key), r#"{"sku":"A"}"#),
+        )
+        .await
+    };
+    let gone = tokio::spawn(post(b, "gone"));
+    let first = tokio::spawn(post(a, "lapse"));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let retry = tokio::spawn(post(b, "lapse"));
+    let (gone, first, retry) = (
+        gone.await.unwrap(),
+        first.await.unwrap(),
+        retry.await.unwrap(),
+    );
+    assert_eq!(gone.status, 201, "the dead replica's key: {gone:?}");
+    assert_eq!(first.status, 409, "the first lost its claim: {first:?}");
+    assert_eq!(retry.status, 201, "the retry made the order: {retry:?}");
+    assert_eq!(db.count("orders WHERE idempotency_key = 'lapse'").await, 1);
+    assert_eq!(db.count("orders WHERE idempotency_key = 'gone'").await, 1);
+    let created: Vec<_> = journals(&servers)
+        .await
+        .into_iter()
+        .filter_map(|e| e.created)
+        .collect();
+    assert_eq!(created.len(), 2, "{created:?}");
+    for s in servers {
+        s.shutdown().await;
+    }
+    db.drop().await;
+}
+
 async fn pay_race(db: &TestDb, pay: &str) -> (Vec<u16>, u64, Vec<history::Entry>) {
     let servers = replicas(&format!(
         "orders: {{ pay: {pay}, work_delay: 1500ms, database: \"{}\" }}",

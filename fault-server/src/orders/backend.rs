@@ -141,10 +141,36 @@ pub(super) struct KeyRow {
     pub(super) response_body: Option<String>,
     pub(super) order_id: Option<String>,
     pub(super) expires_at_ms: i64,
+    /// When the key's request in flight claimed it (or took it over): the claim's stamp, which
+    /// its completion must still find. A row written before the column existed has its
+    /// creation time here.
+    pub(super) claimed_at_ms: i64,
 }
 
-/// What claiming a key found: the key was free and is now this request's, or it was taken.
+impl KeyRow {
+    /// Whether the request in flight has held the key for `lease_ms` and more: it died, or the
+    /// database lost its completion. A retry of the same request may take the key over.
+    pub(super) fn lapsed(&self, hash: &str, now_ms: i64, lease_ms: i64) -> bool {
+        self.state == "in_flight"
+            && self.request_hash == hash
+            && self.claimed_at_ms.saturating_add(lease_ms) <= now_ms
+    }
+
+    /// The stamp a takeover writes: now, and later than the stamp it replaces whatever the
+    /// clocks of the replicas say, so the request it replaces can never complete.
+    pub(super) fn next_stamp(&self, now_ms: i64) -> i64 {
+        now_ms.max(self.claimed_at_ms.saturating_add(1))
+    }
+}
+
+/// What claiming a key found: the key was free (or its claim had lapsed) and is now this
+/// request's, under the stamp its completion must present; or it was taken.
 pub(super) enum Claim {
-    Claimed,
+    Claimed {
+        /// The claim's stamp (`claimed_at_ms`).
+        stamp: i64,
+        /// The key was in flight under a claim that had lapsed, and was taken over.
+        took_over: bool,
+    },
     Existing(KeyRow),
 }

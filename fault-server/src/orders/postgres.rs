@@ -53,7 +53,9 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
     response_body   TEXT,
     order_id        TEXT,
     created_at_ms   BIGINT NOT NULL,
-    expires_at_ms   BIGINT NOT NULL
+    expires_at_ms   BIGINT NOT NULL,
+    -- when the request in flight claimed the key, or took it over after a lapsed claim
+    claimed_at_ms   BIGINT
 );
 CREATE TABLE IF NOT EXISTS payments (
     id        BIGSERIAL PRIMARY KEY,
@@ -163,6 +165,20 @@ impl PgStore {
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
                 .await?;
             tx.batch_execute(SCHEMA).await?;
+            // A key table made before `claimed_at_ms` existed gets it. Only then: `ALTER
+            // TABLE` takes the table's exclusive lock even when the column is there, and would
+            // queue every replica's requests behind it.
+            let missing = tx
+                .query_opt(
+                    "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'idempotency_keys' AND column_name = 'claimed_at_ms'",
+                    &[],
+                )
+                .await?
+                .is_none();
+            if missing {
+                tx.batch_execute("ALTER TABLE idempotency_keys ADD COLUMN claimed_at_ms BIGINT")
+                    .await?;
+            }
             tx.commit().await
         };
         schema.await.map_err(|source| StoreError::Schema {
@@ -293,25 +309,33 @@ impl PgStore {
         key: &str,
         hash: &str,
         ttl_ms: i64,
+        lease_ms: i64,
     ) -> Result<Claim, StoreError> {
         let c = self.client().await?;
         let insert = c
-            .prepare_cached("INSERT INTO idempotency_keys (key, request_hash, state, created_at_ms, expires_at_ms) VALUES ($1, $2, 'in_flight', $3, $4) ON CONFLICT (key) DO NOTHING")
+            .prepare_cached("INSERT INTO idempotency_keys (key, request_hash, state, created_at_ms, claimed_at_ms, expires_at_ms) VALUES ($1, $2, 'in_flight', $3, $3, $4) ON CONFLICT (key) DO NOTHING")
             .await?;
         let select = c
-            .prepare_cached("SELECT request_hash, state, response_status, response_body, order_id, expires_at_ms FROM idempotency_keys WHERE key = $1")
+            .prepare_cached("SELECT request_hash, state, response_status, response_body, order_id, expires_at_ms, COALESCE(claimed_at_ms, created_at_ms) FROM idempotency_keys WHERE key = $1")
             .await?;
         let expire = c
             .prepare_cached("DELETE FROM idempotency_keys WHERE key = $1 AND expires_at_ms <= $2")
             .await?;
-        // Two passes: the second after clearing an expired row for this key.
-        for _ in 0..2 {
+        let take_over = c
+            .prepare_cached("UPDATE idempotency_keys SET claimed_at_ms = $1 WHERE key = $2 AND state = 'in_flight' AND COALESCE(claimed_at_ms, created_at_ms) = $3")
+            .await?;
+        // Three passes: after clearing an expired row for this key, or after losing the
+        // takeover of a lapsed claim to another request, the key is read again.
+        for _ in 0..3 {
             let now = now_ms();
             if c.execute(&insert, &[&key, &hash, &now, &(now + ttl_ms)])
                 .await?
                 == 1
             {
-                return Ok(Claim::Claimed);
+                return Ok(Claim::Claimed {
+                    stamp: now,
+                    took_over: false,
+                });
             }
             let row = c.query_opt(&select, &[&key]).await?.map(|r| KeyRow {
                 request_hash: r.get(0),
@@ -322,10 +346,23 @@ impl PgStore {
                 response_body: r.get(3),
                 order_id: r.get(4),
                 expires_at_ms: r.get(5),
+                claimed_at_ms: r.get(6),
             });
             match row {
                 Some(row) if row.expires_at_ms <= now => {
                     c.execute(&expire, &[&key, &now]).await?;
+                }
+                Some(row) if row.lapsed(hash, now, lease_ms) => {
+                    let stamp = row.next_stamp(now);
+                    if c.execute(&take_over, &[&stamp, &key, &row.claimed_at_ms])
+                        .await?
+                        == 1
+                    {
+                        return Ok(Claim::Claimed {
+                            stamp,
+                            took_over: true,
+                        });
+                    }
                 }
                 Some(row) => return Ok(Claim::Existing(row)),
                 // Deleted between our INSERT and SELECT (expiry by another request): retry.
@@ -337,32 +374,41 @@ impl PgStore {
         )))
     }
 
+    /// Writes the order and completes its key, if the key is still this claim's (`stamp`):
+    /// `false`, and nothing written, when a later request took the key over.
     pub(super) async fn complete(
         &self,
         key: &str,
+        stamp: i64,
         id: &str,
         order: &str,
         response: &str,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         let mut c = self.client().await?;
         let insert = c
             .prepare_cached("INSERT INTO orders (id, idempotency_key, status, body, created_at_ms) VALUES ($1, $2, 'pending', $3, $4)")
             .await?;
         let update = c
-            .prepare_cached("UPDATE idempotency_keys SET state = 'completed', response_status = 201, response_body = $1, order_id = $2 WHERE key = $3")
+            .prepare_cached("UPDATE idempotency_keys SET state = 'completed', response_status = 201, response_body = $1, order_id = $2 WHERE key = $3 AND state = 'in_flight' AND COALESCE(claimed_at_ms, created_at_ms) = $4")
             .await?;
         let tx = c.transaction().await?;
+        // The key first: its row lock orders this completion against a takeover's, and a key
+        // no longer ours writes no order.
+        if tx.execute(&update, &[&response, &id, &key, &stamp]).await? == 0 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
         tx.execute(&insert, &[&id, &key, &order, &now_ms()]).await?;
-        tx.execute(&update, &[&response, &id, &key]).await?;
         tx.commit().await?;
-        Ok(())
+        Ok(true)
     }
 
-    pub(super) async fn release(&self, key: &str) -> Result<(), StoreError> {
+    /// Gives the key up, if it is still this claim's.
+    pub(super) async fn release(&self, key: &str, stamp: i64) -> Result<(), StoreError> {
         let c = self.client().await?;
         c.execute(
-            "DELETE FROM idempotency_keys WHERE key = $1 AND state = 'in_flight'",
-            &[&key],
+            "DELETE FROM idempotency_keys WHERE key = $1 AND state = 'in_flight' AND COALESCE(claimed_at_ms, created_at_ms) = $2",
+            &[&key, &stamp],
         )
         .await?;
         Ok(())

@@ -11,6 +11,20 @@ use super::backend::{now_ms, Claim, KeyRow, StoreError};
 
 type Pool = r2d2::Pool<SqliteConnectionManager>;
 
+/// Adds `claimed_at_ms` to a key table made before it existed (SQLite has no `ADD COLUMN IF
+/// NOT EXISTS`).
+fn add_claimed_at(c: &rusqlite::Connection) -> Result<(), StoreError> {
+    let present: i64 = c.query_row(
+        "SELECT COUNT(*) FROM pragma_table_info('idempotency_keys') WHERE name = 'claimed_at_ms'",
+        [],
+        |r| r.get(0),
+    )?;
+    if present == 0 {
+        c.execute_batch("ALTER TABLE idempotency_keys ADD COLUMN claimed_at_ms INTEGER")?;
+    }
+    Ok(())
+}
+
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS orders (
     id              TEXT PRIMARY KEY,
@@ -30,7 +44,9 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
     response_body   TEXT,
     order_id        TEXT,
     created_at_ms   INTEGER NOT NULL,
-    expires_at_ms   INTEGER NOT NULL
+    expires_at_ms   INTEGER NOT NULL,
+    -- when the request in flight claimed the key, or took it over after a lapsed claim
+    claimed_at_ms   INTEGER
 );
 CREATE TABLE IF NOT EXISTS payments (
     id        INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -70,6 +86,7 @@ impl SqliteStore {
             let c = rusqlite::Connection::open(&path)?;
             c.execute_batch("PRAGMA busy_timeout = 10000; PRAGMA journal_mode = WAL;")?;
             c.execute_batch(SCHEMA)?;
+            add_claimed_at(&c)?;
         }
         let manager = SqliteConnectionManager::file(&path).with_init(|c| {
             c.execute_batch("PRAGMA busy_timeout = 10000; PRAGMA synchronous = NORMAL;")
@@ -187,23 +204,30 @@ impl SqliteStore {
         key: &str,
         hash: &str,
         ttl_ms: i64,
+        lease_ms: i64,
     ) -> Result<Claim, StoreError> {
         let (k, h) = (key.to_string(), hash.to_string());
         self.db(move |c| {
-            // Two passes: the second after clearing an expired row for this key.
-            for _ in 0..2 {
+            // Three passes: after clearing an expired row for this key, or after losing the
+            // takeover of a lapsed claim to another request, the key is read again.
+            for _ in 0..3 {
                 let now = now_ms();
                 match c.execute(
-                    "INSERT INTO idempotency_keys (key, request_hash, state, created_at_ms, expires_at_ms) VALUES (?1, ?2, 'in_flight', ?3, ?4)",
+                    "INSERT INTO idempotency_keys (key, request_hash, state, created_at_ms, claimed_at_ms, expires_at_ms) VALUES (?1, ?2, 'in_flight', ?3, ?3, ?4)",
                     params![k, h, now, now + ttl_ms],
                 ) {
-                    Ok(_) => return Ok(Claim::Claimed),
+                    Ok(_) => {
+                        return Ok(Claim::Claimed {
+                            stamp: now,
+                            took_over: false,
+                        })
+                    }
                     Err(e) if is_unique_violation(&e) => {}
                     Err(e) => return Err(e.into()),
                 }
                 let row = c
                     .query_row(
-                        "SELECT request_hash, state, response_status, response_body, order_id, expires_at_ms FROM idempotency_keys WHERE key = ?1",
+                        "SELECT request_hash, state, response_status, response_body, order_id, expires_at_ms, COALESCE(claimed_at_ms, created_at_ms) FROM idempotency_keys WHERE key = ?1",
                         [&k],
                         |r| {
                             Ok(KeyRow {
@@ -213,6 +237,7 @@ impl SqliteStore {
                                 response_body: r.get(3)?,
                                 order_id: r.get(4)?,
                                 expires_at_ms: r.get(5)?,
+                                claimed_at_ms: r.get(6)?,
                             })
                         },
                     )
@@ -224,6 +249,19 @@ impl SqliteStore {
                             params![k, now],
                         )?;
                     }
+                    Some(row) if row.lapsed(&h, now, lease_ms) => {
+                        let stamp = row.next_stamp(now);
+                        let taken = c.execute(
+                            "UPDATE idempotency_keys SET claimed_at_ms = ?1 WHERE key = ?2 AND state = 'in_flight' AND COALESCE(claimed_at_ms, created_at_ms) = ?3",
+                            params![stamp, k, row.claimed_at_ms],
+                        )?;
+                        if taken == 1 {
+                            return Ok(Claim::Claimed {
+                                stamp,
+                                took_over: true,
+                            });
+                        }
+                    }
                     Some(row) => return Ok(Claim::Existing(row)),
                     // Deleted between our INSERT and SELECT (expiry by another request): retry.
                     None => {}
@@ -234,13 +272,16 @@ impl SqliteStore {
         .await
     }
 
+    /// Writes the order and completes its key, if the key is still this claim's (`stamp`):
+    /// `false`, and nothing written, when a later request took the key over.
     pub(super) async fn complete(
         &self,
         key: &str,
+        stamp: i64,
         id: &str,
         order: &str,
         response: &str,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         let (k, id, order, response) = (
             key.to_string(),
             id.to_string(),
@@ -249,26 +290,30 @@ impl SqliteStore {
         );
         self.db(move |c| {
             let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let ours = tx.execute(
+                "UPDATE idempotency_keys SET state = 'completed', response_status = 201, response_body = ?1, order_id = ?2 WHERE key = ?3 AND state = 'in_flight' AND COALESCE(claimed_at_ms, created_at_ms) = ?4",
+                params![response, id, k, stamp],
+            )?;
+            if ours == 0 {
+                return Ok(false);
+            }
             tx.execute(
                 "INSERT INTO orders (id, idempotency_key, status, body, created_at_ms) VALUES (?1, ?2, 'pending', ?3, ?4)",
                 params![id, k, order, now_ms()],
             )?;
-            tx.execute(
-                "UPDATE idempotency_keys SET state = 'completed', response_status = 201, response_body = ?1, order_id = ?2 WHERE key = ?3",
-                params![response, id, k],
-            )?;
             tx.commit()?;
-            Ok(())
+            Ok(true)
         })
         .await
     }
 
-    pub(super) async fn release(&self, key: &str) -> Result<(), StoreError> {
+    /// Gives the key up, if it is still this claim's.
+    pub(super) async fn release(&self, key: &str, stamp: i64) -> Result<(), StoreError> {
         let k = key.to_string();
         self.db(move |c| {
             c.execute(
-                "DELETE FROM idempotency_keys WHERE key = ?1 AND state = 'in_flight'",
-                [k],
+                "DELETE FROM idempotency_keys WHERE key = ?1 AND state = 'in_flight' AND COALESCE(claimed_at_ms, created_at_ms) = ?2",
+                params![k, stamp],
             )?;
             Ok(())
         })

@@ -11,6 +11,9 @@
 //! gets `201`; a retry after completion replays the stored response with `Idempotent-Replayed:
 //! true` (`200` for a replayed creation); a request while the first is still in flight gets `409`
 //! with `Retry-After`; the same key with a different body gets `422`; a missing key gets `400`.
+//! A key held in flight longer than `claim_lease` (its request's server died, or the database
+//! lost the completion) is taken over by the next request with the same key and body; the
+//! completion must still find its claim's stamp, so the holder, if only slow, writes nothing.
 
 use std::sync::Arc;
 
@@ -328,10 +331,20 @@ impl Orders {
         order: serde_json::Value,
         hash: String,
     ) -> Result<ResourceReply, StoreError> {
-        let ttl_ms = self.inner.cfg.key_ttl.0.as_millis() as i64;
-        let claim = on_backend!(self, s => s.claim(&key, &hash, ttl_ms).await)?;
+        let cfg = &self.inner.cfg;
+        let ttl_ms = cfg.key_ttl.0.as_millis() as i64;
+        let lease_ms = cfg.lease().as_millis() as i64;
+        let claim = on_backend!(self, s => s.claim(&key, &hash, ttl_ms, lease_ms).await)?;
         let row = match claim {
-            Claim::Claimed => return self.complete_claimed(key, order).await,
+            Claim::Claimed { stamp, took_over } => {
+                if took_over {
+                    tracing::warn!(
+                        "key {key:?}: its request in flight held it past claim_lease ({:?}); taken over by this retry",
+                        cfg.lease()
+                    );
+                }
+                return self.complete_claimed(key, stamp, order).await;
+            }
             Claim::Existing(row) => row,
         };
         if row.request_hash != hash {
@@ -365,24 +378,38 @@ impl Orders {
     async fn complete_claimed(
         &self,
         key: String,
+        stamp: i64,
         order: serde_json::Value,
     ) -> Result<ResourceReply, StoreError> {
         self.work().await;
         let id = new_order_id();
         let body = order_json(&id, "pending", &order);
         let order = order.to_string();
-        let done = on_backend!(self, s => s.complete(&key, &id, &order, &body).await);
-        if let Err(e) = done {
-            // Release the key so a retry can succeed instead of getting 409 until the key
-            // expires — unless the database gave no answer: then the release would wait its
-            // whole bound on the same silence, and the transaction it would wait behind may
-            // still commit.
-            if !matches!(e, StoreError::NoAnswer(_)) {
-                let _ = on_backend!(self, s => s.release(&key).await);
+        let done = on_backend!(self, s => s.complete(&key, stamp, &id, &order, &body).await);
+        match done {
+            Ok(true) => Ok(created_reply(&id, body)),
+            // Our claim lapsed and a retry took the key over: that retry makes the order.
+            Ok(false) => Ok(ResourceReply::problem(
+                409,
+                "request-in-progress",
+                "A request with this Idempotency-Key is in progress",
+                format!(
+                    "this request held key {key:?} longer than claim_lease ({:?}) and a retry took it over; no order was written by this request, the retry's is the one",
+                    self.inner.cfg.lease()
+                ),
+            )
+            .header("retry-after", self.inner.cfg.retry_after_s.to_string())),
+            Err(e) => {
+                // Release the key so a retry can succeed instead of getting 409 until the
+                // claim lapses — unless the database gave no answer: then the release would
+                // wait its whole bound on the same silence, and the transaction it would wait
+                // behind may still commit.
+                if !matches!(e, StoreError::NoAnswer(_)) {
+                    let _ = on_backend!(self, s => s.release(&key, stamp).await);
+                }
+                Err(e)
             }
-            return Err(e);
         }
-        Ok(created_reply(&id, body))
     }
 
     async fn work(&self) {
