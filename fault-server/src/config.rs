@@ -547,8 +547,8 @@ pub struct OrdersConfig {
     /// How long a key's request in flight may hold it (`unique` only). A key still in flight
     /// after that — its request's process died, or the database lost its completion — is taken
     /// over by the next request with the same key and body, which makes the order; the request
-    /// that held it, if still running, then writes nothing and gets `409`. Default: one minute
-    /// past `work_delay`.
+    /// that held it, if still running, then writes nothing and gets `409`. More than
+    /// `work_delay`, at most `key_ttl`. Default: one minute past `work_delay`.
     #[serde(default)]
     pub claim_lease: Option<Dur>,
     /// `Retry-After` seconds sent with `409` while the key's first request is in flight.
@@ -1854,13 +1854,14 @@ impl Config {
             }
         }
         if let Some(lease) = self.orders.claim_lease {
-            if lease.0 < Duration::from_millis(1) || lease.0 > self.orders.key_ttl.0 {
+            let (work, ttl) = (self.orders.work_delay.0, self.orders.key_ttl.0);
+            if lease.0 <= work || lease.0 > ttl {
                 return Err(ConfigError::at(
                     origin,
                     "orders.claim_lease",
                     format!(
-                        "{:?}; give 1ms up to key_ttl ({:?}): a key expires before a longer lease ends",
-                        lease.0, self.orders.key_ttl.0
+                        "{:?}; give more than work_delay ({work:?}: a retry would take over every request still working, and none would finish) and at most key_ttl ({ttl:?}: the key expires first)",
+                        lease.0
                     ),
                 ));
             }
@@ -2580,12 +2581,12 @@ rules:
             (
                 "orders:\n  key_ttl: 1h\n  claim_lease: 2h\n",
                 "cfg:3:16: at `orders.claim_lease`",
-                "give 1ms up to key_ttl (3600s)",
+                "at most key_ttl (3600s",
             ),
             (
-                "orders: { claim_lease: 0ms }\n",
-                "cfg:1:24: at `orders.claim_lease`",
-                "give 1ms up to key_ttl",
+                "orders: { work_delay: 2s, claim_lease: 2s }\n",
+                "cfg:1:40: at `orders.claim_lease`",
+                "more than work_delay (2s",
             ),
             (
                 "rules:\n  - match: { path: \"/a b\" }\n    fault: drop\n",

@@ -141,35 +141,37 @@ pub(super) struct KeyRow {
     pub(super) response_body: Option<String>,
     pub(super) order_id: Option<String>,
     pub(super) expires_at_ms: i64,
-    /// When the key's request in flight claimed it (or took it over): the claim's stamp, which
-    /// its completion must still find. A row written before the column existed has its
-    /// creation time here.
-    pub(super) claimed_at_ms: i64,
+    /// The claim of the request in flight: the token its completion must still find. `None`
+    /// for a key claimed by a server from before claims had tokens — that server completes
+    /// without one, so such a key is never taken over; it expires after `key_ttl` as it did.
+    pub(super) claim_id: Option<String>,
 }
 
 impl KeyRow {
-    /// Whether the request in flight has held the key for `lease_ms` and more: it died, or the
-    /// database lost its completion. A retry of the same request may take the key over.
-    pub(super) fn lapsed(&self, hash: &str, now_ms: i64, lease_ms: i64) -> bool {
-        self.state == "in_flight"
-            && self.request_hash == hash
-            && self.claimed_at_ms.saturating_add(lease_ms) <= now_ms
-    }
-
-    /// The stamp a takeover writes: now, and later than the stamp it replaces whatever the
-    /// clocks of the replicas say, so the request it replaces can never complete.
-    pub(super) fn next_stamp(&self, now_ms: i64) -> i64 {
-        now_ms.max(self.claimed_at_ms.saturating_add(1))
+    /// The claim a retry of the same request may take over once its lease has lapsed (which
+    /// the database decides, on the claim's own clock): the key is in flight, under a token,
+    /// for the same body.
+    pub(super) fn takeover_candidate(&self, hash: &str) -> Option<&str> {
+        (self.state == "in_flight" && self.request_hash == hash)
+            .then_some(self.claim_id.as_deref())
+            .flatten()
     }
 }
 
+/// A claim's token: what its completion and its release must present, so that a request whose
+/// claim was taken over (or expired and was claimed again) can neither write nor remove
+/// anything under the key.
+pub(super) fn new_claim_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
 /// What claiming a key found: the key was free (or its claim had lapsed) and is now this
-/// request's, under the stamp its completion must present; or it was taken.
+/// request's, under the token its completion must present; or it was taken.
 pub(super) enum Claim {
     Claimed {
-        /// The claim's stamp (`claimed_at_ms`).
-        stamp: i64,
-        /// The key was in flight under a claim that had lapsed, and was taken over.
+        /// The claim's token (`claim_id`).
+        token: String,
+        /// The key was in flight under a claim whose lease had lapsed, and was taken over.
         took_over: bool,
     },
     Existing(KeyRow),

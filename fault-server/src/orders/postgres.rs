@@ -23,7 +23,7 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, Timeouts};
 use tokio_postgres::NoTls;
 
-use super::backend::{now_ms, Claim, KeyRow, StoreError};
+use super::backend::{new_claim_id, now_ms, Claim, KeyRow, StoreError};
 use crate::config::PostgresUrl;
 
 /// Key of the advisory lock held while the schema is created ("fault-sv").
@@ -33,6 +33,55 @@ const SCHEMA_WAIT_MS: u64 = 60_000;
 /// The least an operation of the store is given before the database counts as not answering:
 /// room for a new connection and a statement, whatever a short `statement_timeout` says.
 const MIN_ANSWER_WITHIN: Duration = Duration::from_secs(2);
+
+/// The database's clock, in milliseconds since the Unix epoch (`clock_timestamp()`: the time of
+/// the statement, not of the transaction's start).
+const DB_NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+/// The longest the addition of the claim's columns waits for the key table's lock, each try.
+const ALTER_WAIT_MS: u64 = 1_000;
+/// How many times it tries.
+const ALTER_TRIES: u32 = 60;
+
+/// Adds the claim's columns to a key table made before they existed. Looked for first: `ALTER
+/// TABLE` takes the table's exclusive lock even when there is nothing to add, and every claim
+/// of every replica would queue behind it. When they are missing, the `ALTER` waits at most a
+/// second for that lock (so live replicas' claims wait no longer than that behind it) and is
+/// tried again, up to a minute.
+async fn add_claim_columns(
+    client: &mut deadpool_postgres::Object,
+) -> Result<(), tokio_postgres::Error> {
+    let present: i64 = client
+        .query_one(
+            "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'idempotency_keys' AND column_name IN ('claimed_at_ms', 'claim_id')",
+            &[],
+        )
+        .await?
+        .get(0);
+    if present == 2 {
+        return Ok(());
+    }
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let tx = client.transaction().await?;
+        let altered = tx
+            .batch_execute(&format!(
+                "SET LOCAL lock_timeout = {ALTER_WAIT_MS}; ALTER TABLE idempotency_keys ADD COLUMN IF NOT EXISTS claimed_at_ms BIGINT, ADD COLUMN IF NOT EXISTS claim_id TEXT"
+            ))
+            .await;
+        match altered {
+            Ok(()) => return tx.commit().await,
+            Err(e)
+                if tries < ALTER_TRIES
+                    && e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) =>
+            {
+                drop(tx);
+                tokio::time::sleep(Duration::from_millis(ALTER_WAIT_MS)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS orders (
@@ -54,8 +103,10 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
     order_id        TEXT,
     created_at_ms   BIGINT NOT NULL,
     expires_at_ms   BIGINT NOT NULL,
-    -- when the request in flight claimed the key, or took it over after a lapsed claim
-    claimed_at_ms   BIGINT
+    -- the claim of the request in flight: when it was made, on the database's clock (its
+    -- lease counts from then), and the token its completion must present
+    claimed_at_ms   BIGINT,
+    claim_id        TEXT
 );
 CREATE TABLE IF NOT EXISTS payments (
     id        BIGSERIAL PRIMARY KEY,
@@ -105,18 +156,23 @@ impl PgStore {
             cfg.connect_timeout(Duration::from_secs(10));
         }
         let connect_timeout = cfg.get_connect_timeout().copied();
-        // Server settings for every connection, after whatever options the URL gives.
+        let answer_within = statement_timeout.saturating_mul(2).max(MIN_ANSWER_WITHIN);
+        // Server settings for every connection, after whatever options the URL gives. A
+        // transaction left idle — its client gave up on a silent link between two statements —
+        // is ended by the server within the operations' bound, and with it the row locks it
+        // held (a key's completion locks the key): they would otherwise stay until the server
+        // noticed the dead peer, hours later.
         let options = format!(
-            "{} -c statement_timeout={} -c lock_timeout={}",
+            "{} -c statement_timeout={} -c lock_timeout={} -c idle_in_transaction_session_timeout={}",
             cfg.get_options().unwrap_or(""),
             statement_timeout.as_millis().max(1),
             lock_timeout.as_millis().max(1),
+            answer_within.as_millis(),
         );
         cfg.options(options.trim_start());
         // A connection whose peer vanished (a host lost, a failover without a reset) is closed
         // by the kernel within the operations' bound, not after minutes of retransmits, and so
         // leaves the pool (which checks each connection it hands out for being closed).
-        let answer_within = statement_timeout.saturating_mul(2).max(MIN_ANSWER_WITHIN);
         cfg.tcp_user_timeout(answer_within);
         cfg.keepalives(true);
         cfg.keepalives_idle(answer_within);
@@ -165,26 +221,18 @@ impl PgStore {
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
                 .await?;
             tx.batch_execute(SCHEMA).await?;
-            // A key table made before `claimed_at_ms` existed gets it. Only then: `ALTER
-            // TABLE` takes the table's exclusive lock even when the column is there, and would
-            // queue every replica's requests behind it.
-            let missing = tx
-                .query_opt(
-                    "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'idempotency_keys' AND column_name = 'claimed_at_ms'",
-                    &[],
-                )
-                .await?
-                .is_none();
-            if missing {
-                tx.batch_execute("ALTER TABLE idempotency_keys ADD COLUMN claimed_at_ms BIGINT")
-                    .await?;
-            }
             tx.commit().await
         };
         schema.await.map_err(|source| StoreError::Schema {
             url: url.redacted(),
             source,
         })?;
+        add_claim_columns(&mut client)
+            .await
+            .map_err(|source| StoreError::Schema {
+                url: url.redacted(),
+                source,
+            })?;
         drop(client);
         Ok(PgStore {
             pool,
@@ -312,28 +360,32 @@ impl PgStore {
         lease_ms: i64,
     ) -> Result<Claim, StoreError> {
         let c = self.client().await?;
+        // A claim's time is the database's: every replica judges a lease on the same clock,
+        // whatever their own clocks say.
         let insert = c
-            .prepare_cached("INSERT INTO idempotency_keys (key, request_hash, state, created_at_ms, claimed_at_ms, expires_at_ms) VALUES ($1, $2, 'in_flight', $3, $3, $4) ON CONFLICT (key) DO NOTHING")
+            .prepare_cached(&format!("INSERT INTO idempotency_keys (key, request_hash, state, created_at_ms, claimed_at_ms, claim_id, expires_at_ms) VALUES ($1, $2, 'in_flight', $3, {DB_NOW_MS}, $4, $5) ON CONFLICT (key) DO NOTHING"))
             .await?;
         let select = c
-            .prepare_cached("SELECT request_hash, state, response_status, response_body, order_id, expires_at_ms, COALESCE(claimed_at_ms, created_at_ms) FROM idempotency_keys WHERE key = $1")
+            .prepare_cached("SELECT request_hash, state, response_status, response_body, order_id, expires_at_ms, claim_id FROM idempotency_keys WHERE key = $1")
             .await?;
         let expire = c
             .prepare_cached("DELETE FROM idempotency_keys WHERE key = $1 AND expires_at_ms <= $2")
             .await?;
+        // Only the claim just read, and only once its lease has run out: of two retries racing
+        // for it, one gets it.
         let take_over = c
-            .prepare_cached("UPDATE idempotency_keys SET claimed_at_ms = $1 WHERE key = $2 AND state = 'in_flight' AND COALESCE(claimed_at_ms, created_at_ms) = $3")
+            .prepare_cached(&format!("UPDATE idempotency_keys SET claim_id = $1, claimed_at_ms = {DB_NOW_MS}, expires_at_ms = $2 WHERE key = $3 AND state = 'in_flight' AND claim_id = $4 AND claimed_at_ms + $5 <= {DB_NOW_MS}"))
             .await?;
-        // Three passes: after clearing an expired row for this key, or after losing the
-        // takeover of a lapsed claim to another request, the key is read again.
-        for _ in 0..3 {
+        // Two passes: the second after clearing an expired row for this key.
+        for _ in 0..2 {
             let now = now_ms();
-            if c.execute(&insert, &[&key, &hash, &now, &(now + ttl_ms)])
+            let token = new_claim_id();
+            if c.execute(&insert, &[&key, &hash, &now, &token, &(now + ttl_ms)])
                 .await?
                 == 1
             {
                 return Ok(Claim::Claimed {
-                    stamp: now,
+                    token,
                     took_over: false,
                 });
             }
@@ -346,25 +398,29 @@ impl PgStore {
                 response_body: r.get(3),
                 order_id: r.get(4),
                 expires_at_ms: r.get(5),
-                claimed_at_ms: r.get(6),
+                claim_id: r.get(6),
             });
             match row {
                 Some(row) if row.expires_at_ms <= now => {
                     c.execute(&expire, &[&key, &now]).await?;
                 }
-                Some(row) if row.lapsed(hash, now, lease_ms) => {
-                    let stamp = row.next_stamp(now);
-                    if c.execute(&take_over, &[&stamp, &key, &row.claimed_at_ms])
-                        .await?
-                        == 1
-                    {
-                        return Ok(Claim::Claimed {
-                            stamp,
-                            took_over: true,
-                        });
+                Some(row) => {
+                    if let Some(held) = row.takeover_candidate(hash) {
+                        let taken = c
+                            .execute(
+                                &take_over,
+                                &[&token, &(now + ttl_ms), &key, &held, &lease_ms],
+                            )
+                            .await?;
+                        if taken == 1 {
+                            return Ok(Claim::Claimed {
+                                token,
+                                took_over: true,
+                            });
+                        }
                     }
+                    return Ok(Claim::Existing(row));
                 }
-                Some(row) => return Ok(Claim::Existing(row)),
                 // Deleted between our INSERT and SELECT (expiry by another request): retry.
                 None => {}
             }
@@ -374,12 +430,12 @@ impl PgStore {
         )))
     }
 
-    /// Writes the order and completes its key, if the key is still this claim's (`stamp`):
-    /// `false`, and nothing written, when a later request took the key over.
+    /// Writes the order and completes its key, if the key is still this claim's (`token`):
+    /// `false`, and nothing written, when it is not (a retry took it over).
     pub(super) async fn complete(
         &self,
         key: &str,
-        stamp: i64,
+        token: &str,
         id: &str,
         order: &str,
         response: &str,
@@ -389,12 +445,12 @@ impl PgStore {
             .prepare_cached("INSERT INTO orders (id, idempotency_key, status, body, created_at_ms) VALUES ($1, $2, 'pending', $3, $4)")
             .await?;
         let update = c
-            .prepare_cached("UPDATE idempotency_keys SET state = 'completed', response_status = 201, response_body = $1, order_id = $2 WHERE key = $3 AND state = 'in_flight' AND COALESCE(claimed_at_ms, created_at_ms) = $4")
+            .prepare_cached("UPDATE idempotency_keys SET state = 'completed', response_status = 201, response_body = $1, order_id = $2 WHERE key = $3 AND state = 'in_flight' AND claim_id = $4")
             .await?;
         let tx = c.transaction().await?;
-        // The key first: its row lock orders this completion against a takeover's, and a key
-        // no longer ours writes no order.
-        if tx.execute(&update, &[&response, &id, &key, &stamp]).await? == 0 {
+        // The key first: its row lock orders this completion against a takeover, and a key no
+        // longer ours writes no order.
+        if tx.execute(&update, &[&response, &id, &key, &token]).await? == 0 {
             tx.rollback().await?;
             return Ok(false);
         }
@@ -404,11 +460,11 @@ impl PgStore {
     }
 
     /// Gives the key up, if it is still this claim's.
-    pub(super) async fn release(&self, key: &str, stamp: i64) -> Result<(), StoreError> {
+    pub(super) async fn release(&self, key: &str, token: &str) -> Result<(), StoreError> {
         let c = self.client().await?;
         c.execute(
-            "DELETE FROM idempotency_keys WHERE key = $1 AND state = 'in_flight' AND COALESCE(claimed_at_ms, created_at_ms) = $2",
-            &[&key, &stamp],
+            "DELETE FROM idempotency_keys WHERE key = $1 AND state = 'in_flight' AND claim_id = $2",
+            &[&key, &token],
         )
         .await?;
         Ok(())

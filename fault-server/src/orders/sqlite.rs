@@ -7,20 +7,36 @@ use std::time::Duration;
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{params, ErrorCode, OptionalExtension};
 
-use super::backend::{now_ms, Claim, KeyRow, StoreError};
+use super::backend::{new_claim_id, now_ms, Claim, KeyRow, StoreError};
 
 type Pool = r2d2::Pool<SqliteConnectionManager>;
 
-/// Adds `claimed_at_ms` to a key table made before it existed (SQLite has no `ADD COLUMN IF
-/// NOT EXISTS`).
-fn add_claimed_at(c: &rusqlite::Connection) -> Result<(), StoreError> {
-    let present: i64 = c.query_row(
-        "SELECT COUNT(*) FROM pragma_table_info('idempotency_keys') WHERE name = 'claimed_at_ms'",
-        [],
-        |r| r.get(0),
-    )?;
-    if present == 0 {
-        c.execute_batch("ALTER TABLE idempotency_keys ADD COLUMN claimed_at_ms INTEGER")?;
+/// Adds the claim's columns to a key table made before they existed (SQLite has no `ADD
+/// COLUMN IF NOT EXISTS`), in one write transaction: two servers opening the same old file
+/// cannot both add them.
+fn add_claim_columns(c: &rusqlite::Connection) -> Result<(), StoreError> {
+    c.execute_batch("BEGIN IMMEDIATE")?;
+    let added = (|| {
+        for (column, ty) in [("claimed_at_ms", "INTEGER"), ("claim_id", "TEXT")] {
+            let present: i64 = c.query_row(
+                "SELECT COUNT(*) FROM pragma_table_info('idempotency_keys') WHERE name = ?1",
+                [column],
+                |r| r.get(0),
+            )?;
+            if present == 0 {
+                c.execute_batch(&format!(
+                    "ALTER TABLE idempotency_keys ADD COLUMN {column} {ty}"
+                ))?;
+            }
+        }
+        Ok::<(), rusqlite::Error>(())
+    })();
+    match added {
+        Ok(()) => c.execute_batch("COMMIT")?,
+        Err(e) => {
+            let _ = c.execute_batch("ROLLBACK");
+            return Err(e.into());
+        }
     }
     Ok(())
 }
@@ -45,8 +61,10 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
     order_id        TEXT,
     created_at_ms   INTEGER NOT NULL,
     expires_at_ms   INTEGER NOT NULL,
-    -- when the request in flight claimed the key, or took it over after a lapsed claim
-    claimed_at_ms   INTEGER
+    -- the claim of the request in flight: when it was made (its lease counts from then), and
+    -- the token its completion must present
+    claimed_at_ms   INTEGER,
+    claim_id        TEXT
 );
 CREATE TABLE IF NOT EXISTS payments (
     id        INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -86,7 +104,7 @@ impl SqliteStore {
             let c = rusqlite::Connection::open(&path)?;
             c.execute_batch("PRAGMA busy_timeout = 10000; PRAGMA journal_mode = WAL;")?;
             c.execute_batch(SCHEMA)?;
-            add_claimed_at(&c)?;
+            add_claim_columns(&c)?;
         }
         let manager = SqliteConnectionManager::file(&path).with_init(|c| {
             c.execute_batch("PRAGMA busy_timeout = 10000; PRAGMA synchronous = NORMAL;")
@@ -208,17 +226,17 @@ impl SqliteStore {
     ) -> Result<Claim, StoreError> {
         let (k, h) = (key.to_string(), hash.to_string());
         self.db(move |c| {
-            // Three passes: after clearing an expired row for this key, or after losing the
-            // takeover of a lapsed claim to another request, the key is read again.
-            for _ in 0..3 {
+            // Two passes: the second after clearing an expired row for this key.
+            for _ in 0..2 {
                 let now = now_ms();
+                let token = new_claim_id();
                 match c.execute(
-                    "INSERT INTO idempotency_keys (key, request_hash, state, created_at_ms, claimed_at_ms, expires_at_ms) VALUES (?1, ?2, 'in_flight', ?3, ?3, ?4)",
-                    params![k, h, now, now + ttl_ms],
+                    "INSERT INTO idempotency_keys (key, request_hash, state, created_at_ms, claimed_at_ms, claim_id, expires_at_ms) VALUES (?1, ?2, 'in_flight', ?3, ?3, ?4, ?5)",
+                    params![k, h, now, token, now + ttl_ms],
                 ) {
                     Ok(_) => {
                         return Ok(Claim::Claimed {
-                            stamp: now,
+                            token,
                             took_over: false,
                         })
                     }
@@ -227,7 +245,7 @@ impl SqliteStore {
                 }
                 let row = c
                     .query_row(
-                        "SELECT request_hash, state, response_status, response_body, order_id, expires_at_ms, COALESCE(claimed_at_ms, created_at_ms) FROM idempotency_keys WHERE key = ?1",
+                        "SELECT request_hash, state, response_status, response_body, order_id, expires_at_ms, claim_id FROM idempotency_keys WHERE key = ?1",
                         [&k],
                         |r| {
                             Ok(KeyRow {
@@ -237,7 +255,7 @@ impl SqliteStore {
                                 response_body: r.get(3)?,
                                 order_id: r.get(4)?,
                                 expires_at_ms: r.get(5)?,
-                                claimed_at_ms: r.get(6)?,
+                                claim_id: r.get(6)?,
                             })
                         },
                     )
@@ -249,20 +267,23 @@ impl SqliteStore {
                             params![k, now],
                         )?;
                     }
-                    Some(row) if row.lapsed(&h, now, lease_ms) => {
-                        let stamp = row.next_stamp(now);
-                        let taken = c.execute(
-                            "UPDATE idempotency_keys SET claimed_at_ms = ?1 WHERE key = ?2 AND state = 'in_flight' AND COALESCE(claimed_at_ms, created_at_ms) = ?3",
-                            params![stamp, k, row.claimed_at_ms],
-                        )?;
-                        if taken == 1 {
-                            return Ok(Claim::Claimed {
-                                stamp,
-                                took_over: true,
-                            });
+                    Some(row) => {
+                        // Taken over only if it is still the claim just read and its lease has
+                        // run out: of two retries racing for it, one gets it.
+                        if let Some(held) = row.takeover_candidate(&h) {
+                            let taken = c.execute(
+                                "UPDATE idempotency_keys SET claim_id = ?1, claimed_at_ms = ?2, expires_at_ms = ?3 WHERE key = ?4 AND state = 'in_flight' AND claim_id = ?5 AND claimed_at_ms + ?6 <= ?2",
+                                params![token, now, now + ttl_ms, k, held, lease_ms],
+                            )?;
+                            if taken == 1 {
+                                return Ok(Claim::Claimed {
+                                    token,
+                                    took_over: true,
+                                });
+                            }
                         }
+                        return Ok(Claim::Existing(row));
                     }
-                    Some(row) => return Ok(Claim::Existing(row)),
                     // Deleted between our INSERT and SELECT (expiry by another request): retry.
                     None => {}
                 }
@@ -272,18 +293,19 @@ impl SqliteStore {
         .await
     }
 
-    /// Writes the order and completes its key, if the key is still this claim's (`stamp`):
-    /// `false`, and nothing written, when a later request took the key over.
+    /// Writes the order and completes its key, if the key is still this claim's (`token`):
+    /// `false`, and nothing written, when it is not (a retry took it over).
     pub(super) async fn complete(
         &self,
         key: &str,
-        stamp: i64,
+        token: &str,
         id: &str,
         order: &str,
         response: &str,
     ) -> Result<bool, StoreError> {
-        let (k, id, order, response) = (
+        let (k, token, id, order, response) = (
             key.to_string(),
+            token.to_string(),
             id.to_string(),
             order.to_string(),
             response.to_string(),
@@ -291,8 +313,8 @@ impl SqliteStore {
         self.db(move |c| {
             let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             let ours = tx.execute(
-                "UPDATE idempotency_keys SET state = 'completed', response_status = 201, response_body = ?1, order_id = ?2 WHERE key = ?3 AND state = 'in_flight' AND COALESCE(claimed_at_ms, created_at_ms) = ?4",
-                params![response, id, k, stamp],
+                "UPDATE idempotency_keys SET state = 'completed', response_status = 201, response_body = ?1, order_id = ?2 WHERE key = ?3 AND state = 'in_flight' AND claim_id = ?4",
+                params![response, id, k, token],
             )?;
             if ours == 0 {
                 return Ok(false);
@@ -308,12 +330,12 @@ impl SqliteStore {
     }
 
     /// Gives the key up, if it is still this claim's.
-    pub(super) async fn release(&self, key: &str, stamp: i64) -> Result<(), StoreError> {
-        let k = key.to_string();
+    pub(super) async fn release(&self, key: &str, token: &str) -> Result<(), StoreError> {
+        let (k, token) = (key.to_string(), token.to_string());
         self.db(move |c| {
             c.execute(
-                "DELETE FROM idempotency_keys WHERE key = ?1 AND state = 'in_flight' AND COALESCE(claimed_at_ms, created_at_ms) = ?2",
-                params![k, stamp],
+                "DELETE FROM idempotency_keys WHERE key = ?1 AND state = 'in_flight' AND claim_id = ?2",
+                params![k, token],
             )?;
             Ok(())
         })

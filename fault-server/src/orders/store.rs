@@ -13,7 +13,7 @@
 //! with `Retry-After`; the same key with a different body gets `422`; a missing key gets `400`.
 //! A key held in flight longer than `claim_lease` (its request's server died, or the database
 //! lost the completion) is taken over by the next request with the same key and body; the
-//! completion must still find its claim's stamp, so the holder, if only slow, writes nothing.
+//! completion must still find its claim's token, so the holder, if only slow, writes nothing.
 
 use std::sync::Arc;
 
@@ -336,14 +336,14 @@ impl Orders {
         let lease_ms = cfg.lease().as_millis() as i64;
         let claim = on_backend!(self, s => s.claim(&key, &hash, ttl_ms, lease_ms).await)?;
         let row = match claim {
-            Claim::Claimed { stamp, took_over } => {
+            Claim::Claimed { token, took_over } => {
                 if took_over {
                     tracing::warn!(
                         "key {key:?}: its request in flight held it past claim_lease ({:?}); taken over by this retry",
                         cfg.lease()
                     );
                 }
-                return self.complete_claimed(key, stamp, order).await;
+                return self.complete_claimed(key, token, order).await;
             }
             Claim::Existing(row) => row,
         };
@@ -378,23 +378,23 @@ impl Orders {
     async fn complete_claimed(
         &self,
         key: String,
-        stamp: i64,
+        token: String,
         order: serde_json::Value,
     ) -> Result<ResourceReply, StoreError> {
         self.work().await;
         let id = new_order_id();
         let body = order_json(&id, "pending", &order);
         let order = order.to_string();
-        let done = on_backend!(self, s => s.complete(&key, stamp, &id, &order, &body).await);
+        let done = on_backend!(self, s => s.complete(&key, &token, &id, &order, &body).await);
         match done {
             Ok(true) => Ok(created_reply(&id, body)),
-            // Our claim lapsed and a retry took the key over: that retry makes the order.
+            // The key is no longer under our claim: a retry took it over, and makes the order.
             Ok(false) => Ok(ResourceReply::problem(
                 409,
                 "request-in-progress",
                 "A request with this Idempotency-Key is in progress",
                 format!(
-                    "this request held key {key:?} longer than claim_lease ({:?}) and a retry took it over; no order was written by this request, the retry's is the one",
+                    "this request's claim on key {key:?} is no longer current (held longer than claim_lease, {:?}, and taken over by a retry, or expired after key_ttl); it wrote no order: retry after the delay in Retry-After for the key's answer",
                     self.inner.cfg.lease()
                 ),
             )
@@ -405,7 +405,7 @@ impl Orders {
                 // wait its whole bound on the same silence, and the transaction it would wait
                 // behind may still commit.
                 if !matches!(e, StoreError::NoAnswer(_)) {
-                    let _ = on_backend!(self, s => s.release(&key, stamp).await);
+                    let _ = on_backend!(self, s => s.release(&key, &token).await);
                 }
                 Err(e)
             }
