@@ -319,16 +319,20 @@ async fn a_lapsed_claim_is_taken_over_and_its_holder_writes_nothing() {
     let sent_within = since.elapsed();
     let retry = tokio::spawn(post_order(quick.addr(), "lapse", r#"{"sku":"A"}"#));
     let (first, retry) = (first.await.unwrap(), retry.await.unwrap());
-    // The retry's claim came before the first completed — always, unless the machine stalled
-    // for a second; then only the count below is sure.
-    if sent_within < Duration::from_millis(5500) {
-        assert_eq!(first.status, 409, "the first lost its claim: {first:?}");
-        assert!(
+    // Either the retry took the key over (the first then lost its claim), or — only when the
+    // machine stalled for a second or more — the first completed before the retry's claim and
+    // the retry got its replay. Without takeover the retry would get 409; without the fence
+    // the first would get 201 while the retry worked.
+    match (first.status, retry.status) {
+        (409, 201) => assert!(
             first.body.contains("no longer current"),
             "the problem says why: {}",
             first.body
-        );
-        assert_eq!(retry.status, 201, "the retry made the order: {retry:?}");
+        ),
+        (201, 200) => eprintln!(
+            "the retry (sent {sent_within:?} after the claim) came after the first completed: checked the replay only"
+        ),
+        other => panic!("first {first:?}, retry {retry:?}: {other:?}"),
     }
     assert_eq!(
         quick.orders().count_for_key("lapse").await.unwrap(),

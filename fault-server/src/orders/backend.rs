@@ -140,7 +140,8 @@ pub(super) struct KeyRow {
     pub(super) response_status: Option<u16>,
     pub(super) response_body: Option<String>,
     pub(super) order_id: Option<String>,
-    pub(super) expires_at_ms: i64,
+    /// The key's time is up (`expires_at_ms` passed): it is a new key.
+    pub(super) expired: bool,
     /// The claim of the request in flight: the token its completion must still find. `None`
     /// for a key claimed by a server from before claims had tokens — that server completes
     /// without one, so such a key is never taken over; it expires after `key_ttl` as it did.

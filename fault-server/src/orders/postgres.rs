@@ -39,8 +39,8 @@ const MIN_ANSWER_WITHIN: Duration = Duration::from_secs(2);
 const DB_NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 /// The longest the addition of the claim's columns waits for the key table's lock, each try.
 const ALTER_WAIT_MS: u64 = 1_000;
-/// How many times it tries.
-const ALTER_TRIES: u32 = 60;
+/// How many times it tries, a second apart: for about a minute.
+const ALTER_TRIES: u32 = 30;
 
 /// Adds the claim's columns to a key table made before they existed. Looked for first: `ALTER
 /// TABLE` takes the table's exclusive lock even when there is nothing to add, and every claim
@@ -66,14 +66,18 @@ async fn add_claim_columns(
         let tx = client.transaction().await?;
         let altered = tx
             .batch_execute(&format!(
-                "SET LOCAL lock_timeout = {ALTER_WAIT_MS}; ALTER TABLE idempotency_keys ADD COLUMN IF NOT EXISTS claimed_at_ms BIGINT, ADD COLUMN IF NOT EXISTS claim_id TEXT"
+                "SET LOCAL lock_timeout = {ALTER_WAIT_MS}; SET LOCAL statement_timeout = {}; ALTER TABLE idempotency_keys ADD COLUMN IF NOT EXISTS claimed_at_ms BIGINT, ADD COLUMN IF NOT EXISTS claim_id TEXT",
+                ALTER_WAIT_MS * 5
             ))
             .await;
         match altered {
             Ok(()) => return tx.commit().await,
             Err(e)
                 if tries < ALTER_TRIES
-                    && e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) =>
+                    && e.code().is_some_and(|c| {
+                        *c == tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE
+                            || *c == tokio_postgres::error::SqlState::QUERY_CANCELED
+                    }) =>
             {
                 drop(tx);
                 tokio::time::sleep(Duration::from_millis(ALTER_WAIT_MS)).await;
@@ -363,24 +367,27 @@ impl PgStore {
         // A claim's time is the database's: every replica judges a lease on the same clock,
         // whatever their own clocks say.
         let insert = c
-            .prepare_cached(&format!("INSERT INTO idempotency_keys (key, request_hash, state, created_at_ms, claimed_at_ms, claim_id, expires_at_ms) VALUES ($1, $2, 'in_flight', $3, {DB_NOW_MS}, $4, $5) ON CONFLICT (key) DO NOTHING"))
+            .prepare_cached(&format!("INSERT INTO idempotency_keys (key, request_hash, state, created_at_ms, claimed_at_ms, claim_id, expires_at_ms) VALUES ($1, $2, 'in_flight', $3, {DB_NOW_MS}, $4, {DB_NOW_MS} + $5) ON CONFLICT (key) DO NOTHING"))
             .await?;
         let select = c
-            .prepare_cached("SELECT request_hash, state, response_status, response_body, order_id, expires_at_ms, claim_id FROM idempotency_keys WHERE key = $1")
+            .prepare_cached(&format!("SELECT request_hash, state, response_status, response_body, order_id, expires_at_ms <= {DB_NOW_MS}, claim_id FROM idempotency_keys WHERE key = $1"))
             .await?;
         let expire = c
-            .prepare_cached("DELETE FROM idempotency_keys WHERE key = $1 AND expires_at_ms <= $2")
+            .prepare_cached(&format!(
+                "DELETE FROM idempotency_keys WHERE key = $1 AND expires_at_ms <= {DB_NOW_MS}"
+            ))
             .await?;
         // Only the claim just read, and only once its lease has run out: of two retries racing
         // for it, one gets it.
         let take_over = c
-            .prepare_cached(&format!("UPDATE idempotency_keys SET claim_id = $1, claimed_at_ms = {DB_NOW_MS}, expires_at_ms = $2 WHERE key = $3 AND state = 'in_flight' AND claim_id = $4 AND claimed_at_ms + $5 <= {DB_NOW_MS}"))
+            .prepare_cached(&format!("UPDATE idempotency_keys SET claim_id = $1, claimed_at_ms = {DB_NOW_MS}, expires_at_ms = {DB_NOW_MS} + $2 WHERE key = $3 AND state = 'in_flight' AND claim_id = $4 AND claimed_at_ms + $5 <= {DB_NOW_MS}"))
             .await?;
-        // Two passes: the second after clearing an expired row for this key.
-        for _ in 0..2 {
+        // Three passes: the key is read again after clearing an expired row for it, or after
+        // losing its takeover to another request (which may have completed it since).
+        for pass in 0..3 {
             let now = now_ms();
             let token = new_claim_id();
-            if c.execute(&insert, &[&key, &hash, &now, &token, &(now + ttl_ms)])
+            if c.execute(&insert, &[&key, &hash, &now, &token, &ttl_ms])
                 .await?
                 == 1
             {
@@ -397,26 +404,26 @@ impl PgStore {
                     .and_then(|s| u16::try_from(s).ok()),
                 response_body: r.get(3),
                 order_id: r.get(4),
-                expires_at_ms: r.get(5),
+                expired: r.get(5),
                 claim_id: r.get(6),
             });
             match row {
-                Some(row) if row.expires_at_ms <= now => {
-                    c.execute(&expire, &[&key, &now]).await?;
+                Some(row) if row.expired => {
+                    c.execute(&expire, &[&key]).await?;
                 }
                 Some(row) => {
                     if let Some(held) = row.takeover_candidate(hash) {
                         let taken = c
-                            .execute(
-                                &take_over,
-                                &[&token, &(now + ttl_ms), &key, &held, &lease_ms],
-                            )
+                            .execute(&take_over, &[&token, &ttl_ms, &key, &held, &lease_ms])
                             .await?;
                         if taken == 1 {
                             return Ok(Claim::Claimed {
                                 token,
                                 took_over: true,
                             });
+                        }
+                        if pass < 2 {
+                            continue;
                         }
                     }
                     return Ok(Claim::Existing(row));

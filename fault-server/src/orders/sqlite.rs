@@ -226,8 +226,9 @@ impl SqliteStore {
     ) -> Result<Claim, StoreError> {
         let (k, h) = (key.to_string(), hash.to_string());
         self.db(move |c| {
-            // Two passes: the second after clearing an expired row for this key.
-            for _ in 0..2 {
+            // Three passes: the key is read again after clearing an expired row for it, or after
+            // losing its takeover to another request (which may have completed it since).
+            for pass in 0..3 {
                 let now = now_ms();
                 let token = new_claim_id();
                 match c.execute(
@@ -245,8 +246,8 @@ impl SqliteStore {
                 }
                 let row = c
                     .query_row(
-                        "SELECT request_hash, state, response_status, response_body, order_id, expires_at_ms, claim_id FROM idempotency_keys WHERE key = ?1",
-                        [&k],
+                        "SELECT request_hash, state, response_status, response_body, order_id, expires_at_ms <= ?2, claim_id FROM idempotency_keys WHERE key = ?1",
+                        params![k, now],
                         |r| {
                             Ok(KeyRow {
                                 request_hash: r.get(0)?,
@@ -254,14 +255,14 @@ impl SqliteStore {
                                 response_status: r.get(2)?,
                                 response_body: r.get(3)?,
                                 order_id: r.get(4)?,
-                                expires_at_ms: r.get(5)?,
+                                expired: r.get(5)?,
                                 claim_id: r.get(6)?,
                             })
                         },
                     )
                     .optional()?;
                 match row {
-                    Some(row) if row.expires_at_ms <= now => {
+                    Some(row) if row.expired => {
                         c.execute(
                             "DELETE FROM idempotency_keys WHERE key = ?1 AND expires_at_ms <= ?2",
                             params![k, now],
@@ -280,6 +281,9 @@ impl SqliteStore {
                                     token,
                                     took_over: true,
                                 });
+                            }
+                            if pass < 2 {
+                                continue;
                             }
                         }
                         return Ok(Claim::Existing(row));
