@@ -546,6 +546,70 @@ async fn the_claim_columns_are_added_once_a_reader_lets_go_of_the_old_table() {
     db.drop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_starts_beside_a_write_in_progress_without_holding_writes_behind_it() {
+    let test = "a_replica_starts_beside_a_write_in_progress_without_holding_writes_behind_it";
+    let Some(db) = TestDb::new(test).await else {
+        return;
+    };
+    let yaml = format!("orders: {{ database: \"{}\" }}", db.url);
+    let a = common::start(&yaml).await;
+    let (indexes,): (i64,) = {
+        let r = db
+            .admin
+            .query_one(
+                "SELECT COUNT(*) FROM pg_indexes WHERE schemaname = $1 AND indexname = 'orders_by_key'",
+                &[&db.schema],
+            )
+            .await
+            .expect("the index is looked up");
+        (r.get(0),)
+    };
+    assert_eq!(indexes, 1, "the first start made the index");
+    // A write to `orders` in progress on another connection (a replica's order being made), held
+    // open until the new replica has started, or for at most 30 s.
+    let (writer, conn) = tokio_postgres::connect(&db.url, NoTls)
+        .await
+        .expect("the writer's connection");
+    tokio::spawn(conn);
+    writer
+        .batch_execute(
+            "BEGIN; INSERT INTO orders (id, idempotency_key, status, body, created_at_ms) VALUES ('w', 'w', 'pending', '{}', 0)",
+        )
+        .await
+        .expect("the write in progress");
+    let started = tokio::time::timeout(
+        Duration::from_secs(30),
+        FaultServer::start(
+            Config::from_yaml(&yaml, "test").expect("test config is valid"),
+            ServerOptions {
+                bind: SocketAddr::from(([127, 0, 0, 3], 0)),
+                ..ServerOptions::default()
+            },
+        ),
+    )
+    .await;
+    let b = started
+        .expect("the replica starts while the write is still in progress")
+        .expect("the replica starts");
+    // And the first replica's writes go on beside the open transaction.
+    let made = send(
+        a.addr(),
+        &request_bytes("POST", "/orders", Some("beside"), r#"{"sku":"B"}"#),
+    )
+    .await;
+    assert_eq!(made.status, 201, "{made:?}");
+    writer.batch_execute("COMMIT").await.expect("commit");
+    let made = send(
+        b.addr(),
+        &request_bytes("POST", "/orders", Some("after"), r#"{"sku":"B"}"#),
+    )
+    .await;
+    assert_eq!(made.status, 201, "{made:?}");
+    b.shutdown().await;
+    db.drop().await;
+}
+
 async fn pay_race(db: &TestDb, pay: &str) -> (Vec<u16>, u64, Vec<history::Entry>) {
     let servers = replicas(&format!(
         "orders: {{ pay: {pay}, work_delay: 1500ms, database: \"{}\" }}",

@@ -97,7 +97,6 @@ CREATE TABLE IF NOT EXISTS orders (
     created_at_ms   BIGINT NOT NULL,
     paid_at_ms      BIGINT
 );
-CREATE INDEX IF NOT EXISTS orders_by_key ON orders(idempotency_key);
 CREATE TABLE IF NOT EXISTS idempotency_keys (
     key             TEXT NOT NULL UNIQUE,
     request_hash    TEXT NOT NULL,
@@ -126,6 +125,9 @@ CREATE TABLE IF NOT EXISTS key_attempts (
     attempts  BIGINT NOT NULL
 );
 ";
+
+/// The index that finds a key's orders, made with the tables.
+const ORDERS_INDEX: &str = "CREATE INDEX IF NOT EXISTS orders_by_key ON orders(idempotency_key)";
 
 #[derive(Clone)]
 pub(crate) struct PgStore {
@@ -225,6 +227,20 @@ impl PgStore {
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
                 .await?;
             tx.batch_execute(SCHEMA).await?;
+            // Only when it is missing: `CREATE INDEX IF NOT EXISTS` takes the table's SHARE
+            // lock before it looks, so at every start it would wait for the live replicas'
+            // writes to `orders` and hold their next ones behind it. Looked for where the
+            // tables are: the first schema of the `search_path`.
+            let indexed: bool = tx
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE schemaname = current_schema() AND indexname = 'orders_by_key')",
+                    &[],
+                )
+                .await?
+                .get(0);
+            if !indexed {
+                tx.batch_execute(ORDERS_INDEX).await?;
+            }
             tx.commit().await
         };
         schema.await.map_err(|source| StoreError::Schema {
