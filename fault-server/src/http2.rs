@@ -10,7 +10,8 @@
 //! - counts the stream as in progress until then, so the connection's idle timeout never cuts a
 //!   client that is still reading an answer, however slowly;
 //! - gives up on an answer that makes no progress for `limits.send_timeout` — the window stays
-//!   closed, or the socket full — with RST_STREAM (CANCEL), journaled `send_timeout`.
+//!   closed, or the socket full — with RST_STREAM (CANCEL), journaled `send_timeout` once the
+//!   reset is written, with the rest of a DATA frame begun before it counted.
 //!
 //! The settings are hyper's defaults (1 MiB windows, 16 KiB frames, 400 KiB of send buffer per
 //! connection), with the server's own stream limit and header list size; h2's protections
@@ -296,7 +297,15 @@ fn answer<'a>(
                 // retry measured from a later time would look sooner than the client made it.
                 Ok(()) => s.finish(bytes, None, ledger.ended_at(id)),
                 Err(Cut::Gone) => s.finish(bytes, Some(history::Outcome::ClientClosed), None),
-                Err(Cut::Stalled) => s.finish(bytes, Some(history::Outcome::SendTimeout), None),
+                // The rest of a DATA frame begun before the reset still goes out ahead of it:
+                // the bytes are counted once the reset is written (or the connection ends).
+                Err(Cut::Stalled) => ledger.then(
+                    id,
+                    Box::new(move |sent| {
+                        let cut = (!sent.ended).then_some(history::Outcome::SendTimeout);
+                        s.finish(sent.bytes, cut, None);
+                    }),
+                ),
             }
         }
     }

@@ -637,3 +637,72 @@ fn the_journal_read_slowly_over_http2_arrives_whole() {
         "the journal, whole"
     );
 }
+
+#[test]
+fn an_answer_cut_at_the_send_timeout_journals_the_bytes_that_got_out() {
+    // A window of 10,000 bytes: the head and 10,000 bytes of body get out, then nothing.
+    let s = start(&big_body_config("send_timeout: 300ms", 64 << 10));
+    let mut c = Client::connect(s.addr, &[(SETTINGS_INITIAL_WINDOW_SIZE, 10_000)]);
+    c.request(1, "GET", "/big", &[], true);
+    let mut received = 0u64;
+    loop {
+        let f = c.next().expect("the server gives up on the stalled answer");
+        if f.stream != 1 {
+            continue;
+        }
+        if f.kind == RST_STREAM {
+            assert_eq!(f.error_code(), Some(CANCEL));
+            break;
+        }
+        received += f.wire_len();
+    }
+    let e = &s.entries_for("/big", 1, Duration::from_secs(20))[0];
+    assert_eq!(e["outcome"], "send_timeout", "{e}");
+    assert_eq!(e["response_bytes"].as_u64(), Some(received), "{e}");
+}
+
+#[test]
+fn an_answer_cut_while_the_socket_was_full_journals_every_byte_that_went_out() {
+    // The client opens every window and reads nothing: the socket fills in the middle of a DATA
+    // frame. Cut at the send timeout, the stream still writes the rest of that frame before its
+    // RST_STREAM, once the client reads again; the journal counts those bytes too.
+    let len = 8 << 20;
+    let s = start(&big_body_config("send_timeout: 300ms", len));
+    let mut c = Client::connect(s.addr, &[(SETTINGS_INITIAL_WINDOW_SIZE, 0x7fff_ffff)]);
+    c.window_update(0, 0x7fff_ffff - 65_535);
+    c.request(1, "GET", "/big", &[], true);
+    // Well past the send timeout.
+    std::thread::sleep(Duration::from_secs(2));
+    let (mut received, mut body, mut end) = (0u64, 0usize, None);
+    while end.is_none() {
+        let f = c.next().expect("the answer's frames, then its end");
+        if f.stream != 1 {
+            continue;
+        }
+        match f.kind {
+            RST_STREAM => end = Some(f.error_code()),
+            HEADERS | DATA => {
+                received += f.wire_len();
+                if f.kind == DATA {
+                    body += f.payload.len();
+                    if f.flags & END_STREAM != 0 {
+                        end = Some(None);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let e = &s.entries_for("/big", 1, Duration::from_secs(20))[0];
+    assert_eq!(e["response_bytes"].as_u64(), Some(received), "{e}");
+    if end == Some(None) {
+        // The machine was too slow for the timeout to fire before the client read again.
+        assert_eq!(body, len);
+        assert_eq!(e["outcome"], "responded", "{e}");
+        eprintln!("the whole answer went out: the cut was not exercised");
+    } else {
+        assert_eq!(end, Some(Some(CANCEL)));
+        assert!(body < len, "{body}");
+        assert_eq!(e["outcome"], "send_timeout", "{e}");
+    }
+}
