@@ -10,8 +10,9 @@
 //! - counts the stream as in progress until then, so the connection's idle timeout never cuts a
 //!   client that is still reading an answer, however slowly;
 //! - gives up on an answer that makes no progress for `limits.send_timeout` — the window stays
-//!   closed, or the socket full — with RST_STREAM (CANCEL), journaled `send_timeout` once the
-//!   reset is written, with the rest of a DATA frame begun before it counted.
+//!   closed, or the socket full — with RST_STREAM (CANCEL), journaled `send_timeout` with the
+//!   rest of a DATA frame begun before the reset counted (once the reset is written, or after
+//!   another send timeout).
 //!
 //! The settings are hyper's defaults (1 MiB windows, 16 KiB frames, 400 KiB of send buffer per
 //! connection), with the server's own stream limit and header list size; h2's protections
@@ -297,18 +298,47 @@ fn answer<'a>(
                 // retry measured from a later time would look sooner than the client made it.
                 Ok(()) => s.finish(bytes, None, ledger.ended_at(id)),
                 Err(Cut::Gone) => s.finish(bytes, Some(history::Outcome::ClientClosed), None),
-                // The rest of a DATA frame begun before the reset still goes out ahead of it:
-                // the bytes are counted once the reset is written (or the connection ends).
-                Err(Cut::Stalled) => ledger.then(
-                    id,
-                    Box::new(move |sent| {
-                        let cut = (!sent.ended).then_some(history::Outcome::SendTimeout);
-                        s.finish(sent.bytes, cut, None);
-                    }),
-                ),
+                Err(Cut::Stalled) => {
+                    let sent = settled(ledger, id, limit).await;
+                    // The frame that ends the stream got out after all: the client has it whole.
+                    let (cut, done_us) = if sent.ended {
+                        (None, ledger.ended_at(id))
+                    } else {
+                        (Some(history::Outcome::SendTimeout), None)
+                    };
+                    s.finish(sent.bytes, cut, done_us);
+                }
             }
         }
     }
+}
+
+/// How far a stream given up on got: the rest of a DATA frame begun before its reset still goes
+/// out ahead of the reset, as the framing requires, so what it wrote is known once the reset (or
+/// the frame that ends it) is written, or the connection ends. Waited for no longer than `limit`
+/// (another send timeout): a client that still reads nothing, or whose own reset made h2 drop
+/// ours, leaves the count at what got out by then.
+async fn settled(ledger: &Ledger, id: u32, limit: Duration) -> Sent {
+    let mut seen = ledger.sent(id);
+    let sleep = tokio::time::sleep(limit);
+    tokio::pin!(sleep);
+    while !seen.ended && !seen.reset {
+        let next = poll_fn(|cx| {
+            if let Poll::Ready(s) = ledger.poll_sent(id, seen, cx) {
+                return Poll::Ready(Some(s));
+            }
+            if sleep.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(None);
+            }
+            Poll::Pending
+        })
+        .await;
+        match next {
+            Some(s) => seen = s,
+            None => break,
+        }
+    }
+    seen
 }
 
 /// Headers that belong to an HTTP/1.1 connection and are forbidden in HTTP/2 (RFC 9113 §8.2.2),

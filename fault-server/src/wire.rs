@@ -63,15 +63,9 @@ pub(crate) struct Sent {
     pub(crate) reset: bool,
 }
 
-/// What is done with a stream's record once its fate is on the wire (see [`Ledger::then`]).
-type Then = Box<dyn FnOnce(Sent) + Send>;
-
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Tracked {
     sent: Sent,
-    /// Called with the stream's record once its last frame or its reset is written, or the
-    /// connection ends.
-    then: Option<Then>,
     /// END_STREAM came on a HEADERS frame whose block goes on in CONTINUATION frames.
     end_after_block: bool,
     /// Its task has its answer (or gave up): the entry goes once the last frame is seen.
@@ -147,8 +141,6 @@ struct Inner {
     unclaimed: VecDeque<(u32, u32)>,
     /// The highest stream a client opened (from what came in), for our own GOAWAY.
     last_opened: u32,
-    /// Streams' [`Tracked::then`] due, called once the lock is let go.
-    due: Vec<(Then, Sent)>,
     /// A frame that came in broke a size rule: the connection ends with this error code.
     violation: Option<u32>,
 }
@@ -223,51 +215,8 @@ impl Ledger {
         inner.done.push_back(stream);
         while inner.done.len() > MAX_DONE {
             if let Some(old) = inner.done.pop_front() {
-                if let Some(Tracked {
-                    then: Some(then),
-                    sent,
-                    ..
-                }) = inner.streams.remove(&old)
-                {
-                    inner.due.push((then, sent));
-                }
+                inner.streams.remove(&old);
             }
-        }
-        self.run_due(inner);
-    }
-
-    /// Calls `then` with the stream's record once its last frame or its reset is on the wire,
-    /// or the connection has ended (at once when one of them happened already): a stream its
-    /// task gave up on still writes the rest of a DATA frame it had begun before its reset, and
-    /// what it wrote is known only then.
-    pub(crate) fn then(&self, stream: u32, then: Then) {
-        let mut inner = self.lock();
-        match inner.streams.get_mut(&stream) {
-            Some(t) if !t.sent.ended && !t.sent.reset => t.then = Some(then),
-            Some(t) => {
-                let sent = t.sent;
-                drop(inner);
-                then(sent);
-            }
-            None => {
-                drop(inner);
-                then(Sent {
-                    reset: true,
-                    ..Sent::default()
-                });
-            }
-        }
-    }
-
-    /// Lets the lock go and calls the streams' `then`s that came due under it.
-    fn run_due(&self, mut inner: std::sync::MutexGuard<'_, Inner>) {
-        if inner.due.is_empty() {
-            return;
-        }
-        let due = std::mem::take(&mut inner.due);
-        drop(inner);
-        for (then, sent) in due {
-            then(sent);
         }
     }
 
@@ -304,20 +253,15 @@ impl Ledger {
     pub(crate) fn close(&self) {
         self.settle_refusals();
         let mut inner = self.lock();
-        let inner_ = &mut *inner;
-        inner_.unsent.clear();
-        for t in inner_.streams.values_mut() {
+        inner.unsent.clear();
+        for t in inner.streams.values_mut() {
             if !t.sent.ended {
                 t.sent.reset = true;
             }
             if let Some(w) = t.waker.take() {
                 w.wake();
             }
-            if let Some(then) = t.then.take() {
-                inner_.due.push((then, t.sent));
-            }
         }
-        self.run_due(inner);
     }
 
     /// When the frame that ends the stream's answer was written, if it was: the moment its
@@ -357,8 +301,8 @@ impl Ledger {
     /// Reads the frames in `bytes`, just accepted for writing; `on_socket` when they are on the
     /// socket already (plain TCP), else they wait for [`Ledger::drained`].
     fn wrote(&self, bytes: &[u8], on_socket: bool) {
-        let mut guard = self.lock();
-        let inner = &mut *guard;
+        let mut inner = self.lock();
+        let inner = &mut *inner;
         inner.accepted += bytes.len() as u64;
         let mut events: Vec<Event> = Vec::new();
         let mut rest = bytes;
@@ -435,17 +379,15 @@ impl Ledger {
             let at = inner.accepted;
             inner.unsent.extend(events.into_iter().map(|e| (at, e)));
         }
-        self.run_due(guard);
     }
 
     /// Everything accepted so far is on the socket (TLS: the session wrote all it held).
     fn drained(&self) {
-        let mut guard = self.lock();
-        let inner = &mut *guard;
+        let mut inner = self.lock();
+        let inner = &mut *inner;
         while let Some((_, e)) = inner.unsent.pop_front() {
             self.apply(inner, e);
         }
-        self.run_due(guard);
     }
 
     fn apply(&self, inner: &mut Inner, e: Event) {
@@ -498,13 +440,8 @@ impl Ledger {
         if let Some(w) = t.waker.take() {
             w.wake();
         }
-        if t.sent.ended || t.sent.reset {
-            if let Some(then) = t.then.take() {
-                inner.due.push((then, t.sent));
-            }
-            if t.done {
-                inner.streams.remove(&stream);
-            }
+        if t.done && (t.sent.ended || t.sent.reset) {
+            inner.streams.remove(&stream);
         }
     }
 }
@@ -783,43 +720,6 @@ mod tests {
         );
         assert!(ledger.sent(1).ended && !ledger.sent(1).reset, "it got out");
         assert!(ledger.sent(5).reset && !ledger.sent(5).ended, "it did not");
-    }
-
-    #[test]
-    fn what_a_given_up_stream_wrote_is_told_once_its_reset_or_the_connection_ends() {
-        let ledger = Ledger::new(Arc::new(Http2Counts::default()), Arc::new(Clock::new()));
-        let told = Arc::new(Mutex::new(Vec::new()));
-        let tell = |stream: u32| -> Then {
-            let told = told.clone();
-            Box::new(move |sent| told.lock().unwrap().push((stream, sent)))
-        };
-        for s in [1, 3, 5] {
-            ledger.follow(s);
-        }
-        // Stream 1: its head and half a DATA frame are out when its task gives up.
-        let data = frame(DATA, 0, 1, &[b'a'; 100]);
-        ledger.wrote(&frame(HEADERS, END_HEADERS, 1, &[0x88]), true);
-        ledger.wrote(&data[..50], true);
-        ledger.then(1, tell(1));
-        ledger.release(1);
-        assert!(told.lock().unwrap().is_empty(), "not before its reset");
-        ledger.wrote(&data[50..], true);
-        ledger.wrote(&frame(RST_STREAM, 0, 1, &8u32.to_be_bytes()), true);
-        // Stream 3: given up on after its reset was out already.
-        ledger.wrote(&frame(RST_STREAM, 0, 3, &8u32.to_be_bytes()), true);
-        ledger.then(3, tell(3));
-        // Stream 5: its reset never gets out.
-        ledger.then(5, tell(5));
-        ledger.close();
-        let reset = |bytes| Sent {
-            bytes,
-            ended: false,
-            reset: true,
-        };
-        assert_eq!(
-            *told.lock().unwrap(),
-            [(1, reset(10 + 109)), (3, reset(0)), (5, reset(0))]
-        );
     }
 
     #[derive(Default)]

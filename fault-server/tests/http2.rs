@@ -664,15 +664,16 @@ fn an_answer_cut_at_the_send_timeout_journals_the_bytes_that_got_out() {
 #[test]
 fn an_answer_cut_while_the_socket_was_full_journals_every_byte_that_went_out() {
     // The client opens every window and reads nothing: the socket fills in the middle of a DATA
-    // frame. Cut at the send timeout, the stream still writes the rest of that frame before its
-    // RST_STREAM, once the client reads again; the journal counts those bytes too.
+    // frame. Cut at the send timeout (1 s), the stream still writes the rest of that frame
+    // before its RST_STREAM once the client reads again (at 1.5 s); the server waits another
+    // send timeout for that, and the journal counts those bytes too.
     let len = 8 << 20;
-    let s = start(&big_body_config("send_timeout: 300ms", len));
+    let s = start(&big_body_config("send_timeout: 1s", len));
     let mut c = Client::connect(s.addr, &[(SETTINGS_INITIAL_WINDOW_SIZE, 0x7fff_ffff)]);
     c.window_update(0, 0x7fff_ffff - 65_535);
     c.request(1, "GET", "/big", &[], true);
-    // Well past the send timeout.
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(Duration::from_millis(1500));
+    let reading_from = unix_us();
     let (mut received, mut body, mut end) = (0u64, 0usize, None);
     while end.is_none() {
         let f = c.next().expect("the answer's frames, then its end");
@@ -694,15 +695,79 @@ fn an_answer_cut_while_the_socket_was_full_journals_every_byte_that_went_out() {
         }
     }
     let e = &s.entries_for("/big", 1, Duration::from_secs(20))[0];
-    assert_eq!(e["response_bytes"].as_u64(), Some(received), "{e}");
+    let journaled = e["response_bytes"].as_u64().expect("response_bytes");
     if end == Some(None) {
         // The machine was too slow for the timeout to fire before the client read again.
         assert_eq!(body, len);
         assert_eq!(e["outcome"], "responded", "{e}");
+        assert_eq!(journaled, received, "{e}");
         eprintln!("the whole answer went out: the cut was not exercised");
-    } else {
-        assert_eq!(end, Some(Some(CANCEL)));
-        assert!(body < len, "{body}");
-        assert_eq!(e["outcome"], "send_timeout", "{e}");
+        return;
     }
+    assert_eq!(end, Some(Some(CANCEL)));
+    assert!(body < len, "{body}");
+    assert_eq!(e["outcome"], "send_timeout", "{e}");
+    let at = |field: &str| e[field].as_u64().expect("a time");
+    let finished = at("unix_us") + at("t_done_us") - at("t_recv_us");
+    if finished < reading_from {
+        // The entry was written before the client read again: only when the machine stalled
+        // the client past the whole second wait (two send timeouts after the request, at
+        // least), with at most the rest of one frame left uncounted.
+        assert!(
+            at("t_done_us") - at("t_recv_us") >= 2_000_000,
+            "the entry did not wait for the rest of the frame: {e}"
+        );
+        assert!(
+            journaled <= received && received - journaled <= 16_384 + 9,
+            "{e}"
+        );
+        eprintln!("the client read only after the entry was written: checked the bound only");
+    } else {
+        assert_eq!(journaled, received, "{e}");
+    }
+}
+
+fn unix_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+#[test]
+fn an_answer_cut_for_a_client_that_never_reads_again_is_journaled_while_it_stays() {
+    // The client reads nothing ever again but keeps its connection busy, a request every
+    // 200 ms: the cut answer's entry is still written, after the second wait, not held until
+    // the connection ends (the journal is published in order: one held entry holds them all).
+    let s = start(&format!(
+        "{}  - match: {{ path: /small }}\n    fault: {{ status: 204 }}\n",
+        big_body_config("send_timeout: 300ms", 8 << 20)
+    ));
+    let mut c = Client::connect(s.addr, &[(SETTINGS_INITIAL_WINDOW_SIZE, 0x7fff_ffff)]);
+    c.window_update(0, 0x7fff_ffff - 65_535);
+    c.request(1, "GET", "/big", &[], true);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let busy = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            for i in 0..150u32 {
+                if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    return true;
+                }
+                c.request(3 + 2 * i, "GET", "/small", &[], true);
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            false
+        })
+    };
+    let e = &s.entries_for("/big", 1, Duration::from_secs(25))[0];
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        busy.join().expect("the busy client"),
+        "the entry came only once the client stopped"
+    );
+    assert_eq!(e["outcome"], "send_timeout", "{e}");
+    assert!(
+        e["response_bytes"].as_u64().expect("response_bytes") > 0,
+        "{e}"
+    );
 }
