@@ -317,7 +317,8 @@ fn answer<'a>(
 /// out ahead of the reset, as the framing requires, so what it wrote is known once the reset (or
 /// the frame that ends it) is written, or the connection ends. Waited for no longer than `limit`
 /// (another send timeout): a client that still reads nothing, or whose own reset made h2 drop
-/// ours, leaves the count at what got out by then.
+/// ours, leaves the count at what got out by then. Only the ledger and the clock are watched,
+/// not the stream (unlike [`wait`]): the stream is reset already.
 async fn settled(ledger: &Ledger, id: u32, limit: Duration) -> Sent {
     let mut seen = ledger.sent(id);
     let sleep = tokio::time::sleep(limit);

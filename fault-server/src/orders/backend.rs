@@ -159,6 +159,10 @@ impl KeyRow {
     }
 }
 
+/// Passes a claim makes at most: the key is read again after clearing an expired row for it,
+/// or after losing its takeover to another request (which may have completed it since).
+pub(super) const CLAIM_PASSES: u32 = 3;
+
 /// A claim's token: what its completion and its release must present, so that a request whose
 /// claim was taken over (or expired and was claimed again) can neither write nor remove
 /// anything under the key.

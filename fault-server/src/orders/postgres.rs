@@ -23,7 +23,7 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, Timeouts};
 use tokio_postgres::NoTls;
 
-use super::backend::{new_claim_id, now_ms, Claim, KeyRow, StoreError};
+use super::backend::{new_claim_id, now_ms, Claim, KeyRow, StoreError, CLAIM_PASSES};
 use crate::config::PostgresUrl;
 
 /// Key of the advisory lock held while the schema is created ("fault-sv").
@@ -398,9 +398,7 @@ impl PgStore {
         let take_over = c
             .prepare_cached(&format!("UPDATE idempotency_keys SET claim_id = $1, claimed_at_ms = {DB_NOW_MS}, expires_at_ms = {DB_NOW_MS} + $2 WHERE key = $3 AND state = 'in_flight' AND claim_id = $4 AND claimed_at_ms + $5 <= {DB_NOW_MS}"))
             .await?;
-        // Three passes: the key is read again after clearing an expired row for it, or after
-        // losing its takeover to another request (which may have completed it since).
-        for pass in 0..3 {
+        for pass in 0..CLAIM_PASSES {
             let now = now_ms();
             let token = new_claim_id();
             if c.execute(&insert, &[&key, &hash, &now, &token, &ttl_ms])
@@ -438,7 +436,7 @@ impl PgStore {
                                 took_over: true,
                             });
                         }
-                        if pass < 2 {
+                        if pass + 1 < CLAIM_PASSES {
                             continue;
                         }
                     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{params, ErrorCode, OptionalExtension};
 
-use super::backend::{new_claim_id, now_ms, Claim, KeyRow, StoreError};
+use super::backend::{new_claim_id, now_ms, Claim, KeyRow, StoreError, CLAIM_PASSES};
 
 type Pool = r2d2::Pool<SqliteConnectionManager>;
 
@@ -226,9 +226,7 @@ impl SqliteStore {
     ) -> Result<Claim, StoreError> {
         let (k, h) = (key.to_string(), hash.to_string());
         self.db(move |c| {
-            // Three passes: the key is read again after clearing an expired row for it, or after
-            // losing its takeover to another request (which may have completed it since).
-            for pass in 0..3 {
+            for pass in 0..CLAIM_PASSES {
                 let now = now_ms();
                 let token = new_claim_id();
                 match c.execute(
@@ -282,7 +280,7 @@ impl SqliteStore {
                                     took_over: true,
                                 });
                             }
-                            if pass < 2 {
+                            if pass + 1 < CLAIM_PASSES {
                                 continue;
                             }
                         }
