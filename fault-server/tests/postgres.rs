@@ -611,8 +611,11 @@ async fn a_replica_starts_beside_a_write_in_progress_without_holding_writes_behi
 }
 
 async fn pay_race(db: &TestDb, pay: &str) -> (Vec<u16>, u64, Vec<history::Entry>) {
+    // Ten payers of one row wait on each other's row lock in turn: on a loaded machine the last
+    // can wait longer than the default `lock_timeout` (2 s). The bounds here are generous: the
+    // test is about which payer wins, not how slow a database may be.
     let servers = replicas(&format!(
-        "orders: {{ pay: {pay}, work_delay: 1500ms, database: \"{}\" }}",
+        "orders: {{ pay: {pay}, work_delay: 1500ms, lock_timeout: 30s, statement_timeout: 30s, database: \"{}\" }}",
         db.url
     ))
     .await;
