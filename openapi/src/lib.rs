@@ -66,7 +66,9 @@ use std::path::Path;
 pub use document::Document;
 pub use error::LoadError;
 pub use generate::{MAX_DEPTH, MAX_ITEMS, MAX_STRING, SOFT_DEPTH};
-pub use link::{Binding, FillError, LinkPlan, Recorded, ValueSource, Verification, VerifyFrom};
+pub use link::{
+    resource_field, Binding, FillError, LinkPlan, Recorded, ValueSource, Verification, VerifyFrom,
+};
 pub use load::{Version, BUNDLE_KEY, MAX_DOCUMENT_BYTES, MAX_FILES};
 pub use operation::{KeyHeader, Location, Method, Operation};
 pub use request::{Body, ParamValue, Request, RequestBuilder, Source, Unbuildable, ATTEMPTS};

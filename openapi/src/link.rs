@@ -2,17 +2,27 @@
 //! to look at a resource after an operation touched it.
 //!
 //! A path parameter that names a resource (`/orders/{id}`) cannot be generated: an id made up
-//! here names nothing on the server. It is bound to the operation that creates such resources, in
-//! this order of trust:
+//! here names nothing on the server. It is bound to the operation that makes such resources, and
+//! its value is read, in this order, from:
 //! 1. the document's own OpenAPI `links` (any parameter, any runtime expression);
-//! 2. a `POST` on the collection (`POST /orders` for `/orders/{id}`, path parameters before it
-//!    compared by position, not by name): the value is the response body's field named like the
-//!    parameter (`orderId`, `order_id`, `id`, …, found in the success response's schema, one level
-//!    of wrapping such as `data` allowed), else the `Location` header's segment at the
-//!    parameter's place, else the field of the POST's own request body named like it (a name
-//!    the client chose);
-//! 3. a `PUT` on the resource itself (`PUT /things/{name}`, the client names it): the value the
-//!    PUT was sent with.
+//! 2. for a `POST` on the collection (`POST /orders` for `/orders/{id}`, path parameters before
+//!    it compared by position, not by name), the creation's `Location` header, the segment at the
+//!    parameter's place (what the server says the new resource's URL is);
+//! 3. the creation's JSON answer: the field the success response's schema declares under a name
+//!    like the parameter's (one level of wrapping such as `data` allowed), then, whatever the
+//!    schema says (a framework's `{}`), the answer's own fields matched by name as Schemathesis
+//!    infers links — the parameter's name (`account_id`, `accountId`), the resource's
+//!    `{name}_id`, `id`, `uuid` — compared without case or separators;
+//! 4. the field of the POST's own request body named like it (a name the client chose);
+//!    or, for a `PUT` on the resource itself (`PUT /things/{name}`, the client names it), the
+//!    value the PUT was sent with;
+//! 5. last, the parameter's own `example`, `examples` and its schema's `example`, `examples`
+//!    and `default`. Such a value names whatever the document's author had in mind, not a
+//!    resource made for the request: the filled value says so ([`Source::Declared`]), so a
+//!    caller can tell a verdict on a made resource from a probe of one that may not exist.
+//!
+//! An operation gets no value only when none of these yields one; the error lists where it
+//! looked, in that order.
 //!
 //! The plan is data; [`LinkPlan::fill`] applies one binding to a built request from what the
 //! caller recorded of the producer's answer, and validates the value it puts in.
@@ -38,8 +48,18 @@ pub enum ValueSource {
         /// Its expression for this parameter.
         expression: Expression,
     },
-    /// A field of the producer's JSON answer, by pointer (`/id`, `/data/id`).
+    /// A field of the producer's JSON answer that its schema declares, by pointer (`/id`,
+    /// `/data/id`).
     BodyField(String),
+    /// A field of the producer's JSON answer found by name in the answer itself, whatever its
+    /// schema says: the first of `names` (compared without case, `_` or `-`) holding a string or
+    /// a number at the top level, else under one of `wrappers` (`data`, `item`, `account`, …).
+    AnswerField {
+        /// The names, most specific first.
+        names: Vec<String>,
+        /// The wrapping objects looked into, in order.
+        wrappers: Vec<String>,
+    },
     /// The `Location` header: its path matched against `template`, the resource's path template,
     /// and the segment at the parameter's place taken.
     Location {
@@ -51,6 +71,23 @@ pub enum ValueSource {
     /// A field of the producer's own JSON request body (a name the client chose, such as a
     /// user's `username`).
     RequestBodyField(String),
+    /// The consumer parameter's own example or default, from the document: tried last, as it
+    /// names no resource the producer made.
+    Declared {
+        /// `the parameter's example`, `its schema's default`, …
+        what: String,
+        /// Where the document writes it.
+        pointer: String,
+        /// The value.
+        value: Value,
+    },
+}
+
+impl ValueSource {
+    /// Whether the value comes from the document rather than from the producer's exchange.
+    pub fn is_declared(&self) -> bool {
+        matches!(self, ValueSource::Declared { .. })
+    }
 }
 
 impl std::fmt::Display for ValueSource {
@@ -60,9 +97,13 @@ impl std::fmt::Display for ValueSource {
                 name, expression, ..
             } => write!(f, "link `{name}` ({expression:?})"),
             ValueSource::BodyField(p) => write!(f, "body field {p}"),
+            ValueSource::AnswerField { names, .. } => {
+                write!(f, "JSON answer field {}", names.join(", "))
+            }
             ValueSource::Location { .. } => f.write_str("Location header"),
             ValueSource::RequestPath(n) => write!(f, "the request's path parameter `{n}`"),
             ValueSource::RequestBodyField(p) => write!(f, "the request's body field {p}"),
+            ValueSource::Declared { what, .. } => f.write_str(what),
         }
     }
 }
@@ -323,6 +364,20 @@ fn properties(doc: &Value, at: &str, depth: usize) -> BTreeMap<String, String> {
     out
 }
 
+/// The objects an answer may wrap its resource in: `{"data": {"id": …}}`; only these, as the
+/// `id` of any other object inside (a pet's `category`) names something else.
+fn wrappers(collection: &str) -> Vec<String> {
+    let mut w: Vec<String> = ["data", "item", "result", "resource", "object"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let one = singular(collection);
+    if !w.contains(&one) {
+        w.push(one);
+    }
+    w
+}
+
 /// The pointer of the field of the first of `schemas` that has one that carries `param`.
 fn field_in<'s>(
     doc: &Value,
@@ -346,15 +401,8 @@ fn field_in<'s>(
         }
         // One level of wrapping: `{"data": {"id": …}}`; only a wrapper's fields, as the `id`
         // of any other object inside (a pet's `category`) names something else.
-        let wrappers = [
-            "data",
-            "item",
-            "result",
-            "resource",
-            "object",
-            &singular(collection),
-        ];
-        for (name, inner) in top.iter().filter(|(n, _)| wrappers.contains(&n.as_str())) {
+        let wrappers = wrappers(collection);
+        for (name, inner) in top.iter().filter(|(n, _)| wrappers.contains(n)) {
             let mut nested = properties(doc, inner, 0);
             nested.retain(|_, at| keep(at));
             for c in &candidates {
@@ -400,7 +448,29 @@ fn request_field(
     )
 }
 
-/// The sources of a creation's answer (and request) for `param`, most trusted first.
+/// A field name without case or separators: `accountId`, `account_id` and `Account-ID` are
+/// one name.
+fn normalized(name: &str) -> String {
+    name.chars()
+        .filter(|c| *c != '_' && *c != '-')
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+/// The names an answer's field carrying `param` may have, one spelling per normalized name, most
+/// specific first: the parameter's own name (`account_id`), then, for an identifier, `id`, the
+/// resource's `{name}_id` and `uuid` (`candidate_fields`' order).
+fn answer_names(param: &str, collection: &str) -> Vec<String> {
+    let mut seen = BTreeSet::new();
+    candidate_fields(param, collection)
+        .into_iter()
+        .filter(|n| seen.insert(normalized(n)))
+        .collect()
+}
+
+/// The sources of a creation's exchange for `param`, in the order they are trusted: what the
+/// server says the resource's URL is, then its answer's fields (declared, then found by name),
+/// then the client's own name for it.
 fn creation_sources(
     doc: &Value,
     producer: &Operation,
@@ -408,17 +478,84 @@ fn creation_sources(
     collection: &str,
     resource: &str,
 ) -> Vec<ValueSource> {
-    let mut sources = Vec::new();
+    let mut sources = vec![ValueSource::Location {
+        template: resource.to_string(),
+    }];
     if let Some(field) = body_field(doc, producer, param, collection) {
         sources.push(ValueSource::BodyField(field));
     }
-    sources.push(ValueSource::Location {
-        template: resource.to_string(),
+    sources.push(ValueSource::AnswerField {
+        names: answer_names(param, collection),
+        wrappers: wrappers(collection),
     });
     if let Some(field) = request_field(doc, producer, param, collection) {
         sources.push(ValueSource::RequestBodyField(field));
     }
     sources
+}
+
+/// The examples and default the document gives for `consumer`'s path parameter `name`: the
+/// parameter's `example` and `examples`, then its schema's `example`, `examples` and `default`
+/// (through `$ref`s), each once.
+fn declared_sources(doc: &Value, consumer: &Operation, name: &str) -> Vec<ValueSource> {
+    let Some(param) = consumer.parameter(Location::Path, name) else {
+        return Vec::new();
+    };
+    let mut out: Vec<ValueSource> = Vec::new();
+    let mut push = |what: String, pointer: String, value: &Value| {
+        let known = out
+            .iter()
+            .any(|s| matches!(s, ValueSource::Declared { value: v, .. } if v == value));
+        if !known && !value.is_null() {
+            out.push(ValueSource::Declared {
+                what,
+                pointer,
+                value: value.clone(),
+            });
+        }
+    };
+    for ex in &param.examples {
+        let what = if ex.name == "example" {
+            "the parameter's example".to_string()
+        } else {
+            format!("the parameter's example `{}`", ex.name)
+        };
+        push(what, ex.pointer.clone(), &ex.value);
+    }
+    let mut at = param.schema.clone();
+    for _ in 0..8 {
+        let Some(ptr) = at.take() else { break };
+        let Some(node) = doc.pointer(&ptr) else { break };
+        if let Some(v) = node.get("example") {
+            push(
+                "its schema's example".into(),
+                pointer::push(&ptr, "example"),
+                v,
+            );
+        }
+        if let Some(Value::Array(xs)) = node.get("examples") {
+            for (i, v) in xs.iter().enumerate() {
+                let ex_at = pointer::push(&pointer::push(&ptr, "examples"), &i.to_string());
+                push(format!("its schema's examples[{i}]"), ex_at, v);
+            }
+        }
+        if let Some(v) = node.get("default") {
+            push(
+                "its schema's default".into(),
+                pointer::push(&ptr, "default"),
+                v,
+            );
+        }
+        at = match node
+            .get("$ref")
+            .and_then(Value::as_str)
+            .map(pointer::parse_ref)
+        {
+            Some(RefTarget::Internal(p)) => Some(p),
+            _ => None,
+        };
+    }
+    out
 }
 
 impl LinkPlan {
@@ -497,11 +634,6 @@ impl LinkPlan {
                     continue;
                 }
                 let name = &segment[1..segment.len() - 1];
-                if bindings.iter().any(|b| {
-                    b.consumer == consumer.id && b.location == Location::Path && b.parameter == name
-                }) {
-                    continue;
-                }
                 let collection = segments[..i].join("/");
                 let resource = segments[..=i].join("/");
                 let collection_shape = shape(&collection);
@@ -510,6 +642,27 @@ impl LinkPlan {
                     (o.method == Method::Post && *s == collection_shape && o.id != consumer.id)
                         .then_some(o)
                 });
+                let linked = |b: &Binding| {
+                    b.consumer == consumer.id && b.location == Location::Path && b.parameter == name
+                };
+                if bindings.iter().any(linked) {
+                    // A link from the creation itself: what its exchange says otherwise comes
+                    // after the link's expression.
+                    if let Some(p) = creator {
+                        let more = creation_sources(doc, p, name, segments[i - 1], &resource);
+                        if let Some(b) = bindings
+                            .iter_mut()
+                            .find(|b| linked(b) && b.producer == p.id)
+                        {
+                            for s in more {
+                                if !b.sources.contains(&s) {
+                                    b.sources.push(s);
+                                }
+                            }
+                        }
+                    }
+                    continue;
+                }
                 if let Some(p) = creator {
                     let sources = creation_sources(doc, p, name, segments[i - 1], &resource);
                     bindings.push(Binding {
@@ -541,6 +694,13 @@ impl LinkPlan {
                         sources: vec![ValueSource::RequestPath(own)],
                     });
                 }
+            }
+        }
+        // 5. Last, for a path parameter, the document's own examples and default.
+        for b in bindings.iter_mut().filter(|b| b.location == Location::Path) {
+            if let Some(consumer) = ops.iter().find(|o| o.id == b.consumer) {
+                b.sources
+                    .extend(declared_sources(doc, consumer, &b.parameter));
             }
         }
         let order = order(ops, &bindings, &mut notes);
@@ -621,7 +781,24 @@ impl LinkPlan {
                 producer,
                 &b.sources,
                 recorded,
-            )?;
+            )
+            .map_err(|e| match e {
+                // The last place a path parameter's value may come from, named even when empty,
+                // so the reader knows what would have let the request be made.
+                FillError::NoValue {
+                    producer,
+                    parameter,
+                    mut looked,
+                } if b.location == Location::Path && !b.sources.iter().any(|s| s.is_declared()) => {
+                    looked.push_str("; the parameter declares no example, examples or default");
+                    FillError::NoValue {
+                        producer,
+                        parameter,
+                        looked,
+                    }
+                }
+                e => e,
+            })?;
             filled.push(b.parameter.clone());
         }
         Ok(filled)
@@ -691,8 +868,18 @@ impl LinkPlan {
             .and_then(|p| p.schema.clone());
         let template = request.path_template.clone();
         let mut last_invalid = None;
+        let mut refused_declared: Vec<String> = Vec::new();
         for source in sources {
-            let Some(found) = read(source, recorded, &template, parameter, location) else {
+            if source.is_declared() {
+                // Another producer's answer already named the resource: keep it.
+                if matches!(
+                    request.param(location, parameter).map(|p| &p.source),
+                    Some(Source::Linked { .. })
+                ) {
+                    return Ok(());
+                }
+            }
+            let Some((found, how)) = read(source, recorded, &template, parameter, location) else {
                 continue;
             };
             let candidates = match (&found, &schema) {
@@ -714,37 +901,75 @@ impl LinkPlan {
                 };
                 match verdict {
                     Ok(()) => {
-                        request.set_param(
-                            location,
-                            parameter,
-                            value,
-                            Source::Linked {
+                        let from = match source {
+                            ValueSource::Declared { what, pointer, .. } => Source::Declared {
+                                what: what.clone(),
+                                pointer: pointer.clone(),
                                 operation_id: producer.to_string(),
-                                how: source.to_string(),
+                                why: unfilled(
+                                    last_invalid.take(),
+                                    producer,
+                                    parameter,
+                                    sources,
+                                    &refused_declared,
+                                )
+                                .to_string(),
                             },
-                        );
+                            _ => Source::Linked {
+                                operation_id: producer.to_string(),
+                                how: how.clone(),
+                            },
+                        };
+                        request.set_param(location, parameter, value, from);
                         return Ok(());
                     }
                     Err(e) => reason = e,
                 }
             }
-            last_invalid = Some(FillError::Invalid {
-                producer: producer.to_string(),
-                parameter: parameter.to_string(),
-                value: found.to_string(),
-                source_name: source.to_string(),
-                reason,
-            });
+            if source.is_declared() {
+                refused_declared.push(format!("{source} {found} (not valid: {reason})"));
+            } else if last_invalid.is_none() {
+                last_invalid = Some(FillError::Invalid {
+                    producer: producer.to_string(),
+                    parameter: parameter.to_string(),
+                    value: found.to_string(),
+                    source_name: how,
+                    reason,
+                });
+            }
         }
-        Err(last_invalid.unwrap_or_else(|| FillError::NoValue {
-            producer: producer.to_string(),
-            parameter: parameter.to_string(),
-            looked: sources
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(", "),
-        }))
+        Err(unfilled(
+            last_invalid,
+            producer,
+            parameter,
+            sources,
+            &refused_declared,
+        ))
+    }
+}
+
+/// Why the exchange gave no value: the first invalid value it gave, else every place looked
+/// at, in order (the document's own values last, each with why it was refused).
+fn unfilled(
+    invalid: Option<FillError>,
+    producer: &str,
+    parameter: &str,
+    sources: &[ValueSource],
+    refused_declared: &[String],
+) -> FillError {
+    if let Some(e) = invalid {
+        return e;
+    }
+    let mut looked: Vec<String> = sources
+        .iter()
+        .filter(|s| !s.is_declared())
+        .map(ToString::to_string)
+        .collect();
+    looked.extend(refused_declared.iter().cloned());
+    FillError::NoValue {
+        producer: producer.to_string(),
+        parameter: parameter.to_string(),
+        looked: looked.join(", "),
     }
 }
 
@@ -766,9 +991,15 @@ fn read(
     template: &str,
     parameter: &str,
     location: Location,
-) -> Option<Value> {
-    match source {
+) -> Option<(Value, String)> {
+    let how = source.to_string();
+    let v = match source {
         ValueSource::BodyField(p) => recorded.body?.pointer(p).filter(|v| !v.is_null()).cloned(),
+        ValueSource::AnswerField { names, wrappers } => {
+            let (at, v) = answer_field(recorded.body?, names, wrappers)?;
+            return Some((v, format!("body field {at}")));
+        }
+        ValueSource::Declared { value, .. } => Some(value.clone()),
         ValueSource::Location { template } => {
             let header = recorded.header("location")?;
             location_segment(header, template, parameter).map(Value::String)
@@ -793,7 +1024,8 @@ fn read(
                     // A Location header for a path parameter: the resource's segment of it.
                     if location == Location::Path && name.eq_ignore_ascii_case("location") {
                         let resource = resource_template(template, parameter)?;
-                        return location_segment(h, &resource, parameter).map(Value::String);
+                        return location_segment(h, &resource, parameter)
+                            .map(|v| (Value::String(v), how));
                     }
                     Some(Value::String(h.to_string()))
                 }
@@ -821,7 +1053,63 @@ fn read(
             };
             v.filter(|v| !v.is_null())
         }
+    };
+    v.map(|v| (v, how))
+}
+
+/// The field of a JSON answer of the operation at `path` that names the resource it made or
+/// touched, found by name as the plan finds a path value in an answer: `id`, `transfer_id` or
+/// `uuid` for `POST /transfers`; `account_id`, `id` or `uuid` for `PATCH /accounts/{account_id}`
+/// (at the top level or in a wrapper such as `data`). Its pointer and value (a non-empty string
+/// or a number).
+pub fn resource_field(path: &str, body: &Value) -> Option<(String, Value)> {
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let last = segments.last()?;
+    let collection_of = |skip: usize| {
+        segments
+            .iter()
+            .rev()
+            .skip(skip)
+            .find(|s| !is_param(s))
+            .copied()
+            .unwrap_or("")
+    };
+    let (param, collection) = if is_param(last) {
+        (&last[1..last.len() - 1], collection_of(1))
+    } else {
+        ("id", *last)
+    };
+    answer_field(
+        body,
+        &answer_names(param, collection),
+        &wrappers(collection),
+    )
+}
+
+/// The first field of `body` named like one of `names` (without case or separators) that holds
+/// a string or a number: at the top level, else inside one of `wrappers`. Its pointer and value.
+fn answer_field(body: &Value, names: &[String], wrappers: &[String]) -> Option<(String, Value)> {
+    let scalar = |v: &Value| matches!(v, Value::String(s) if !s.is_empty()) || v.is_number();
+    let find = |obj: &serde_json::Map<String, Value>| -> Option<(String, Value)> {
+        names.iter().find_map(|n| {
+            let want = normalized(n);
+            obj.iter()
+                .find(|(k, v)| normalized(k) == want && scalar(v))
+                .map(|(k, v)| (k.clone(), v.clone()))
+        })
+    };
+    let top = body.as_object()?;
+    if let Some((k, v)) = find(top) {
+        return Some((pointer::push("", &k), v));
     }
+    for w in wrappers {
+        if let Some(Value::Object(inner)) = top.get(w) {
+            if let Some((k, v)) = find(inner) {
+                return Some((pointer::push(&pointer::push("", w), &k), v));
+            }
+        }
+    }
+    None
 }
 
 /// `template` cut after the segment `{parameter}`.

@@ -45,6 +45,19 @@ pub enum Source {
         /// What was read: `body /id`, `Location header`, a link's expression.
         how: String,
     },
+    /// The parameter's own example or default, because the operation that makes the resource
+    /// gave no value for it: the value names no resource made for this request, which may not
+    /// exist.
+    Declared {
+        /// `the parameter's example`, `its schema's default`, …
+        what: String,
+        /// Where the document writes it.
+        pointer: String,
+        /// The operation whose answer gave no value.
+        operation_id: String,
+        /// Why its answer gave none: where the plan looked.
+        why: String,
+    },
 }
 
 /// One parameter's value in a request.

@@ -91,23 +91,31 @@ fn the_petstore_in_3_0_and_3_1() {
                 "{version} seed {seed}"
             );
         }
-        // An order's id comes from `POST /store/order`'s answer; `POST /pet` declares no
-        // success answer (only 405), so a pet's id can come from its Location only (its
-        // request's `id` is readOnly); a user's name from `POST /user`'s Location or request.
+        // An order's id comes from `POST /store/order`'s Location, else its answer's declared
+        // `id`; `POST /pet` declares no success answer (only 405), so a pet's id can come from
+        // its Location or from whatever its answer holds (its request's `id` is readOnly); a
+        // user's name from `POST /user`'s Location, answer or request.
         let plan = LinkPlan::new(&api);
         let order = plan.bindings_for("getOrderById").next().unwrap();
         assert_eq!(
-            (order.producer.as_str(), order.sources[0].clone()),
-            ("placeOrder", ValueSource::BodyField("/id".into()))
+            (order.producer.as_str(), &order.sources[..2]),
+            (
+                "placeOrder",
+                &[
+                    ValueSource::Location {
+                        template: "/store/order/{orderId}".into()
+                    },
+                    ValueSource::BodyField("/id".into())
+                ][..]
+            )
         );
         let pet = plan.bindings_for("getPetById").next().unwrap();
+        let pet_sources: Vec<String> = pet.sources.iter().map(ToString::to_string).collect();
         assert_eq!(
-            (pet.producer.as_str(), pet.sources.as_slice()),
+            (pet.producer.as_str(), pet_sources.as_slice()),
             (
                 "addPet",
-                &[ValueSource::Location {
-                    template: "/pet/{petId}".into()
-                }][..]
+                &["Location header", "JSON answer field petId, id, uuid"].map(String::from)[..]
             )
         );
         let user = plan.bindings_for("getUserByName").next().unwrap();
@@ -160,7 +168,15 @@ fn every_github_operation_gets_a_valid_request_or_a_stated_reason() {
         .find(|b| b.parameter == "issue_number")
         .unwrap();
     assert_eq!(issue.producer, "issues/create");
-    assert_eq!(issue.sources[0], ValueSource::BodyField("/number".into()));
+    assert_eq!(
+        issue.sources[..2],
+        [
+            ValueSource::Location {
+                template: "/repos/{owner}/{repo}/issues/{issue_number}".into()
+            },
+            ValueSource::BodyField("/number".into())
+        ]
+    );
 }
 
 #[test]
