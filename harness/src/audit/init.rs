@@ -344,10 +344,15 @@ impl Writer<'_> {
                     );
                 }
                 None => {
-                    let looked: Vec<String> = b.sources.iter().map(|s| s.to_string()).collect();
+                    let looked: Vec<String> = b
+                        .sources
+                        .iter()
+                        .filter(|s| !s.is_declared())
+                        .map(|s| s.to_string())
+                        .collect();
                     return Err(format!(
                         "its `{}` comes from {}'s {}, which a scenario cannot capture (it keeps \
-                         a field of a JSON answer)",
+                         a field the document names in a JSON answer)",
                         b.parameter,
                         b.producer,
                         looked.join(" or ")
@@ -694,7 +699,11 @@ fn source_of(sources: &[ValueSource], produced: &Request) -> Option<Fill> {
             .as_ref()
             .and_then(|b| b.value.pointer(p))
             .map(|v| Fill::Literal(v.clone())),
-        ValueSource::Location { .. } => None,
+        // Which field holds the value is known only from an answer; the document's own example
+        // names no resource the scenario made.
+        ValueSource::Location { .. }
+        | ValueSource::AnswerField { .. }
+        | ValueSource::Declared { .. } => None,
     })
 }
 

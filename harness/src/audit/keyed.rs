@@ -322,7 +322,7 @@ async fn by_get(
                 continue;
             }
             if let Some(ans) = ans {
-                if let Some(id) = named(ans) {
+                if let Some(id) = named(&request.path_template, ans) {
                     named_by.entry(id).or_insert(ans);
                 }
             }

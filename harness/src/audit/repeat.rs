@@ -6,13 +6,15 @@
 //! 2xx; afterwards the document's GET finds the resource, and its list (when it has one and can
 //! be counted) holds as many items as after the first PUT. DELETE: the request on a resource
 //! made for it, two repeats (404, 410 or a 2xx; never a 5xx), the GET then finds nothing; and
-//! `concurrency` DELETEs released together on a fresh resource, none answered with a 5xx.
+//! `concurrency` DELETEs released together on a fresh resource, none answered with a 5xx (not
+//! sent when the id is the document's example rather than a resource the audit can make again:
+//! the first DELETE removed the only one it names).
 
 use bytes::Bytes;
 use openapi::{Method, Operation, Request};
 use reports::model::{AuditedOperation, OperationVerdict};
 
-use super::session::{baseline_stops, quoted, statuses, Auditor, Prepared};
+use super::session::{baseline_stops, quoted, statuses, unmade, Auditor, Prepared};
 use super::{evidence, inconclusive};
 use crate::probe::record::Answer;
 use crate::probe::{Bodies, ProbePlan, Recording};
@@ -55,6 +57,19 @@ pub(super) async fn probe(
     // The concurrent part: on the same resource for a PUT, on a fresh one for a DELETE.
     let concurrent_request = if op.method == Method::Delete {
         match a.prepare(op).await {
+            // The same value again names the resource the first DELETE removed: concurrent
+            // DELETEs of it would judge nothing.
+            Ok(r) if !unmade(&r).is_empty() => {
+                row.evidence.push(evidence(format!(
+                    "no fresh resource for the concurrent DELETEs: {}",
+                    unmade(&r)
+                        .iter()
+                        .map(|u| u.detail.as_str())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                )));
+                None
+            }
             Ok(r) => Some(r),
             Err(why) => {
                 row.evidence.push(evidence(format!(

@@ -37,7 +37,7 @@ pub(super) async fn probe(
         return inconclusive(row, "the first request got no answer".into());
     };
     let retry = a.session.send(out).await;
-    let judged = judge(&first, &retry);
+    let judged = judge(&op.path, &first, &retry);
     row.verdict = judged.verdict;
     row.summary = judged.summary;
     row.creations = judged.creations;
@@ -48,13 +48,13 @@ pub(super) async fn probe(
     row.evidence.push(evidence(format!(
         "{label} answered {} (the answer the client lost){}",
         first.status,
-        named(&first).map_or(String::new(), |r| format!(", resource {r}"))
+        named(&op.path, &first).map_or(String::new(), |r| format!(", resource {r}"))
     )));
     match &retry {
         Ok(r) => row.evidence.push(evidence(format!(
             "the same request again answered {}{}",
             r.status,
-            named(r).map_or_else(|| quoted(r), |id| format!(", resource {id}"))
+            named(&op.path, r).map_or_else(|| quoted(r), |id| format!(", resource {id}"))
         ))),
         Err(e) => row
             .evidence
@@ -89,8 +89,8 @@ pub(super) struct Judged {
     pub(super) two_resources: bool,
 }
 
-/// The verdict on a request (`first`, answered 2xx) and its retry.
-pub(super) fn judge(first: &Answer, retry: &Result<Answer, String>) -> Judged {
+/// The verdict on a request to `path` (`first`, answered 2xx) and its retry.
+pub(super) fn judge(path: &str, first: &Answer, retry: &Result<Answer, String>) -> Judged {
     let judged = |verdict, summary: String, creations: &str, two| Judged {
         verdict,
         summary,
@@ -135,7 +135,7 @@ pub(super) fn judge(first: &Answer, retry: &Result<Answer, String>) -> Judged {
         .headers
         .iter()
         .any(|(n, v)| n.eq_ignore_ascii_case("idempotent-replayed") && v.trim() == "true");
-    match (named(first), named(retry)) {
+    match (named(path, first), named(path, retry)) {
         _ if replayed => judged(
             OperationVerdict::Pass,
             "the retry was answered with the stored result (Idempotent-Replayed)".into(),
@@ -192,6 +192,7 @@ mod tests {
     #[test]
     fn a_retry_that_creates_a_second_resource_is_not_safe() {
         let j = judge(
+            "/orders",
             &answer(201, r#"{"id":"a"}"#, &[]),
             &Ok(answer(201, r#"{"id":"b"}"#, &[])),
         );
@@ -205,6 +206,7 @@ mod tests {
         let first = answer(200, r#"{"id":"a","status":"paid"}"#, &[]);
         assert_eq!(
             judge(
+                "/orders",
                 &first,
                 &Ok(answer(200, r#"{"id":"a","status":"paid"}"#, &[]))
             )
@@ -213,6 +215,7 @@ mod tests {
         );
         assert_eq!(
             judge(
+                "/orders",
                 &first,
                 &Ok(answer(
                     200,
@@ -224,7 +227,7 @@ mod tests {
             OperationVerdict::Pass
         );
         assert_eq!(
-            judge(&first, &Ok(answer(409, "duplicate", &[]))).verdict,
+            judge("/orders", &first, &Ok(answer(409, "duplicate", &[]))).verdict,
             OperationVerdict::Pass
         );
     }
@@ -233,15 +236,15 @@ mod tests {
     fn a_5xx_fails_and_nothing_to_compare_decides_nothing() {
         let first = answer(201, r#"{"id":"a"}"#, &[]);
         assert_eq!(
-            judge(&first, &Ok(answer(500, "", &[]))).verdict,
+            judge("/orders", &first, &Ok(answer(500, "", &[]))).verdict,
             OperationVerdict::Fail
         );
         assert_eq!(
-            judge(&answer(204, "", &[]), &Ok(answer(204, "", &[]))).verdict,
+            judge("/orders", &answer(204, "", &[]), &Ok(answer(204, "", &[]))).verdict,
             OperationVerdict::Inconclusive
         );
         assert_eq!(
-            judge(&first, &Err("no answer (reset)".into())).verdict,
+            judge("/orders", &first, &Err("no answer (reset)".into())).verdict,
             OperationVerdict::Inconclusive
         );
     }

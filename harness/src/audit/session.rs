@@ -4,6 +4,12 @@
 //! just before, by the operations the link plan names as its producers (each sent once, with a
 //! fresh key when it takes one); the value is filled in from their answers by the plan, which
 //! validates it. A producer that does not answer 2xx means no valid request could be made.
+//!
+//! A path value that no resource made for the request gave — the parameter's example standing in
+//! for a creation whose answer named nothing, or, without any creation, the document's example or
+//! a generated value — is named in the row, with where it came from: a verdict is then on a
+//! resource the audit did not make, and an API's 404 on it is a request that could not be made,
+//! never a verdict.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -12,7 +18,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use history::{Entry, ErrorKind, Outcome};
 use http::{HeaderMap, HeaderName, HeaderValue};
-use openapi::{Api, LinkPlan, Operation, Recorded, Request, RequestBuilder};
+use openapi::{Api, LinkPlan, Operation, Recorded, Request, RequestBuilder, Source};
 use reports::model::{AuditedOperation, ProbeKind};
 
 use super::{inconclusive, kind, row, AuditConfig, AuditError, COULD_NOT_BUILD};
@@ -290,12 +296,14 @@ impl<'a> Auditor<'a> {
         let mut out = match self.prepare(op).await {
             Err(why) => inconclusive(r, format!("{COULD_NOT_BUILD}: {why}")),
             Ok(request) => {
+                let origins = unmade(&request);
                 let prepared = Prepared { request, key };
-                match probe {
+                let judged = match probe {
                     ProbeKind::Keyed => super::keyed::probe(self, op, prepared, r).await,
                     ProbeKind::LostResponse => super::retry::probe(self, op, prepared, r).await,
                     _ => super::repeat::probe(self, op, prepared, r).await,
-                }
+                };
+                said_where_from(judged, &origins)
             }
         };
         out.requests_sent = self
@@ -418,6 +426,92 @@ pub(crate) fn chain(plan: &LinkPlan, id: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// A path value of a request that names no resource made for it.
+pub(crate) struct Unmade {
+    /// Where the value came from, as the row's summary says it.
+    pub(crate) said: String,
+    /// The same with where the document writes it and why no made resource gave it.
+    pub(crate) detail: String,
+    /// The document's example or default, used because the creation's answer named nothing:
+    /// any verdict is on a resource this audit did not make.
+    pub(crate) declared: bool,
+}
+
+/// The path values of `request` that no resource made for it gave: the document's example used
+/// when the creation's answer named nothing, or a value the builder took from the document or
+/// generated because no operation makes the resource.
+pub(crate) fn unmade(request: &Request) -> Vec<Unmade> {
+    request
+        .parameters
+        .iter()
+        .filter(|p| p.location == openapi::Location::Path)
+        .filter_map(|p| {
+            let value = p.value.to_string();
+            let name = &p.name;
+            let not_made = "not a resource made for this request";
+            Some(match &p.source {
+                Source::Linked { .. } => return None,
+                Source::Declared {
+                    what, pointer, why, ..
+                } => {
+                    let said = format!("`{name}` = {value} is {what}, {not_made}");
+                    Unmade {
+                        detail: format!("{said} (the document's value at {pointer}; {why})"),
+                        said: format!("{said}: {why}"),
+                        declared: true,
+                    }
+                }
+                Source::Example(pointer) => {
+                    let said = format!("`{name}` = {value} is the document's example, {not_made}");
+                    Unmade {
+                        detail: format!("{said} (at {pointer})"),
+                        said,
+                        declared: false,
+                    }
+                }
+                Source::Generated { .. } => {
+                    let said =
+                        format!("`{name}` = {value} was generated from its schema, {not_made}");
+                    Unmade {
+                        detail: said.clone(),
+                        said,
+                        declared: false,
+                    }
+                }
+                Source::Unconstrained => {
+                    let said = format!(
+                        "`{name}` = {value} is a placeholder (the document gives it no schema), \
+                         {not_made}"
+                    );
+                    Unmade {
+                        detail: said.clone(),
+                        said,
+                        declared: false,
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+/// `row` with where its path values came from, when a resource made for it did not give them:
+/// every such value when no valid request could be made (a 404 on an example's id is the
+/// document's example, not a verdict), the document's examples that stood in for a creation's
+/// answer on any other row.
+fn said_where_from(mut row: AuditedOperation, origins: &[Unmade]) -> AuditedOperation {
+    let refused = row.summary.starts_with(COULD_NOT_BUILD);
+    let told: Vec<&Unmade> = origins.iter().filter(|u| refused || u.declared).collect();
+    if told.is_empty() {
+        return row;
+    }
+    let said: Vec<&str> = told.iter().map(|u| u.said.as_str()).collect();
+    row.summary = format!("{} ({})", row.summary, said.join("; "));
+    for u in told {
+        row.evidence.push(super::evidence(u.detail.clone()));
+    }
+    row
+}
+
 /// What was recorded of an exchange, as the link plan reads it.
 pub(crate) fn recorded<'r>(request: Option<&'r Request>, answer: &'r Answer) -> Recorded<'r> {
     Recorded {
@@ -437,18 +531,18 @@ pub(crate) fn quoted(answer: &Answer) -> String {
     }
 }
 
-/// The resource an answer names: its JSON `id` (or `data.id`), else its `Location`.
-pub(crate) fn named(answer: &Answer) -> Option<String> {
-    let id = answer.body.as_ref().and_then(|b| {
-        [b.get("id"), b.get("data").and_then(|d| d.get("id"))]
-            .into_iter()
-            .flatten()
-            .find_map(|v| match v {
-                serde_json::Value::String(s) => Some(s.clone()),
-                serde_json::Value::Number(n) => Some(n.to_string()),
-                _ => None,
-            })
-    });
+/// The resource an answer of the operation at `path` names: its JSON field named as the plan
+/// reads a created resource's (`id`, `{name}_id`, the path parameter's name; `data.id`), else
+/// its `Location`.
+pub(crate) fn named(path: &str, answer: &Answer) -> Option<String> {
+    let id = answer
+        .body
+        .as_ref()
+        .and_then(|b| openapi::resource_field(path, b))
+        .map(|(_, v)| match v {
+            serde_json::Value::String(s) => s,
+            other => other.to_string(),
+        });
     id.or_else(|| {
         answer
             .headers
@@ -513,6 +607,7 @@ mod tests {
 
     #[test]
     fn the_resource_is_the_id_then_data_id_then_the_location() {
+        let named = |a: &Answer| named("/orders", a);
         assert_eq!(
             named(&answer(201, r#"{"id":"o1"}"#, &[])).as_deref(),
             Some("o1")
@@ -530,6 +625,19 @@ mod tests {
             Some("/orders/9")
         );
         assert_eq!(named(&answer(204, "", &[])), None);
+    }
+
+    #[test]
+    fn the_resource_is_read_by_the_names_of_its_path() {
+        let transfer = answer(201, r#"{"transfer_id":"tr-1","status":"pending"}"#, &[]);
+        assert_eq!(named("/transfers", &transfer).as_deref(), Some("tr-1"));
+        let account = answer(200, r#"{"id":"acc-2","accountId":"acc-1"}"#, &[]);
+        assert_eq!(
+            named("/accounts/{account_id}", &account).as_deref(),
+            Some("acc-1"),
+            "the path parameter's own name before a bare id"
+        );
+        assert_eq!(named("/accounts", &account).as_deref(), Some("acc-2"));
     }
 
     #[test]
