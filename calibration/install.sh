@@ -4,6 +4,8 @@
 #   .cache/calibration/venv   python3 -m venv with backoff, stamina, httpx, standardwebhooks, svix, stripe,
 #                             grpcio, grpcio-tools (calibration/python/requirements.txt)
 #   .cache/calibration/node   npm ci of calibration/node/package.json + package-lock.json
+#   .cache/calibration/openapi/venv   FastAPI and uvicorn for harness/tests/audit_fastapi.rs
+#                             (calibration/openapi/install.sh, calibration/openapi/requirements.txt)
 # Idempotent: a stamp file per part records the hash of its pin file; when it matches, nothing runs.
 # Needs python3 (with venv) and node >= 20 with npm; installs Debian's packages when they are missing.
 # Exit non-zero with a message naming what failed (e.g. a registry that cannot be reached).
@@ -50,6 +52,9 @@ if [ "$(cat "$PY_STAMP" 2>/dev/null)" != "$py_want" ]; then
         || die "pip install -r calibration/python/requirements.txt failed (is PyPI reachable?)"
     echo "$py_want" >"$PY_STAMP"
 fi
+
+# The FastAPI service `harness audit` is tested against, in a venv of its own.
+bash "$CAL/openapi/install.sh" || die "calibration/openapi/install.sh failed"
 
 # ---- node --------------------------------------------------------------------------------------
 NODE_DIR="$CACHE/node"
