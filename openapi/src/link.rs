@@ -1338,6 +1338,28 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_names_its_resource_by_the_names_of_its_path() {
+        let body = serde_json::json!({"id": "o-1", "account_id": "acc-1", "data": {"id": "d"}});
+        let id = |path: &str| resource_field(path, &body).map(|(at, v)| (at, v.to_string()));
+        assert_eq!(id("/orders"), Some(("/id".into(), "\"o-1\"".into())));
+        assert_eq!(
+            id("/orders/{id}/pay"),
+            Some(("/id".into(), "\"o-1\"".into()))
+        );
+        assert_eq!(
+            id("/accounts/{accountId}"),
+            Some(("/account_id".into(), "\"acc-1\"".into()))
+        );
+        let wrapped = serde_json::json!({"data": {"ticketNumber": 7}, "id": null});
+        assert_eq!(
+            resource_field("/tickets/{ticket_number}", &wrapped),
+            Some(("/data/ticketNumber".into(), serde_json::json!(7)))
+        );
+        assert_eq!(resource_field("/", &body), None);
+        assert_eq!(resource_field("/orders", &serde_json::json!([1])), None);
+    }
+
+    #[test]
     fn location_values_are_aligned_from_the_end() {
         assert_eq!(
             location_segment(
