@@ -656,6 +656,53 @@ mod tests {
     }
 
     #[test]
+    fn a_row_names_the_values_no_made_resource_gave() {
+        let origins = [
+            Unmade {
+                said: "`id` = \"wh-1\" is the parameter's example".into(),
+                detail: "at /paths/…".into(),
+                declared: true,
+            },
+            Unmade {
+                said: "`n` = \"x\" was generated from its schema".into(),
+                detail: "generated".into(),
+                declared: false,
+            },
+        ];
+        let op = openapi::Api::from_bytes(
+            br#"{"openapi":"3.1.0","info":{"title":"t","version":"1"},"paths":{"/w/{id}":{
+              "delete":{"operationId":"d","parameters":[{"name":"id","in":"path","required":true,
+              "schema":{"type":"string"}}],"responses":{"204":{"description":"ok"}}}}}}"#,
+            "t",
+            &openapi::Config::default(),
+        )
+        .unwrap();
+        let op = op.operation("d").unwrap();
+        let mut judged = row(op, ProbeKind::Repeat, None);
+        judged.summary = "a repeated DELETE answered 404×2".into();
+        let judged = said_where_from(judged, &origins);
+        assert_eq!(
+            judged.summary,
+            "a repeated DELETE answered 404×2 (`id` = \"wh-1\" is the parameter's example)",
+            "a verdict names the example it was given on, not a generated value a PUT may name"
+        );
+        assert_eq!(judged.evidence.len(), 1);
+        let refused = inconclusive(
+            row(op, ProbeKind::Repeat, None),
+            format!("{COULD_NOT_BUILD}: the API answered the baseline DELETE /w/{{id}} with 404"),
+        );
+        let refused = said_where_from(refused, &origins);
+        assert!(
+            refused.summary.ends_with(
+                "with 404 (`id` = \"wh-1\" is the parameter's example; `n` = \"x\" was \
+                 generated from its schema)"
+            ),
+            "{}",
+            refused.summary
+        );
+    }
+
+    #[test]
     fn statuses_are_counted_in_order() {
         let a = vec![
             Ok(answer(409, "", &[])),
