@@ -712,11 +712,9 @@ impl Worker {
             .copies
             .fetch_add(u64::from(copies), Ordering::Relaxed);
         self.rec.operations += u64::from(copies);
-        if chaos.duplicated() {
-            shared.stats.duplicated.fetch_add(1, Ordering::Relaxed);
-        }
         let together = chaos.together.clamp(1, copies);
         if chaos.duplicated() {
+            shared.stats.duplicated.fetch_add(1, Ordering::Relaxed);
             shared
                 .stats
                 .together
