@@ -14,7 +14,7 @@
 //! duplicates: {}
 //! idempotency_semantics: { require_key_paths: [/orders] }
 //! retry_on_4xx: { never_retry: [400, 401, 403, 404, 422], may_retry: [408, 409, 429] }
-//! jitter: { min_dispersion: 0.1, noise_floor_ms: 5, min_samples: 20 }
+//! jitter: { min_jitter: 0.08, noise_floor_ms: 7, min_samples: 20 }
 //! retry_after: { default_s: 1, by_rule: { throttle: 2 } }
 //! key_stability: { window_ms: 60000 }
 //! circuit_breaker: { min_outage_ms: 5000, require_probe: true }
@@ -306,7 +306,7 @@ mod tests {
     #[test]
     fn parses_the_documented_example() {
         let cfg = ChecksConfig::from_yaml(
-            r#"{ duplicates: {}, jitter: { min_dispersion: 0.1 },
+            r#"{ duplicates: {}, jitter: { min_jitter: 0.1 },
                  thresholds: { rules: ["p99 < 200ms", "error_rate < 1%"] } }"#,
         )
         .expect("valid");
@@ -341,7 +341,7 @@ mod tests {
             err.to_string().contains("retry_after.by_status.503"),
             "{err}"
         );
-        let err = ChecksConfig::from_yaml("jitter: { min_dispersion: .nan }").expect_err("NaN");
-        assert!(err.to_string().contains("jitter.min_dispersion"), "{err}");
+        let err = ChecksConfig::from_yaml("jitter: { min_jitter: .nan }").expect_err("NaN");
+        assert!(err.to_string().contains("jitter.min_jitter"), "{err}");
     }
 }
