@@ -163,6 +163,9 @@ fn run_scenario(name: &str) -> Value {
         .expect("harness runs");
     let (code, report) = report_of(out);
     let v = verdicts(&report);
+    if let Err(e) = support::inconclusive_census(name, &text, &report) {
+        panic!("{e}");
+    }
     if pass {
         assert_eq!(code, Some(0), "{name}: {v:#?}");
         // Every check judged and passed: none merely found nothing to judge.
