@@ -109,6 +109,7 @@ pub fn analyze_with<R: std::io::Read + Send + 'static>(
         .latency(latency_ms(tally.latency()), throughput)
         .checks(checks)
         .timeline(Some(tally.timeline_within(60)))
+        .connections(tally.connections())
         .build())
 }
 
