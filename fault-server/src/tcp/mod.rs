@@ -17,9 +17,10 @@
 //! and by whom it ended), beside the HTTP requests, so one report covers both.
 //!
 //! The rooms: [`config`] (what a file or the API says), [`toxics`] (the transformers),
-//! `pipe.rs` (one connection: its two directions in one loop), `proxy.rs` (a listener and the
-//! connections it accepts), `record.rs` (a connection's journal entry), [`api`] (Toxiproxy's
-//! API), and here the proxies a server runs, by name.
+//! `pipe.rs` (one connection: its two directions in one loop), `timer.rs` (due times kept to
+//! the microsecond, where the runtime's timer rounds to the millisecond), `proxy.rs` (a listener
+//! and the connections it accepts), `record.rs` (a connection's journal entry), [`api`]
+//! (Toxiproxy's API), and here the proxies a server runs, by name.
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -38,6 +39,7 @@ pub mod config;
 mod pipe;
 mod proxy;
 mod record;
+mod timer;
 pub mod toxics;
 
 pub use config::{ConnMatch, ProxyConfig, Stream, ToxicConfig, ToxicSpec};
@@ -152,6 +154,7 @@ pub struct Proxies {
 
 impl Proxies {
     pub(crate) fn new(sink: Sink) -> Proxies {
+        timer::start();
         Proxies {
             map: Mutex::new(BTreeMap::new()),
             sink: Arc::new(sink),

@@ -319,8 +319,7 @@ impl<'a> Pipe<'a> {
         if let Err(end) = self.rebuild(&set, Instant::now(), record) {
             return end;
         }
-        let sleep = tokio::time::sleep_until(tokio::time::Instant::now());
-        tokio::pin!(sleep);
+        let mut sleep = super::timer::Sleep::new();
         loop {
             let now = Instant::now();
             if self.boundary.is_some_and(|b| b <= now) {
@@ -342,9 +341,7 @@ impl<'a> Pipe<'a> {
                 return end;
             }
             let wake = self.next_wake(now);
-            if let Some(w) = wake {
-                sleep.as_mut().reset(tokio::time::Instant::from_std(w));
-            }
+            sleep.reset(wake);
             let buffer = self.setup.buffer;
             let (read_up, read_down) = (self.up.wants_read(buffer), self.down.wants_read(buffer));
             let (write_up, write_down) = (self.up.wants_write(), self.down.wants_write());
