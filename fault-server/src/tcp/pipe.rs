@@ -150,6 +150,27 @@ impl Link {
         !self.eof_read && !self.frozen() && self.queued < buffer
     }
 
+    /// How much the next read may take so that what it becomes stays within `buffer`: a
+    /// `slicer` turns a byte into a slice that costs [`ITEM_COST`] more.
+    fn read_room(&self, buffer: usize) -> usize {
+        let room = buffer.saturating_sub(self.queued);
+        let smallest = self
+            .chain
+            .iter()
+            .filter_map(|s| match &s.toxic.spec.kind {
+                super::toxics::ToxicKind::Slicer(t) => {
+                    usize::try_from(t.average_size.saturating_sub(t.size_variation)).ok()
+                }
+                _ => None,
+            })
+            .min();
+        let room = match smallest {
+            Some(slice) => room / (1 + ITEM_COST / slice.max(1)),
+            None => room,
+        };
+        room.clamp(1, READ_SIZE)
+    }
+
     fn wants_write(&self) -> bool {
         self.blocked && !self.frozen()
     }
@@ -480,11 +501,7 @@ impl<'a> Pipe<'a> {
             ),
         };
         let seed = self.setup.seed;
-        let room = self
-            .setup
-            .buffer
-            .saturating_sub(link.queued)
-            .clamp(1, READ_SIZE);
+        let room = link.read_room(self.setup.buffer);
         SCRATCH.with_borrow_mut(|buf| {
             let n = match src.try_read(&mut buf[..room]) {
                 Ok(0) => {
