@@ -68,7 +68,7 @@ pgbench -i -q -s 1 -h 127.0.0.1 -p "$PG_PORT" -U harness harness >/dev/null 2>&1
 HA_REDIS=$(free_port); HA_PG=$(free_port)
 cat > "$TMP/haproxy.cfg" <<CFG
 global
-  maxconn 10000
+  maxconn 5000
   nbthread 2
 defaults
   mode tcp
@@ -85,6 +85,8 @@ CFG
 haproxy -f "$TMP/haproxy.cfg" -db >"$TMP/haproxy.log" 2>&1 &
 HAPROXY=$!
 PIDS+=($HAPROXY)
+for _ in $(seq 50); do [ "$(redis-cli -p "$HA_REDIS" ping 2>/dev/null)" = PONG ] && break; sleep 0.1; done
+[ "$(redis-cli -p "$HA_REDIS" ping 2>/dev/null)" = PONG ] || { echo "haproxy did not start:" >&2; cat "$TMP/haproxy.log" >&2; exit 3; }
 
 FS_REDIS=$(free_port); FS_PG=$(free_port)
 cat > "$TMP/fault.yaml" <<CFG

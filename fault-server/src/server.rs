@@ -242,6 +242,10 @@ impl FaultServer {
             Arc::new(AtomicU64::new(0)),
         );
         let replica = opts.replica_id.clone().filter(|r| !r.is_empty());
+        let lanes = match opts.threads {
+            Some(n) => Some(Arc::new(Lanes::start(n).map_err(StartError::Threads)?)),
+            None => None,
+        };
         let tcp = Arc::new(crate::tcp::Proxies::new(crate::tcp::Sink {
             emitter: journal.emitter(clock.clone()),
             clock: clock.clone(),
@@ -249,6 +253,7 @@ impl FaultServer {
             conn_ids: conn_ids.clone(),
             replica: replica.clone(),
             seed,
+            lanes: lanes.as_ref().map(Arc::downgrade),
         }));
         for p in &config.proxies {
             if let Err(e) = tcp.create(p) {
@@ -329,10 +334,6 @@ impl FaultServer {
             resource: crate::orders::routes::router(state.orders.clone()),
         });
         let (shutdown, rx) = watch::channel(false);
-        let lanes = match opts.threads {
-            Some(n) => Some(Lanes::start(n).map_err(StartError::Threads)?),
-            None => None,
-        };
         let task = tokio::spawn(accept_loop(listener, state.clone(), routes, rx, lanes));
         Ok(FaultServer {
             state,

@@ -52,6 +52,10 @@ pub(crate) struct Sink {
     pub(crate) conn_ids: Arc<AtomicU64>,
     pub(crate) replica: Option<String>,
     pub(crate) seed: u64,
+    /// The threads that serve connections, when the server has them (the binary): a proxied
+    /// connection is served start to end on one, as an HTTP one is. Weak: they stop with the
+    /// server's accept loop, and a connection accepted after is served on the runtime.
+    pub(crate) lanes: Option<std::sync::Weak<crate::lanes::Lanes>>,
 }
 
 /// A toxic as a proxy holds it: checked, and when it was installed (its window counts from

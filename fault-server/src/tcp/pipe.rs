@@ -15,13 +15,17 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::future::Future;
 use std::io;
 use std::net::IpAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::{Buf, Bytes};
 use history::{EndedBy, TcpEnd};
+use tokio::io::{AsyncRead, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -293,14 +297,30 @@ fn shutdown_write(s: &TcpStream) {
 enum Read {
     Data,
     Eof,
-    WouldBlock,
     Failed(Ending),
 }
 
+/// What woke the connection.
+enum Event {
+    /// The proxy stopped.
+    Stop,
+    /// The proxy's toxics changed.
+    Changed,
+    /// Data came, a destination can take more, or a due time passed: look again.
+    Progress,
+    /// A read or a write ended the connection.
+    End(Ending),
+}
+
+/// The proxy's side of a connection's wait: its stop, or a change of its toxics. Made once, and
+/// again after each change, not at every wake-up: registering with the token and the channel
+/// costs a lock each.
+type Control = Pin<Box<dyn Future<Output = Event> + Send>>;
+
 /// The connection between `client` and `upstream`, until it ends.
-pub(crate) struct Pipe<'a> {
-    client: &'a TcpStream,
-    upstream: &'a TcpStream,
+pub(crate) struct Pipe {
+    client: TcpStream,
+    upstream: TcpStream,
     setup: Setup,
     up: Link,
     down: Link,
@@ -310,8 +330,8 @@ pub(crate) struct Pipe<'a> {
     first_fin: Option<EndedBy>,
 }
 
-impl<'a> Pipe<'a> {
-    pub(crate) fn new(client: &'a TcpStream, upstream: &'a TcpStream, setup: Setup) -> Pipe<'a> {
+impl Pipe {
+    pub(crate) fn new(client: TcpStream, upstream: TcpStream, setup: Setup) -> Pipe {
         let number = setup.number;
         Pipe {
             client,
@@ -324,6 +344,11 @@ impl<'a> Pipe<'a> {
         }
     }
 
+    /// The two sockets, to close as the end says.
+    pub(crate) fn into_streams(self) -> (TcpStream, TcpStream) {
+        (self.client, self.upstream)
+    }
+
     /// Bytes delivered (up, down) and read but not delivered (up, down).
     pub(crate) fn bytes(&self) -> (u64, u64, u64, u64) {
         (
@@ -334,12 +359,32 @@ impl<'a> Pipe<'a> {
         )
     }
 
+    fn control(&self) -> Control {
+        let stop = self.setup.stop.clone();
+        let mut toxics = self.setup.toxics.clone();
+        Box::pin(async move {
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => Event::Stop,
+                r = toxics.changed() => match r {
+                    Ok(()) => Event::Changed,
+                    // The proxy is gone: its stop follows.
+                    Err(_) => {
+                        stop.cancelled().await;
+                        Event::Stop
+                    }
+                },
+            }
+        })
+    }
+
     /// Runs the connection to its end.
     pub(crate) async fn run(&mut self, record: &mut Record) -> Ending {
         let set = self.setup.toxics.borrow_and_update().clone();
         if let Err(end) = self.rebuild(&set, Instant::now(), record) {
             return end;
         }
+        let mut control = self.control();
         let mut sleep = super::timer::Sleep::new();
         loop {
             let now = Instant::now();
@@ -352,10 +397,10 @@ impl<'a> Pipe<'a> {
             if let Some(end) = self.deadline_passed(now) {
                 return end;
             }
-            if let Err(end) = self.up.flush(self.upstream, EndedBy::Upstream, now) {
+            if let Err(end) = self.up.flush(&self.upstream, EndedBy::Upstream, now) {
                 return end;
             }
-            if let Err(end) = self.down.flush(self.client, EndedBy::Client, now) {
+            if let Err(end) = self.down.flush(&self.client, EndedBy::Client, now) {
                 return end;
             }
             if let Some(end) = self.ended() {
@@ -363,50 +408,85 @@ impl<'a> Pipe<'a> {
             }
             let wake = self.next_wake(now);
             sleep.reset(wake);
-            let buffer = self.setup.buffer;
-            let (read_up, read_down) = (self.up.wants_read(buffer), self.down.wants_read(buffer));
-            let (write_up, write_down) = (self.up.wants_write(), self.down.wants_write());
-            let (client, upstream) = (self.client, self.upstream);
-            tokio::select! {
-                biased;
-                () = self.setup.stop.cancelled() => return Ending::Shutdown,
-                r = self.setup.toxics.changed() => {
-                    if r.is_ok() {
-                        let set = self.setup.toxics.borrow_and_update().clone();
-                        if let Err(end) = self.rebuild(&set, Instant::now(), record) {
-                            return end;
-                        }
-                    }
-                }
-                () = &mut sleep, if wake.is_some() => {}
-                r = client.readable(), if read_up => {
-                    if let Err(e) = r {
-                        return peer_failed(&e, EndedBy::Client);
-                    }
-                    if let Some(end) = self.read(Stream::Upstream) {
+            let event = std::future::poll_fn(|cx| {
+                self.poll_event(cx, &mut control, &mut sleep, wake.is_some())
+            })
+            .await;
+            match event {
+                Event::Stop => return Ending::Shutdown,
+                Event::Changed => {
+                    let set = self.setup.toxics.borrow_and_update().clone();
+                    if let Err(end) = self.rebuild(&set, Instant::now(), record) {
                         return end;
                     }
+                    control = self.control();
                 }
-                r = upstream.readable(), if read_down => {
-                    if let Err(e) = r {
-                        return peer_failed(&e, EndedBy::Upstream);
-                    }
-                    if let Some(end) = self.read(Stream::Downstream) {
-                        return end;
-                    }
+                Event::Progress => {}
+                Event::End(end) => return end,
+            }
+        }
+    }
+
+    /// One look at everything the connection waits for: the proxy, the timer, both sources
+    /// (read at once, a few times over, when they have data), and the destinations a write
+    /// waits on.
+    fn poll_event(
+        &mut self,
+        cx: &mut Context<'_>,
+        control: &mut Control,
+        sleep: &mut super::timer::Sleep,
+        timed: bool,
+    ) -> Poll<Event> {
+        if let Poll::Ready(e) = control.as_mut().poll(cx) {
+            return Poll::Ready(e);
+        }
+        if timed && Pin::new(&mut *sleep).poll(cx).is_ready() {
+            return Poll::Ready(Event::Progress);
+        }
+        let mut progressed = false;
+        let buffer = self.setup.buffer;
+        for stream in [Stream::Upstream, Stream::Downstream] {
+            for _ in 0..READS_PER_TURN {
+                if !self.link(stream).wants_read(buffer) {
+                    break;
                 }
-                r = upstream.writable(), if write_up => {
-                    if let Err(e) = r {
-                        return peer_failed(&e, EndedBy::Upstream);
+                match self.poll_read_once(cx, stream) {
+                    Poll::Pending => break,
+                    Poll::Ready(Read::Data) => progressed = true,
+                    Poll::Ready(Read::Eof) => {
+                        let link = self.link(stream);
+                        link.eof_read = true;
+                        let side = link.source;
+                        self.first_fin.get_or_insert(side);
+                        progressed = true;
+                        break;
                     }
-                }
-                r = client.writable(), if write_down => {
-                    if let Err(e) = r {
-                        return peer_failed(&e, EndedBy::Client);
-                    }
+                    Poll::Ready(Read::Failed(end)) => return Poll::Ready(Event::End(end)),
                 }
             }
         }
+        if progressed {
+            return Poll::Ready(Event::Progress);
+        }
+        if self.up.wants_write() {
+            match self.upstream.poll_write_ready(cx) {
+                Poll::Ready(Ok(())) => return Poll::Ready(Event::Progress),
+                Poll::Ready(Err(e)) => {
+                    return Poll::Ready(Event::End(peer_failed(&e, EndedBy::Upstream)))
+                }
+                Poll::Pending => {}
+            }
+        }
+        if self.down.wants_write() {
+            match self.client.poll_write_ready(cx) {
+                Poll::Ready(Ok(())) => return Poll::Ready(Event::Progress),
+                Poll::Ready(Err(e)) => {
+                    return Poll::Ready(Event::End(peer_failed(&e, EndedBy::Client)))
+                }
+                Poll::Pending => {}
+            }
+        }
+        Poll::Pending
     }
 
     /// Whether the connection is over without a cut: both FINs passed on, or one direction
@@ -453,29 +533,6 @@ impl<'a> Pipe<'a> {
         .min()
     }
 
-    /// Reads what the direction's source has, a few times over.
-    fn read(&mut self, stream: Stream) -> Option<Ending> {
-        for _ in 0..READS_PER_TURN {
-            match self.read_once(stream) {
-                Read::Data => {}
-                Read::WouldBlock => return None,
-                Read::Eof => {
-                    let link = self.link(stream);
-                    link.eof_read = true;
-                    let side = link.source;
-                    self.first_fin.get_or_insert(side);
-                    return None;
-                }
-                Read::Failed(end) => return Some(end),
-            }
-            let buffer = self.setup.buffer;
-            if !self.link(stream).wants_read(buffer) {
-                return None;
-            }
-        }
-        None
-    }
-
     fn link(&mut self, stream: Stream) -> &mut Link {
         match stream {
             Stream::Upstream => &mut self.up,
@@ -483,44 +540,49 @@ impl<'a> Pipe<'a> {
         }
     }
 
-    fn read_once(&mut self, stream: Stream) -> Read {
+    /// Reads the direction's source once, if it has data (a short read tells the runtime the
+    /// socket is drained, so no read is spent on learning it), and passes what came on.
+    fn poll_read_once(&mut self, cx: &mut Context<'_>, stream: Stream) -> Poll<Read> {
+        let seed = self.setup.seed;
+        let buffer = self.setup.buffer;
         let (src, dst, src_side, dst_side, link) = match stream {
             Stream::Upstream => (
-                self.client,
-                self.upstream,
+                &mut self.client,
+                &self.upstream,
                 EndedBy::Client,
                 EndedBy::Upstream,
                 &mut self.up,
             ),
             Stream::Downstream => (
-                self.upstream,
-                self.client,
+                &mut self.upstream,
+                &self.client,
                 EndedBy::Upstream,
                 EndedBy::Client,
                 &mut self.down,
             ),
         };
-        let seed = self.setup.seed;
-        let room = link.read_room(self.setup.buffer);
+        let room = link.read_room(buffer);
         SCRATCH.with_borrow_mut(|buf| {
-            let n = match src.try_read(&mut buf[..room]) {
-                Ok(0) => {
-                    link.push(Item::End(End::Fin, Instant::now()), seed);
-                    return Read::Eof;
-                }
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Read::WouldBlock,
-                Err(e) => return Read::Failed(peer_failed(&e, src_side)),
-            };
+            let mut rb = ReadBuf::new(&mut buf[..room]);
+            match Pin::new(src).poll_read(cx, &mut rb) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Read::Failed(peer_failed(&e, src_side))),
+                Poll::Ready(Ok(())) => {}
+            }
+            let data = rb.filled();
+            let n = data.len();
+            if n == 0 {
+                link.push(Item::End(End::Fin, Instant::now()), seed);
+                return Poll::Ready(Read::Eof);
+            }
             link.read += n as u64;
-            let data = &buf[..n];
             if link.chain.is_empty() && link.queue.is_empty() {
                 // Nothing to wait for: straight through, copied only if the destination
                 // does not take it all.
                 let written = match dst.try_write(data) {
                     Ok(w) => w,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
-                    Err(e) => return Read::Failed(peer_failed(&e, dst_side)),
+                    Err(e) => return Poll::Ready(Read::Failed(peer_failed(&e, dst_side))),
                 };
                 link.delivered += written as u64;
                 if written < n {
@@ -538,7 +600,7 @@ impl<'a> Pipe<'a> {
                 };
                 link.push(Item::Data(piece), seed);
             }
-            Read::Data
+            Poll::Ready(Read::Data)
         })
     }
 

@@ -43,13 +43,36 @@ pub(crate) async fn accept_loop(
             record.finish(EndedBy::Proxy, TcpEnd::Rejected, None);
             continue;
         }
-        shared.open.fetch_add(1, Ordering::Relaxed);
-        let (shared, stop) = (shared.clone(), stop.child_token());
+        let open = Open::count(shared.clone());
+        let stop = stop.child_token();
         let seed = sink.seed;
-        tokio::spawn(async move {
-            serve(client, peer, number, &upstream, &shared, stop, seed, record).await;
-            shared.open.fetch_sub(1, Ordering::Relaxed);
-        });
+        let task = move |client: TcpStream| async move {
+            serve(client, peer, number, &upstream, &open.0, stop, seed, record).await;
+            drop(open);
+        };
+        match sink.lanes.as_ref().and_then(std::sync::Weak::upgrade) {
+            Some(lanes) => lanes.serve(client, task),
+            None => {
+                tokio::spawn(task(client));
+            }
+        }
+    }
+}
+
+/// Counts a connection as open while it lives: dropped with its task, whether it ran or was
+/// never started (a lane that was stopping).
+struct Open(Arc<ProxyShared>);
+
+impl Open {
+    fn count(shared: Arc<ProxyShared>) -> Open {
+        shared.open.fetch_add(1, Ordering::Relaxed);
+        Open(shared)
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -103,10 +126,10 @@ async fn serve(
         number,
         client_ip: peer.ip(),
     };
-    let mut pipe = Pipe::new(&client, &upstream_conn, setup);
+    let mut pipe = Pipe::new(client, upstream_conn, setup);
     let end = pipe.run(&mut record).await;
     let (up, down, dropped_up, dropped_down) = pipe.bytes();
-    drop(pipe);
+    let (client, upstream_conn) = pipe.into_streams();
     close(client, upstream_conn, &end);
     let tcp = record.tcp();
     tcp.bytes_up = up;
