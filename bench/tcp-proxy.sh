@@ -99,7 +99,7 @@ CFG
 FAULT_PID=$!
 PIDS+=($FAULT_PID)
 for _ in $(seq 100); do grep -q 'Toxiproxy API on' "$TMP/fault.err" && break; sleep 0.1; done
-API=$(sed -n 's/^Toxiproxy API on //p' "$TMP/fault.err")
+API=$(sed -n 's/^Toxiproxy API on http:\/\///p' "$TMP/fault.err")
 sleep 0.5
 echo "== machine: $(nproc) cores; $(haproxy -v | head -1 | cut -d' ' -f1-3); redis $(redis-server --version | cut -d' ' -f3); $(pgbench --version)"
 echo "== fault server: $FAULT ($(stat -c %y "$FAULT" | cut -d. -f1))"
