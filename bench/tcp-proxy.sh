@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The TCP proxies' figures (BENCHMARKS.md, "TCP proxies against HAProxy"):
 #
-#   bash bench/tcp-proxy.sh [--rounds N] [--secs S] [--only throughput,latency,idle]
+#   bash bench/tcp-proxy.sh [--rounds N] [--secs S] [--only throughput,cpu,latency,idle]
 #
 # throughput  redis-benchmark -c 50 -t get,set and pgbench -S -c 16, each straight to the server,
 #             through HAProxy (`mode tcp`, Debian's haproxy) and through the fault server's proxy
 #             (`--proxy`, no toxic, journal to a file): interleaved round by round, the order
 #             rotating, so a slowdown of the machine hits every path alike. Prints each round's
 #             requests (transactions) per second and latency, and the median ratios.
+# cpu         the CPU time (user + system, /proc/PID/stat) each proxy spends per request of
+#             `redis-benchmark -c 50 -n 200000 -t get`, a round per proxy, alternating: steadier
+#             than throughput on a machine that other work shares.
 # latency     1,000 connections through the fault server's proxy to Redis, each a PING every
 #             100 ms at its own phase (bench/tcp-rtt: an open, paced load), without a toxic and
 #             with a `latency` toxic of 10 ms: the toxic's added p50 and p99 are the differences.
@@ -22,7 +25,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=3
 SECS=10
-ONLY=throughput,latency,idle
+ONLY=throughput,cpu,latency,idle
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) ROUNDS="$2"; shift 2 ;;
@@ -142,6 +145,25 @@ if wants throughput; then
     done
   done
   echo "journaled connections: $(grep -c '"tcp":' "$TMP/journal.jsonl" || true)"
+fi
+
+# --- cpu per request ----------------------------------------------------------------------------
+if wants cpu; then
+  echo "== cpu: redis-benchmark -c 50 -n 200000 -t get through each proxy, $ROUNDS rounds"
+  ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+  hz=$(getconf CLK_TCK)
+  for r in $(seq "$ROUNDS"); do
+    for which in haproxy fault; do
+      case $which in
+        haproxy) pid=$HAPROXY; port=$HA_REDIS ;;
+        fault) pid=$FAULT_PID; port=$FS_REDIS ;;
+      esac
+      t0=$(ticks "$pid")
+      redis-benchmark -h 127.0.0.1 -p "$port" -c 50 -n 200000 -t get -q >/dev/null 2>&1
+      t1=$(ticks "$pid")
+      awk -v r="$r" -v w="$which" -v t=$((t1 - t0)) -v hz="$hz" 'BEGIN { printf "%s\t%s\t%.2f us per request\n", r, w, t * 1e6 / hz / 200000 }'
+    done
+  done
 fi
 
 # --- latency ------------------------------------------------------------------------------------
