@@ -407,3 +407,27 @@ fn bad_proxies_in_a_config_name_the_file_line_and_field() {
         assert!(err.contains(words), "{err}");
     }
 }
+
+#[tokio::test]
+async fn the_builder_makes_a_proxy_equal_to_the_files() {
+    let up = Upstream::start(Behaviour::SendThenClose(100)).await;
+    let built = fault_server::ProxyConfig::new("db", "127.0.0.1:0", up.addr.to_string()).toxic(
+        fault_server::ToxicConfig::new("limit_data", fault_server::Stream::Downstream)
+            .attribute("bytes", 10),
+    );
+    let read = Config::from_yaml(
+        &format!(
+            "proxies:\n  - {{ name: db, listen: \"127.0.0.1:0\", upstream: \"{}\", toxics: [{{ type: limit_data, attributes: {{ bytes: 10 }} }}] }}\n",
+            up.addr
+        ),
+        "t",
+    )
+    .unwrap();
+    let builder = FaultServer::builder().proxy(built);
+    assert_eq!(builder.config().unwrap().proxies, read.proxies);
+    let server = builder.start().await.unwrap();
+    let mut c = TcpStream::connect(server.proxy_addr("db").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(read_to_end(&mut c, LONG).await.0.len(), 10);
+}

@@ -369,16 +369,29 @@ impl JsonSchema for Clients {
 
 impl<'de> Deserialize<'de> for Clients {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Either {
-            One(String),
-            Many(Vec<String>),
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Clients;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(
+                    "an IP address or CIDR block (127.0.0.2, 10.0.0.0/8), or a list of them",
+                )
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Clients, E> {
+                Ok(Clients(vec![v.to_string()]))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Clients, A::Error> {
+                let mut out = Vec::new();
+                while let Some(v) = seq.next_element::<String>()? {
+                    out.push(v);
+                }
+                Ok(Clients(out))
+            }
         }
-        match Either::deserialize(d)? {
-            Either::One(s) => Ok(Clients(vec![s])),
-            Either::Many(v) => Ok(Clients(v)),
-        }
+        d.deserialize_any(V)
     }
 }
 
