@@ -42,6 +42,12 @@ impl TimelineLabel {
     }
 }
 
+/// Most proxies (and toxics per proxy) counted by name; the rest are counted together.
+const MAX_NAMES: usize = 256;
+
+/// Where the proxies or toxics beyond [`MAX_NAMES`] are counted.
+const OTHERS: &str = "(others)";
+
 /// A journal's counts, gathered one entry at a time in `seq` order.
 ///
 /// Windows of the chart count from the origin given, or from the first request when it came
@@ -99,7 +105,12 @@ impl JournalTally {
             c.bytes_up += t.bytes_up;
             c.bytes_down += t.bytes_down;
             for x in &t.toxics {
-                *c.by_toxic.entry(x.name.clone()).or_default() += 1;
+                let name = if c.by_toxic.len() < MAX_NAMES || c.by_toxic.contains_key(&x.name) {
+                    x.name.as_str()
+                } else {
+                    OTHERS
+                };
+                *c.by_toxic.entry(name.to_string()).or_default() += 1;
             }
             return;
         }

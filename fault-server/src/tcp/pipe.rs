@@ -244,10 +244,10 @@ impl Link {
                     match dst.try_write(&p.data) {
                         Ok(n) => {
                             self.delivered += n as u64;
-                            self.queued -= n;
+                            self.queued = self.queued.saturating_sub(n);
                             p.data.advance(n);
                             if p.data.is_empty() {
-                                self.queued -= ITEM_COST;
+                                self.queued = self.queued.saturating_sub(ITEM_COST);
                                 self.queue.pop_front();
                             }
                         }
