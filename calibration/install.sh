@@ -9,6 +9,8 @@
 #                             when missing)
 #   .cache/calibration/openapi/venv   FastAPI and uvicorn for harness/tests/audit_fastapi.rs
 #                             (calibration/openapi/install.sh, calibration/openapi/requirements.txt)
+# and, through calibration/toxiproxy/install.sh, Toxiproxy's published clients (Python and Node) with
+# the Redis and PostgreSQL clients their tests drive, in .cache/toxiproxy/.
 # Idempotent: a stamp file per part records the hash of its pin file; when it matches, nothing runs.
 # Needs python3 (with venv) and node >= 20 with npm; installs Debian's packages when they are missing.
 # Exit non-zero with a message naming what failed (e.g. a registry that cannot be reached).
@@ -81,3 +83,6 @@ if [ "$(cat "$NODE_STAMP" 2>/dev/null)" != "$node_want" ] || [ ! -d "$NODE_DIR/n
 fi
 
 echo "calibration: ready ($(go version | cut -d' ' -f3), cenkalti/backoff $(dpkg-query -W -f='${Version}' golang-github-cenkalti-backoff-dev 2>/dev/null); $("$CACHE/venv/bin/python" -c 'import backoff, stamina, httpx, standardwebhooks, svix, stripe, grpc, grpc_tools, importlib.metadata as m; print(", ".join(f"{p} {m.version(p)}" for p in ("backoff","stamina","httpx","standardwebhooks","svix","stripe","grpcio","grpcio-tools")))'); node $(node --version): $(cd "$NODE_DIR" && node -e 'for (const p of ["p-retry","ky","exponential-backoff","standardwebhooks","svix","@octokit/webhooks-methods","@grpc/grpc-js","@grpc/proto-loader"]) process.stdout.write(p+" "+require("./node_modules/"+p+"/package.json").version+"  ")'))"
+
+# ---- Toxiproxy's clients -----------------------------------------------------------------------
+bash "$CAL/toxiproxy/install.sh"

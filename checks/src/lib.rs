@@ -160,7 +160,8 @@ impl ChecksRunner {
     }
 
     /// The runner's two halves, for a pipeline that groups entries into operations on one thread
-    /// and judges them on another: feed each entry to the tracker, then hand the entry, its
+    /// and judges them on another: feed each entry that is no TCP connection
+    /// ([`history::Entry::is_connection`]) to the tracker, then hand the entry, its
     /// [`Step`](operations::Step) and the operations the tracker closed meanwhile
     /// ([`OperationTracker::take_closed`]) to the [`CheckSet`], in that order.
     pub fn split(cfg: &ChecksConfig) -> (OperationTracker, CheckSet) {
@@ -172,9 +173,13 @@ impl ChecksRunner {
         )
     }
 
-    /// Feeds the next journal entry; entries must come in `seq` order.
+    /// Feeds the next journal entry; entries must come in `seq` order. A proxied TCP
+    /// connection's entry is no HTTP request: no check judges it, and it is in no operation.
     pub fn observe(&mut self, item: impl JournalItem) {
         let entry = item.entry();
+        if entry.is_connection() {
+            return;
+        }
         let retry_after_s = item.retry_after_s();
         let step = self.tracker.observe(entry, retry_after_s);
         self.checks.observe(&Attempt {
@@ -313,6 +318,43 @@ mod tests {
         }
         // ~1000 requests per second, each kept for the 1 s horizon after its last activity.
         assert!(most_open < 2_500, "{most_open} operations open at once");
+    }
+
+    #[test]
+    fn a_tcp_connection_is_no_request_to_the_checks() {
+        let cfg = ChecksConfig {
+            thresholds: Some(
+                serde_json::from_value(serde_json::json!({ "rules": ["error_rate < 10%"] }))
+                    .expect("a thresholds config"),
+            ),
+            ..ChecksConfig::default()
+        };
+        let requests: Vec<Entry> = long_run(200).collect();
+        let verdicts = |j: &[Entry]| -> Vec<(String, bool, String)> {
+            run_checks(&cfg, j)
+                .into_iter()
+                .map(|r| (r.name.clone(), r.passed(), r.summary.clone()))
+                .collect()
+        };
+        // Between every two requests, a connection through a TCP proxy that was reset: no
+        // answer, so to an HTTP check it would be a failed request.
+        let mut mixed = Vec::new();
+        for e in &requests {
+            mixed.push(e.clone());
+            let mut c = history::sample::connection(0, e.t_recv_us as f64 / 1000.0, "redis");
+            c.outcome = Outcome::Reset;
+            mixed.push(c);
+        }
+        for (i, e) in mixed.iter_mut().enumerate() {
+            e.seq = i as u64 + 1;
+        }
+        let alone = verdicts(&requests);
+        assert!(alone.iter().all(|(_, passed, _)| *passed), "{alone:?}");
+        let with = verdicts(&mixed);
+        let strip_seqs = |v: Vec<(String, bool, String)>| -> Vec<(String, bool)> {
+            v.into_iter().map(|(n, p, _)| (n, p)).collect()
+        };
+        assert_eq!(strip_seqs(with), strip_seqs(alone));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::GrpcCode;
+use crate::{GrpcCode, TcpConnection};
 
 /// What finally happened to a request's connection.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -244,6 +244,11 @@ pub struct Entry {
     /// the connection (or HTTP/2 stream) was closed before the answer was read.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub answer_dropped: bool,
+    /// A proxied TCP connection (the fault server's `proxies`), not an HTTP request: its proxy,
+    /// ends, bytes, toxics and end. Such an entry has no method, path or status, and is
+    /// journaled when the connection ends (see [`TcpConnection`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<Box<TcpConnection>>,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -288,6 +293,11 @@ impl Entry {
     /// The value of a captured request header (lower-case name).
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).map(String::as_str)
+    }
+
+    /// Whether this entry is a proxied TCP connection rather than an HTTP request.
+    pub fn is_connection(&self) -> bool {
+        self.tcp.is_some()
     }
 
     /// Whether this entry is a webhook delivery (a genuine or a forged one).

@@ -74,6 +74,7 @@ pub fn entry(seq: u64, t_recv_ms: impl Into<f64>) -> EntryBuilder {
         forged: None,
         delivery_attempt: None,
         answer_dropped: false,
+        tcp: None,
     })
 }
 
@@ -285,6 +286,30 @@ impl EntryBuilder {
     pub fn build(self) -> Entry {
         self.0
     }
+}
+
+/// A connection through the TCP proxy `proxy`, accepted at `t_recv_ms` and closed by the client
+/// 10 ms later, 100 bytes each way: an entry that is no HTTP request.
+pub fn connection(seq: u64, t_recv_ms: impl Into<f64>, proxy: &str) -> Entry {
+    let mut e = entry(seq, t_recv_ms).build();
+    e.t_done_us = e.t_recv_us + 10_000;
+    e.method = String::new();
+    e.path = String::new();
+    e.http_version = None;
+    e.status = None;
+    e.outcome = Outcome::ClientClosed;
+    e.tcp = Some(Box::new(crate::TcpConnection {
+        proxy: proxy.to_string(),
+        client: "127.0.0.1:50000".to_string(),
+        upstream: "127.0.0.1:6379".to_string(),
+        number: seq,
+        connected: true,
+        connect_us: Some(100),
+        bytes_up: 100,
+        bytes_down: 100,
+        ..crate::TcpConnection::default()
+    }));
+    e
 }
 
 /// Renumbers `entries` by arrival time (seq order = arrival order, as in a real journal).
