@@ -132,6 +132,13 @@ impl Entry {
         if self.answer_dropped {
             w.raw(b",\"answer_dropped\":true");
         }
+        if let Some(p) = &self.protocol {
+            // Nested and varied: left to serde (the bytes it would write, by construction).
+            w.raw(b",\"protocol\":");
+            if serde_json::to_writer(&mut *w.out, p).is_err() {
+                w.raw(b"null");
+            }
+        }
         w.raw(b"}");
     }
 }
@@ -369,6 +376,14 @@ mod tests {
             forged: Some("tampered\n".into()),
             delivery_attempt: Some(3),
             answer_dropped: true,
+            protocol: Some(crate::Protocol::Postgres(crate::PgStatement {
+                proxy: "db".into(),
+                statement: Some("COMMIT \"x\"\n".into()),
+                control: Some(crate::TxControl::Commit),
+                tx: 3,
+                committed: Some(true),
+                ..Default::default()
+            })),
         };
         same_as_serde(&full);
         for draw in [0.0, -0.0, 1e-300, 0.5, 1e21, f64::NAN, f64::INFINITY] {

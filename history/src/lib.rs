@@ -16,12 +16,14 @@ mod client;
 mod entry;
 mod grpc;
 mod json;
+mod protocol;
 pub mod sample;
 mod store;
 
 pub use client::{ClientAttempt, ClientFigures, ErrorKind};
 pub use entry::{Entry, HttpVersion, Outcome};
 pub use grpc::{GrpcCode, UnknownGrpcCode};
+pub use protocol::{PgStatement, Protocol, RedisCommand, TxControl, TxStatus};
 pub use store::{KeyCount, KeyState, StoreCounts, StoreStates};
 
 /// What a run knows besides its requests: the facts the checks read when they conclude.

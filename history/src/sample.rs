@@ -74,6 +74,7 @@ pub fn entry(seq: u64, t_recv_ms: impl Into<f64>) -> EntryBuilder {
         forged: None,
         delivery_attempt: None,
         answer_dropped: false,
+        protocol: None,
     })
 }
 
