@@ -71,25 +71,8 @@ impl Attempts {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-
-    /// A deterministic stand-in for the fault server's draw, for tests: the inputs hashed.
-    pub(crate) fn test_draw(seed: u64) -> impl Draw {
-        move |rule: &str, subject: &str, attempt: u64| {
-            use sha2::{Digest, Sha256};
-            let mut h = Sha256::new();
-            h.update(seed.to_le_bytes());
-            h.update(rule.as_bytes());
-            h.update([0xff]);
-            h.update(subject.as_bytes());
-            h.update(attempt.to_le_bytes());
-            let d = h.finalize();
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&d[..8]);
-            (u64::from_le_bytes(w) >> 11) as f64 / (1u64 << 53) as f64
-        }
-    }
 
     #[test]
     fn attempts_count_per_subject_and_stay_bounded() {

@@ -421,8 +421,9 @@ fn header(s: &mut Scan, content: &[u8], mode: Mode, max: usize) -> Result<bool, 
     };
     let top = s.stack.is_empty() && s.head.is_none();
     if top && mode == Mode::Replies {
+        let null = (t == b'$' || t == b'*') && &content[1..] == b"-1";
         s.head = Some(ReplyHead {
-            kind: kind_name(t),
+            kind: if null { "null" } else { kind_name(t) },
             error: (t == b'-').then(|| {
                 let text = String::from_utf8_lossy(&content[1..]);
                 text.split_whitespace()

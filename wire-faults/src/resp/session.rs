@@ -236,8 +236,11 @@ impl RedisSession {
             return ToClient::relay();
         }
         let mut out = ToClient::relay();
+        let push = piece.head.as_ref().is_some_and(|h| h.kind == "push");
         if piece.first {
-            self.unsolicited = self.queue.front().is_none_or(|f| f.answered.is_some());
+            // Out of band (a RESP3 push), or nothing in flight to answer.
+            self.unsolicited =
+                push || self.queue.front().is_none_or(|f| f.answered.is_some());
             if let Some(f) = self.queue.front_mut().filter(|_| !self.unsolicited) {
                 match f.action {
                     Action::Drop => {
@@ -253,8 +256,7 @@ impl RedisSession {
             }
         }
         if let Some(head) = &piece.head {
-            if head.kind == "push" {
-                // Out of band (RESP3): it answers no command.
+            if push {
                 self.unsolicited = true;
             } else if !self.unsolicited {
                 if let Some(f) = self.queue.front_mut() {
