@@ -210,7 +210,10 @@ impl PgError {
     /// The severity it is sent with.
     pub fn severity(&self) -> Severity {
         self.severity.unwrap_or(
-            if matches!(self.sqlstate.as_str(), "57P01" | "57P02" | "57P03" | "53300") {
+            if matches!(
+                self.sqlstate.as_str(),
+                "57P01" | "57P02" | "57P03" | "53300"
+            ) {
                 Severity::Fatal
             } else {
                 Severity::Error
@@ -519,7 +522,11 @@ struct RedisErrorMap {
     to: Option<String>,
 }
 
-fn redis_error(code: &str, message: Option<String>, to: Option<String>) -> Result<RedisError, String> {
+fn redis_error(
+    code: &str,
+    message: Option<String>,
+    to: Option<String>,
+) -> Result<RedisError, String> {
     let code = code.trim();
     if code.is_empty()
         || code.len() > 32
@@ -545,15 +552,11 @@ fn redis_error(code: &str, message: Option<String>, to: Option<String>) -> Resul
                 "a {code} error names where the slot is served: `to: host:port`"
             ))
         }
-        (Some(_), false) => {
-            return Err(format!(
-                "`to` is for MOVED and ASK errors, not {code}"
-            ))
-        }
+        (Some(_), false) => return Err(format!("`to` is for MOVED and ASK errors, not {code}")),
         (Some(t), true) => {
-            let ok = t
-                .rsplit_once(':')
-                .is_some_and(|(h, p)| !h.is_empty() && !h.contains(char::is_whitespace) && p.parse::<u16>().is_ok());
+            let ok = t.rsplit_once(':').is_some_and(|(h, p)| {
+                !h.is_empty() && !h.contains(char::is_whitespace) && p.parse::<u16>().is_ok()
+            });
             if !ok {
                 return Err(format!("`to: {t}` is not host:port"));
             }
@@ -638,7 +641,9 @@ impl<'de, E: Deserialize<'de>> Deserialize<'de> for FaultForm<E> {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<FaultForm<E>, A::Error> {
                 let Some(kind) = map.next_key::<String>()? else {
-                    return Err(de::Error::custom(format!("an empty fault: expected {FAULT_KINDS}")));
+                    return Err(de::Error::custom(format!(
+                        "an empty fault: expected {FAULT_KINDS}"
+                    )));
                 };
                 let fault = match kind.as_str() {
                     "error" => FaultForm::Error(map.next_value()?),
@@ -878,7 +883,9 @@ impl<'de> Deserialize<'de> for Names {
         fn name<E: de::Error>(v: &str) -> Result<String, E> {
             let t = v.trim();
             if t.is_empty() || t.contains(char::is_whitespace) {
-                return Err(E::custom(format!("{v:?} is not a command name (one word, e.g. GET)")));
+                return Err(E::custom(format!(
+                    "{v:?} is not a command name (one word, e.g. GET)"
+                )));
             }
             Ok(t.to_ascii_uppercase())
         }
@@ -896,7 +903,9 @@ impl<'de> Deserialize<'de> for Names {
                     out.push(name(&v)?);
                 }
                 if out.is_empty() {
-                    return Err(de::Error::custom("an empty list of commands matches nothing"));
+                    return Err(de::Error::custom(
+                        "an empty list of commands matches nothing",
+                    ));
                 }
                 Ok(Names(out))
             }
@@ -961,7 +970,8 @@ impl Counts {
 
 fn count(s: &str) -> Result<Count, String> {
     let t = s.trim();
-    let bad = || format!("{s:?} is not a count (3, \"1-5\", \"10-\" or \"every 4\"; counts start at 1)");
+    let bad =
+        || format!("{s:?} is not a count (3, \"1-5\", \"10-\" or \"every 4\"; counts start at 1)");
     let number = |x: &str| x.trim().parse::<u64>().ok().filter(|n| *n >= 1);
     let c = if let Some(k) = t.strip_prefix("every") {
         Count::Every(number(k).ok_or_else(bad)?)
@@ -1211,7 +1221,12 @@ mod tests {
             .skip_while(|l| *l != "//! ```yaml")
             .skip(1)
             .take_while(|l| *l != "//! ```")
-            .map(|l| format!("{}\n", l.trim_start_matches("//!").strip_prefix(' ').unwrap_or("")))
+            .map(|l| {
+                format!(
+                    "{}\n",
+                    l.trim_start_matches("//!").strip_prefix(' ').unwrap_or("")
+                )
+            })
             .collect();
         // The proxy's own fields belong to the fault server; read its protocol parts here.
         #[derive(Deserialize)]
@@ -1226,7 +1241,8 @@ mod tests {
         struct Doc {
             proxies: Vec<Proxy>,
         }
-        let d: Doc = yaml_config::from_yaml_str(&yaml, "doc").unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+        let d: Doc =
+            yaml_config::from_yaml_str(&yaml, "doc").unwrap_or_else(|e| panic!("{e}\n{yaml}"));
         assert_eq!(d.proxies[0].protocol, ProtocolName::Postgres);
         let pg = d.proxies[0].postgres.as_ref().expect("postgres");
         pg.validate().expect("valid");
@@ -1240,9 +1256,16 @@ mod tests {
             })
         );
         assert_eq!(pg.rules[1].fault, PgFault::Drop);
-        assert!(pg.rules[1].matcher.connection_commits.as_ref().is_some_and(|c| c.contains(2) && !c.contains(3)));
+        assert!(pg.rules[1]
+            .matcher
+            .connection_commits
+            .as_ref()
+            .is_some_and(|c| c.contains(2) && !c.contains(3)));
         let redis = d.proxies[1].redis.as_ref().expect("redis");
-        assert_eq!(redis.rules[0].matcher.command, Some(Names(vec!["GET".into()])));
+        assert_eq!(
+            redis.rules[0].matcher.command,
+            Some(Names(vec!["GET".into()]))
+        );
         assert!(matches!(&redis.rules[0].fault, RedisFault::Error(e) if e.code == "LOADING"));
     }
 
@@ -1271,11 +1294,32 @@ rules:
         let f: Vec<&PgFault> = cfg.rules.iter().map(|r| &r.fault).collect();
         assert_eq!(*f[0], PgFault::Reset);
         let PgFault::Error(e) = f[1] else { panic!() };
-        assert_eq!((e.severity(), e.message()), (Severity::Fatal, "terminating connection due to administrator command"));
+        assert_eq!(
+            (e.severity(), e.message()),
+            (
+                Severity::Fatal,
+                "terminating connection due to administrator command"
+            )
+        );
         let PgFault::Error(e) = f[2] else { panic!() };
-        assert_eq!((e.sqlstate.as_str(), e.severity(), e.message()), ("23505", Severity::Error, "duplicate order"));
-        assert_eq!(*f[3], PgFault::Delay(Delay { duration: Duration::from_millis(250), when: When::Before }));
-        assert_eq!(*f[4], PgFault::Delay(Delay { duration: Duration::from_secs(1), when: When::After }));
+        assert_eq!(
+            (e.sqlstate.as_str(), e.severity(), e.message()),
+            ("23505", Severity::Error, "duplicate order")
+        );
+        assert_eq!(
+            *f[3],
+            PgFault::Delay(Delay {
+                duration: Duration::from_millis(250),
+                when: When::Before
+            })
+        );
+        assert_eq!(
+            *f[4],
+            PgFault::Delay(Delay {
+                duration: Duration::from_secs(1),
+                when: When::After
+            })
+        );
         let PgFault::Error(e) = f[5] else { panic!() };
         assert_eq!(e.severity(), Severity::Fatal);
     }
@@ -1283,32 +1327,57 @@ rules:
     #[test]
     fn mistakes_are_named_with_their_place() {
         let e = pg_err("rules:\n  - fault: { error: \"4000\" }\n");
-        assert!(e.starts_with("proxy.yaml:2:") && e.contains("rules[0].fault") && e.contains("not a SQLSTATE"), "{e}");
+        assert!(
+            e.starts_with("proxy.yaml:2:")
+                && e.contains("rules[0].fault")
+                && e.contains("not a SQLSTATE"),
+            "{e}"
+        );
         let e = pg_err("rules:\n  - fault: { error: \"00000\" }\n");
         assert!(e.contains("not an error"), "{e}");
         let e = pg_err("rules:\n  - match: { statment: COMMIT }\n    fault: drop\n");
-        assert!(e.contains("rules[0].match") && e.contains("statment"), "{e}");
+        assert!(
+            e.contains("rules[0].match") && e.contains("statment"),
+            "{e}"
+        );
         let e = pg_err("rules:\n  - match: { statement_regex: \"(unclosed\" }\n    fault: drop\n");
-        assert!(e.contains("statement_regex") && e.contains("not a regular expression"), "{e}");
+        assert!(
+            e.contains("statement_regex") && e.contains("not a regular expression"),
+            "{e}"
+        );
         let e = pg_err("rules:\n  - match: { transactions: \"3-1\" }\n    fault: drop\n");
         assert!(e.contains("ends before it starts"), "{e}");
         let e = pg_err("rules:\n  - match: { probability: 1.5 }\n    fault: drop\n");
         assert!(e.contains("between 0 and 1"), "{e}");
-        let e = pg_err("rules:\n  - match: { startup: true, statement: COMMIT }\n    fault: reset\n");
-        assert!(e.starts_with("proxy.yaml:2:") && e.contains("rules[0].match.statement") && e.contains("startup"), "{e}");
+        let e =
+            pg_err("rules:\n  - match: { startup: true, statement: COMMIT }\n    fault: reset\n");
+        assert!(
+            e.starts_with("proxy.yaml:2:")
+                && e.contains("rules[0].match.statement")
+                && e.contains("startup"),
+            "{e}"
+        );
         let e = pg_err("max_statement: 1MiB\nmax_message: 64KiB\n");
         assert!(e.contains("max_statement"), "{e}");
         let e = pg_err("rules:\n  - { id: a, fault: drop }\n  - { id: a, fault: reset }\n");
-        assert!(e.contains("rules[1].id") && e.contains("earlier rule"), "{e}");
+        assert!(
+            e.contains("rules[1].id") && e.contains("earlier rule"),
+            "{e}"
+        );
         let e = pg_err("rules:\n  - fault: { delay: { duration: 1s, when: later } }\n");
         assert!(e.contains("later"), "{e}");
-        let e = pg_err("rules:\n  - fault: { error: { sqlstate: 40001, message: \"two\\nlines\" } }\n");
+        let e =
+            pg_err("rules:\n  - fault: { error: { sqlstate: 40001, message: \"two\\nlines\" } }\n");
         assert!(e.contains("one line"), "{e}");
     }
 
     #[test]
     fn redis_errors_say_what_they_need() {
-        let err = |y: &str| RedisConfig::from_yaml(y, "r.yaml").expect_err("invalid").to_string();
+        let err = |y: &str| {
+            RedisConfig::from_yaml(y, "r.yaml")
+                .expect_err("invalid")
+                .to_string()
+        };
         let e = err("rules:\n  - fault: { error: MOVED }\n");
         assert!(e.contains("`to: host:port`"), "{e}");
         let e = err("rules:\n  - fault: { error: { code: NOPE } }\n");
@@ -1324,16 +1393,28 @@ rules:
             "r.yaml",
         )
         .expect("valid");
-        assert_eq!(ok.rules[0].matcher.command, Some(Names(vec!["GET".into(), "MGET".into()])));
-        assert!(ok.rules[0].matcher.commands.as_ref().is_some_and(|c| c.contains(1) && c.contains(10) && !c.contains(2)));
+        assert_eq!(
+            ok.rules[0].matcher.command,
+            Some(Names(vec!["GET".into(), "MGET".into()]))
+        );
+        assert!(ok.rules[0]
+            .matcher
+            .commands
+            .as_ref()
+            .is_some_and(|c| c.contains(1) && c.contains(10) && !c.contains(2)));
     }
 
     #[test]
     fn the_schemas_are_generated() {
         let s = yaml_config::json_schema::<PostgresConfig>("postgres");
         let text = serde_json::to_string(&s).expect("json");
-        assert!(text.contains("connection_commits") && text.contains("SqlState"), "{text}");
+        assert!(
+            text.contains("connection_commits") && text.contains("SqlState"),
+            "{text}"
+        );
         let s = yaml_config::json_schema::<RedisConfig>("redis");
-        assert!(serde_json::to_string(&s).expect("json").contains("RedisErrorFault"));
+        assert!(serde_json::to_string(&s)
+            .expect("json")
+            .contains("RedisErrorFault"));
     }
 }

@@ -60,7 +60,10 @@ mod tests {
         let g = |p: &str, t: &str| Glob::new(p, true).matches(t);
         assert!(g("COMMIT", "commit"));
         assert!(!g("COMMIT", "COMMIT AND CHAIN"));
-        assert!(g("insert into orders*", "INSERT INTO orders (sku) VALUES ($1)"));
+        assert!(g(
+            "insert into orders*",
+            "INSERT INTO orders (sku) VALUES ($1)"
+        ));
         assert!(g("*orders*", "UPDATE orders SET x = 1"));
         assert!(g("SELECT ?", "select 1"));
         assert!(!g("SELECT ?", "select 10"));

@@ -84,5 +84,7 @@ mod step;
 
 pub use draw::Draw;
 pub use error::WireError;
+/// The journal entry a session gives out (from `history`).
+pub use history::Entry;
 pub use journal::Host;
 pub use step::{Relay, Send, Side, ToClient, ToServer};

@@ -70,7 +70,11 @@ impl Conn {
         self.now += 100;
         self.client.push(bytes);
         let mut out = Vec::new();
-        while let Some(item) = self.client.next_item().expect("the client's bytes are valid") {
+        while let Some(item) = self
+            .client
+            .next_item()
+            .expect("the client's bytes are valid")
+        {
             if let FrontendItem::Message(m) = item {
                 let step = self.session.on_client(&m, self.now, &mut self.host);
                 out.push((m.kind, step));
@@ -85,7 +89,11 @@ impl Conn {
         self.now += 1000;
         self.server.push(bytes);
         let mut out = Vec::new();
-        while let Some(item) = self.server.next_item().expect("the server's bytes are valid") {
+        while let Some(item) = self
+            .server
+            .next_item()
+            .expect("the server's bytes are valid")
+        {
             let step = match item {
                 BackendItem::Message(m) => self.session.on_server(&m, self.now),
                 BackendItem::Piece(p) => self.session.on_server_piece(p.first),
@@ -194,17 +202,26 @@ fn transactions_are_numbered_and_their_commits_journaled() {
     }
     let s = c.statements();
     assert_eq!(s.len(), 4);
-    assert_eq!((s[0].tx, s[0].block, s[0].committed), (1, false, Some(true)));
+    assert_eq!(
+        (s[0].tx, s[0].block, s[0].committed),
+        (1, false, Some(true))
+    );
     assert_eq!(s[1].control, Some(TxControl::Begin));
     assert!(s[1..].iter().all(|x| x.tx == 2 && x.block), "{s:?}");
     assert_eq!((s[1].committed, s[2].committed), (None, None));
     assert_eq!(s[3].control, Some(TxControl::Commit));
-    assert_eq!((s[3].tag.as_deref(), s[3].committed), (Some("COMMIT"), Some(true)));
+    assert_eq!(
+        (s[3].tag.as_deref(), s[3].committed),
+        (Some("COMMIT"), Some(true))
+    );
     assert_eq!(s[3].status, Some(TxStatus::Idle));
     // Journal order is arrival order; times and seqs are the ones taken at arrival.
     let seqs: Vec<u64> = c.journal.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, [1, 2, 3, 4]);
-    assert!(c.journal.iter().all(|e| e.t_done_us > e.t_recv_us && e.forwarded));
+    assert!(c
+        .journal
+        .iter()
+        .all(|e| e.t_done_us > e.t_recv_us && e.forwarded));
     assert!(c.journal.iter().all(|e| e.upstream_us.is_some()));
 }
 
@@ -253,11 +270,17 @@ fn a_serialization_failure_is_answered_in_the_statements_place_and_the_block_fai
     let s = c.statements();
     assert_eq!(s[1].sqlstate.as_deref(), Some("40001"));
     assert_eq!(s[1].status, Some(TxStatus::Failed));
-    assert!(s[1].params.as_ref().is_some_and(|p| p.len() == 16), "a digest, not the value");
+    assert!(
+        s[1].params.as_ref().is_some_and(|p| p.len() == 16),
+        "a digest, not the value"
+    );
     assert_eq!(c.journal[1].rule.as_deref(), Some("serialize"));
     assert_eq!(c.journal[1].fault.as_deref(), Some("error"));
     assert!(!c.journal[1].forwarded);
-    assert_eq!((s[2].control, s[2].committed), (Some(TxControl::Rollback), Some(false)));
+    assert_eq!(
+        (s[2].control, s[2].committed),
+        (Some(TxControl::Rollback), Some(false))
+    );
     assert_eq!(s[2].tx, s[1].tx);
 }
 
@@ -272,20 +295,30 @@ fn a_dropped_commit_reaches_the_database_and_its_answer_does_not_reach_the_clien
         &answer::ready_for_query(TxStatus::Transaction),
     ]));
     let steps = c.client(&query("COMMIT"));
-    assert_eq!(steps[0].1, ToServer::forward(), "the COMMIT goes to the database");
+    assert_eq!(
+        steps[0].1,
+        ToServer::forward(),
+        "the COMMIT goes to the database"
+    );
     let replies = c.server(&cat(&[
         &answer::command_complete("COMMIT"),
         &answer::ready_for_query(TxStatus::Idle),
     ]));
     assert!(replies.iter().all(|r| r.relay == Relay::Swallow));
-    assert!(!replies[0].close && replies[1].close, "closed once the outcome is known");
+    assert!(
+        !replies[0].close && replies[1].close,
+        "closed once the outcome is known"
+    );
     c.session.on_closed(Side::Client, c.now);
     c.journal.extend(c.session.take_journal());
     let commit = &c.journal[1];
     assert_eq!(commit.outcome, Outcome::Dropped);
     assert_eq!(commit.fault.as_deref(), Some("drop"));
     let s = commit.postgres().expect("a statement");
-    assert_eq!((s.tag.as_deref(), s.committed), (Some("COMMIT"), Some(true)));
+    assert_eq!(
+        (s.tag.as_deref(), s.committed),
+        (Some("COMMIT"), Some(true))
+    );
 }
 
 #[test]
@@ -307,17 +340,27 @@ fn after_an_error_in_a_pipeline_the_rest_up_to_sync_is_skipped() {
     ]));
     let s = c.statements();
     assert_eq!(s.len(), 3);
-    assert!(s.iter().all(|x| x.tx == 1), "one implicit transaction up to the Sync");
+    assert!(
+        s.iter().all(|x| x.tx == 1),
+        "one implicit transaction up to the Sync"
+    );
     assert_eq!(s[0].tag.as_deref(), Some("INSERT 0 1"));
     assert_eq!(s[1].sqlstate.as_deref(), Some("23505"));
     assert!(s[2].skipped && s[2].tag.is_none());
-    assert_eq!(s[2].committed, Some(false), "the implicit transaction was rolled back");
+    assert_eq!(
+        s[2].committed,
+        Some(false),
+        "the implicit transaction was rolled back"
+    );
     // The next pipeline is the next transaction.
     let mut b = BytesMut::new();
     extended(&mut b, "SELECT $1", "x");
     sync(&mut b);
     c.client(&b);
-    c.server(&cat(&[&ok_answer("SELECT 1"), &answer::ready_for_query(TxStatus::Idle)]));
+    c.server(&cat(&[
+        &ok_answer("SELECT 1"),
+        &answer::ready_for_query(TxStatus::Idle),
+    ]));
     let s = c.statements();
     assert_eq!((s[3].tx, s[3].committed), (2, Some(true)));
 }
@@ -380,13 +423,20 @@ fn the_nth_transaction_of_a_connection_matches_every_statement_in_it() {
     let mut c = Conn::new(&p);
     c.startup();
     c.client(&query("SELECT 1"));
-    c.server(&cat(&[&answer::command_complete("SELECT 1"), &answer::ready_for_query(TxStatus::Idle)]));
+    c.server(&cat(&[
+        &answer::command_complete("SELECT 1"),
+        &answer::ready_for_query(TxStatus::Idle),
+    ]));
     c.client(&query("BEGIN"));
     let replies = c.server(&cat(&[
         &answer::command_complete("BEGIN"),
         &answer::ready_for_query(TxStatus::Transaction),
     ]));
-    assert_eq!(replies[0].delay, Duration::from_secs(1), "the answer is held");
+    assert_eq!(
+        replies[0].delay,
+        Duration::from_secs(1),
+        "the answer is held"
+    );
     assert_eq!(replies[1].delay, Duration::ZERO, "once per statement");
     assert_eq!(c.journal[1].rule.as_deref(), Some("second"));
     assert_eq!(c.journal[0].rule, None);
@@ -402,7 +452,11 @@ fn probabilities_replay_whatever_the_order_of_connections() {
             let mut c = Conn::new(&p);
             c.startup();
             let mut b = BytesMut::new();
-            extended(&mut b, "INSERT INTO orders VALUES ($1)", &format!("order-{i}"));
+            extended(
+                &mut b,
+                "INSERT INTO orders VALUES ($1)",
+                &format!("order-{i}"),
+            );
             sync(&mut b);
             let steps = c.client(&b);
             out[i] = matches!(steps[3].1.send, Send::Replace(_));
@@ -412,7 +466,11 @@ fn probabilities_replay_whatever_the_order_of_connections() {
     let forward: Vec<usize> = (0..64).collect();
     let backward: Vec<usize> = (0..64).rev().collect();
     let a = faulted(&forward);
-    assert_eq!(a, faulted(&backward), "the same statements, whatever the order");
+    assert_eq!(
+        a,
+        faulted(&backward),
+        "the same statements, whatever the order"
+    );
     let n = a.iter().filter(|x| **x).count();
     assert!((16..=48).contains(&n), "{n} of 64");
 }
@@ -421,7 +479,9 @@ fn probabilities_replay_whatever_the_order_of_connections() {
 fn a_retry_of_the_same_transaction_draws_again() {
     // With probability 0.5, some transaction fails on its first attempt and passes on a later
     // one: the attempt is part of the draw, so a retry is not doomed to the first one's fate.
-    let p = proxy("rules:\n  - { id: coin, match: { probability: 0.5 }, fault: { error: \"40001\" } }\n");
+    let p = proxy(
+        "rules:\n  - { id: coin, match: { probability: 0.5 }, fault: { error: \"40001\" } }\n",
+    );
     let mut outcomes = Vec::new();
     for _ in 0..20 {
         let mut c = Conn::new(&p);
@@ -429,7 +489,10 @@ fn a_retry_of_the_same_transaction_draws_again() {
         let steps = c.client(&query("INSERT INTO t VALUES ('same')"));
         outcomes.push(matches!(steps[0].1.send, Send::Replace(_)));
     }
-    assert!(outcomes.iter().any(|x| *x) && outcomes.iter().any(|x| !*x), "{outcomes:?}");
+    assert!(
+        outcomes.iter().any(|x| *x) && outcomes.iter().any(|x| !*x),
+        "{outcomes:?}"
+    );
 }
 
 #[test]
@@ -445,7 +508,11 @@ fn a_startup_rule_refuses_a_connection_as_postgresql_does() {
     assert!(step.close);
     assert_eq!(
         step.answer,
-        Some(answer::error_response("FATAL", "53300", "sorry, too many clients already"))
+        Some(answer::error_response(
+            "FATAL",
+            "53300",
+            "sorry, too many clients already"
+        ))
     );
     let e = &second.journal[0];
     let s = e.postgres().expect("journaled");
@@ -471,7 +538,11 @@ fn a_fatal_error_closes_after_it_and_a_lost_connection_rolls_back() {
     c.journal.extend(c.session.take_journal());
     let s = c.statements();
     assert_eq!(s[1].sqlstate.as_deref(), Some("57P01"));
-    assert_eq!(s[1].committed, Some(false), "the block died with its connection");
+    assert_eq!(
+        s[1].committed,
+        Some(false),
+        "the block died with its connection"
+    );
 }
 
 #[test]
@@ -485,7 +556,10 @@ fn a_client_that_breaks_the_protocol_is_journaled_and_the_proxy_told() {
     let j = c.session.take_journal();
     assert_eq!(j[0].outcome, Outcome::Rejected);
     assert_eq!(j[0].rejected.as_deref(), Some("client-protocol"));
-    let v = j[0].postgres().and_then(|s| s.violation.clone()).expect("said");
+    let v = j[0]
+        .postgres()
+        .and_then(|s| s.violation.clone())
+        .expect("said");
     assert!(v.contains("HTTP"), "{v}");
 }
 

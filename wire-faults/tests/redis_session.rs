@@ -147,11 +147,18 @@ fn moved_names_the_keys_slot_and_readonly_and_oom_read_as_redis_words_them() {
     .map(|cmd| c.send(cmd).remove(0).answer.expect("answered"))
     .collect();
     assert_eq!(&answers[0][..], b"-MOVED 12182 127.0.0.1:7002\r\n");
-    assert_eq!(&answers[1][..], b"-READONLY You can't write against a read only replica.\r\n");
+    assert_eq!(
+        &answers[1][..],
+        b"-READONLY You can't write against a read only replica.\r\n"
+    );
     assert!(answers[2].starts_with(b"-OOM command not allowed"));
     assert!(answers[3].starts_with(b"-BUSY "));
     assert!(answers[4].starts_with(b"-TRYAGAIN "));
-    assert_eq!(c.commands()[3].key.as_deref(), Some("k"), "EVAL's key comes after its count");
+    assert_eq!(
+        c.commands()[3].key.as_deref(),
+        Some("k"),
+        "EVAL's key comes after its count"
+    );
 }
 
 #[test]
@@ -174,7 +181,9 @@ fn resp3_push_frames_answer_no_command_and_delays_hold_replies() {
 
 #[test]
 fn probability_draws_per_command_and_arguments() {
-    let p = proxy("rules:\n  - { id: coin, match: { command: GET, probability: 0.5 }, fault: reset }\n");
+    let p = proxy(
+        "rules:\n  - { id: coin, match: { command: GET, probability: 0.5 }, fault: reset }\n",
+    );
     let mut cut = 0;
     for i in 0..40 {
         let mut c = Conn::new(&p);

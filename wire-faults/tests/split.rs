@@ -28,7 +28,10 @@ fn read_frontend(chunks: &[&[u8]]) -> Read {
                         out.push((format!("piece {}", p.tag), Vec::new()));
                     }
                     assert!(open || p.first);
-                    out.last_mut().expect("a piece's message").1.extend_from_slice(&p.bytes);
+                    out.last_mut()
+                        .expect("a piece's message")
+                        .1
+                        .extend_from_slice(&p.bytes);
                     open = !p.last;
                 }
             }
@@ -50,7 +53,10 @@ fn read_backend(chunks: &[&[u8]]) -> Read {
                     if p.first {
                         out.push((format!("piece {}", p.tag), Vec::new()));
                     }
-                    out.last_mut().expect("a piece's message").1.extend_from_slice(&p.bytes);
+                    out.last_mut()
+                        .expect("a piece's message")
+                        .1
+                        .extend_from_slice(&p.bytes);
                 }
             }
         }
@@ -172,8 +178,12 @@ fn backend_message() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         text().prop_map(|t| answer::command_complete(&t).to_vec()),
         ("[0-9A-Z]{5}", text()).prop_map(|(s, m)| answer::error_response("ERROR", &s, &m).to_vec()),
-        prop_oneof![Just(history::TxStatus::Idle), Just(history::TxStatus::Transaction), Just(history::TxStatus::Failed)]
-            .prop_map(|s| answer::ready_for_query(s).to_vec()),
+        prop_oneof![
+            Just(history::TxStatus::Idle),
+            Just(history::TxStatus::Transaction),
+            Just(history::TxStatus::Failed)
+        ]
+        .prop_map(|s| answer::ready_for_query(s).to_vec()),
         proptest::collection::vec(any::<u8>(), 0..200).prop_map(|v| {
             let mut m = vec![b'D'];
             m.extend_from_slice(&(4 + 2 + 4 + v.len() as u32).to_be_bytes());
@@ -182,7 +192,9 @@ fn backend_message() -> impl Strategy<Value = Vec<u8>> {
             m.extend_from_slice(&v);
             m
         }),
-        Just(vec![b'1', 0, 0, 0, 4, b'2', 0, 0, 0, 4, b'n', 0, 0, 0, 4, b'I', 0, 0, 0, 4]),
+        Just(vec![
+            b'1', 0, 0, 0, 4, b'2', 0, 0, 0, 4, b'n', 0, 0, 0, 4, b'I', 0, 0, 0, 4
+        ]),
         text().prop_map(|t| {
             let mut body = b"application_name\0".to_vec();
             body.extend_from_slice(t.as_bytes());

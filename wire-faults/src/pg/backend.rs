@@ -244,7 +244,11 @@ mod tests {
         let mut bytes = Vec::new();
         bytes.extend_from_slice(&[b'1', 0, 0, 0, 4]);
         bytes.extend_from_slice(&answer::command_complete("INSERT 0 1"));
-        bytes.extend_from_slice(&answer::error_response("ERROR", "40001", "could not serialize"));
+        bytes.extend_from_slice(&answer::error_response(
+            "ERROR",
+            "40001",
+            "could not serialize",
+        ));
         bytes.extend_from_slice(&answer::ready_for_query(TxStatus::Failed));
         let mut r = BackendReader::new(1 << 16);
         r.push(&bytes);
@@ -279,9 +283,17 @@ mod tests {
         assert!(e.contains("transaction status Q"), "{e}");
         let mut r = BackendReader::new(1 << 16);
         r.push(&[b'C', 0, 0, 0, 2]);
-        assert!(r.next_item().expect_err("bad length").to_string().contains("length of 2"));
+        assert!(r
+            .next_item()
+            .expect_err("bad length")
+            .to_string()
+            .contains("length of 2"));
         let mut r = BackendReader::new(1 << 16);
         r.push(b"-ERR unknown command\r\n");
-        assert!(r.next_item().expect_err("not pg").to_string().starts_with("not PostgreSQL"));
+        assert!(r
+            .next_item()
+            .expect_err("not pg")
+            .to_string()
+            .starts_with("not PostgreSQL"));
     }
 }

@@ -95,7 +95,10 @@ impl Framer {
         }
         let len = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
         if !(8..=MAX_STARTUP).contains(&len) {
-            let looks = if self.buf[..4].iter().all(|b| b.is_ascii_graphic() || *b == b' ') {
+            let looks = if self.buf[..4]
+                .iter()
+                .all(|b| b.is_ascii_graphic() || *b == b' ')
+            {
                 " (it reads as text: another protocol, such as HTTP, on a PostgreSQL port?)"
             } else {
                 ""
@@ -253,7 +256,10 @@ impl<'a> Body<'a> {
     }
 
     pub(crate) fn u8(&mut self) -> Result<u8, WireError> {
-        let (&b, rest) = self.rest.split_first().ok_or_else(|| self.short("a byte"))?;
+        let (&b, rest) = self
+            .rest
+            .split_first()
+            .ok_or_else(|| self.short("a byte"))?;
         self.rest = rest;
         Ok(b)
     }

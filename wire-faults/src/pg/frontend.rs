@@ -133,7 +133,19 @@ pub struct FrontendReader {
 fn known(tag: u8) -> bool {
     matches!(
         tag,
-        b'Q' | b'P' | b'B' | b'D' | b'E' | b'C' | b'S' | b'H' | b'X' | b'p' | b'F' | b'd' | b'c' | b'f'
+        b'Q' | b'P'
+            | b'B'
+            | b'D'
+            | b'E'
+            | b'C'
+            | b'S'
+            | b'H'
+            | b'X'
+            | b'p'
+            | b'F'
+            | b'd'
+            | b'c'
+            | b'f'
     )
 }
 
@@ -495,10 +507,7 @@ mod tests {
         frontend::startup_message([("user", "u")], &mut buf).unwrap();
         let mut r = FrontendReader::new(64);
         r.push(&buf);
-        assert!(matches!(
-            r.next_item(),
-            Ok(Some(FrontendItem::Message(_)))
-        ));
+        assert!(matches!(r.next_item(), Ok(Some(FrontendItem::Message(_)))));
         // A Query header that declares 1 GB: refused before its body is waited for.
         r.push(&[b'Q', 0x40, 0, 0, 0]);
         let e = r.next_item().expect_err("too large");
@@ -554,7 +563,10 @@ mod tests {
         );
         assert!(matches!(
             pieces.last(),
-            Some(FrontendItem::Message(FrontendMessage { kind: Frontend::CopyDone, .. }))
+            Some(FrontendItem::Message(FrontendMessage {
+                kind: Frontend::CopyDone,
+                ..
+            }))
         ));
     }
 }

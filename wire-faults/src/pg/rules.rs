@@ -157,7 +157,11 @@ impl PgProxy {
     /// The first startup rule that matches the connection's startup.
     pub(crate) fn decide_startup(&self, connection: u64, subject: (&str, u64)) -> Option<Decision> {
         self.rules.iter().find_map(|r| {
-            if !r.startup || r.connections.as_ref().is_some_and(|c| !c.contains(connection)) {
+            if !r.startup
+                || r.connections
+                    .as_ref()
+                    .is_some_and(|c| !c.contains(connection))
+            {
                 return None;
             }
             self.fire(r, Some(subject))
@@ -200,7 +204,11 @@ impl Rule {
         if self.in_block.is_some_and(|b| b != s.block) {
             return false;
         }
-        if self.connections.as_ref().is_some_and(|c| !c.contains(s.connection)) {
+        if self
+            .connections
+            .as_ref()
+            .is_some_and(|c| !c.contains(s.connection))
+        {
             return false;
         }
         if self

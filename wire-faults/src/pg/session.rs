@@ -68,7 +68,7 @@ pub struct PgSession {
     prepared: Names<Prepared>,
     portals: Names<Portal>,
     queue: VecDeque<Unit>,
-    held: Vec<Box<Stmt>>,
+    held: Vec<Stmt>,
     swallowing: bool,
     passive: bool,
     journal: Vec<Entry>,
@@ -204,7 +204,12 @@ impl PgSession {
     }
 
     /// What to do with a message from the client, which arrived at `now_us`.
-    pub fn on_client(&mut self, msg: &FrontendMessage, now_us: u64, host: &mut dyn Host) -> ToServer {
+    pub fn on_client(
+        &mut self,
+        msg: &FrontendMessage,
+        now_us: u64,
+        host: &mut dyn Host,
+    ) -> ToServer {
         if self.passive {
             return ToServer::forward();
         }
@@ -320,11 +325,8 @@ impl PgSession {
                 // PostgreSQL refuses a connection only with FATAL.
                 pg.sqlstate = Some(e.sqlstate.clone());
                 pg.message = Some(e.message().to_string());
-                let mut s = ToServer::answer(answer::error_response(
-                    "FATAL",
-                    &e.sqlstate,
-                    e.message(),
-                ));
+                let mut s =
+                    ToServer::answer(answer::error_response("FATAL", &e.sqlstate, e.message()));
                 s.close = true;
                 s
             }
@@ -474,7 +476,7 @@ impl PgSession {
                     stmt.entry.outcome = Outcome::Reset;
                     stmt.pg.committed = Some(false);
                     stmt.t_done_us = Some(now_us);
-                    self.emit(stmt, now_us);
+                    self.emit(*stmt, now_us);
                     self.close_all(Side::Client, now_us);
                     return ToServer::close();
                 }
@@ -524,7 +526,7 @@ impl PgSession {
                             if let Some(Unit::Stmt(mut s)) = self.queue.pop_front() {
                                 s.pg.skipped = true;
                                 s.t_done_us = Some(now_us);
-                                self.held.push(s);
+                                self.held.push(*s);
                             }
                         }
                     }
@@ -542,21 +544,16 @@ impl PgSession {
                 }
             }
             Backend::ReadyForQuery { status } => {
-                loop {
-                    match self.queue.pop_front() {
-                        Some(Unit::Stmt(mut s)) => {
-                            let simple = s.simple;
-                            if s.t_done_us.is_none() {
-                                // A pipelined statement that got no answer of its own.
-                                s.pg.skipped = !simple;
-                            }
-                            s.t_done_us = Some(now_us);
-                            self.held.push(s);
-                            if simple {
-                                break;
-                            }
-                        }
-                        Some(Unit::Sync) | None => break,
+                while let Some(Unit::Stmt(mut s)) = self.queue.pop_front() {
+                    let simple = s.simple;
+                    if s.t_done_us.is_none() {
+                        // A pipelined statement that got no answer of its own.
+                        s.pg.skipped = !simple;
+                    }
+                    s.t_done_us = Some(now_us);
+                    self.held.push(*s);
+                    if simple {
+                        break;
                     }
                 }
                 self.settle(*status, now_us);
@@ -619,7 +616,7 @@ impl PgSession {
 
     fn pop_front_to_held(&mut self) {
         if let Some(Unit::Stmt(s)) = self.queue.pop_front() {
-            self.held.push(s);
+            self.held.push(*s);
         }
     }
 
@@ -660,14 +657,14 @@ impl PgSession {
         }
     }
 
-    fn emit(&mut self, s: Box<Stmt>, now_us: u64) {
+    fn emit(&mut self, s: Stmt, now_us: u64) {
         let Stmt {
             mut entry,
             pg,
             t_forward_us,
             t_done_us,
             ..
-        } = *s;
+        } = s;
         let done = t_done_us.unwrap_or(now_us);
         entry.t_done_us = if entry.outcome == Outcome::Dropped {
             now_us
@@ -686,7 +683,7 @@ impl PgSession {
         let mut stmts = std::mem::take(&mut self.held);
         while let Some(u) = self.queue.pop_front() {
             if let Unit::Stmt(s) = u {
-                stmts.push(s);
+                stmts.push(*s);
             }
         }
         let n = stmts.len();

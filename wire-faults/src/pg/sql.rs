@@ -178,8 +178,7 @@ pub fn control(normalized: &str) -> Option<TxControl> {
 /// Whether `s` is a SQLSTATE: five characters, digits or upper-case ASCII letters.
 pub fn is_sqlstate(s: &str) -> bool {
     s.len() == 5
-        && s
-            .bytes()
+        && s.bytes()
             .all(|b| b.is_ascii_digit() || b.is_ascii_uppercase())
 }
 
@@ -198,7 +197,10 @@ mod tests {
             "INSERT INTO t (a) VALUES ('a  b', \"C  d\")"
         );
         assert_eq!(n("/* x /* nested */ y */SELECT 1;"), "SELECT 1");
-        assert_eq!(n("SELECT 'it''s  -- not a comment'"), "SELECT 'it''s  -- not a comment'");
+        assert_eq!(
+            n("SELECT 'it''s  -- not a comment'"),
+            "SELECT 'it''s  -- not a comment'"
+        );
         assert_eq!(n("SELECT E'a\\'  b'  ,  2"), "SELECT E'a\\'  b' , 2");
         assert_eq!(n("SELECT $f$ a  ; b $f$,  $1"), "SELECT $f$ a  ; b $f$, $1");
         assert_eq!(n("SELECT 'unterminated  x"), "SELECT 'unterminated  x");
@@ -228,7 +230,10 @@ mod tests {
             ("SAVEPOINT a", Some(TxControl::Savepoint)),
             ("RELEASE SAVEPOINT a", Some(TxControl::Release)),
             ("PREPARE TRANSACTION 'x'", Some(TxControl::Prepare)),
-            ("BEGIN; INSERT INTO t VALUES (1); COMMIT", Some(TxControl::Begin)),
+            (
+                "BEGIN; INSERT INTO t VALUES (1); COMMIT",
+                Some(TxControl::Begin),
+            ),
             ("INSERT INTO t VALUES (1)", None),
             ("", None),
         ] {

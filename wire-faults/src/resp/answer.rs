@@ -13,7 +13,9 @@ use crate::config::RedisError;
 pub fn default_message(code: &str) -> &'static str {
     match code {
         "LOADING" => "Redis is loading the dataset in memory",
-        "BUSY" => "Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+        "BUSY" => {
+            "Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
+        }
         "READONLY" => "You can't write against a read only replica.",
         "TRYAGAIN" => "Multiple keys request during rehashing of slot",
         "OOM" => "command not allowed when used memory > 'maxmemory'.",

@@ -451,8 +451,7 @@ fn header(s: &mut Scan, content: &[u8], mode: Mode, max: usize) -> Result<bool, 
             if n == -1 && t == b'$' {
                 return Ok(element_done(s));
             }
-            let n = u64::try_from(n)
-                .map_err(|_| malformed(format!("a string of length {n}")))?;
+            let n = u64::try_from(n).map_err(|_| malformed(format!("a string of length {n}")))?;
             if mode == Mode::Commands && n > max as u64 {
                 return Err(WireError::TooLarge {
                     what: "a command's argument".into(),
@@ -474,8 +473,8 @@ fn header(s: &mut Scan, content: &[u8], mode: Mode, max: usize) -> Result<bool, 
             if n == -1 && t == b'*' {
                 return Ok(element_done(s));
             }
-            let n = u64::try_from(n)
-                .map_err(|_| malformed(format!("an aggregate of {n} elements")))?;
+            let n =
+                u64::try_from(n).map_err(|_| malformed(format!("an aggregate of {n} elements")))?;
             if mode == Mode::Commands && t != b'*' {
                 return Err(malformed(format!(
                     "a command holds {} (a command is an array of bulk strings)",
@@ -598,7 +597,10 @@ fn inline_args(raw: &Bytes) -> Result<Vec<Bytes>, WireError> {
                                 b't' => word.push(b'\t'),
                                 b'b' => word.push(8),
                                 b'a' => word.push(7),
-                                b'x' => match (line.get(i).and_then(|b| hex(*b)), line.get(i + 1).and_then(|b| hex(*b))) {
+                                b'x' => match (
+                                    line.get(i).and_then(|b| hex(*b)),
+                                    line.get(i + 1).and_then(|b| hex(*b)),
+                                ) {
                                     (Some(h), Some(l)) => {
                                         word.push((h * 16 + l) as u8);
                                         i += 2;
@@ -686,15 +688,25 @@ mod tests {
 
     #[test]
     fn bad_commands_are_named() {
-        let e = commands(b"*1\r\n:5\r\n").expect_err("not a bulk").to_string();
+        let e = commands(b"*1\r\n:5\r\n")
+            .expect_err("not a bulk")
+            .to_string();
         assert!(e.contains("bulk strings"), "{e}");
-        let e = commands(b"*1\r\n$3\r\nGETXX\r\n").expect_err("no crlf").to_string();
+        let e = commands(b"*1\r\n$3\r\nGETXX\r\n")
+            .expect_err("no crlf")
+            .to_string();
         assert!(e.contains("CRLF"), "{e}");
-        let e = commands(b"set \"unterminated\r\n").expect_err("quotes").to_string();
+        let e = commands(b"set \"unterminated\r\n")
+            .expect_err("quotes")
+            .to_string();
         assert!(e.contains("unbalanced"), "{e}");
-        let e = commands(b"*1\r\n$2000000\r\n").expect_err("too large").to_string();
+        let e = commands(b"*1\r\n$2000000\r\n")
+            .expect_err("too large")
+            .to_string();
         assert!(e.contains("larger than the limit"), "{e}");
-        let e = commands(b"*2\r\n$3\r\nGET\r\n").expect_err("truncated").to_string();
+        let e = commands(b"*2\r\n$3\r\nGET\r\n")
+            .expect_err("truncated")
+            .to_string();
         assert!(e.contains("closed in the middle of a command"), "{e}");
         let mut deep = Vec::new();
         for _ in 0..100 {

@@ -123,7 +123,10 @@ impl RedisProxy {
     /// The first rule that matches a command.
     pub(crate) fn decide(&self, c: &CommandFacts<'_>) -> Option<Decision> {
         self.rules.iter().find_map(|r| {
-            if r.names.as_ref().is_some_and(|n| !n.iter().any(|n| n == c.name)) {
+            if r.names
+                .as_ref()
+                .is_some_and(|n| !n.iter().any(|n| n == c.name))
+            {
                 return None;
             }
             if let Some(g) = &r.key {
@@ -131,7 +134,10 @@ impl RedisProxy {
                     return None;
                 }
             }
-            if r.connections.as_ref().is_some_and(|n| !n.contains(c.connection)) {
+            if r.connections
+                .as_ref()
+                .is_some_and(|n| !n.contains(c.connection))
+            {
                 return None;
             }
             if r.commands.as_ref().is_some_and(|n| !n.contains(c.command)) {

@@ -67,13 +67,60 @@ struct InFlight {
 
 /// Commands that name no key (the rest name one first, or after a count).
 const KEYLESS: &[&str] = &[
-    "PING", "ECHO", "HELLO", "AUTH", "SELECT", "INFO", "CLIENT", "CONFIG", "MULTI", "EXEC",
-    "DISCARD", "FLUSHALL", "FLUSHDB", "DBSIZE", "SCAN", "KEYS", "QUIT", "RESET", "SUBSCRIBE",
-    "UNSUBSCRIBE", "PSUBSCRIBE", "PUNSUBSCRIBE", "SSUBSCRIBE", "SUNSUBSCRIBE", "PUBLISH",
-    "SPUBLISH", "PUBSUB", "COMMAND", "TIME", "LASTSAVE", "SAVE", "BGSAVE", "BGREWRITEAOF",
-    "SHUTDOWN", "MONITOR", "SLOWLOG", "SCRIPT", "FUNCTION", "CLUSTER", "READONLY", "READWRITE",
-    "WAIT", "ROLE", "REPLICAOF", "SLAVEOF", "SWAPDB", "LATENCY", "MEMORY", "MODULE", "ACL",
-    "DEBUG", "OBJECT", "RANDOMKEY", "UNWATCH",
+    "PING",
+    "ECHO",
+    "HELLO",
+    "AUTH",
+    "SELECT",
+    "INFO",
+    "CLIENT",
+    "CONFIG",
+    "MULTI",
+    "EXEC",
+    "DISCARD",
+    "FLUSHALL",
+    "FLUSHDB",
+    "DBSIZE",
+    "SCAN",
+    "KEYS",
+    "QUIT",
+    "RESET",
+    "SUBSCRIBE",
+    "UNSUBSCRIBE",
+    "PSUBSCRIBE",
+    "PUNSUBSCRIBE",
+    "SSUBSCRIBE",
+    "SUNSUBSCRIBE",
+    "PUBLISH",
+    "SPUBLISH",
+    "PUBSUB",
+    "COMMAND",
+    "TIME",
+    "LASTSAVE",
+    "SAVE",
+    "BGSAVE",
+    "BGREWRITEAOF",
+    "SHUTDOWN",
+    "MONITOR",
+    "SLOWLOG",
+    "SCRIPT",
+    "FUNCTION",
+    "CLUSTER",
+    "READONLY",
+    "READWRITE",
+    "WAIT",
+    "ROLE",
+    "REPLICAOF",
+    "SLAVEOF",
+    "SWAPDB",
+    "LATENCY",
+    "MEMORY",
+    "MODULE",
+    "ACL",
+    "DEBUG",
+    "OBJECT",
+    "RANDOMKEY",
+    "UNWATCH",
 ];
 
 /// The first key of a command, by its name's conventions.
@@ -239,8 +286,7 @@ impl RedisSession {
         let push = piece.head.as_ref().is_some_and(|h| h.kind == "push");
         if piece.first {
             // Out of band (a RESP3 push), or nothing in flight to answer.
-            self.unsolicited =
-                push || self.queue.front().is_none_or(|f| f.answered.is_some());
+            self.unsolicited = push || self.queue.front().is_none_or(|f| f.answered.is_some());
             if let Some(f) = self.queue.front_mut().filter(|_| !self.unsolicited) {
                 match f.action {
                     Action::Drop => {
