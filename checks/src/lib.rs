@@ -52,8 +52,10 @@
 
 pub mod ack_latency;
 pub mod amplification;
+pub mod cache_fallback;
 pub mod circuit_breaker;
 pub mod config;
+pub mod db_retry;
 pub mod duplicate_ack;
 pub mod duplicates;
 pub mod effects_once;
@@ -87,8 +89,10 @@ use history::Facts;
 
 pub use ack_latency::AckLatencyConfig;
 pub use amplification::AmplificationConfig;
+pub use cache_fallback::{CacheFallbackConfig, Fallback};
 pub use circuit_breaker::CircuitBreakerConfig;
 pub use config::{ChecksConfig, CHECK_NAMES};
+pub use db_retry::DbRetryConfig;
 pub use duplicate_ack::DuplicateAckConfig;
 pub use duplicates::DuplicatesConfig;
 pub use effects_once::EffectsOnceConfig;
