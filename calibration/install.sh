@@ -6,6 +6,8 @@
 #   .cache/calibration/node   npm ci of calibration/node/package.json + package-lock.json
 #   .cache/calibration/openapi/venv   FastAPI and uvicorn for harness/tests/audit_fastapi.rs
 #                             (calibration/openapi/install.sh, calibration/openapi/requirements.txt)
+#   .cache/calibration/below/venv     psycopg and redis-py for wire-faults/tests/services.rs
+#                             (calibration/below/install.sh, calibration/below/requirements.txt)
 # Idempotent: a stamp file per part records the hash of its pin file; when it matches, nothing runs.
 # Needs python3 (with venv) and node >= 20 with npm; installs Debian's packages when they are missing.
 # Exit non-zero with a message naming what failed (e.g. a registry that cannot be reached).
@@ -55,6 +57,9 @@ fi
 
 # The FastAPI service `harness audit` is tested against, in a venv of its own.
 bash "$CAL/openapi/install.sh" || die "calibration/openapi/install.sh failed"
+
+# The services behind the protocol-aware proxies (psycopg, redis-py; Debian's redis-server).
+bash "$CAL/below/install.sh" || die "calibration/below/install.sh failed"
 
 # ---- node --------------------------------------------------------------------------------------
 NODE_DIR="$CACHE/node"

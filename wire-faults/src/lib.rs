@@ -87,4 +87,4 @@ pub use error::WireError;
 /// The journal entry a session gives out (from `history`).
 pub use history::Entry;
 pub use journal::Host;
-pub use step::{Relay, Send, Side, ToClient, ToServer};
+pub use step::{Outgoing, Relay, Side, ToClient, ToServer};

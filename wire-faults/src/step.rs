@@ -19,7 +19,7 @@ pub struct ToServer {
     /// Wait this long first; the client's messages behind it wait too.
     pub delay: Duration,
     /// What goes to the server.
-    pub send: Send,
+    pub send: Outgoing,
     /// Bytes for the client in the server's name, sent after the delay (the `N` that refuses
     /// an SSLRequest; an error that refuses a connection or answers a command).
     pub answer: Option<Bytes>,
@@ -29,7 +29,7 @@ pub struct ToServer {
 
 /// What goes to the server in answer to a client's message.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Send {
+pub enum Outgoing {
     /// The message, as it came.
     Forward,
     /// These bytes in its place.
@@ -43,7 +43,7 @@ impl ToServer {
     pub fn forward() -> ToServer {
         ToServer {
             delay: Duration::ZERO,
-            send: Send::Forward,
+            send: Outgoing::Forward,
             answer: None,
             close: false,
         }
@@ -53,7 +53,7 @@ impl ToServer {
     pub fn answer(bytes: Bytes) -> ToServer {
         ToServer {
             delay: Duration::ZERO,
-            send: Send::Nothing,
+            send: Outgoing::Nothing,
             answer: Some(bytes),
             close: false,
         }
@@ -63,7 +63,7 @@ impl ToServer {
     pub fn close() -> ToServer {
         ToServer {
             delay: Duration::ZERO,
-            send: Send::Nothing,
+            send: Outgoing::Nothing,
             answer: None,
             close: true,
         }

@@ -12,7 +12,7 @@ use wire_faults::config::PostgresConfig;
 use wire_faults::pg::{
     answer, BackendItem, BackendReader, Frontend, FrontendItem, FrontendReader, PgProxy, PgSession,
 };
-use wire_faults::{Draw, Host, Relay, Send, Side, ToClient, ToServer};
+use wire_faults::{Draw, Host, Outgoing, Relay, Side, ToClient, ToServer};
 
 struct Clock {
     seq: u64,
@@ -242,7 +242,7 @@ fn a_serialization_failure_is_answered_in_the_statements_place_and_the_block_fai
     // Parse, Bind, Describe go on; the Execute is replaced by a statement the server refuses.
     assert_eq!(steps.len(), 5);
     assert!(steps[..3].iter().all(|(_, s)| *s == ToServer::forward()));
-    assert_eq!(steps[3].1.send, Send::Replace(answer::refused_parse()));
+    assert_eq!(steps[3].1.send, Outgoing::Replace(answer::refused_parse()));
     assert_eq!(steps[4].1, ToServer::forward());
     // The server refuses it (syntax error), skips to the Sync, and its block is now failed.
     let refused = answer::error_response("ERROR", "42601", "syntax error at or near \"INJECTED\"");
@@ -459,7 +459,7 @@ fn probabilities_replay_whatever_the_order_of_connections() {
             );
             sync(&mut b);
             let steps = c.client(&b);
-            out[i] = matches!(steps[3].1.send, Send::Replace(_));
+            out[i] = matches!(steps[3].1.send, Outgoing::Replace(_));
         }
         out
     };
@@ -487,7 +487,7 @@ fn a_retry_of_the_same_transaction_draws_again() {
         let mut c = Conn::new(&p);
         c.startup();
         let steps = c.client(&query("INSERT INTO t VALUES ('same')"));
-        outcomes.push(matches!(steps[0].1.send, Send::Replace(_)));
+        outcomes.push(matches!(steps[0].1.send, Outgoing::Replace(_)));
     }
     assert!(
         outcomes.iter().any(|x| *x) && outcomes.iter().any(|x| !*x),
@@ -504,7 +504,7 @@ fn a_startup_rule_refuses_a_connection_as_postgresql_does() {
     let mut b = BytesMut::new();
     frontend::startup_message([("user", "app")], &mut b).unwrap();
     let step = second.client(&b).remove(0).1;
-    assert_eq!(step.send, Send::Nothing);
+    assert_eq!(step.send, Outgoing::Nothing);
     assert!(step.close);
     assert_eq!(
         step.answer,
@@ -530,7 +530,7 @@ fn a_fatal_error_closes_after_it_and_a_lost_connection_rolls_back() {
         &answer::ready_for_query(TxStatus::Transaction),
     ]));
     let step = c.client(&query("UPDATE t SET a = 1")).remove(0).1;
-    assert_eq!(step.send, Send::Replace(answer::refused_query()));
+    assert_eq!(step.send, Outgoing::Replace(answer::refused_query()));
     let replies = c.server(&answer::error_response("ERROR", "42601", "syntax error"));
     assert!(replies[0].close);
     assert!(matches!(&replies[0].relay, Relay::Replace(b) if b.windows(5).any(|w| w == b"FATAL")));

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use history::{Entry, Outcome, RedisCommand};
 use wire_faults::config::RedisConfig;
 use wire_faults::resp::{RedisProxy, RedisSession, RespReader};
-use wire_faults::{Draw, Host, Relay, Send, Side, ToClient, ToServer};
+use wire_faults::{Draw, Host, Outgoing, Relay, Side, ToClient, ToServer};
 
 struct Clock(u64);
 
@@ -91,7 +91,7 @@ fn loading_answers_a_get_in_its_place_in_a_pipeline() {
     );
     assert_eq!(steps[0], ToServer::forward());
     // The GET behind the SET is not forwarded; its error waits for the SET's reply.
-    assert_eq!(steps[1].send, Send::Nothing);
+    assert_eq!(steps[1].send, Outgoing::Nothing);
     assert_eq!(steps[1].answer, None);
     assert_eq!(steps[2], ToServer::forward());
     let replies = c.reply(b"+OK\r\n$1\r\n1\r\n");
@@ -173,7 +173,7 @@ fn resp3_push_frames_answer_no_command_and_delays_hold_replies() {
     assert_eq!(r[1].delay, Duration::from_millis(50));
     let ping = c.send(b"PING\r\n").remove(0);
     assert_eq!(ping.delay, Duration::from_millis(20));
-    assert_eq!(ping.send, Send::Forward);
+    assert_eq!(ping.send, Outgoing::Forward);
     let cmds = c.commands();
     assert_eq!(cmds[0].reply.as_deref(), Some("map"));
     assert_eq!(cmds[1].reply.as_deref(), Some("null"));

@@ -46,7 +46,7 @@ use super::sql;
 use crate::config::{OnViolation, PgFault, Severity, When};
 use crate::error::WireError;
 use crate::journal::{blank, bounded, Host};
-use crate::step::{Relay, Send, Side, ToClient, ToServer};
+use crate::step::{Outgoing, Relay, Side, ToClient, ToServer};
 
 /// Most prepared statements and portals remembered per connection (by name); past it, the
 /// oldest name is forgotten and an Execute of it is journaled without its text.
@@ -457,7 +457,7 @@ impl PgSession {
                         fatal,
                     };
                     stmt.entry.forwarded = false;
-                    step.send = Send::Replace(if simple {
+                    step.send = Outgoing::Replace(if simple {
                         answer::refused_query()
                     } else {
                         answer::refused_parse()

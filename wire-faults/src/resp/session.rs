@@ -22,7 +22,7 @@ use super::rules::{CommandFacts, Decision, RedisProxy};
 use crate::config::{OnViolation, RedisFault, When};
 use crate::error::WireError;
 use crate::journal::{blank, bounded, Host};
-use crate::step::{Relay, Send, Side, ToClient, ToServer};
+use crate::step::{Outgoing, Relay, Side, ToClient, ToServer};
 
 /// A proxied Redis connection.
 pub struct RedisSession {
@@ -249,7 +249,7 @@ impl RedisSession {
                 f.entry.forwarded = false;
                 f.rec.reply = Some("error".into());
                 f.rec.error = Some(e.code.clone());
-                step.send = Send::Nothing;
+                step.send = Outgoing::Nothing;
                 if self.queue.is_empty() {
                     self.emit(f, now_us);
                     step.answer = Some(bytes);
