@@ -34,14 +34,14 @@ where
 /// is forgotten. A subject forgotten comes back as attempt 1 — the same in every run that sees
 /// the same subjects in the same numbers, so the draws still replay.
 #[derive(Debug)]
-pub(crate) struct Attempts {
+pub(crate) struct SubjectCounts {
     cap: usize,
     maps: Mutex<(HashMap<String, u64>, HashMap<String, u64>)>,
 }
 
-impl Attempts {
-    pub(crate) fn new(cap: usize) -> Attempts {
-        Attempts {
+impl SubjectCounts {
+    pub(crate) fn new(cap: usize) -> SubjectCounts {
+        SubjectCounts {
             cap: cap.max(1),
             maps: Mutex::new((HashMap::new(), HashMap::new())),
         }
@@ -76,7 +76,7 @@ mod tests {
 
     #[test]
     fn attempts_count_per_subject_and_stay_bounded() {
-        let a = Attempts::new(2);
+        let a = SubjectCounts::new(2);
         assert_eq!((a.bump("x"), a.bump("x"), a.bump("y")), (1, 2, 1));
         // "z" fills the newer generation: "x" moves to the older and keeps its count.
         assert_eq!(a.bump("z"), 1);

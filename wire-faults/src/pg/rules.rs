@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::config::{Counts, PgFault, PostgresConfig};
-use crate::draw::{Attempts, Draw};
+use crate::draw::{Draw, SubjectCounts};
 use crate::glob::Glob;
 
 /// A PostgreSQL proxy: its compiled rules, its bounds, and the counts its connections share
@@ -26,7 +26,7 @@ pub struct PgProxy {
     probabilistic: bool,
     connections: AtomicU64,
     commits: AtomicU64,
-    pub(crate) attempts: Attempts,
+    pub(crate) attempts: SubjectCounts,
 }
 
 impl std::fmt::Debug for PgProxy {
@@ -113,7 +113,7 @@ impl PgProxy {
             draw,
             connections: AtomicU64::new(0),
             commits: AtomicU64::new(0),
-            attempts: Attempts::new(65_536),
+            attempts: SubjectCounts::new(65_536),
         })
     }
 

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::config::{Counts, OnViolation, RedisConfig, RedisFault};
-use crate::draw::{Attempts, Draw};
+use crate::draw::{Draw, SubjectCounts};
 use crate::glob::Glob;
 
 /// A Redis proxy: its compiled rules, its bounds, and the counts its connections share. One per
@@ -19,7 +19,7 @@ pub struct RedisProxy {
     draw: Arc<dyn Draw>,
     probabilistic: bool,
     connections: AtomicU64,
-    pub(crate) attempts: Attempts,
+    pub(crate) attempts: SubjectCounts,
 }
 
 impl std::fmt::Debug for RedisProxy {
@@ -93,7 +93,7 @@ impl RedisProxy {
             rules,
             draw,
             connections: AtomicU64::new(0),
-            attempts: Attempts::new(65_536),
+            attempts: SubjectCounts::new(65_536),
         })
     }
 
