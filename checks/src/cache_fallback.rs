@@ -156,6 +156,10 @@ impl Check for CacheFallbackCheck {
         CacheFallbackConfig::NAME
     }
 
+    fn reads_protocol(&self) -> bool {
+        true
+    }
+
     fn observe(&mut self, a: &Attempt<'_>) {
         let e = a.entry;
         if e.redis().is_some() {

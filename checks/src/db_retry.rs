@@ -383,6 +383,10 @@ impl Check for DbRetryCheck {
         DbRetryConfig::NAME
     }
 
+    fn reads_protocol(&self) -> bool {
+        true
+    }
+
     fn observe(&mut self, a: &Attempt<'_>) {
         let e = a.entry;
         self.last_us = self.last_us.max(e.t_recv_us);
