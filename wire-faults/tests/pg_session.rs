@@ -585,3 +585,30 @@ fn a_data_row_passes_in_pieces_and_a_dropped_answer_withholds_them() {
     assert!(replies.iter().all(|r| r.relay == Relay::Swallow));
     assert!(replies.last().is_some_and(|r| r.close));
 }
+
+#[test]
+fn a_pipeline_deeper_than_the_bound_is_a_violation_and_nothing_grows() {
+    let p = proxy("max_pipeline: 4\n");
+    let mut c = Conn::new(&p);
+    c.startup();
+    let mut b = BytesMut::new();
+    for _ in 0..3 {
+        frontend::sync(&mut b);
+    }
+    frontend::query("SELECT 1", &mut b).unwrap();
+    frontend::sync(&mut b);
+    let steps = c.client(&b);
+    assert!(steps[..4].iter().all(|(_, s)| !s.close));
+    assert!(steps[4].1.close, "the fifth unit ahead of the answers");
+    let v = c
+        .journal
+        .last()
+        .and_then(|e| e.postgres())
+        .and_then(|s| s.violation.clone());
+    assert!(v.is_some_and(|v| v.contains("more than 4")));
+    // The statement in flight is settled, not left behind.
+    assert!(c
+        .statements()
+        .iter()
+        .any(|s| s.statement.as_deref() == Some("SELECT 1")));
+}

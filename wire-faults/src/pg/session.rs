@@ -263,6 +263,9 @@ impl PgSession {
                 self.statement(p, params, false, now_us, host)
             }
             Frontend::Sync => {
+                if let Some(step) = self.over_pipeline(now_us, host) {
+                    return step;
+                }
                 self.queue.push_back(Unit::Sync);
                 if !self.block {
                     self.end_tx();
@@ -364,18 +367,8 @@ impl PgSession {
         now_us: u64,
         host: &mut dyn Host,
     ) -> ToServer {
-        if self.queue.len() + self.held.len() >= self.proxy.max_pipeline {
-            let e = WireError::Malformed {
-                protocol: "PostgreSQL",
-                detail: format!(
-                    "more than {} statements pipelined ahead of their answers",
-                    self.proxy.max_pipeline
-                ),
-            };
-            return match self.on_violation(Side::Client, &e, now_us, host) {
-                OnViolation::Close => ToServer::close(),
-                OnViolation::Forward => ToServer::forward(),
-            };
+        if let Some(step) = self.over_pipeline(now_us, host) {
+            return step;
         }
         if !self.in_tx {
             self.tx += 1;
@@ -484,6 +477,25 @@ impl PgSession {
         }
         self.queue.push_back(Unit::Stmt(stmt));
         step
+    }
+
+    /// A client that sent more than the bound ahead of the answers (statements and Syncs):
+    /// a violation, so that what the session holds for it stays bounded.
+    fn over_pipeline(&mut self, now_us: u64, host: &mut dyn Host) -> Option<ToServer> {
+        if self.queue.len() + self.held.len() < self.proxy.max_pipeline {
+            return None;
+        }
+        let e = WireError::Malformed {
+            protocol: "PostgreSQL",
+            detail: format!(
+                "more than {} statements and Syncs pipelined ahead of their answers",
+                self.proxy.max_pipeline
+            ),
+        };
+        Some(match self.on_violation(Side::Client, &e, now_us, host) {
+            OnViolation::Close => ToServer::close(),
+            OnViolation::Forward => ToServer::forward(),
+        })
     }
 
     /// What to do with a message from the server, which arrived at `now_us`.
