@@ -3,7 +3,7 @@
 //! readers into a session that has rules of every kind.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use wire_faults::config::{PostgresConfig, RedisConfig};
 use wire_faults::pg::{
@@ -61,8 +61,11 @@ pub fn pg_wire(data: &[u8]) {
     let Some((piece, client, server)) = split(data) else {
         return;
     };
-    let cfg = PostgresConfig::from_yaml(
-        r#"
+    // Parsed once (its regex compiled once); the proxy, with its counts, is new per input.
+    static CONFIG: OnceLock<PostgresConfig> = OnceLock::new();
+    let cfg = CONFIG.get_or_init(|| {
+        PostgresConfig::from_yaml(
+            r#"
 max_message: 4KiB
 max_statement: 64
 max_pipeline: 8
@@ -74,10 +77,11 @@ rules:
   - { match: { startup: true, probability: 0.3 }, fault: { error: "53300" } }
   - { match: { probability: 0.2 }, fault: { error: { sqlstate: 57P01 } } }
 "#,
-        "fuzz",
-    )
-    .expect("the fuzz rules are valid");
-    let proxy = PgProxy::new("db", &cfg, draw());
+            "fuzz",
+        )
+        .expect("the fuzz rules are valid")
+    });
+    let proxy = PgProxy::new("db", cfg, draw());
     let mut session = PgSession::new(&proxy, 1);
     let mut host = Taken(BTreeSet::new());
     let mut journal = Vec::new();
@@ -155,8 +159,10 @@ pub fn resp_wire(data: &[u8]) {
     let Some((piece, client, server)) = split(data) else {
         return;
     };
-    let cfg = RedisConfig::from_yaml(
-        r#"
+    static CONFIG: OnceLock<RedisConfig> = OnceLock::new();
+    let cfg = CONFIG.get_or_init(|| {
+        RedisConfig::from_yaml(
+            r#"
 max_message: 4KiB
 max_key: 16
 max_pipeline: 8
@@ -167,10 +173,11 @@ rules:
   - { match: { command: PING }, fault: reset }
   - { match: { probability: 0.3 }, fault: { delay: { duration: 1ms, when: after } } }
 "#,
-        "fuzz",
-    )
-    .expect("the fuzz rules are valid");
-    let proxy = RedisProxy::new("cache", &cfg, draw());
+            "fuzz",
+        )
+        .expect("the fuzz rules are valid")
+    });
+    let proxy = RedisProxy::new("cache", cfg, draw());
     let mut session = RedisSession::new(&proxy, 1);
     let mut host = Taken(BTreeSet::new());
     let mut journal = Vec::new();
