@@ -9,6 +9,8 @@
 #                             when missing)
 #   .cache/calibration/openapi/venv   FastAPI and uvicorn for harness/tests/audit_fastapi.rs
 #                             (calibration/openapi/install.sh, calibration/openapi/requirements.txt)
+#   .cache/calibration/below/venv     psycopg and redis-py for wire-faults/tests/services.rs
+#                             (calibration/below/install.sh, calibration/below/requirements.txt)
 # and, through calibration/toxiproxy/install.sh, Toxiproxy's published clients (Python and Node) with
 # the Redis and PostgreSQL clients their tests drive, in .cache/toxiproxy/.
 # Idempotent: a stamp file per part records the hash of its pin file; when it matches, nothing runs.
@@ -67,6 +69,9 @@ fi
 
 # The FastAPI service `harness audit` is tested against, in a venv of its own.
 bash "$CAL/openapi/install.sh" || die "calibration/openapi/install.sh failed"
+
+# The services behind the protocol-aware proxies (psycopg, redis-py; Debian's redis-server).
+bash "$CAL/below/install.sh" || die "calibration/below/install.sh failed"
 
 # ---- node --------------------------------------------------------------------------------------
 NODE_DIR="$CACHE/node"

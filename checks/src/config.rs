@@ -31,6 +31,8 @@
 //! duplicate_ack: { on_failure: fail }
 //! ack_latency: { timeout_ms: 10000 }
 //! ordering: { verify_state: { url: "/state/{subject}", field: type } }
+//! db_retry: { transient: ["40001", "40P01", "57P01"], min_backoff_ms: 10 }
+//! cache_fallback: { expect: answer }
 //! ```
 //!
 //! Each check's fields and defaults are documented with its config struct
@@ -41,7 +43,9 @@ use yaml_config::ConfigError;
 
 use super::ack_latency::AckLatencyConfig;
 use super::amplification::AmplificationConfig;
+use super::cache_fallback::CacheFallbackConfig;
 use super::circuit_breaker::CircuitBreakerConfig;
+use super::db_retry::DbRetryConfig;
 use super::duplicate_ack::DuplicateAckConfig;
 use super::duplicates::DuplicatesConfig;
 use super::effects_once::EffectsOnceConfig;
@@ -216,6 +220,11 @@ check_table! {
     ack_latency: AckLatencyConfig,
     /// A subject delivered out of order that ended in the wrong state.
     ordering: OrderingConfig,
+    /// A database transaction retried wrongly: only its failed statement, at once, not at all,
+    /// or after an error retrying cannot fix.
+    db_retry: DbRetryConfig,
+    /// A service that fails its client when its cache fails (or serves when it should fail).
+    cache_fallback: CacheFallbackConfig,
 }
 
 fn default_max_evidence() -> usize {

@@ -52,8 +52,10 @@
 
 pub mod ack_latency;
 pub mod amplification;
+pub mod cache_fallback;
 pub mod circuit_breaker;
 pub mod config;
+pub mod db_retry;
 pub mod duplicate_ack;
 pub mod duplicates;
 pub mod effects_once;
@@ -87,8 +89,10 @@ use history::Facts;
 
 pub use ack_latency::AckLatencyConfig;
 pub use amplification::AmplificationConfig;
+pub use cache_fallback::{CacheFallbackConfig, Fallback};
 pub use circuit_breaker::CircuitBreakerConfig;
 pub use config::{ChecksConfig, CHECK_NAMES};
+pub use db_retry::DbRetryConfig;
 pub use duplicate_ack::DuplicateAckConfig;
 pub use duplicates::DuplicatesConfig;
 pub use effects_once::EffectsOnceConfig;
@@ -119,6 +123,11 @@ pub trait Check: Send {
     fn observe(&mut self, attempt: &Attempt<'_>);
     /// Learns that an operation will get no more attempts.
     fn close(&mut self, _op: &ClosedOperation) {}
+    /// Whether it reads the statements and commands protocol-aware proxies journal; the other
+    /// checks judge requests and never see them.
+    fn reads_protocol(&self) -> bool {
+        false
+    }
     /// The verdict, once the journal has ended, with the facts gathered beside it.
     fn finish(self: Box<Self>, facts: &Facts) -> CheckResult;
 }
@@ -206,8 +215,11 @@ pub struct CheckSet {
 impl CheckSet {
     /// Sees the next journal entry, with its place in its operation.
     pub fn observe(&mut self, attempt: &Attempt<'_>) {
+        let protocol = attempt.entry.is_protocol();
         for check in &mut self.checks {
-            check.observe(attempt);
+            if !protocol || check.reads_protocol() {
+                check.observe(attempt);
+            }
         }
     }
 
@@ -379,6 +391,33 @@ mod tests {
         let (tracker, checks) = ChecksRunner::split(&ChecksConfig::default());
         send(&tracker);
         send(&checks);
+    }
+
+    #[test]
+    fn statements_and_commands_are_not_requests_to_the_request_checks() {
+        // One answered request, and the statements and commands it made below HTTP (no status:
+        // taken for requests, they would be errors).
+        let mut j = vec![entry(1, 0).took(50).status(201).build()];
+        for i in 0..5u32 {
+            let seq = u64::from(i);
+            j.push(entry(2 + seq, 1 + i).statement(1, 1, "SELECT 1").build());
+            j.push(entry(7 + seq, 1 + i).redis(2, "GET", Some("k")).build());
+        }
+        let cfg =
+            ChecksConfig::from_yaml("thresholds: { rules: [\"error_rate < 1%\"] }\ndb_retry: {}")
+                .expect("valid");
+        let results = run_checks(&cfg, &j);
+        assert_eq!(results[0].name, "thresholds");
+        assert_eq!(results[0].verdict, Verdict::Pass, "{}", results[0]);
+        assert!(results[0].summary.contains("0.00%"), "{}", results[0]);
+        // The check that reads them still does.
+        assert!(
+            results[1]
+                .summary
+                .contains("no journaled transaction failed"),
+            "{}",
+            results[1]
+        );
     }
 
     #[test]

@@ -120,6 +120,14 @@ fn the_yaml_loader_stands_alone() {
     assert_free_of("yaml-config", RUNTIME_AND_IO);
 }
 
+/// The wire protocols are read and decided on as pure functions over bytes: a proxy, a fuzzer
+/// and a test share them, and none of them needs a runtime, a socket or the server.
+#[test]
+fn the_wire_protocols_are_pure() {
+    assert_free_of("wire-faults", RUNTIME_AND_IO);
+    assert_free_of("wire-faults", &["fault-server", "harness", "transport"]);
+}
+
 #[test]
 fn the_fault_server_does_not_know_the_harness() {
     assert_free_of("fault-server", &["harness", "checks"]);

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::protocol::{PgStatement, Protocol, RedisCommand};
 use crate::{GrpcCode, TcpConnection};
 
 /// What finally happened to a request's connection.
@@ -249,6 +250,12 @@ pub struct Entry {
     /// journaled when the connection ends (see [`TcpConnection`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp: Option<Box<TcpConnection>>,
+
+    // Below HTTP: what a protocol-aware proxy read (kept apart from the fields above).
+    /// A statement or command that a PostgreSQL- or Redis-aware proxy read (see
+    /// [`Protocol`]); absent on every other entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<Protocol>,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -308,6 +315,27 @@ impl Entry {
     /// Whether this entry is a genuine webhook delivery: a delivery that was not forged.
     pub fn is_genuine_delivery(&self) -> bool {
         self.event_type.is_some() && self.forged.is_none()
+    }
+
+    /// Whether this entry is a statement or command a protocol-aware proxy read, not a request.
+    pub fn is_protocol(&self) -> bool {
+        self.protocol.is_some()
+    }
+
+    /// The PostgreSQL statement this entry journals, if it is one.
+    pub fn postgres(&self) -> Option<&PgStatement> {
+        match &self.protocol {
+            Some(Protocol::Postgres(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The Redis command this entry journals, if it is one.
+    pub fn redis(&self) -> Option<&RedisCommand> {
+        match &self.protocol {
+            Some(Protocol::Redis(c)) => Some(c),
+            _ => None,
+        }
     }
 
     /// The value of a recorded response header (lower-case name): `None` when the response had

@@ -139,6 +139,13 @@ impl Entry {
                 w.raw(b"null");
             }
         }
+        if let Some(p) = &self.protocol {
+            // Nested and varied: left to serde (the bytes it would write, by construction).
+            w.raw(b",\"protocol\":");
+            if serde_json::to_writer(&mut *w.out, p).is_err() {
+                w.raw(b"null");
+            }
+        }
         w.raw(b"}");
     }
 }
@@ -389,6 +396,14 @@ mod tests {
                 }],
                 toxic: Some("timeout".into()),
                 ..crate::TcpConnection::default()
+            })),
+            protocol: Some(crate::Protocol::Postgres(crate::PgStatement {
+                proxy: "db".into(),
+                statement: Some("COMMIT \"x\"\n".into()),
+                control: Some(crate::TxControl::Commit),
+                tx: 3,
+                committed: Some(true),
+                ..Default::default()
             })),
         };
         same_as_serde(&full);

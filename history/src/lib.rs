@@ -16,6 +16,7 @@ mod client;
 mod entry;
 mod grpc;
 mod json;
+mod protocol;
 pub mod sample;
 mod store;
 mod tcp;
@@ -23,6 +24,7 @@ mod tcp;
 pub use client::{ClientAttempt, ClientFigures, ErrorKind};
 pub use entry::{Entry, HttpVersion, Outcome};
 pub use grpc::{GrpcCode, UnknownGrpcCode};
+pub use protocol::{PgStatement, Protocol, RedisCommand, TxControl, TxStatus};
 pub use store::{KeyCount, KeyState, StoreCounts, StoreStates};
 pub use tcp::{AppliedToxic, EndedBy, TcpConnection, TcpEnd};
 

@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 
 use history::{
-    AppliedToxic, EndedBy, Entry, GrpcCode, HttpVersion, Outcome, TcpConnection, TcpEnd,
+    AppliedToxic, EndedBy, Entry, GrpcCode, HttpVersion, Outcome, PgStatement, Protocol, RedisCommand,
+    TcpConnection, TcpEnd, TxControl, TxStatus,
 };
 use proptest::prelude::*;
 
@@ -55,6 +56,94 @@ prop_compose! {
     }
 }
 
+/// A statement or a command as a protocol-aware proxy journals it, every field drawn.
+fn protocol() -> impl Strategy<Value = Protocol> {
+    let pg = (
+        (
+            text(),
+            proptest::option::of(text()),
+            any::<bool>(),
+            proptest::option::of(text()),
+        ),
+        (
+            any::<u64>(),
+            any::<bool>(),
+            proptest::option::of(text()),
+            proptest::option::of(text()),
+        ),
+        (
+            proptest::option::of(text()),
+            proptest::option::of(any::<bool>()),
+            any::<bool>(),
+            any::<bool>(),
+        ),
+        (
+            proptest::option::of(prop_oneof![
+                Just(TxStatus::Idle),
+                Just(TxStatus::Transaction),
+                Just(TxStatus::Failed)
+            ]),
+            proptest::option::of(prop_oneof![
+                Just(TxControl::Begin),
+                Just(TxControl::Commit),
+                Just(TxControl::RollbackTo)
+            ]),
+            proptest::option::of(text()),
+            proptest::option::of(text()),
+        ),
+    )
+        .prop_map(
+            |(
+                (proxy, statement, truncated, params),
+                (tx, block, sqlstate, message),
+                (tag, committed, skipped, startup),
+                (status, control, violation, _),
+            )| {
+                Protocol::Postgres(PgStatement {
+                    proxy,
+                    statement,
+                    truncated,
+                    control,
+                    params,
+                    tx,
+                    block,
+                    sqlstate,
+                    message,
+                    tag,
+                    status,
+                    committed,
+                    skipped,
+                    startup,
+                    violation,
+                })
+            },
+        );
+    let redis = (
+        (text(), text(), proptest::option::of(text()), any::<u32>()),
+        (
+            any::<bool>(),
+            proptest::option::of(text()),
+            proptest::option::of(text()),
+            proptest::option::of(text()),
+        ),
+    )
+        .prop_map(
+            |((proxy, command, key, args), (inline, reply, error, violation))| {
+                Protocol::Redis(RedisCommand {
+                    proxy,
+                    command,
+                    key,
+                    args,
+                    inline,
+                    reply,
+                    error,
+                    violation,
+                })
+            },
+        );
+    prop_oneof![pg, redis]
+}
+
 prop_compose! {
     fn connection()(
         (proxy, client, upstream, connect_error) in (text(), text(), text(), proptest::option::of(text())),
@@ -89,13 +178,14 @@ prop_compose! {
         (event_type, event_seq, forged) in (proptest::option::of(text()), proptest::option::of(any::<u32>()), proptest::option::of(text())),
         (delivery_attempt, answer_dropped) in (proptest::option::of(any::<u32>()), any::<bool>()),
         tcp in proptest::option::of(connection()),
+        protocol in proptest::option::of(protocol()),
     ) -> Entry {
         Entry {
             t_body_us, t_wire_us, unix_us, replica, body_sha256, rule, fault, created, transition,
             resource, body_len, conn_id, draw, response_bytes, grpc_method,
             grpc_status: grpc_status.and_then(GrpcCode::from_number), grpc_message,
             grpc_previous_attempts, grpc_timeout_ms, pushback_ms, committed,
-            event_type, event_seq, forged, delivery_attempt, answer_dropped,
+            event_type, event_seq, forged, delivery_attempt, answer_dropped, protocol,
             tcp: tcp.map(Box::new),
             ..e
         }
