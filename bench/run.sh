@@ -62,15 +62,15 @@ for part in throughput rate tls conns proxy soak server-soak; do
 done
 if [ $NEEDS_WRK_OHA = 1 ] && ! command -v wrk >/dev/null 2>&1; then
   echo "== installing wrk"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
+  flock /tmp/apt.harness.lock apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive flock /tmp/apt.harness.lock apt-get -o DPkg::Lock::Timeout=600 install -y -qq wrk >/dev/null
 fi
 if ! command -v h2load >/dev/null 2>&1; then
   echo "== installing h2load (nghttp2-client)"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nghttp2-client >/dev/null
+  flock /tmp/apt.harness.lock apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive flock /tmp/apt.harness.lock apt-get -o DPkg::Lock::Timeout=600 install -y -qq nghttp2-client >/dev/null
 fi
 if wants proxy && ! command -v nginx >/dev/null 2>&1; then
   echo "== installing nginx (the proxy part's upstream and its proxy_pass anchor)"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null
+  flock /tmp/apt.harness.lock apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive flock /tmp/apt.harness.lock apt-get -o DPkg::Lock::Timeout=600 install -y -qq nginx >/dev/null
 fi
 if [ $NEEDS_WRK_OHA = 1 ] && ! command -v oha >/dev/null 2>&1; then
   echo "== installing oha (a few minutes of compiling, once)"
@@ -80,7 +80,7 @@ fi
 # /usr/bin/time (peak RSS, CPU time) and curl (the fault server's reset between runs).
 for tool in /usr/bin/time:time curl:curl; do
   if ! command -v "${tool%%:*}" >/dev/null 2>&1; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${tool##*:}" >/dev/null
+    flock /tmp/apt.harness.lock apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive flock /tmp/apt.harness.lock apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${tool##*:}" >/dev/null
   fi
 done
 

@@ -31,8 +31,8 @@ hash_of() { cat "$@" | sha256sum | cut -d' ' -f1; }
 apt_install() {
     command -v apt-get >/dev/null || die "$1 is missing and apt-get is not available: install $* by hand"
     echo "installing Debian packages: $*" >&2
-    apt-get update -qq >/dev/null || die "apt-get update failed: the Debian package archive is unreachable"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null \
+    flock /tmp/apt.harness.lock apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null || die "apt-get update failed: the Debian package archive is unreachable"
+    DEBIAN_FRONTEND=noninteractive flock /tmp/apt.harness.lock apt-get -o DPkg::Lock::Timeout=600 install -y -qq "$@" >/dev/null \
         || die "apt-get install $* failed"
 }
 

@@ -19,7 +19,7 @@ if [ ! -x "$venv/bin/python" ]; then
   mkdir -p "$(dirname "$venv")"
   if ! python3 -m venv "$venv" 2>/dev/null; then
     # Debian's python3 keeps venv (ensurepip) in a package of its own.
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+    flock /tmp/apt.harness.lock apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive flock /tmp/apt.harness.lock apt-get -o DPkg::Lock::Timeout=600 install -y -qq python3-venv >/dev/null
     rm -rf "$venv"
     python3 -m venv "$venv"
   fi

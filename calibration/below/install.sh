@@ -20,8 +20,8 @@ die() { echo "calibration/below/install.sh: $*" >&2; exit 1; }
 if ! command -v redis-server >/dev/null; then
     command -v apt-get >/dev/null || die "redis-server is missing and apt-get is not available"
     echo "installing Debian's redis-server" >&2
-    apt-get update -qq >/dev/null || die "apt-get update failed: the Debian package archive is unreachable"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null \
+    flock /tmp/apt.harness.lock apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null || die "apt-get update failed: the Debian package archive is unreachable"
+    DEBIAN_FRONTEND=noninteractive flock /tmp/apt.harness.lock apt-get -o DPkg::Lock::Timeout=600 install -y -qq redis-server >/dev/null \
         || die "apt-get install redis-server failed"
 fi
 

@@ -359,6 +359,8 @@ mod tests {
                 failed_operations: 0,
                 sent: 1,
                 completed: 1,
+                failed_attempts: 0,
+                transport_errors: 0,
                 latency: hdrhistogram::Histogram::new(3).expect("histogram"),
                 duration: std::time::Duration::from_secs(1),
             }),

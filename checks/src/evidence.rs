@@ -54,10 +54,11 @@ impl Findings {
 
 /// Adds every piece of `findings` to `result`.
 pub(crate) fn attach(mut result: verdict::CheckResult, findings: Findings) -> verdict::CheckResult {
+    let total = findings.total();
     for e in findings.into_evidence() {
         result = result.evidence(e);
     }
-    result
+    result.findings(total)
 }
 
 #[cfg(test)]

@@ -526,15 +526,17 @@ impl Check for IdempotencySemanticsCheck {
         for (k, v) in keys.drain() {
             self.judge(k, v);
         }
+        let n = |count: u64, one: &str, many: &str| {
+            format!("{count} {}", if count == 1 { one } else { many })
+        };
         let tally = format!(
-            "{} keys: {} created once, {} replays, {} conflicts (409), {} body mismatches, {} \
-             missing keys",
-            self.n_keys,
+            "{}: {} created once, {}, {} (409), {}, {}",
+            n(self.n_keys, "key", "keys"),
             self.creations,
-            self.replays,
-            self.conflicts,
-            self.mismatches,
-            self.missing_key
+            n(self.replays, "replay", "replays"),
+            n(self.conflicts, "conflict", "conflicts"),
+            n(self.mismatches, "body mismatch", "body mismatches"),
+            n(self.missing_key, "missing key", "missing keys"),
         );
         let (verdict, summary) = if let Some(first) = self.violations.first_detail() {
             (

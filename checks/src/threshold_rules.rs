@@ -8,11 +8,22 @@
 //! Grammar: `METRIC OP VALUE[UNIT]`, spaces optional.
 //! - METRIC: `p50`, `p99`, `p99.9`, `p(95)`; `p999` reads as p99.9 and `p9999` as p99.99 (a
 //!   number above 100 gets its decimal point after two digits); `avg` (or `mean`), `med`, `min`,
-//!   `max` — all latencies; `error_rate`; `throughput`.
+//!   `max` — all latencies; `error_rate`, `request_failure_rate`, `transport_error_rate`;
+//!   `throughput`.
 //! - OP: `<`, `<=`, `>`, `>=`.
-//! - UNIT: for latencies `us` (or `µs`), `ms`, `s`, or none for milliseconds; for `error_rate`
-//!   `%`, or none for a fraction (`0.01`); for `throughput` `/s` (or `rps`), `/min`, or none for
-//!   per second.
+//! - UNIT: for latencies `us` (or `µs`), `ms`, `s`, or none for milliseconds (as k6); for the
+//!   rates `%`, or none for a fraction (`0.01`); for `throughput` `/s` (or `rps`), `/min`, or none
+//!   for per second.
+//!
+//! The three rates count different things, and each keeps its one meaning everywhere a report
+//! shows it:
+//! - `error_rate`: **operation failures** — operations (what a caller asked for once, whatever
+//!   its retries) that failed after their retries (no answer, a 5xx, a failing gRPC status, or a
+//!   fallback), over operations;
+//! - `request_failure_rate`: **request failures** — attempts (retries included) answered with a
+//!   5xx or a failing gRPC status, or not answered at all, over attempts sent;
+//! - `transport_error_rate`: **transport errors** — attempts that got no answer at all
+//!   (connect, timeout, reset, closed, malformed), over attempts sent.
 
 use std::fmt;
 use std::str::FromStr;
@@ -33,8 +44,14 @@ pub enum Metric {
     Min,
     /// Largest latency.
     Max,
-    /// Errors (no response or 5xx) over all requests, as a fraction.
+    /// Operation failures: operations that failed after their retries, over operations, as a
+    /// fraction.
     ErrorRate,
+    /// Request failures: attempts answered with a 5xx (or a failing gRPC status) or not at all,
+    /// over attempts sent, as a fraction.
+    RequestFailureRate,
+    /// Transport errors: attempts that got no answer at all, over attempts sent, as a fraction.
+    TransportErrorRate,
     /// Requests per second.
     Throughput,
 }
@@ -42,7 +59,26 @@ pub enum Metric {
 impl Metric {
     /// True for the latency metrics (values in milliseconds).
     pub fn is_latency(self) -> bool {
-        !matches!(self, Metric::ErrorRate | Metric::Throughput)
+        !self.is_rate() && self != Metric::Throughput
+    }
+
+    /// True for the three failure rates (values as fractions).
+    pub fn is_rate(self) -> bool {
+        matches!(
+            self,
+            Metric::ErrorRate | Metric::RequestFailureRate | Metric::TransportErrorRate
+        )
+    }
+
+    /// The metric's name in a rule, for a rate or throughput; `None` for a latency.
+    pub fn name(self) -> Option<&'static str> {
+        match self {
+            Metric::ErrorRate => Some("error_rate"),
+            Metric::RequestFailureRate => Some("request_failure_rate"),
+            Metric::TransportErrorRate => Some("transport_error_rate"),
+            Metric::Throughput => Some("throughput"),
+            _ => None,
+        }
     }
 }
 
@@ -159,8 +195,8 @@ impl<'a> Parser<'a> {
     }
 
     fn metric(&mut self) -> Result<Metric, RuleError> {
-        const EXPECTED: &str =
-            "a metric (pNN, p(NN), avg, med, min, max, error_rate or throughput)";
+        const EXPECTED: &str = "a metric (pNN, p(NN), avg, med, min, max, error_rate, \
+             request_failure_rate, transport_error_rate or throughput)";
         let start = self.pos;
         let word = self.take_while(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
         let metric = match word {
@@ -169,6 +205,8 @@ impl<'a> Parser<'a> {
             "min" => Metric::Min,
             "max" => Metric::Max,
             "error_rate" => Metric::ErrorRate,
+            "request_failure_rate" => Metric::RequestFailureRate,
+            "transport_error_rate" => Metric::TransportErrorRate,
             "throughput" => Metric::Throughput,
             "p" if self.eat("(") => {
                 let p = self.number("a percentile between 0 and 100")?;
@@ -228,7 +266,7 @@ impl<'a> Parser<'a> {
                 _ => None,
             };
             (f, "a duration unit (us, ms or s)")
-        } else if metric == Metric::ErrorRate {
+        } else if metric.is_rate() {
             let f = match unit {
                 "" => Some(1.0),
                 "%" => Some(0.01),
@@ -252,7 +290,7 @@ impl<'a> Parser<'a> {
 
 /// The shape of a rule as a regular expression, for the JSON Schema: each metric with the units
 /// it takes. The percentile's range (0, 100] is the parser's to check.
-pub const RULE_PATTERN: &str = r"^\s*((p[0-9.]+|p\([0-9.]+\)|avg|mean|med|min|max)\s*(<=|>=|<|>)\s*[0-9.]+(us|µs|ms|s)?|error_rate\s*(<=|>=|<|>)\s*[0-9.]+%?|throughput\s*(<=|>=|<|>)\s*[0-9.]+(/s|rps|/min|/m)?)\s*$";
+pub const RULE_PATTERN: &str = r"^\s*((p[0-9.]+|p\([0-9.]+\)|avg|mean|med|min|max)\s*(<=|>=|<|>)\s*[0-9.]+(us|µs|ms|s)?|(error_rate|request_failure_rate|transport_error_rate)\s*(<=|>=|<|>)\s*[0-9.]+%?|throughput\s*(<=|>=|<|>)\s*[0-9.]+(/s|rps|/min|/m)?)\s*$";
 
 impl schemars::JsonSchema for Rule {
     fn schema_name() -> std::borrow::Cow<'static, str> {
@@ -261,7 +299,7 @@ impl schemars::JsonSchema for Rule {
 
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
-            "description": "METRIC OP VALUE[UNIT]: `p99 < 200ms`, `p(99.9) <= 1s`, `avg < 50ms`, `error_rate < 1%`, `throughput > 500/s`.",
+            "description": "METRIC OP VALUE[UNIT]: `p99 < 200ms`, `p(99.9) <= 1s`, `avg < 50ms`, `error_rate < 1%` (operations failed after their retries), `request_failure_rate < 5%` (attempts answered 5xx or not at all), `transport_error_rate < 1%` (attempts not answered), `throughput > 500/s`. A latency without a unit is in milliseconds.",
             "type": "string",
             "pattern": RULE_PATTERN
         })
@@ -308,7 +346,7 @@ impl Rule {
     /// `value` in the rule's terms, e.g. `212.4 ms`, `1.20%`, `480.0/s`.
     pub fn show(&self, value: f64) -> String {
         match self.metric {
-            Metric::ErrorRate => format!("{:.2}%", value * 100.0),
+            m if m.is_rate() => format!("{:.2}%", value * 100.0),
             Metric::Throughput => format!("{value:.1}/s"),
             _ => format!("{value:.1} ms"),
         }
@@ -370,6 +408,11 @@ mod tests {
         let e = ok("error_rate < 1%");
         assert_eq!((e.metric, e.limit), (Metric::ErrorRate, 0.01));
         assert_eq!(ok("error_rate <= 0.05").limit, 0.05);
+        let r = ok("request_failure_rate < 5%");
+        assert_eq!((r.metric, r.limit), (Metric::RequestFailureRate, 0.05));
+        let t = ok("transport_error_rate<=0.5%");
+        assert_eq!((t.metric, t.limit), (Metric::TransportErrorRate, 0.005));
+
         let t = ok("throughput > 500/s");
         assert_eq!(
             (t.metric, t.op, t.limit),

@@ -6,17 +6,23 @@
 //!
 //! Two sources of figures, one evaluation ([`evaluate`]):
 //! - the journal (this check): latency = `t_done_us` − `t_recv_us` of every entry, recorded in an
-//!   HDR histogram (µs, 3 significant digits) so memory stays constant; error = no response or 5xx;
-//!   throughput = entries / (last `t_done_us` − first `t_recv_us`);
+//!   HDR histogram (µs, 3 significant digits) so memory stays constant; a request failure = no
+//!   response or a 5xx; an operation = the requests that share an Idempotency-Key (a request
+//!   without one is an operation of its own), failed when its last request failed; throughput =
+//!   entries / (last `t_done_us` − first `t_recv_us`);
 //! - the load driver's figures when the harness drove the load ([`history::ClientFigures`] in the
-//!   history's facts): latency per request, errors per operation after its retries, throughput —
-//!   what the users saw; or any other figures: build a [`Measured`] and call [`evaluate`].
+//!   history's facts): latency per request, operations failed after their retries, attempts
+//!   failed, throughput — what the users saw; or any other figures: build a [`Measured`] and call
+//!   [`evaluate`].
 //!
 //! A rule whose figure is unavailable (e.g. `p95` against a summary that only has p50/p90/p99/p999)
 //! makes the result Inconclusive unless another rule fails.
 //!
-//! Metrics: `rules` (one object per rule: rule, value, passed), `requests`, `error_rate`,
-//! `throughput_rps`, `latency_p50_ms`, `latency_p99_ms` (when known).
+//! Metrics: `rules` (one object per rule: rule, value, passed), `requests`, `error_rate`
+//! (operation failures), `request_failure_rate`, `transport_error_rate`, `throughput_rps`,
+//! `latency_p50_ms`, `latency_p99_ms` (when known).
+
+use std::collections::HashMap;
 
 use hdrhistogram::Histogram;
 use history::Facts;
@@ -62,7 +68,10 @@ impl LatencyFigures {
                     Metric::Mean => h.mean(),
                     Metric::Min => h.min() as f64,
                     Metric::Max => h.max() as f64,
-                    Metric::ErrorRate | Metric::Throughput => return None,
+                    Metric::ErrorRate
+                    | Metric::RequestFailureRate
+                    | Metric::TransportErrorRate
+                    | Metric::Throughput => return None,
                 };
                 Some(us / 1000.0)
             }
@@ -92,8 +101,13 @@ impl LatencyFigures {
 pub struct Measured {
     /// Latency distribution.
     pub latency: Option<LatencyFigures>,
-    /// Errors over requests, as a fraction.
+    /// Operation failures: operations failed after their retries, over operations, as a
+    /// fraction.
     pub error_rate: Option<f64>,
+    /// Request failures: attempts answered 5xx or not at all, over attempts, as a fraction.
+    pub request_failure_rate: Option<f64>,
+    /// Transport errors: attempts not answered at all, over attempts, as a fraction.
+    pub transport_error_rate: Option<f64>,
     /// Requests per second.
     pub throughput_rps: Option<f64>,
     /// Requests behind the figures.
@@ -101,17 +115,13 @@ pub struct Measured {
 }
 
 impl Measured {
-    /// Figures from a report's latency summary, error rate (fraction) and throughput.
-    pub fn from_summary(
-        latency: Latency,
-        error_rate: Option<f64>,
-        throughput: Option<f64>,
-    ) -> Self {
+    /// Figures from a report's latency summary and throughput; its rates are set apart.
+    pub fn from_summary(latency: Latency, throughput: Option<f64>) -> Self {
         Measured {
             requests: latency.count,
             latency: Some(LatencyFigures::Summary(latency)),
-            error_rate,
             throughput_rps: throughput,
+            ..Measured::default()
         }
     }
 
@@ -119,6 +129,8 @@ impl Measured {
     pub fn value(&self, metric: Metric) -> Option<f64> {
         match metric {
             Metric::ErrorRate => self.error_rate,
+            Metric::RequestFailureRate => self.request_failure_rate,
+            Metric::TransportErrorRate => self.transport_error_rate,
             Metric::Throughput => self.throughput_rps,
             m => self.latency.as_ref().and_then(|l| l.value_ms(m)),
         }
@@ -154,7 +166,7 @@ fn evaluate_with(
         match (value, passed) {
             (Some(v), Some(false)) => {
                 let seqs = match rule.metric {
-                    Metric::ErrorRate => hints.errors.clone(),
+                    m if m.is_rate() => hints.errors.clone(),
                     Metric::Throughput => Vec::new(),
                     _ => hints.slowest.clone(),
                 };
@@ -207,8 +219,14 @@ fn evaluate_with(
     let mut result = CheckResult::new("thresholds", verdict, summary)
         .metric("rules", table)
         .metric("requests", measured.requests);
-    if let Some(e) = measured.error_rate {
-        result = result.metric("error_rate", e);
+    for (name, rate) in [
+        ("error_rate", measured.error_rate),
+        ("request_failure_rate", measured.request_failure_rate),
+        ("transport_error_rate", measured.transport_error_rate),
+    ] {
+        if let Some(r) = rate {
+            result = result.metric(name, r);
+        }
     }
     if let Some(t) = measured.throughput_rps {
         result = result.metric("throughput_rps", t);
@@ -225,6 +243,9 @@ fn evaluate_with(
 /// How many seqs a failed rule's evidence lists.
 const HINTS: usize = 5;
 
+/// Idempotency keys whose operation outcome the journal's figures follow.
+const MAX_KEYED: usize = 1 << 20;
+
 /// The `thresholds` check, on figures computed from the journal.
 pub(crate) struct ThresholdsCheck {
     rules: Vec<Rule>,
@@ -232,6 +253,14 @@ pub(crate) struct ThresholdsCheck {
     latency_us: Option<Histogram<u64>>,
     requests: u64,
     errors: u64,
+    transport_errors: u64,
+    /// Whether the last request seen of each Idempotency-Key failed: an operation's outcome.
+    /// Grows with the keys, as every check that reads keys does; capped at [`MAX_KEYED`].
+    keyed: HashMap<String, (u64, bool)>,
+    /// Keyed operations past [`MAX_KEYED`], with the outcome of their first request seen.
+    keyed_overflow: (u64, u64),
+    /// Requests without an Idempotency-Key (each an operation) and how many failed.
+    unkeyed: (u64, u64),
     first_recv_us: Option<u64>,
     last_done_us: u64,
     /// (latency µs, seq) of the slowest requests, slowest first.
@@ -249,6 +278,10 @@ impl ThresholdsCheck {
             latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3).ok(),
             requests: 0,
             errors: 0,
+            transport_errors: 0,
+            keyed: HashMap::new(),
+            keyed_overflow: (0, 0),
+            unkeyed: (0, 0),
             first_recv_us: None,
             last_done_us: 0,
             slowest: Vec::new(),
@@ -269,10 +302,34 @@ impl Check for ThresholdsCheck {
         if let Some(h) = &mut self.latency_us {
             h.saturating_record(latency);
         }
-        if failure::is_error(e) {
+        let failed = failure::is_error(e);
+        if failed {
             self.errors += 1;
             if self.error_seqs.len() < HINTS {
                 self.error_seqs.push(e.seq);
+            }
+        }
+        if failure::no_response(e) {
+            self.transport_errors += 1;
+        }
+        match e.idempotency_key.as_deref() {
+            None => {
+                self.unkeyed.0 += 1;
+                self.unkeyed.1 += u64::from(failed);
+            }
+            Some(k) => {
+                if let Some(last) = self.keyed.get_mut(k) {
+                    if e.seq >= last.0 {
+                        *last = (e.seq, failed);
+                    }
+                } else if self.keyed.len() < MAX_KEYED {
+                    self.keyed.insert(k.to_string(), (e.seq, failed));
+                } else {
+                    // Past the cap a key's later requests cannot be told from new operations:
+                    // each counts as one, which overstates operations, never hides a failure.
+                    self.keyed_overflow.0 += 1;
+                    self.keyed_overflow.1 += u64::from(failed);
+                }
             }
         }
         self.first_recv_us = Some(
@@ -292,16 +349,19 @@ impl Check for ThresholdsCheck {
         // per request, the share of operations that failed after their retries, the client's
         // throughput.
         if let Some(c) = &facts.client {
+            let per_attempt = |n: u64| (c.sent > 0).then(|| n as f64 / c.sent as f64);
             let measured = Measured {
                 latency: Some(LatencyFigures::Histogram(c.latency.clone())),
                 error_rate: (c.operations > 0)
                     .then(|| c.failed_operations as f64 / c.operations as f64),
+                request_failure_rate: per_attempt(c.failed_attempts),
+                transport_error_rate: per_attempt(c.transport_errors),
                 throughput_rps: Some(c.completed as f64 / c.duration.as_secs_f64().max(1e-9)),
                 requests: c.sent,
             };
             let mut result = evaluate(&self.rules, &measured);
             result.summary = format!(
-                "{} (client-side: latency per request, errors per operation)",
+                "{} (client-side: latency per request, error_rate per operation after retries)",
                 result.summary
             );
             return result;
@@ -309,12 +369,19 @@ impl Check for ThresholdsCheck {
         let span_us = self
             .first_recv_us
             .map_or(0, |f| self.last_done_us.saturating_sub(f));
+        let operations = self.keyed.len() as u64 + self.keyed_overflow.0 + self.unkeyed.0;
+        let failed_operations = self.keyed.values().filter(|(_, f)| *f).count() as u64
+            + self.keyed_overflow.1
+            + self.unkeyed.1;
+        let per_request = |n: u64| (self.requests > 0).then(|| n as f64 / self.requests as f64);
         let measured = Measured {
             latency: self
                 .latency_us
                 .filter(|h| !h.is_empty())
                 .map(LatencyFigures::Histogram),
-            error_rate: (self.requests > 0).then(|| self.errors as f64 / self.requests as f64),
+            error_rate: (operations > 0).then(|| failed_operations as f64 / operations as f64),
+            request_failure_rate: per_request(self.errors),
+            transport_error_rate: per_request(self.transport_errors),
             throughput_rps: (span_us > 0).then(|| self.requests as f64 / (span_us as f64 / 1e6)),
             requests: self.requests,
         };
@@ -330,7 +397,7 @@ impl CheckSpec for ThresholdsConfig {
     const NAME: &'static str = "thresholds";
     const ABOUT: About = About {
         catches: "a service that survives by being slow",
-        how: "k6-style rules: `p99 < 200ms`, `p(99.9) <= 1s`, `avg < 50ms`, `error_rate < 1%`, `throughput > 500/s`; with `harness run` on the client's figures (latency per request, errors per operation after retries, throughput), with `analyze`/`exec` on the journal's",
+        how: "k6-style rules: `p99 < 200ms` (a latency without a unit is in ms, as in k6), `p(99.9) <= 1s`, `avg < 50ms`, `error_rate < 1%` (**operation failures**: operations that failed after their retries), `request_failure_rate < 5%` (**request failures**: attempts answered 5xx or not at all), `transport_error_rate < 1%` (**transport errors**: attempts not answered), `throughput > 500/s`; with `harness run` on the client's figures, with `analyze`/`exec` on the journal's (an operation there: the requests that share an Idempotency-Key)",
         evidence: "rules are configured and at least one request was measured",
         limits: "a percentile the figures do not have makes it inconclusive",
     };
@@ -436,7 +503,10 @@ mod tests {
             mean: 20.0,
             count: 1000,
         };
-        let m = Measured::from_summary(latency, Some(0.001), Some(800.0));
+        let m = Measured {
+            error_rate: Some(0.001),
+            ..Measured::from_summary(latency, Some(800.0))
+        };
         let rules = |v: &[&str]| -> Vec<super::Rule> {
             v.iter()
                 .map(|s| s.parse().unwrap_or_else(|e| panic!("{e}")))
@@ -488,6 +558,8 @@ mod tests {
                 failed_operations: 50,
                 sent: 100,
                 completed: 100,
+                failed_attempts: 0,
+                transport_errors: 0,
                 latency,
                 duration: std::time::Duration::from_secs(10),
             }),

@@ -1648,7 +1648,8 @@ impl<'de> Deserialize<'de> for DelaySpec {
                 parse_duration(v).map(DelaySpec::Fixed).map_err(E::custom)
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<DelaySpec, E> {
-                Ok(DelaySpec::Fixed(Duration::from_secs(v)))
+                Dur::deserialize(de::value::U64Deserializer::<E>::new(v))
+                    .map(|d| DelaySpec::Fixed(d.0))
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<DelaySpec, E> {
                 Dur::deserialize(de::value::F64Deserializer::<E>::new(v))

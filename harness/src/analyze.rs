@@ -105,6 +105,7 @@ pub fn analyze_with<R: std::io::Read + Send + 'static>(
     Ok(ReportBuilder::new(format!("analyze {shown}"))
         .started_unix_ms(0)
         .duration(std::time::Duration::from_micros(span_us))
+        .from_journal(true)
         .requests(requests)
         .latency(latency_ms(tally.latency()), throughput)
         .checks(checks)

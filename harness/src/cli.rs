@@ -26,15 +26,14 @@ use crate::tls::TlsOptions;
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// Threads the run's async runtime has (default: one per core), and the threads an HTTP/2
-    /// or gRPC load drives its connections on (default: one per core, half of them against a
-    /// server on this machine). Against a server on the same machine, fewer often go further,
-    /// leaving the cores to the server (as wrk's and h2load's `-t 1`).
+    /// Threads for the runtime and HTTP/2 connections (default: one per core; see the book's
+    /// load page).
     #[arg(
         long,
         global = true,
         value_name = "N",
         env = "HARNESS_THREADS",
+        hide_env_values = true,
         value_parser = clap::value_parser!(u16).range(1..=1024)
     )]
     threads: Option<u16>,
@@ -72,7 +71,7 @@ enum Command {
         )]
         control_token: Option<String>,
         #[command(flatten)]
-        connect: ConnectArgs,
+        tls: TlsArgs,
         #[command(flatten)]
         output: Output,
     },
@@ -126,12 +125,21 @@ enum Command {
     Report {
         /// `report.json` of a run (with `--compare`: the baseline).
         report: PathBuf,
-        /// Compare against this newer report; exit 1 on a regression beyond the tolerances.
+        /// Compare against this newer report; exit 1 on a regression beyond the tolerances, or
+        /// when a check the baseline judged is missing or newly inconclusive.
         #[arg(long, value_name = "NEW.json")]
         compare: Option<PathBuf>,
         /// Tolerances for `--compare` (YAML).
-        #[arg(long, value_name = "FILE")]
+        #[arg(long, value_name = "FILE", requires = "compare")]
         tolerances: Option<PathBuf>,
+        /// With `--compare`: accept a new run that judged less (a check missing, or
+        /// inconclusive where the baseline decided).
+        #[arg(long, requires = "compare")]
+        allow_missing: bool,
+        /// With `--compare`: compare reports of different scenarios (names or checks differ)
+        /// instead of refusing (exit 2).
+        #[arg(long, requires = "compare")]
+        force: bool,
         /// Output format.
         #[arg(long, value_enum, default_value_t = ReportFormat::Table)]
         format: ReportFormat,
@@ -171,9 +179,9 @@ struct Common {
     output: Output,
 }
 
-/// How a URL is reached: TLS and the protocol (every command that takes a URL).
+/// How TLS is spoken to a URL (every command that fetches one).
 #[derive(Debug, Args, Clone, Default)]
-pub(crate) struct ConnectArgs {
+pub(crate) struct TlsArgs {
     /// Trust the CA certificates in this PEM file (besides the public roots).
     #[arg(long, value_name = "FILE")]
     cacert: Option<PathBuf>,
@@ -186,6 +194,33 @@ pub(crate) struct ConnectArgs {
     /// Private key (PEM) of --cert.
     #[arg(long, value_name = "FILE", requires = "cert")]
     key: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    fn options(&self) -> TlsOptions {
+        TlsOptions {
+            ca: self.cacert.clone(),
+            insecure: self.insecure,
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+            trusted_pem: Vec::new(),
+        }
+    }
+
+    /// The settings for a command that only fetches (HTTP/1.1, this TLS).
+    fn connect(&self) -> Connect {
+        Connect {
+            tls: self.options(),
+            ..Connect::default()
+        }
+    }
+}
+
+/// How a URL is loaded: TLS and the protocol (every command that sends load to a URL).
+#[derive(Debug, Args, Clone, Default)]
+pub(crate) struct ConnectArgs {
+    #[command(flatten)]
+    tls: TlsArgs,
     /// Speak HTTP/2: ALPN h2 over TLS, prior knowledge (h2c) over plain http.
     #[arg(long)]
     pub(crate) http2: bool,
@@ -204,13 +239,7 @@ pub(crate) struct ConnectArgs {
 
 impl ConnectArgs {
     fn tls(&self) -> TlsOptions {
-        TlsOptions {
-            ca: self.cacert.clone(),
-            insecure: self.insecure,
-            cert: self.cert.clone(),
-            key: self.key.clone(),
-            trusted_pem: Vec::new(),
-        }
+        self.tls.options()
     }
 
     /// The settings, for a command with no scenario; `streams` checked against its bounds.
@@ -293,27 +322,32 @@ enum Simulation {
 #[derive(Debug, Args)]
 struct HerdArgs {
     /// Clients that fail together at t = 0.
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, value_name = "N", default_value_t = 500)]
     clients: u32,
-    /// Retries per client.
-    #[arg(long, default_value_t = 5)]
+    /// Retries per client, after the request that failed with every other client's.
+    #[arg(
+        long = "retries",
+        alias = "attempts",
+        value_name = "N",
+        default_value_t = 5
+    )]
     attempts: u32,
-    /// First backoff in seconds, doubling on each retry.
-    #[arg(long, default_value_t = 1.0)]
-    base: f64,
-    /// Longest backoff in seconds (default: no cap within the attempts).
-    #[arg(long)]
-    cap: Option<f64>,
-    /// Counting window in seconds.
-    #[arg(long, default_value_t = 0.25)]
-    window: f64,
+    /// First backoff, doubling on each retry, e.g. `1s` or `100ms`.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    base: Duration,
+    /// Longest backoff, e.g. `30s` (default: no cap within the attempts).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    cap: Option<Duration>,
+    /// Counting window, e.g. `250ms`.
+    #[arg(long, value_name = "DURATION", default_value = "250ms", value_parser = parse_duration)]
+    window: Duration,
     /// none, full, equal, decorrelated, or all.
-    #[arg(long, default_value = "all")]
+    #[arg(long, value_name = "KIND", default_value = "all")]
     jitter: String,
     /// Seed of the random draws.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, value_name = "N", default_value_t = 1)]
     seed: u64,
-    /// table or json (a list of rows).
+    /// table, json (a list of rows) or markdown.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
 }
@@ -324,16 +358,16 @@ struct IdempotencyArgs {
     /// Full URL of the create endpoint, e.g. http://127.0.0.1:8080/orders.
     url: String,
     /// Bursts, each with a fresh key.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, value_name = "N", default_value_t = 20)]
     rounds: usize,
-    /// Requests per burst, released together.
-    #[arg(short = 'c', long, default_value_t = 10)]
+    /// Requests in flight at once: each burst's, sent together.
+    #[arg(short = 'c', long, value_name = "N", default_value_t = 10)]
     concurrency: usize,
     /// Method of the create endpoint.
-    #[arg(short = 'm', long, default_value = "POST")]
+    #[arg(short = 'm', long, value_name = "METHOD", default_value = "POST")]
     method: String,
     /// Header carrying the key.
-    #[arg(long, default_value = "Idempotency-Key")]
+    #[arg(long, value_name = "NAME", default_value = "Idempotency-Key")]
     key_header: String,
     /// JSON body (strings may contain {{round}}).
     #[arg(long, value_name = "JSON")]
@@ -348,10 +382,10 @@ struct IdempotencyArgs {
     #[arg(long)]
     key_optional: bool,
     /// Per-request timeout.
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     timeout: Duration,
     /// Makes the keys reproducible.
-    #[arg(long)]
+    #[arg(long, value_name = "N")]
     seed: Option<u64>,
     /// How each burst is released [default: release over HTTP/1.1, single-packet over HTTP/2].
     #[arg(long, value_enum, value_name = "MODE")]
@@ -386,16 +420,17 @@ struct AuditArgs {
     #[arg(long, value_name = "NAME")]
     key_header: Option<String>,
     /// Same-key bursts per keyed operation.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, value_name = "N", default_value_t = 5)]
     rounds: usize,
-    /// Requests released together (a burst; concurrent PUTs and DELETEs).
-    #[arg(short = 'c', long, default_value_t = 10)]
+    /// Requests in flight at once: each burst's, sent together (and the concurrent PUTs and
+    /// DELETEs).
+    #[arg(short = 'c', long, value_name = "N", default_value_t = 10)]
     concurrency: usize,
     /// Per-request timeout.
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     timeout: Duration,
     /// Seeds the requests built from the document (keys are fresh every run).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, value_name = "N", default_value_t = 1)]
     seed: u64,
     /// URL or path with {key} answering JSON with a `count` of resources stored under the key
     /// (for the keyed operations; by default each resource is looked up with the document's GET).
@@ -437,20 +472,21 @@ struct InitArgs {
     #[arg(long, value_name = "NAME")]
     key_header: Option<String>,
     /// Same-key bursts in a keyed operation's scenario.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, value_name = "N", default_value_t = 5)]
     rounds: usize,
-    /// Requests per burst (and concurrent PUTs and DELETEs).
-    #[arg(short = 'c', long, default_value_t = 10)]
+    /// Requests in flight at once: each burst's, sent together (and the concurrent PUTs and
+    /// DELETEs).
+    #[arg(short = 'c', long, value_name = "N", default_value_t = 10)]
     concurrency: usize,
     /// Seeds the requests built from the document (the same seed as `audit --seed` builds the
     /// same requests).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, value_name = "N", default_value_t = 1)]
     seed: u64,
     /// Replace files that exist.
     #[arg(long)]
     force: bool,
     #[command(flatten)]
-    connect: ConnectArgs,
+    tls: TlsArgs,
 }
 
 /// `harness load` flags.
@@ -458,25 +494,45 @@ struct InitArgs {
 struct LoadArgs {
     /// The URL to load: http(s)://, or grpc(s):// with --call.
     url: String,
-    /// Open model: requests per second, whatever the latency.
-    #[arg(long, value_name = "R", conflicts_with = "concurrency")]
+    /// Open model: requests per second, whatever the latency (oha's -q).
+    #[arg(short = 'q', long, value_name = "RPS", conflicts_with = "concurrency")]
     rate: Option<f64>,
-    /// Closed model: this many connections, each sending its next request when the last ends.
-    #[arg(short = 'c', long, value_name = "C")]
+    /// Closed model: requests in flight at once, each on a connection of its own that sends
+    /// its next request when the last ends.
+    #[arg(short = 'c', long, value_name = "N")]
     concurrency: Option<u32>,
-    /// Stop after this long (default 10s when --requests is not given). For a gRPC call, `-d`
-    /// also takes the request message, as grpcurl does: a value that starts with `{`.
-    #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_duration_or_data)]
-    duration: Option<DurationOrData>,
+    /// Stop after this long, e.g. `30s` (default 10s when --requests is not given) (oha's -z).
+    #[arg(short = 'z', long, value_name = "DURATION", value_parser = parse_duration)]
+    duration: Option<Duration>,
     /// Stop after this many requests.
     #[arg(short = 'n', long, value_name = "N")]
     requests: Option<u64>,
     /// HTTP method.
-    #[arg(short = 'm', long, default_value = "GET")]
+    #[arg(short = 'm', long, value_name = "METHOD", default_value = "GET")]
     method: String,
     /// Request header, `Name: value` (repeatable).
     #[arg(short = 'H', long = "header", value_name = "HEADER")]
     headers: Vec<String>,
+    /// Request body, sent as given (as curl's and oha's -d); no content-type unless -T. For a
+    /// gRPC call, the request message in the proto3 JSON mapping.
+    #[arg(short = 'd', long = "data", value_name = "BODY", conflicts_with_all = ["json", "data_file"])]
+    data: Option<String>,
+    /// Request body read from a file, sent as it is (oha's -D).
+    #[arg(
+        short = 'D',
+        long = "data-file",
+        value_name = "FILE",
+        conflicts_with = "json"
+    )]
+    data_file: Option<PathBuf>,
+    /// The body's content type, e.g. `text/plain` (oha's -T).
+    #[arg(
+        short = 'T',
+        long = "content-type",
+        value_name = "TYPE",
+        conflicts_with = "json"
+    )]
+    content_type: Option<String>,
     /// JSON request body (sets content-type: application/json); for a gRPC call, the request
     /// message in the proto3 JSON mapping.
     #[arg(long, value_name = "JSON")]
@@ -521,22 +577,6 @@ struct LoadArgs {
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     yaml_config::parse_duration(s)
-}
-
-/// What `harness load -d` was given: a duration, or a gRPC call's message.
-#[derive(Debug, Clone)]
-enum DurationOrData {
-    /// `-d 10s`.
-    Duration(Duration),
-    /// `-d '{"sku":"x"}'`.
-    Data(String),
-}
-
-fn parse_duration_or_data(s: &str) -> Result<DurationOrData, String> {
-    if s.trim_start().starts_with('{') {
-        return Ok(DurationOrData::Data(s.to_string()));
-    }
-    parse_duration(s).map(DurationOrData::Duration)
 }
 
 /// A failure with its exit code.
@@ -617,7 +657,7 @@ async fn dispatch(cmd: Command) -> Result<u8, CliError> {
             journal,
             fault_url,
             control_token,
-            connect,
+            tls,
             output,
         } => {
             merge(
@@ -625,7 +665,7 @@ async fn dispatch(cmd: Command) -> Result<u8, CliError> {
                 &journal,
                 &fault_url,
                 control_token.as_deref(),
-                &connect,
+                &tls,
                 &output,
             )
             .await
@@ -653,8 +693,19 @@ async fn dispatch(cmd: Command) -> Result<u8, CliError> {
             report,
             compare,
             tolerances,
+            allow_missing,
+            force,
             format,
-        } => report_cmd(&report, compare.as_deref(), tolerances.as_deref(), format),
+        } => report_cmd(
+            &report,
+            compare.as_deref(),
+            CompareFlags {
+                tolerances: tolerances.as_deref(),
+                allow_missing,
+                force,
+            },
+            format,
+        ),
     }
 }
 
@@ -859,21 +910,47 @@ async fn exec(
     emit(&outcome.report, &common.output)
 }
 
+/// Refuses a URL whose scheme `command` does not take, naming those it does.
+fn accepted_scheme(url: &str, command: &str, accepted: &[&str]) -> Result<(), CliError> {
+    let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+    match scheme {
+        Some(s) if accepted.contains(&s.as_str()) => Ok(()),
+        _ => Err(CliError::Input(format!(
+            "{url}: {command} takes {}",
+            accepted
+                .iter()
+                .map(|s| format!("{s}://HOST:PORT"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
 async fn load(mut a: LoadArgs) -> Result<u8, CliError> {
+    accepted_scheme(&a.url, "harness load", &["http", "https", "grpc", "grpcs"])?;
     let grpc = ::grpc::target::is_grpc_url(&a.url);
     a.connect.http2 |= grpc;
-    let (duration, data) = match a.duration {
-        Some(DurationOrData::Duration(d)) => (Some(d), None),
-        Some(DurationOrData::Data(j)) => (None, Some(j)),
-        None => (None, None),
-    };
-    let json = match (data, a.json) {
-        (Some(_), Some(_)) => {
-            return Err(CliError::Input(
-                "the message is given twice: -d '{…}' and --json; give one".into(),
-            ))
+    let duration = a.duration;
+    if let Some(d) = &a.data {
+        if yaml_config::parse_duration(d).is_ok() {
+            eprintln!(
+                "note: -d {d:?} is the request body (as in curl and oha); the load's duration is \
+                 -z / --duration"
+            );
         }
-        (d, j) => d.or(j),
+    }
+    let body = match (&a.data, &a.data_file) {
+        (Some(d), _) => Some(d.clone()),
+        (None, Some(p)) => Some(std::fs::read_to_string(p).map_err(|e| {
+            CliError::Input(format!("-D {}: cannot read it as text: {e}", p.display()))
+        })?),
+        (None, None) => None,
+    };
+    // A gRPC call's message is JSON, given with -d as with --json.
+    let (json, data) = if grpc {
+        (a.json.or(body), None)
+    } else {
+        (a.json, body)
     };
     let connect = a.connect.connect()?;
     let grpc_flags = match (grpc, a.call) {
@@ -929,6 +1006,8 @@ async fn load(mut a: LoadArgs) -> Result<u8, CliError> {
         method: a.method,
         headers: a.headers,
         json,
+        data,
+        content_type: a.content_type,
         grpc: grpc_flags,
         timeout: a.timeout,
         connections: a.connections,
@@ -1035,7 +1114,7 @@ async fn init(a: InitArgs) -> Result<u8, CliError> {
     cfg.rounds = a.rounds;
     cfg.concurrency = a.concurrency;
     cfg.seed = a.seed;
-    cfg.connect = a.connect.connect()?;
+    cfg.connect = a.tls.connect();
     let outcome = crate::audit::init::init(&cfg, &a.out, a.force)
         .await
         .map_err(|e| match e.exit_code() {
@@ -1099,9 +1178,9 @@ fn simulate_herd(a: &HerdArgs) -> Result<u8, CliError> {
     let cfg = HerdConfig {
         clients: a.clients,
         attempts: a.attempts,
-        base_s: a.base,
-        cap_s: a.cap,
-        window_s: a.window,
+        base_s: a.base.as_secs_f64(),
+        cap_s: a.cap.map(|c| c.as_secs_f64()),
+        window_s: a.window.as_secs_f64(),
         seed: a.seed,
     };
     let kinds: Vec<Jitter> = if a.jitter == "all" {
@@ -1117,7 +1196,29 @@ fn simulate_herd(a: &HerdArgs) -> Result<u8, CliError> {
         Format::Json => {
             serde_json::to_string_pretty(&rows).map_err(|e| CliError::Run(e.to_string()))?
         }
-        Format::Table | Format::Markdown => {
+        Format::Markdown => {
+            let mut t = format!(
+                "{} clients fail at t=0, {} retries from {} s doubling; retries per {} s window\n\n",
+                cfg.clients, cfg.attempts, cfg.base_s, cfg.window_s
+            );
+            t.push_str(
+                "| jitter | retries | peak per window | peak req/s | busy s | last retry s |\n",
+            );
+            t.push_str("| --- | ---: | ---: | ---: | ---: | ---: |\n");
+            for r in &rows {
+                t.push_str(&format!(
+                    "| {} | {} | {} | {:.0} | {:.2} | {:.2} |\n",
+                    r.jitter.as_str(),
+                    r.retries,
+                    r.peak_per_window,
+                    r.peak_per_s,
+                    r.busy_s,
+                    r.end_s
+                ));
+            }
+            t
+        }
+        Format::Table => {
             let mut t = format!(
                 "{} clients fail at t=0, {} retries from {} s doubling; retries per {} s window\n\n",
                 cfg.clients, cfg.attempts, cfg.base_s, cfg.window_s
@@ -1212,7 +1313,7 @@ async fn merge(
     journals: &[PathBuf],
     fault_urls: &[String],
     token: Option<&str>,
-    connect: &ConnectArgs,
+    tls: &TlsArgs,
     output: &Output,
 ) -> Result<u8, CliError> {
     let mut reports = Vec::with_capacity(paths.len());
@@ -1226,7 +1327,7 @@ async fn merge(
         .map_err(|e| CliError::Run(format!("cannot create a temporary directory: {e}")))?;
     let mut sources: Vec<PathBuf> = journals.to_vec();
     if !fault_urls.is_empty() {
-        let how = connect.connect()?;
+        let how = tls.connect();
         for (i, url) in fault_urls.iter().enumerate() {
             let dest = fetched_dir.path().join(format!("replica-{i}.jsonl"));
             crate::merge::fetch_journal(url, token, &how, &dest)
@@ -1258,12 +1359,20 @@ async fn merge(
     emit(&report, output)
 }
 
+/// How `report --compare` judges: its tolerances file and what it accepts.
+struct CompareFlags<'a> {
+    tolerances: Option<&'a Path>,
+    allow_missing: bool,
+    force: bool,
+}
+
 fn report_cmd(
     path: &Path,
     compare: Option<&Path>,
-    tolerances: Option<&Path>,
+    flags: CompareFlags<'_>,
     format: ReportFormat,
 ) -> Result<u8, CliError> {
+    let tolerances = flags.tolerances;
     let base = read_report(path)?;
     let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     if let Some(new_path) = compare {
@@ -1280,7 +1389,15 @@ fn report_cmd(
             }
             None => reports::compare::Tolerances::default(),
         };
-        let cmp = reports::compare::compare(&base, &new, &tol);
+        let cmp =
+            reports::compare::compare(&base, &new, &tol).allowing_missing(flags.allow_missing);
+        if let (Some(why), false) = (&cmp.mismatch, flags.force) {
+            return Err(CliError::Input(format!(
+                "{} and {}: {why}; --force compares them anyway",
+                path.display(),
+                new_path.display()
+            )));
+        }
         let text = match format {
             ReportFormat::Json => cmp.to_json_pretty(),
             _ => cmp.render_terminal(color),
@@ -1319,9 +1436,12 @@ fn print_out(text: &str) -> Result<(), CliError> {
 
 /// Writes the report directory and prints the chosen format; returns whether the run passed.
 fn emit(report: &Report, output: &Output) -> Result<u8, CliError> {
-    if let Some(dir) = &output.report_dir {
-        reports::write_report_dir(report, dir).map_err(|e| CliError::Run(e.to_string()))?;
-    }
+    let written = match &output.report_dir {
+        Some(dir) => {
+            Some(reports::write_report_dir(report, dir).map_err(|e| CliError::Run(e.to_string()))?)
+        }
+        None => None,
+    };
     let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let text = match output.format {
         Format::Table => reports::render(report, reports::Format::Table, color),
@@ -1330,5 +1450,12 @@ fn emit(report: &Report, output: &Output) -> Result<u8, CliError> {
     }
     .map_err(|e| CliError::Run(e.to_string()))?;
     print_out(&text)?;
+    // On stderr, so a JSON or Markdown report on stdout stays whole.
+    if let Some(files) = written {
+        eprintln!("reports written:");
+        for path in [&files.json, &files.junit, &files.html, &files.markdown] {
+            eprintln!("  {}", path.display());
+        }
+    }
     Ok(report.outcome().exit_code())
 }

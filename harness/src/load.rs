@@ -50,8 +50,12 @@ pub struct LoadFlags {
     pub method: String,
     /// `--header`, each `Name: value`.
     pub headers: Vec<String>,
-    /// `--json`: the body.
+    /// `--json`: a JSON body (or a gRPC call's message, also from `-d`).
     pub json: Option<String>,
+    /// `-d` / `-D`: a body sent as it is.
+    pub data: Option<String>,
+    /// `-T`: the content type of `data`.
+    pub content_type: Option<String>,
     /// `--timeout`, per request.
     pub timeout: Duration,
     /// `--connections` of an open model.
@@ -147,11 +151,16 @@ pub struct LoadOptions {
     pub phase: PhasePlan,
     /// The rules the load is judged by (never empty: the error rate's at least).
     pub thresholds: Vec<Rule>,
+    /// What the report says of the default gate, when it applies.
+    pub gate_note: Option<String>,
 }
 
 /// The rules `--threshold` and `--max-error-rate` give, with the default error rate when
-/// neither says anything of errors.
-fn threshold_rules(given: &[String], max_error_rate: Option<&str>) -> Result<Vec<Rule>, String> {
+/// neither says anything of errors, and then a note that says so.
+fn threshold_rules(
+    given: &[String],
+    max_error_rate: Option<&str>,
+) -> Result<(Vec<Rule>, Option<String>), String> {
     let mut rules = Vec::new();
     for t in given {
         rules.push(Rule::parse(t).map_err(|e| format!("--threshold {t:?}: {e}"))?);
@@ -162,6 +171,13 @@ fn threshold_rules(given: &[String], max_error_rate: Option<&str>) -> Result<Vec
         None if has_error_rule => None,
         None => Some(DEFAULT_MAX_ERROR_RATE),
     };
+    let note = (max_error_rate.is_none() && !has_error_rule).then(|| {
+        format!(
+            "gate: operation failures <= {DEFAULT_MAX_ERROR_RATE} (error_rate: operations that \
+             failed after their retries, over operations), the default; `--max-error-rate 100%` \
+             turns it off"
+        )
+    });
     if let Some(m) = max {
         let m = m.trim();
         let text = if m.ends_with('%') {
@@ -179,7 +195,7 @@ fn threshold_rules(given: &[String], max_error_rate: Option<&str>) -> Result<Vec
         };
         rules.push(Rule::parse(&text).map_err(|e| format!("--max-error-rate {m:?}: {e}"))?);
     }
-    Ok(rules)
+    Ok((rules, note))
 }
 
 impl LoadOptions {
@@ -218,8 +234,18 @@ impl LoadOptions {
                     true,
                 ))
             }
-            None => None,
+            None => match &f.data {
+                Some(d) => Some((Text::parse(d).map_err(|e| format!("-d: {e}"))?, false)),
+                None => None,
+            },
         };
+        if let Some(t) = &f.content_type {
+            if f.data.is_none() {
+                return Err(format!("-T {t:?}: a content type needs a body (-d or -D)"));
+            }
+            let value = Text::parse(t).map_err(|e| format!("-T {t:?}: {e}"))?;
+            headers.push((http::header::CONTENT_TYPE, value));
+        }
         let template = RequestTemplate {
             method,
             path: Text::parse(&path).map_err(|e| format!("URL path: {e}"))?,
@@ -233,6 +259,12 @@ impl LoadOptions {
 /// A gRPC load's options: the call's template (metadata from `-H`, the message as JSON,
 /// checked once against the method's type) and one attempt per call within `--deadline`.
 fn grpc_options(f: &LoadFlags, g: &GrpcFlags) -> Result<LoadOptions, String> {
+    if let Some(t) = &f.content_type {
+        return Err(format!(
+            "-T {t:?}: a gRPC call's content type is application/grpc; give the message with -d \
+             or --json"
+        ));
+    }
     use crate::scenario::grpc::{sample, single_call, Schemas};
     let target = grpc::target::target(&f.url, &f.connect).map_err(|e| e.to_string())?;
     let files = crate::scenario::GrpcFile {
@@ -398,9 +430,10 @@ fn phase_options(
             timeout: f.timeout,
             ..Policy::default()
         };
-        let thresholds = threshold_rules(&f.thresholds, f.max_error_rate.as_deref())?;
+        let (thresholds, gate_note) = threshold_rules(&f.thresholds, f.max_error_rate.as_deref())?;
         Ok(LoadOptions {
             thresholds,
+            gate_note,
             target: Arc::new(target),
             phase: PhasePlan {
                 name: "load".into(),
@@ -467,14 +500,17 @@ pub async fn run(
     let phase = crate::report::phase("load", o.phase.kind.name(), r, out.duration, rate, metrics);
     // Cancelled operations ended neither way: they are not judged.
     let operations = r.operations.saturating_sub(r.cancelled);
+    let requests = r.requests();
     let measured = Measured {
         latency: Some(LatencyFigures::Histogram(r.latency.clone())),
         error_rate: (operations > 0).then(|| r.failed_operations as f64 / operations as f64),
+        request_failure_rate: requests.request_failure_rate(),
+        transport_error_rate: requests.transport_error_rate(),
         throughput_rps: Some(r.completed() as f64 / out.duration.as_secs_f64().max(1e-9)),
         requests: r.sent,
     };
     let thresholds = checks::thresholds::evaluate(&o.thresholds, &measured);
-    Ok(ReportBuilder::new(match &o.phase.grpc {
+    let mut builder = ReportBuilder::new(match &o.phase.grpc {
         Some(g) => format!("load {} {}", o.target.url, g.method.path()),
         None => format!("load {} {}", o.phase.template.method, o.target.url),
     })
@@ -485,6 +521,9 @@ pub async fn run(
     .duration(out.duration)
     .target(Some(o.target.url.clone()))
     .measured(r, out.duration)
-    .phases(vec![phase])
-    .build())
+    .phases(vec![phase]);
+    if let Some(n) = &o.gate_note {
+        builder = builder.note(n.clone());
+    }
+    Ok(builder.build())
 }

@@ -213,6 +213,8 @@ pub fn merge_reports(reports: &[(String, Report)]) -> Result<Merged, MergeError>
         failed_operations,
         sent: requests.sent,
         completed: requests.completed,
+        failed_attempts: requests.request_failures(),
+        transport_errors: requests.errors,
         latency: latency.clone(),
         duration,
     };
@@ -341,6 +343,22 @@ fn add_requests(into: &mut Requests, r: &Requests) -> Result<(), String> {
     for (k, v) in &r.by_status {
         let sum = into.by_status.entry(k.clone()).or_default();
         *sum = add(*sum, *v, &format!("requests.by_status.{k}"))?;
+    }
+    for (k, v) in &r.by_grpc_status {
+        let sum = into.by_grpc_status.entry(k.clone()).or_default();
+        *sum = add(*sum, *v, &format!("requests.by_grpc_status.{k}"))?;
+    }
+    for (into, n, field) in [
+        (&mut into.operations, r.operations, "requests.operations"),
+        (
+            &mut into.failed_operations,
+            r.failed_operations,
+            "requests.failed_operations",
+        ),
+    ] {
+        if let Some(n) = n {
+            *into = Some(add(into.unwrap_or(0), n, field)?);
+        }
     }
     Ok(())
 }

@@ -528,6 +528,9 @@ impl Recorder {
             cancelled: self.cancelled,
             not_started: self.not_started,
             abandoned: self.abandoned,
+            // Cancelled operations ended neither way: they are not judged.
+            operations: Some(self.operations.saturating_sub(self.cancelled)),
+            failed_operations: Some(self.failed_operations),
         }
     }
 

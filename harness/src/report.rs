@@ -25,6 +25,12 @@ pub struct ReportBuilder {
 }
 
 impl ReportBuilder {
+    /// Marks a report on journals alone (`analyze`): its duration is their span.
+    pub fn from_journal(mut self, yes: bool) -> Self {
+        self.report.from_journal = yes;
+        self
+    }
+
     /// A report named `scenario` (a scenario's name, or the command), started now.
     pub fn new(scenario: impl Into<String>) -> ReportBuilder {
         ReportBuilder {
@@ -35,6 +41,7 @@ impl ReportBuilder {
                 interrupted: false,
                 started_unix_ms: now_unix_ms(),
                 duration_ms: 0,
+                from_journal: false,
                 target: None,
                 seed: None,
                 time_scale: 1.0,

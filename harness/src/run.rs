@@ -542,6 +542,8 @@ impl Session {
                 failed_operations: self.total.failed_operations,
                 sent: self.total.sent,
                 completed: self.total.completed(),
+                failed_attempts: self.total.requests().request_failures(),
+                transport_errors: self.total.error_count(),
                 latency: self.total.latency.clone(),
                 duration,
             }),

@@ -283,6 +283,8 @@ impl Workload {
                 failed_operations: rec.failed_operations,
                 sent: rec.sent,
                 completed: rec.completed(),
+                failed_attempts: rec.requests().request_failures(),
+                transport_errors: rec.error_count(),
                 latency: rec.latency.clone(),
                 duration: out.duration,
             },

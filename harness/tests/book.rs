@@ -426,3 +426,163 @@ fn the_books_commands_run_as_shown() {
     let _ = std::fs::remove_dir_all(&work);
     assert!(failed.is_empty(), "{}", failed.join("\n\n"));
 }
+
+/// Every fenced block of the README and the book, whatever its language: (file, line, text).
+fn all_blocks() -> Vec<(PathBuf, usize, String)> {
+    let mut files = pages();
+    files.push(root().join("README.md"));
+    let mut out = Vec::new();
+    for f in files {
+        let text = if f.starts_with(src()) {
+            expanded(&f)
+        } else {
+            read(&f)
+        };
+        let mut open: Option<(usize, String)> = None;
+        for (i, line) in text.lines().enumerate() {
+            let t = line.trim_start();
+            match &mut open {
+                None if t.starts_with("```") => open = Some((i + 1, String::new())),
+                None => {}
+                Some((start, body)) => {
+                    if t.starts_with("```") {
+                        out.push((f.clone(), *start, std::mem::take(body)));
+                        open = None;
+                    } else {
+                        body.push_str(line);
+                        body.push('\n');
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Repository paths a text names: `scenarios/…`, `docs/…`, `calibration/…`, `bench/…`,
+/// `deploy/…`, `harness/…`, `fault-server/…` followed by a file name with an extension.
+fn repo_paths(text: &str) -> Vec<String> {
+    const ROOTS: [&str; 7] = [
+        "scenarios/",
+        "docs/",
+        "calibration/",
+        "bench/",
+        "deploy/",
+        "harness/",
+        "fault-server/",
+    ];
+    let mut out = Vec::new();
+    for word in text.split(|c: char| c.is_whitespace() || "`'\"()[]{},;=:".contains(c)) {
+        let w = word.trim_start_matches("./").trim_end_matches('.');
+        if ROOTS.iter().any(|r| w.starts_with(r))
+            && w.rsplit('/').next().is_some_and(|f| f.contains('.'))
+            && !w.contains('*')
+            && !w.contains('$')
+            && !w.contains('<')
+        {
+            out.push(w.to_string());
+        }
+    }
+    out
+}
+
+/// Every `harness …` command line of a block (continuation lines joined), as words.
+fn harness_commands(text: &str) -> Vec<Vec<String>> {
+    let joined = text.replace("\\\n", " ");
+    let mut out = Vec::new();
+    for line in joined.lines() {
+        let t = line.trim_start().trim_start_matches("$ ");
+        let Some(rest) = t.strip_prefix("harness ") else {
+            continue;
+        };
+        let rest = rest.split(" #").next().unwrap_or(rest);
+        let rest = rest.split(['|', '>', '&']).next().unwrap_or(rest);
+        out.push(rest.split_whitespace().map(str::to_string).collect());
+    }
+    out
+}
+
+/// Every repository path the README and the book name exists, and every `harness` command they
+/// show — run by the tests or not — names a subcommand and flags the parser has.
+#[test]
+fn every_path_and_command_in_the_readme_and_the_book_exists() {
+    let mut missing = Vec::new();
+    let mut helps: BTreeMap<String, String> = BTreeMap::new();
+    let mut checked = 0;
+    for (file, line, text) in all_blocks() {
+        for p in repo_paths(&text) {
+            if !root().join(&p).exists() {
+                missing.push(format!("{}:{line}: {p} does not exist", file.display()));
+            }
+        }
+        for words in harness_commands(&text) {
+            let mut sub: Vec<&str> = Vec::new();
+            for w in &words {
+                if w.starts_with('-') || w.contains('/') || w.contains('.') || sub.len() == 2 {
+                    break;
+                }
+                sub.push(w);
+                if *w != "simulate" {
+                    break;
+                }
+            }
+            if sub.is_empty() {
+                continue;
+            }
+            let key = sub.join(" ");
+            let help = helps.entry(key.clone()).or_insert_with(|| {
+                let out = Command::new(env!("CARGO_BIN_EXE_harness"))
+                    .args(&sub)
+                    .arg("--help")
+                    .output()
+                    .expect("harness runs");
+                if out.status.success() {
+                    String::from_utf8_lossy(&out.stdout).into_owned()
+                } else {
+                    String::new()
+                }
+            });
+            if help.is_empty() {
+                missing.push(format!(
+                    "{}:{line}: `harness {key}` is no subcommand",
+                    file.display()
+                ));
+                continue;
+            }
+            checked += 1;
+            for w in words.iter().filter(|w| w.starts_with('-') && w.len() > 1) {
+                let flag = w.split('=').next().unwrap_or(w);
+                if flag == "--" {
+                    break;
+                }
+                let known = if flag.starts_with("--") {
+                    help.contains(&format!("{flag} ")) || help.contains(&format!("{flag}\n"))
+                } else {
+                    help.contains(&format!("{flag}, "))
+                };
+                if !known {
+                    missing.push(format!(
+                        "{}:{line}: `harness {key}` has no flag {flag}",
+                        file.display()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(checked >= 20, "only {checked} harness commands found");
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+}
+
+/// The checker above finds what it exists for: a path that is not there, a flag the parser
+/// does not have.
+#[test]
+fn the_path_and_command_finder_reads_what_it_should() {
+    assert_eq!(
+        repo_paths("run `scenarios/resilience.yaml` and ./docs/src/x.md."),
+        vec!["scenarios/resilience.yaml", "docs/src/x.md"]
+    );
+    assert_eq!(
+        harness_commands("$ harness load URL -c 4 \\\n  -z 10s | jq .\nnot harness\n"),
+        vec![vec!["load", "URL", "-c", "4", "-z", "10s"]]
+    );
+}

@@ -119,6 +119,10 @@ pub struct ClientFigures {
     pub sent: u64,
     /// Attempts that got a response.
     pub completed: u64,
+    /// Request failures: attempts answered with a 5xx or a failing gRPC status, or not at all.
+    pub failed_attempts: u64,
+    /// Transport errors: attempts that got no answer at all.
+    pub transport_errors: u64,
     /// Latency of each attempt that got a response, µs.
     pub latency: Histogram<u64>,
     /// How long the load ran.

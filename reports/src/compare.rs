@@ -5,7 +5,11 @@
 //! change beyond it in the bad direction is a regression. Latency also has a floor in milliseconds,
 //! because +30 % of a 0.4 ms loopback p50 is scheduler noise, not a slower service. `max` is shown but
 //! never gated: it is one sample, and gating on one sample makes a flaky gate. A check that went
-//! from passing to failing is always a regression, whatever the numbers say.
+//! from passing to failing is always a regression, whatever the numbers say; so is a check the
+//! baseline judged that the new run did not (missing, or inconclusive where the baseline decided):
+//! a run that judged less must not pass a gate that trusted the baseline's judgement
+//! (`allow_missing` accepts it). Two reports of different scenarios are no baseline and its run
+//! ([`Comparison::mismatch`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -25,7 +29,8 @@ pub struct Tolerances {
     pub latency_increase_pct: f64,
     /// Latency changes smaller than this, in milliseconds, are noise whatever their percentage.
     pub latency_floor_ms: f64,
-    /// Largest allowed rise of the error rate (errors + 5xx per request sent), in percentage points.
+    /// Largest allowed rise of a failure rate (operation failures, request failures), in
+    /// percentage points.
     pub error_rate_increase_pp: f64,
     /// Largest allowed drop of throughput, in percent of the baseline.
     pub throughput_decrease_pct: f64,
@@ -69,7 +74,8 @@ pub enum MetricChangeKind {
 /// One figure in both runs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MetricChange {
-    /// Dotted name, e.g. `latency_ms.p99`, `error_rate_pct`, `throughput_rps`.
+    /// Dotted name, e.g. `latency_ms.p99`, `error_rate_pct` (operation failures),
+    /// `request_failure_rate_pct`, `throughput_rps`.
     pub metric: String,
     /// Value in the baseline run.
     pub base: f64,
@@ -97,8 +103,12 @@ pub enum CheckChangeKind {
     VerdictChanged,
     /// Only the new run has this check.
     Added,
-    /// Only the baseline has this check.
+    /// Only the baseline has this check: a regression where the baseline decided it, unless
+    /// missing checks are allowed.
     Missing,
+    /// The baseline decided it (pass, weak or fail); the new run could not (inconclusive): a
+    /// regression unless missing checks are allowed.
+    NewlyInconclusive,
 }
 
 /// One check in both runs.
@@ -127,6 +137,12 @@ pub struct Comparison {
     pub metrics: Vec<MetricChange>,
     /// Every check of either run, in the baseline's order, then the new ones.
     pub checks: Vec<CheckChange>,
+    /// Whether a check missing or newly inconclusive in the new run is accepted.
+    pub allow_missing: bool,
+    /// Why the two reports are not runs of one scenario, when they are not (names or checks'
+    /// configuration differ).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mismatch: Option<String>,
 }
 
 /// One reason a comparison is a regression.
@@ -134,7 +150,7 @@ pub struct Comparison {
 pub enum Regression<'a> {
     /// A figure got worse beyond its tolerance.
     Metric(&'a MetricChange),
-    /// A check went from passing to failing.
+    /// A check went from passing to failing, or the new run did not judge it.
     Check(&'a CheckChange),
 }
 
@@ -145,9 +161,23 @@ impl fmt::Display for Regression<'_> {
                 f,
                 "{} went from {} to {} ({})",
                 m.metric,
-                format::ms(m.base),
-                format::ms(m.new),
+                format::sig3(m.base),
+                format::sig3(m.new),
                 change_text(m)
+            ),
+            Regression::Check(c) if c.change == CheckChangeKind::Missing => write!(
+                f,
+                "check {} ({} in the baseline) is missing in the new run (--allow-missing \
+                 accepts a run that judged less)",
+                c.name,
+                verdict_text(c.base)
+            ),
+            Regression::Check(c) if c.change == CheckChangeKind::NewlyInconclusive => write!(
+                f,
+                "check {} went from {} to inconclusive: the new run could not decide it \
+                 (--allow-missing accepts a run that judged less)",
+                c.name,
+                verdict_text(c.base)
             ),
             Regression::Check(c) => write!(
                 f,
@@ -164,28 +194,43 @@ impl fmt::Display for Regression<'_> {
 pub fn compare(base: &Report, new: &Report, tol: &Tolerances) -> Comparison {
     let mut metrics = latency_changes(&base.latency_ms, &new.latency_ms, tol);
 
-    let (be, ne) = (
-        format::error_rate_pct(&base.requests),
-        format::error_rate_pct(&new.requests),
-    );
-    let gated = base.requests.sent > 0 && new.requests.sent > 0;
-    let delta = ne - be;
-    metrics.push(MetricChange {
-        metric: "error_rate_pct".to_string(),
-        base: be,
-        new: ne,
-        change: Some(delta),
-        unit: ChangeUnit::PercentagePoints,
-        outcome: if !gated {
-            MetricChangeKind::NotGated
-        } else if delta > tol.error_rate_increase_pp {
-            MetricChangeKind::Regression
-        } else if -delta > tol.error_rate_increase_pp {
-            MetricChangeKind::Improvement
-        } else {
-            MetricChangeKind::WithinTolerance
-        },
-    });
+    let pct = |r: Option<f64>| r.map(|f| f * 100.0);
+    for (metric, b, n) in [
+        (
+            "error_rate_pct",
+            pct(base.requests.operation_failure_rate()),
+            pct(new.requests.operation_failure_rate()),
+        ),
+        (
+            "request_failure_rate_pct",
+            pct(base.requests.request_failure_rate()),
+            pct(new.requests.request_failure_rate()),
+        ),
+    ] {
+        // A rate one run does not have is shown as 0 and not gated.
+        let gated = b.is_some() && n.is_some();
+        let (be, ne) = (b.unwrap_or(0.0), n.unwrap_or(0.0));
+        if metric == "error_rate_pct" && b.is_none() && n.is_none() {
+            continue;
+        }
+        let delta = ne - be;
+        metrics.push(MetricChange {
+            metric: metric.to_string(),
+            base: be,
+            new: ne,
+            change: gated.then_some(delta),
+            unit: ChangeUnit::PercentagePoints,
+            outcome: if !gated {
+                MetricChangeKind::NotGated
+            } else if delta > tol.error_rate_increase_pp {
+                MetricChangeKind::Regression
+            } else if -delta > tol.error_rate_increase_pp {
+                MetricChangeKind::Improvement
+            } else {
+                MetricChangeKind::WithinTolerance
+            },
+        });
+    }
 
     let (bt, nt) = (base.throughput_rps, new.throughput_rps);
     let rel = relative_pct(bt, nt);
@@ -209,6 +254,27 @@ pub fn compare(base: &Report, new: &Report, tol: &Tolerances) -> Comparison {
         tolerances: tol.clone(),
         metrics,
         checks: check_changes(base, new),
+        allow_missing: false,
+        mismatch: mismatch(base, new),
+    }
+}
+
+/// Why `base` and `new` are not two runs of one scenario: their names differ, or both carry
+/// their checks' configuration and it differs.
+fn mismatch(base: &Report, new: &Report) -> Option<String> {
+    if base.scenario != new.scenario {
+        return Some(format!(
+            "the reports are of different scenarios: the baseline ran {:?}, the new run {:?}",
+            base.scenario, new.scenario
+        ));
+    }
+    let config = |r: &Report| r.mergeable.as_ref().map(|m| m.checks.clone());
+    match (config(base), config(new)) {
+        (Some(b), Some(n)) if b != n => Some(format!(
+            "the reports of {:?} configure their checks differently: not a baseline and its run",
+            base.scenario
+        )),
+        _ => None,
     }
 }
 
@@ -267,6 +333,7 @@ fn check_changes(base: &Report, new: &Report) -> Vec<CheckChange> {
             let change = match now {
                 None => CheckChangeKind::Missing,
                 Some(v) if v == c.verdict => CheckChangeKind::Unchanged,
+                Some(Verdict::Inconclusive) => CheckChangeKind::NewlyInconclusive,
                 Some(Verdict::Fail) => CheckChangeKind::Regression,
                 Some(_) if c.verdict == Verdict::Fail => CheckChangeKind::Improvement,
                 Some(_) => CheckChangeKind::VerdictChanged,
@@ -321,7 +388,8 @@ fn check_change_text(k: CheckChangeKind) -> &'static str {
         CheckChangeKind::Improvement => "improvement",
         CheckChangeKind::VerdictChanged => "verdict changed",
         CheckChangeKind::Added => "new check",
-        CheckChangeKind::Missing => "missing in new run",
+        CheckChangeKind::Missing => "MISSING in new run",
+        CheckChangeKind::NewlyInconclusive => "NEWLY INCONCLUSIVE",
     }
 }
 
@@ -335,6 +403,13 @@ struct JsonView<'a> {
 }
 
 impl Comparison {
+    /// This comparison with checks missing or newly inconclusive in the new run accepted (or
+    /// not): `harness report --compare --allow-missing`.
+    pub fn allowing_missing(mut self, allow: bool) -> Self {
+        self.allow_missing = allow;
+        self
+    }
+
     /// Every reason this comparison is a regression; empty when there is none.
     pub fn regressions(&self) -> Vec<Regression<'_>> {
         let metrics = self
@@ -345,7 +420,15 @@ impl Comparison {
         let checks = self
             .checks
             .iter()
-            .filter(|c| c.change == CheckChangeKind::Regression)
+            .filter(|c| match c.change {
+                CheckChangeKind::Regression => true,
+                // Missing is a loss only where the baseline had decided the check.
+                CheckChangeKind::Missing => {
+                    !self.allow_missing && c.base.is_some_and(|v| v != Verdict::Inconclusive)
+                }
+                CheckChangeKind::NewlyInconclusive => !self.allow_missing,
+                _ => false,
+            })
             .map(Regression::Check);
         metrics.chain(checks).collect()
     }
@@ -398,6 +481,9 @@ impl Comparison {
             crate::format::printable(&self.new_scenario),
             crate::format::printable(&self.base_scenario)
         ));
+        if let Some(why) = &self.mismatch {
+            out.push_str(&format!("warning: {}\n", crate::format::printable(why)));
+        }
         for r in &regressions {
             out.push_str(&format!(
                 "  - {}\n",
@@ -416,8 +502,8 @@ impl Comparison {
             let right = |s: String| Cell::new(s).set_alignment(CellAlignment::Right);
             t.add_row(vec![
                 Cell::new(format::printable(&m.metric)),
-                right(format::ms(m.base)),
-                right(format::ms(m.new)),
+                right(format::sig3(m.base)),
+                right(format::sig3(m.new)),
                 right(change_text(m)),
                 paint(outcome_text(m.outcome), c),
             ]);
@@ -432,10 +518,18 @@ impl Comparison {
             for c in &self.checks {
                 let col = match c.change {
                     CheckChangeKind::Regression => Some(Color::Red),
+                    CheckChangeKind::Missing
+                        if !self.allow_missing
+                            && c.base.is_some_and(|v| v != Verdict::Inconclusive) =>
+                    {
+                        Some(Color::Red)
+                    }
+                    CheckChangeKind::NewlyInconclusive if !self.allow_missing => Some(Color::Red),
                     CheckChangeKind::Improvement => Some(Color::Green),
                     CheckChangeKind::VerdictChanged
                     | CheckChangeKind::Added
-                    | CheckChangeKind::Missing => Some(Color::Yellow),
+                    | CheckChangeKind::Missing
+                    | CheckChangeKind::NewlyInconclusive => Some(Color::Yellow),
                     CheckChangeKind::Unchanged => None,
                 };
                 t.add_row(vec![
@@ -451,7 +545,7 @@ impl Comparison {
         }
         let tol = &self.tolerances;
         out.push_str(&format!(
-            "\ntolerances: latency +{}% (and > {} ms), error rate +{} pp, throughput -{}%\n",
+            "\ntolerances: latency +{}% (and > {} ms), failure rates +{} pp, throughput -{}%\n",
             tol.latency_increase_pct,
             tol.latency_floor_ms,
             tol.error_rate_increase_pp,

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use crate::model::{Latency, Report, Verdict};
 
 pub(crate) use verdict::text::{
-    evidence_line, evidence_lines, hidden, printable, push_visible, seqs,
+    evidence_line, evidence_lines, hidden, more_findings, printable, push_visible, seqs,
 };
 
 /// The verdict as a lower-case word, as it appears in `report.json`.
@@ -86,34 +86,112 @@ pub(crate) fn seconds(v: f64) -> String {
     }
 }
 
-/// A metric value without the quotes JSON would put around a string.
+/// Where a report's evidence beyond what a rendering shows is: `report.json`, which
+/// `--report-dir` writes.
+pub(crate) const REST: &str = "in report.json (--report-dir writes it)";
+
+/// A metric value without the quotes JSON would put around a string, a fraction rounded to
+/// three significant digits (`report.json` keeps the full value).
 pub(crate) fn metric_value(v: &serde_json::Value) -> String {
     match v {
         serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Number(n) if n.is_f64() => {
+            n.as_f64().map_or_else(|| n.to_string(), sig3)
+        }
+        serde_json::Value::Array(items) => format!(
+            "[{}]",
+            items
+                .iter()
+                .map(metric_value)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
         other => other.to_string(),
     }
 }
 
-/// Transport errors plus 5xx responses and failing gRPC statuses, as a percentage of requests sent; 0 when nothing was sent.
-pub(crate) fn error_rate_pct(r: &crate::model::Requests) -> f64 {
-    if r.sent == 0 {
-        return 0.0;
+/// `v` to three significant digits, without trailing zeros: `0.183`, `129`, `12.5`, `1230`.
+pub(crate) fn sig3(v: f64) -> String {
+    if !v.is_finite() {
+        return "–".to_string();
     }
-    let server_errors: u64 = r
-        .by_status
-        .iter()
-        .filter(|(status, _)| status.starts_with('5'))
-        .map(|(_, n)| *n)
-        .sum();
-    // A gRPC attempt that got an answer with a failing status: over HTTP it was a 200.
-    let grpc_failures: u64 = r
-        .by_grpc_status
-        .iter()
-        .filter(|(code, _)| code.as_str() != "OK")
-        .map(|(_, n)| *n)
-        .sum::<u64>()
-        .saturating_sub(r.errors);
-    (r.errors + server_errors + grpc_failures) as f64 * 100.0 / r.sent as f64
+    if v == 0.0 {
+        return "0".to_string();
+    }
+    let magnitude = v.abs().log10().floor() as i32;
+    let decimals = (2 - magnitude).max(0) as usize;
+    let factor = 10f64.powi(2 - magnitude);
+    let rounded = (v * factor).round() / factor;
+    let s = format!("{rounded:.decimals$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+/// A fraction as a percentage to three significant digits: `9.42%`, `100%`, `0%`, `0.0123%`.
+pub(crate) fn percent(fraction: f64) -> String {
+    format!("{}%", sig3(fraction * 100.0))
+}
+
+/// One figure about failures, as every renderer shows it: its name, its value and what it
+/// counts.
+pub(crate) struct FailureFigure {
+    /// `operation failures`, `request failures` or `transport errors`.
+    pub name: &'static str,
+    /// The rule metric that reads it in `thresholds`.
+    pub metric: &'static str,
+    /// The share, as a fraction.
+    pub rate: f64,
+    /// What it counts, with the counts: `18 of 191 requests answered 5xx or not at all`.
+    pub counts: String,
+}
+
+/// The failure figures of a run, in the order a reader needs them: operations after their
+/// retries (what users saw) when the load driver knows them, then requests (attempts) answered
+/// 5xx or not at all, then requests not answered, by kind.
+pub(crate) fn failure_figures(r: &crate::model::Report) -> Vec<FailureFigure> {
+    let q = &r.requests;
+    let mut out = Vec::new();
+    if let (Some(rate), Some(n), Some(f)) = (
+        q.operation_failure_rate(),
+        q.operations,
+        q.failed_operations,
+    ) {
+        out.push(FailureFigure {
+            name: "operation failures",
+            metric: "error_rate",
+            rate,
+            counts: format!("{f} of {n} operations failed after their retries"),
+        });
+    }
+    if let Some(rate) = q.request_failure_rate() {
+        out.push(FailureFigure {
+            name: "request failures",
+            metric: "request_failure_rate",
+            rate,
+            counts: format!(
+                "{} of {} requests answered 5xx or not at all",
+                q.request_failures(),
+                q.sent
+            ),
+        });
+    }
+    if let Some(rate) = q.transport_error_rate() {
+        let kinds = if r.errors_by_kind.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", counts_text(&r.errors_by_kind))
+        };
+        out.push(FailureFigure {
+            name: "transport errors",
+            metric: "transport_error_rate",
+            rate,
+            counts: format!("{} of {} requests not answered{kinds}", q.errors, q.sent),
+        });
+    }
+    out
 }
 
 /// Milliseconds since the Unix epoch as a UTC date and time, `2025-11-30 08:59:00 UTC`.
@@ -301,12 +379,17 @@ pub(crate) fn shard_line(r: &crate::model::Report) -> Option<String> {
     ))
 }
 
+/// What a rate phase's second latency row means, under every table that shows one.
+pub(crate) const FROM_SCHEDULED: &str = "  \"from its scheduled time\": latency counted from when \
+     the rate phase meant to send each request, not from when it could (coordinated omission \
+     corrected: a request sent late waited in the driver, and its wait is counted)";
+
 /// The counts a request line adds when they are not zero: late starts, requests never sent,
 /// operations cancelled in flight (", 3 late starts, 2 cancelled in flight").
 pub(crate) fn extra_counts(q: &crate::model::Requests) -> String {
     let mut s = String::new();
     for (n, what) in [
-        (q.late_starts, "late starts"),
+        (q.late_starts, "sent late (after their scheduled time)"),
         (q.not_started, "due but never sent"),
         (q.cancelled, "cancelled in flight"),
         (q.abandoned, "abandoned by their call (hedges)"),
@@ -333,6 +416,25 @@ pub(crate) fn counts_text(m: &std::collections::BTreeMap<String, u64>) -> String
 mod tests {
 
     use super::*;
+
+    #[test]
+    fn human_numbers_keep_three_significant_digits() {
+        assert_eq!(sig3(0.18299999999999272), "0.183");
+        assert_eq!(sig3(129.493538037605), "129");
+        assert_eq!(sig3(12.5), "12.5");
+        assert_eq!(sig3(1234.5), "1230");
+        assert_eq!(sig3(0.0), "0");
+        assert_eq!(sig3(-0.0421), "-0.0421");
+        assert_eq!(percent(0.0942), "9.42%");
+        assert_eq!(percent(1.0), "100%");
+        assert_eq!(percent(0.0), "0%");
+        assert_eq!(
+            metric_value(&serde_json::json!(0.18299999999999272)),
+            "0.183"
+        );
+        assert_eq!(metric_value(&serde_json::json!(17)), "17");
+        assert_eq!(metric_value(&serde_json::json!("x")), "x");
+    }
 
     #[test]
     fn timestamps_are_utc_dates() {

@@ -80,6 +80,8 @@ section.tiles { background: none; border: 0; padding: 0; }
 .tile { flex: 1 1 130px; background: #fff; border: 1px solid #dde1e6; border-radius: 8px; padding: 10px 14px; }
 .tile .v { font-size: 22px; font-weight: 600; }
 .tile .k { color: #59636e; font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
+.tile .n { color: #59636e; font-size: 12px; margin-top: 2px; }
+.tile.fail .v { color: #b42318; }
 table { border-collapse: collapse; width: 100%; }
 th, td { text-align: left; vertical-align: top; padding: 6px 8px; border-bottom: 1px solid #e6e9ed; }
 th { font-size: 12px; text-transform: uppercase; letter-spacing: .04em; color: #59636e; }
@@ -237,21 +239,57 @@ fn write_header(r: &Report, out: &mut String) -> std::fmt::Result {
 
 fn write_tiles(r: &Report, out: &mut String) -> std::fmt::Result {
     let q = &r.requests;
-    let tiles = [
-        ("requests sent", q.sent.to_string()),
-        ("completed", q.completed.to_string()),
-        ("errors", q.errors.to_string()),
-        ("retries", q.retries.to_string()),
-        ("error rate", format!("{:.2}%", format::error_rate_pct(q))),
-        ("req/s", format::rate(r.throughput_rps)),
-        ("p99 ms", format::ms(r.latency_ms.p99)),
-    ];
+    // The figures the verdict rests on first: the checks, then each failure figure with what it
+    // counts (the same names as the terminal's and the thresholds' metrics).
+    let failed = r
+        .checks
+        .iter()
+        .filter(|c| c.verdict == crate::model::Verdict::Fail)
+        .count();
+    let mut tiles: Vec<(String, &str, String, bool)> = Vec::new();
+    if !r.checks.is_empty() {
+        tiles.push((
+            format!("{failed} of {}", r.checks.len()),
+            "checks failed",
+            "the verdict".to_string(),
+            failed > 0,
+        ));
+    }
+    for f in format::failure_figures(r) {
+        tiles.push((
+            format::percent(f.rate),
+            f.name,
+            format!("{} ({})", f.counts, f.metric),
+            false,
+        ));
+    }
+    tiles.push((
+        q.sent.to_string(),
+        "requests sent",
+        format!("{} retries, {} answered", q.retries, q.completed),
+        false,
+    ));
+    tiles.push((
+        format::rate(r.throughput_rps),
+        "req/s answered",
+        "answered requests per second".to_string(),
+        false,
+    ));
+    tiles.push((
+        format::ms(r.latency_ms.p99),
+        "p99 ms",
+        "latency of answered requests".to_string(),
+        false,
+    ));
     writeln!(out, "<section class=\"tiles\" id=\"summary\">")?;
-    for (k, v) in tiles {
+    for (v, k, n, bad) in tiles {
         writeln!(
             out,
-            "<div class=\"tile\"><div class=\"v\">{}</div><div class=\"k\">{k}</div></div>",
-            escape(&v)
+            "<div class=\"tile{}\"><div class=\"v\">{}</div><div class=\"k\">{}</div><div class=\"n\">{}</div></div>",
+            if bad { " fail" } else { "" },
+            escape(&v),
+            escape(k),
+            escape(&n)
         )?;
     }
     writeln!(out, "</section>")
@@ -383,14 +421,22 @@ fn write_check_row(c: &CheckResult, out: &mut String) -> std::fmt::Result {
             for e in rest {
                 writeln!(out, "{}", item(e))?;
             }
-            if c.evidence.len() > EVIDENCE_MAX {
-                writeln!(
-                    out,
-                    "<li>… and {} more in report.json</li>",
-                    c.evidence.len() - EVIDENCE_MAX
-                )?;
+            if let Some(l) = format::more_findings(
+                c.evidence.len().min(EVIDENCE_MAX),
+                c.evidence.len(),
+                c.findings_total(),
+                format::REST,
+            ) {
+                writeln!(out, "<li>{}</li>", escape(&l))?;
             }
             writeln!(out, "</ul></details>")?;
+        } else if let Some(l) = format::more_findings(
+            c.evidence.len(),
+            c.evidence.len(),
+            c.findings_total(),
+            format::REST,
+        ) {
+            writeln!(out, "<p class=\"more\">{}</p>", escape(&l))?;
         }
     }
     write!(out, "</td><td>")?;
@@ -706,8 +752,15 @@ fn write_timeline(t: Option<&Timeline>, out: &mut String) -> std::fmt::Result {
         .iter()
         .map(|s| {
             let total: u64 = s.counts.iter().sum();
+            // The fault server's names for what it did; the client's error kinds name the same
+            // event as it saw it.
+            let label = match s.label.as_str() {
+                "dropped" => "dropped (no answer: the client's closed)".to_string(),
+                "reset" => "reset (the client's reset)".to_string(),
+                other => other.to_string(),
+            };
             (
-                format!("{} ({total})", s.label),
+                format!("{label} ({total})"),
                 colors.get(&s.label).copied().unwrap_or("#888888"),
             )
         })
@@ -738,7 +791,7 @@ fn write_timeline(t: Option<&Timeline>, out: &mut String) -> std::fmt::Result {
     writeln!(out, "<p class=\"stats\">{}</p>", escape(&stats))?;
     writeln!(
         out,
-        "<p class=\"note\">Tall waves at regular, widening intervals with nothing between them are retries without jitter: every client comes back at the same moment.</p>"
+        "<p class=\"note\">How to read it: tall waves at regular, widening intervals with nothing between them are clients coming back at the same moment — retries without jitter, or every client waiting the same Retry-After. The <code>jitter</code> and <code>retry_after</code> checks above say which.</p>"
     )
 }
 
@@ -751,7 +804,7 @@ fn write_latency(r: &Report, out: &mut String) -> std::fmt::Result {
     for p in &r.phases {
         groups.push((p.name.clone(), &p.latency_ms));
         if let Some(intended) = &p.latency_intended_ms {
-            groups.push((format!("{} (from intended start)", p.name), intended));
+            groups.push((format!("{} (from its scheduled time)", p.name), intended));
         }
     }
     groups.retain(|(_, l)| !format::latency_is_empty(l));

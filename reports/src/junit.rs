@@ -156,12 +156,15 @@ fn evidence_lines(c: &CheckResult) -> Vec<String> {
         .take(EVIDENCE_MAX)
         .map(|e| format!("  - {}", format::evidence_line(e, SEQS_MAX)))
         .collect();
-    if c.evidence.len() > EVIDENCE_MAX {
-        lines.push(format!(
-            "  … and {} more in report.json",
-            c.evidence.len() - EVIDENCE_MAX
-        ));
-    }
+    lines.extend(
+        format::more_findings(
+            lines.len(),
+            c.evidence.len(),
+            c.findings_total(),
+            format::REST,
+        )
+        .map(|l| format!("  {l}")),
+    );
     lines
 }
 

@@ -115,12 +115,11 @@ fn write_markdown(r: &Report, out: &mut String) -> std::fmt::Result {
             for e in c.evidence.iter().take(EVIDENCE_SHOWN) {
                 writeln!(out, "- {}", escape(&format::evidence_line(e, SEQS_SHOWN)))?;
             }
-            if c.evidence.len() > EVIDENCE_SHOWN {
-                writeln!(
-                    out,
-                    "- … and {} more in report.json",
-                    c.evidence.len() - EVIDENCE_SHOWN
-                )?;
+            let shown = c.evidence.len().min(EVIDENCE_SHOWN);
+            if let Some(l) =
+                format::more_findings(shown, c.evidence.len(), c.findings_total(), format::REST)
+            {
+                writeln!(out, "- {}", escape(&l))?;
             }
             if !c.metrics.is_empty() {
                 let figures: Vec<String> = c
@@ -166,14 +165,29 @@ fn write_markdown(r: &Report, out: &mut String) -> std::fmt::Result {
     let q = &r.requests;
     writeln!(
         out,
-        "{} sent, {} completed, {} errors, {} retries{}; error rate {:.2}% (errors + 5xx).",
+        "{} sent ({} retries), {} answered, {} not answered{}.",
         q.sent,
+        q.retries,
         q.completed,
         q.errors,
-        q.retries,
         format::extra_counts(q),
-        format::error_rate_pct(q)
     )?;
+    let figures = format::failure_figures(r);
+    if !figures.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "| figure | value | counts | threshold metric |")?;
+        writeln!(out, "| --- | ---: | --- | --- |")?;
+        for f in figures {
+            writeln!(
+                out,
+                "| {} | {} | {} | `{}` |",
+                f.name,
+                format::percent(f.rate),
+                escape(&f.counts),
+                f.metric
+            )?;
+        }
+    }
     if !q.by_status.is_empty() || !r.errors_by_kind.is_empty() || !q.by_grpc_status.is_empty() {
         writeln!(out)?;
         writeln!(out, "| status or error | count |")?;
@@ -219,7 +233,7 @@ fn write_markdown(r: &Report, out: &mut String) -> std::fmt::Result {
         writeln!(out)?;
         writeln!(
             out,
-            "| phase | kind | duration | sent | errors | retries | req/s |"
+            "| phase | kind | duration | sent | not answered | retries | req/s |"
         )?;
         writeln!(out, "| --- | --- | ---: | ---: | ---: | ---: | ---: |")?;
         for p in &r.phases {
@@ -293,12 +307,14 @@ fn write_operations(r: &Report, out: &mut String) -> std::fmt::Result {
             for e in o.evidence.iter().take(EVIDENCE_SHOWN) {
                 writeln!(out, "- {}", escape(&format::evidence_line(e, SEQS_SHOWN)))?;
             }
-            if o.evidence.len() > EVIDENCE_SHOWN {
-                writeln!(
-                    out,
-                    "- … and {} more in report.json",
-                    o.evidence.len() - EVIDENCE_SHOWN
-                )?;
+            let shown = o.evidence.len().min(EVIDENCE_SHOWN);
+            if let Some(l) = format::more_findings(
+                shown,
+                o.evidence.len(),
+                o.evidence.len() as u64,
+                format::REST,
+            ) {
+                writeln!(out, "- {}", escape(&l))?;
             }
         }
     }

@@ -36,8 +36,13 @@ pub struct Report {
     /// Wall-clock start, milliseconds since the Unix epoch.
     #[serde(default)]
     pub started_unix_ms: u64,
-    /// How long the run took, in milliseconds.
+    /// How long the run took, in milliseconds; for a report on journals alone (`analyze`,
+    /// `from_journal`), the journals' span: first request received to last answered.
     pub duration_ms: u64,
+    /// True when the report judges journals a fault server wrote (`harness analyze`), with no
+    /// run of its own: its `duration_ms` is the journals' span.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub from_journal: bool,
     /// The URL the load was aimed at, when there was one.
     #[serde(default)]
     pub target: Option<String>,
@@ -297,7 +302,8 @@ pub struct Requests {
     pub sent: u64,
     /// Requests that got an HTTP response, whatever its status.
     pub completed: u64,
-    /// Requests that got no response (connect error, timeout, reset, closed, malformed).
+    /// Transport errors: requests that got no response (connect error, timeout, reset, closed,
+    /// malformed), by kind in the report's `errors_by_kind`.
     pub errors: u64,
     /// Attempts beyond the first of a logical operation.
     pub retries: u64,
@@ -323,6 +329,56 @@ pub struct Requests {
     /// `sent`, neither `completed` nor `errors`: `sent = completed + errors + abandoned`.
     #[serde(default)]
     pub abandoned: u64,
+    /// Logical operations the load driver ended (each once, whatever its retries; cancelled
+    /// ones left out); absent where no load driver ran (`analyze`, `exec`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operations: Option<u64>,
+    /// Operation failures: operations that failed after their retries (no answer, a 5xx, a
+    /// failing gRPC status, a fallback); absent with `operations`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_operations: Option<u64>,
+}
+
+impl Requests {
+    /// Request failures: attempts answered with a 5xx or a failing gRPC status, or not answered
+    /// at all (`errors`, the transport errors).
+    pub fn request_failures(&self) -> u64 {
+        let server_errors: u64 = self
+            .by_status
+            .iter()
+            .filter(|(status, _)| status.starts_with('5'))
+            .map(|(_, n)| *n)
+            .sum();
+        // A gRPC attempt answered with a failing status: over HTTP it was a 200. The client's
+        // own status of an attempt that got no answer is already among the errors.
+        let grpc_failures: u64 = self
+            .by_grpc_status
+            .iter()
+            .filter(|(code, _)| code.as_str() != "OK")
+            .map(|(_, n)| *n)
+            .sum::<u64>()
+            .saturating_sub(self.errors);
+        self.errors + server_errors + grpc_failures
+    }
+
+    /// Request failures over attempts sent, as a fraction; `None` when nothing was sent.
+    pub fn request_failure_rate(&self) -> Option<f64> {
+        (self.sent > 0).then(|| self.request_failures() as f64 / self.sent as f64)
+    }
+
+    /// Transport errors over attempts sent, as a fraction; `None` when nothing was sent.
+    pub fn transport_error_rate(&self) -> Option<f64> {
+        (self.sent > 0).then(|| self.errors as f64 / self.sent as f64)
+    }
+
+    /// Operation failures over operations, as a fraction; `None` where operations are not
+    /// known or there were none.
+    pub fn operation_failure_rate(&self) -> Option<f64> {
+        match (self.operations, self.failed_operations) {
+            (Some(n), Some(f)) if n > 0 => Some(f as f64 / n as f64),
+            _ => None,
+        }
+    }
 }
 
 /// One load phase's figures.

@@ -69,6 +69,10 @@ pub fn render_terminal(r: &Report, color: bool) -> String {
     } else {
         out.push_str(&latency_table(r).to_string());
         out.push('\n');
+        if r.phases.iter().any(|p| p.latency_intended_ms.is_some()) {
+            out.push_str(format::FROM_SCHEDULED);
+            out.push('\n');
+        }
     }
 
     if !r.requests.by_status.is_empty() {
@@ -205,11 +209,15 @@ fn verdict_line(r: &Report, paint: Paint) -> String {
         .iter()
         .filter(|c| c.verdict == Verdict::Fail)
         .count();
-    let mut parts = vec![format!(
-        "{} in {}",
-        r.scenario,
-        format::duration_ms(r.duration_ms)
-    )];
+    let mut parts = vec![if r.from_journal {
+        format!(
+            "{}, journals spanning {}",
+            r.scenario,
+            format::duration_ms(r.duration_ms)
+        )
+    } else {
+        format!("{} in {}", r.scenario, format::duration_ms(r.duration_ms))
+    }];
     if r.operations.is_empty() {
         parts.push(format!("{} of {} checks failed", failed, r.checks.len()));
     } else {
@@ -240,7 +248,7 @@ fn checks_table(r: &Report, paint: Paint) -> Table {
     let mut t = table(paint);
     t.set_header(vec!["check", "verdict", "summary", "evidence"]);
     for c in &r.checks {
-        let lines = format::evidence_lines(&c.evidence, "in report.json");
+        let lines = format::evidence_lines(&c.evidence, c.findings_total(), format::REST);
         t.add_row(vec![
             Cell::new(&c.name),
             verdict_cell(c.verdict, paint),
@@ -292,7 +300,7 @@ fn operations_table(r: &Report, paint: Paint) -> String {
             o.operation_id,
             o.summary
         ));
-        for line in format::evidence_lines(&o.evidence, "in report.json") {
+        for line in format::evidence_lines(&o.evidence, o.evidence.len() as u64, format::REST) {
             out.push_str(&format!("  {line}\n"));
         }
     }
@@ -302,18 +310,24 @@ fn operations_table(r: &Report, paint: Paint) -> String {
 fn requests_line(r: &Report) -> String {
     let q = &r.requests;
     let mut s = format!(
-        "  {} sent, {} completed, {} errors, {} retries, {} req/s",
+        "  {} sent ({} retries), {} answered, {} not answered; {} req/s answered",
         q.sent,
+        q.retries,
         q.completed,
         q.errors,
-        q.retries,
         format::rate(r.throughput_rps)
     );
     s.push_str(&format::extra_counts(q));
-    s.push_str(&format!(
-        "; error rate {:.2}% (errors + 5xx)",
-        format::error_rate_pct(q)
-    ));
+    let figures = format::failure_figures(r);
+    let width = figures.iter().map(|f| f.name.len()).max().unwrap_or(0);
+    for f in figures {
+        s.push_str(&format!(
+            "\n  {:<width$}  {:>6}  {}",
+            f.name,
+            format::percent(f.rate),
+            f.counts
+        ));
+    }
     s
 }
 
@@ -342,7 +356,10 @@ fn latency_table(r: &Report) -> Table {
     for p in &r.phases {
         t.add_row(row(&p.name, &p.latency_ms));
         if let Some(intended) = &p.latency_intended_ms {
-            t.add_row(row(&format!("{} (from intended start)", p.name), intended));
+            t.add_row(row(
+                &format!("{} (from its scheduled time)", p.name),
+                intended,
+            ));
         }
     }
     t
@@ -384,8 +401,8 @@ fn phases_table(r: &Report, paint: Paint) -> Table {
         "kind",
         "duration",
         "sent",
-        "completed",
-        "errors",
+        "answered",
+        "not answered",
         "retries",
         "req/s",
         "p50 ms",

@@ -88,29 +88,45 @@ fn max_is_shown_but_never_gated() {
 }
 
 #[test]
-fn error_rate_is_judged_in_percentage_points() {
+fn failure_rates_are_judged_in_percentage_points() {
     let tol = Tolerances::default();
     let b = base();
-    // The baseline has 50 errors and 2200 503s of 2500 sent: 90%.
+    // The baseline has 50 errors and 2200 503s of 2500 sent: 90% request failures.
     let mut new = base();
     new.requests.errors += 12; // +0.48 pp
     let c = compare(&b, &new, &tol);
     assert_eq!(
-        outcome(&c, "error_rate_pct"),
+        outcome(&c, "request_failure_rate_pct"),
         MetricChangeKind::WithinTolerance
     );
     assert!(!c.is_regression());
 
     new.requests.errors = b.requests.errors + 50; // +2 pp
     let c = compare(&b, &new, &tol);
-    assert_eq!(outcome(&c, "error_rate_pct"), MetricChangeKind::Regression);
+    assert_eq!(
+        outcome(&c, "request_failure_rate_pct"),
+        MetricChangeKind::Regression
+    );
     let m = c
         .metrics
         .iter()
-        .find(|m| m.metric == "error_rate_pct")
+        .find(|m| m.metric == "request_failure_rate_pct")
         .unwrap();
     assert!((m.change.unwrap() - 2.0).abs() < 1e-9, "{m:?}");
     assert!(c.is_regression());
+
+    // Operation failures (`error_rate`) are compared only where both runs know operations.
+    assert!(c.metrics.iter().all(|m| m.metric != "error_rate_pct"));
+    let (mut b, mut new) = (base(), base());
+    b.requests.operations = Some(500);
+    b.requests.failed_operations = Some(5); // 1%
+    new.requests.operations = Some(500);
+    new.requests.failed_operations = Some(20); // 4%
+    let c = compare(&b, &new, &tol);
+    assert_eq!(outcome(&c, "error_rate_pct"), MetricChangeKind::Regression);
+    new.requests.operations = None;
+    let c = compare(&b, &new, &tol);
+    assert_eq!(outcome(&c, "error_rate_pct"), MetricChangeKind::NotGated);
 }
 
 #[test]
@@ -163,7 +179,7 @@ fn a_check_that_starts_failing_is_a_regression() {
 }
 
 #[test]
-fn added_missing_and_softened_checks_are_noted_not_gated() {
+fn added_and_softened_checks_are_noted_missing_and_undecided_ones_gated() {
     let mut new = base();
     new.checks.retain(|c| c.name != "retry_after");
     new.checks.push(CheckResult::new(
@@ -177,7 +193,39 @@ fn added_missing_and_softened_checks_are_noted_not_gated() {
     assert_eq!(kind("retry_after"), CheckChangeKind::Missing);
     assert_eq!(kind("circuit_breaker"), CheckChangeKind::Added);
     assert_eq!(kind("duplicates"), CheckChangeKind::VerdictChanged);
+    // retry_after was inconclusive in the baseline: nothing judged is lost.
+    assert!(!c.is_regression(), "{:?}", c.regressions());
+    // A check the baseline decided, gone: the run judged less, unless that is accepted.
+    let mut new = base();
+    let gone = new.checks.remove(0).name;
+    let c = compare(&base(), &new, &Tolerances::default());
+    let regressions: Vec<String> = c.regressions().iter().map(ToString::to_string).collect();
+    assert_eq!(regressions.len(), 1, "{regressions:?}");
+    assert!(
+        regressions[0].starts_with(&format!("check {gone} (pass in the baseline) is missing")),
+        "{regressions:?}"
+    );
+    let c = c.allowing_missing(true);
     assert!(!c.is_regression());
+
+    // Decided in the baseline, inconclusive now: the new run could not judge it.
+    let mut new = base();
+    new.checks[0].verdict = Verdict::Inconclusive;
+    let c = compare(&base(), &new, &Tolerances::default());
+    assert_eq!(c.checks[0].change, CheckChangeKind::NewlyInconclusive);
+    assert!(c.is_regression());
+    assert!(!c.allowing_missing(true).is_regression());
+}
+
+#[test]
+fn reports_of_different_scenarios_are_no_baseline() {
+    let mut other = base();
+    assert_eq!(compare(&base(), &other, &Tolerances::default()).mismatch, None);
+    other.scenario = "another".into();
+    let c = compare(&base(), &other, &Tolerances::default());
+    let why = c.mismatch.as_deref().expect("a mismatch");
+    assert!(why.contains("different scenarios"), "{why}");
+    assert!(c.render_terminal(false).contains("warning: the reports are of different scenarios"));
 }
 
 #[test]

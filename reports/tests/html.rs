@@ -60,7 +60,7 @@ fn has_the_three_charts_and_the_checks() {
     assert!(html.contains("<span class=\"badge weak\">weak</span>"));
     assert!(html.contains("attempt 2: 500 retries, every delay exactly 1000 ms"));
     assert!(html.contains("key <code>order-7f3a</code>"));
-    assert!(html.contains("spread_ratio = <b>0.0</b>"));
+    assert!(html.contains("spread_ratio = <b>0</b>"));
     assert!(html.contains("started 2025-11-30 08:59:00 UTC"));
 }
 
@@ -165,7 +165,7 @@ fn latency_chart_has_overall_and_per_phase_bars() {
     assert!(marks.contains(&"all requests: p99 1520 ms"), "{marks:?}");
     assert!(marks.contains(&"incident: p50 1.90 ms"), "{marks:?}");
     assert!(
-        marks.contains(&"retry-storm (from intended start): max 3100 ms"),
+        marks.contains(&"retry-storm (from its scheduled time): max 3100 ms"),
         "{marks:?}"
     );
     assert!(!chart.contains("NaN"));

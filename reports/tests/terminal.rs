@@ -53,7 +53,26 @@ fn shows_the_figures() {
     }
     assert!(out.contains("1520"), "p99 value missing:\n{out}");
     assert!(
-        out.contains("2500 sent, 2450 completed, 50 errors, 2000 retries"),
+        out.contains("2500 sent (2000 retries), 2450 answered, 50 not answered"),
+        "{out}"
+    );
+    // Each failure figure by its name, with what it counts; no operations known, none shown.
+    let flat = squeeze(&out);
+    assert!(
+        flat.contains("request failures 90% 2250 of 2500 requests answered 5xx or not at all"),
+        "{out}"
+    );
+    assert!(
+        flat.contains("transport errors 2% 50 of 2500 requests not answered: closed 30, timeout 20"),
+        "{out}"
+    );
+    assert!(!out.contains("operation failures"), "{out}");
+    let mut known = common::sample();
+    known.requests.operations = Some(500);
+    known.requests.failed_operations = Some(3);
+    let out = render_terminal(&known, false);
+    assert!(
+        squeeze(&out).contains("operation failures 0.6% 3 of 500 operations failed after their retries"),
         "{out}"
     );
     assert!(out.contains("77.8 req/s"), "{out}");
@@ -63,7 +82,8 @@ fn shows_the_figures() {
         out.contains("incident") && out.contains("retry-storm"),
         "{out}"
     );
-    assert!(out.contains("retry-storm (from intended start)"), "{out}");
+    assert!(out.contains("retry-storm (from its scheduled time)"), "{out}");
+    assert!(out.contains("coordinated omission"), "{out}");
     assert!(out.contains("incident: release_skew_us_max = 180"), "{out}");
 }
 
@@ -121,7 +141,10 @@ fn grpc_statuses_are_shown_by_name_and_failing_ones_count_as_errors() {
     let text = render_terminal(&r, false);
     assert!(text.contains("gRPC statuses"), "{text}");
     assert!(text.contains("UNAVAILABLE"), "{text}");
-    assert!(text.contains("error rate 20.00%"), "{text}");
+    assert!(
+        squeeze(&text).contains("request failures 20% 500 of 2500 requests answered 5xx or not at all"),
+        "{text}"
+    );
     let md = reports::to_markdown(&r);
     assert!(md.contains("| grpc: UNAVAILABLE | 500 |"), "{md}");
 }
@@ -143,4 +166,10 @@ fn counts_tcp_connections_beside_the_requests() {
         assert!(row.contains(cell), "{cell} in {row}");
     }
     assert!(!render_terminal(&common::sample(), false).contains("TCP connections"));
+}
+
+/// `text` with every run of whitespace made one space: figures aligned in columns, compared as
+/// words.
+fn squeeze(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }

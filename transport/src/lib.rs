@@ -165,7 +165,13 @@ impl Target {
         let (tls, default_port) = match uri.scheme_str() {
             Some("http") => (None, 80),
             Some("https") => (Some(ClientTls::new(&how.tls, how.http2)?), 443),
-            _ => return Err(invalid("expected http://HOST:PORT or https://HOST:PORT")),
+            Some(other) => {
+                return Err(invalid(&format!(
+                    "the scheme {other}:// is not one this takes: http://HOST:PORT or \
+                     https://HOST:PORT"
+                )))
+            }
+            None => return Err(invalid("expected http://HOST:PORT or https://HOST:PORT")),
         };
         let authority = uri
             .authority()
@@ -176,7 +182,23 @@ impl Target {
                 "credentials in the URL are not supported; send an Authorization header instead",
             ));
         }
-        let port = authority.port_u16().unwrap_or(default_port);
+        // The text after the host's last `:` (not inside an IPv6 literal's brackets): a port
+        // the URI type cannot hold (over 65535) is no port at all to it, not a reason to refuse.
+        let written_port = authority
+            .as_str()
+            .rsplit_once(':')
+            .map(|(_, p)| p)
+            .filter(|p| !p.contains(']'));
+        let port = match (authority.port_u16(), written_port) {
+            (Some(0), _) => return Err(invalid("port 0: expected a port from 1 to 65535")),
+            (Some(p), _) => p,
+            (None, Some(p)) if !p.is_empty() => {
+                return Err(invalid(&format!(
+                    "port {p}: expected a port from 1 to 65535"
+                )))
+            }
+            (None, _) => default_port,
+        };
         let host = authority
             .host()
             .trim_start_matches('[')

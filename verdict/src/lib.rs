@@ -84,6 +84,9 @@ pub struct CheckResult {
     pub metrics: BTreeMap<String, serde_json::Value>,
     /// The places that prove the verdict, most telling first.
     pub evidence: Vec<Evidence>,
+    /// How many findings the check made in all, when it kept fewer of them as `evidence` (the
+    /// scenario's `checks.max_evidence` bounds what is kept); `None` when every one is kept.
+    pub findings: Option<u64>,
 }
 
 /// [`CheckResult`] as `report.json` spells it, with the derived `passed`.
@@ -98,6 +101,8 @@ struct CheckResultJson {
     metrics: BTreeMap<String, serde_json::Value>,
     #[serde(default)]
     evidence: Vec<Evidence>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    findings: Option<u64>,
 }
 
 impl From<CheckResult> for CheckResultJson {
@@ -109,6 +114,7 @@ impl From<CheckResult> for CheckResultJson {
             summary: c.summary,
             metrics: c.metrics,
             evidence: c.evidence,
+            findings: c.findings,
         }
     }
 }
@@ -121,6 +127,7 @@ impl From<CheckResultJson> for CheckResult {
             summary: c.summary,
             metrics: c.metrics,
             evidence: c.evidence,
+            findings: c.findings,
         }
     }
 }
@@ -134,7 +141,21 @@ impl CheckResult {
             summary: summary.into(),
             metrics: BTreeMap::new(),
             evidence: Vec::new(),
+            findings: None,
         }
+    }
+
+    /// Records that the check made `total` findings in all, of which its `evidence` keeps the
+    /// first; nothing is recorded when it keeps them all.
+    pub fn findings(mut self, total: u64) -> Self {
+        self.findings = (total > self.evidence.len() as u64).then_some(total);
+        self
+    }
+
+    /// How many findings the check made in all: its `findings`, or its evidence when it kept
+    /// every one.
+    pub fn findings_total(&self) -> u64 {
+        self.findings.unwrap_or(0).max(self.evidence.len() as u64)
     }
 
     /// False only when the verdict is `fail`.
@@ -205,7 +226,7 @@ impl fmt::Display for CheckResult {
             self.verdict.word().to_ascii_uppercase(),
             text::printable(&self.summary)
         )?;
-        for line in text::evidence_lines(&self.evidence, "in `evidence`") {
+        for line in text::evidence_lines(&self.evidence, self.findings_total(), "in `evidence`") {
             write!(f, "\n  {}", text::printable(&line))?;
         }
         Ok(())

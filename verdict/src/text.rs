@@ -37,20 +37,39 @@ pub const EVIDENCE_SHOWN: usize = 3;
 pub const SEQS_SHOWN: usize = 8;
 
 /// A check's first [`EVIDENCE_SHOWN`] pieces of evidence as bulleted lines, and how many more
-/// there are, and where (`rest`).
-pub fn evidence_lines(evidence: &[Evidence], rest: &str) -> Vec<String> {
+/// findings there are (`total`, the kept evidence and those past the bound) and where the kept
+/// ones are (`rest`, e.g. `in report.json`).
+pub fn evidence_lines(evidence: &[Evidence], total: u64, rest: &str) -> Vec<String> {
     let mut lines: Vec<String> = evidence
         .iter()
         .take(EVIDENCE_SHOWN)
         .map(|e| format!("• {}", evidence_line(e, SEQS_SHOWN)))
         .collect();
-    if evidence.len() > EVIDENCE_SHOWN {
-        lines.push(format!(
-            "… and {} more {rest}",
-            evidence.len() - EVIDENCE_SHOWN
-        ));
-    }
+    lines.extend(more_findings(lines.len(), evidence.len(), total, rest));
     lines
+}
+
+/// The line that follows the `shown` pieces of evidence a reader sees: how many more findings
+/// there are (of `total`, `kept` of them in the evidence) and where the kept ones are (`rest`);
+/// `None` when there are no more.
+pub fn more_findings(shown: usize, kept: usize, total: u64, rest: &str) -> Option<String> {
+    let (shown, kept) = (shown as u64, kept as u64);
+    let total = total.max(kept);
+    if total <= shown {
+        return None;
+    }
+    let more = total - shown;
+    Some(if kept == total {
+        format!("… and {more} more {rest}")
+    } else if kept > shown {
+        format!(
+            "… and {more} more: {} of them {rest} (the first {kept} of {total} findings are \
+             kept; checks.max_evidence keeps more)",
+            kept - shown
+        )
+    } else {
+        format!("… and {more} more findings, not kept (checks.max_evidence keeps more than {kept})")
+    })
 }
 
 /// Whether `c` must not reach a reader as it is: control characters (C0, DEL, C1) move the

@@ -12,8 +12,8 @@
 //! - [`check_shape`] refuses, before parsing, text nested deeper or larger than any configuration
 //!   needs: libyaml reads a whole document into events before serde sees it, and a document of
 //!   100,000 nested brackets keeps it busy for seconds.
-//! - [`Dur`] and [`parse_duration`] read `"250ms"`, `"1.5s"`, `"2m"`, `"24h"` or a number of
-//!   seconds; [`Size`] reads `65536` or `"64KiB"`. Their JSON Schemas ([`DURATION_PATTERN`],
+//! - [`Dur`] and [`parse_duration`] read `"250ms"`, `"1.5s"`, `"2m"`, `"24h"` (a unit is
+//!   required: a bare number other than 0 is refused, as it could mean ms or s); [`Size`] reads `65536` or `"64KiB"`. Their JSON Schemas ([`DURATION_PATTERN`],
 //!   [`SIZE_PATTERN`]) describe the same text, so an editor flags what the loader would refuse.
 //! - [`json_schema`] writes a config type's JSON Schema the way editors read it.
 
@@ -449,9 +449,16 @@ impl<'de> Deserialize<'de> for KeyText {
     }
 }
 
-/// A duration: `"250ms"`, `"1.5s"`, `"2m"`, `"24h"`, or a number of seconds.
+/// A duration: `"250ms"`, `"1.5s"`, `"2m"`, `"24h"`, or `0`. A bare number other than 0 is
+/// refused: `backoff: { base: 200 }` could mean 200 ms or 200 s, and the wrong guess hangs a run
+/// or hides a timeout.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Dur(pub Duration);
+
+/// The message for a duration written as a bare number.
+pub fn unitless_duration(v: impl fmt::Display) -> String {
+    format!("`{v}`: a duration needs a unit, e.g. `{v}ms` or `{v}s`")
+}
 
 impl<'de> Deserialize<'de> for Dur {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -459,20 +466,26 @@ impl<'de> Deserialize<'de> for Dur {
         impl Visitor<'_> for V {
             type Value = Dur;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a duration such as \"250ms\", \"1.5s\", \"2m\" or a number of seconds")
+                f.write_str("a duration with its unit, such as \"250ms\", \"1.5s\" or \"2m\"")
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Dur, E> {
-                bounded(Duration::from_secs(v))
+                match v {
+                    0 => Ok(Dur(Duration::ZERO)),
+                    v => Err(E::custom(unitless_duration(v))),
+                }
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Dur, E> {
-                u64::try_from(v)
-                    .map_err(|_| E::custom("a duration cannot be negative"))
-                    .and_then(|s| bounded(Duration::from_secs(s)))
+                match u64::try_from(v) {
+                    Ok(v) => self.visit_u64(v),
+                    Err(_) => Err(E::custom("a duration cannot be negative")),
+                }
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Dur, E> {
-                Duration::try_from_secs_f64(v)
-                    .map_err(|_| E::custom(format!("{v} is not a valid number of seconds")))
-                    .and_then(bounded)
+                if v == 0.0 {
+                    Ok(Dur(Duration::ZERO))
+                } else {
+                    Err(E::custom(unitless_duration(v)))
+                }
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Dur, E> {
                 parse_duration(v).map_err(E::custom).and_then(bounded)
@@ -508,10 +521,10 @@ impl schemars::JsonSchema for Dur {
 
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
-            "description": "A duration: \"250ms\", \"1.5s\", \"2m\", \"1h 30m\", \"24h\", or a number of seconds; at most 366 days.",
+            "description": "A duration with its unit: \"250ms\", \"1.5s\", \"2m\", \"1h 30m\", \"24h\" (or 0); at most 366 days. A bare number is refused: it could mean ms or s.",
             "anyOf": [
                 { "type": "string", "pattern": DURATION_PATTERN },
-                { "type": "number", "minimum": 0, "maximum": MAX_DURATION.as_secs() }
+                { "type": "integer", "const": 0 }
             ]
         })
     }
@@ -615,6 +628,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     if t == "0" {
         return Ok(Duration::ZERO);
+    }
+    if t.parse::<f64>().is_ok() {
+        return Err(unitless_duration(t));
     }
     // humantime does not take fractions ("1.5s"); handle a single fractional unit here.
     if let Some((num, unit)) = split_fraction(t) {
@@ -764,6 +780,24 @@ mod tests {
     }
 
     #[test]
+    fn a_duration_without_its_unit_is_refused_with_its_position() {
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct T {
+            d: Dur,
+        }
+        for text in ["d: 200\n", "d: 1.5\n", "d: \"200\"\n"] {
+            let err = from_yaml_str::<T>(text, "t").unwrap_err().to_string();
+            assert!(
+                err.starts_with("t:1:4:") && err.contains("a duration needs a unit, e.g. `"),
+                "{text}: {err}"
+            );
+        }
+        assert!(from_yaml_str::<T>("d: 0\n", "t").is_ok());
+        assert!(from_yaml_str::<T>("d: 200ms\n", "t").is_ok());
+    }
+
+    #[test]
     fn sizes() {
         assert_eq!(parse_size("512").unwrap(), 512);
         assert_eq!(parse_size("64KiB").unwrap(), 65536);
@@ -780,6 +814,11 @@ mod tests {
         assert_eq!(parse_duration("24h").unwrap(), Duration::from_secs(86400));
         assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
         assert!(parse_duration("soon").is_err());
+        assert_eq!(
+            parse_duration("200"),
+            Err("`200`: a duration needs a unit, e.g. `200ms` or `200s`".to_string())
+        );
+        assert!(parse_duration("0.5").is_err());
         assert!(parse_duration("1.5parsecs").is_err());
     }
 }

@@ -50,8 +50,9 @@ pub struct DeliverArgs {
     /// Stripe's event shape, the event id as `id`].
     #[arg(long, value_name = "JSON")]
     pub payload: Option<String>,
-    /// Workers, each delivering one subject at a time [default: 10].
-    #[arg(short = 'c', long, value_name = "C")]
+    /// Deliveries in flight at once: workers, each delivering one subject at a time [default:
+    /// 10].
+    #[arg(short = 'c', long, value_name = "N")]
     pub concurrency: Option<u32>,
     /// The share of events delivered more than once (0..1).
     #[arg(long, value_name = "F")]
