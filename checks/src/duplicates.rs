@@ -251,6 +251,21 @@ impl DuplicatesCheck {
     }
 }
 
+/// A finding without its list of resource ids, for the summary line: the evidence below it
+/// lists them once.
+fn without_ids(detail: &str) -> String {
+    match detail.find(" resources (") {
+        Some(at) => {
+            let open = at + " resources ".len();
+            match detail[open..].find(')') {
+                Some(close) => format!("{}{}", &detail[..open - 1], &detail[open + close + 1..]),
+                None => detail.to_string(),
+            }
+        }
+        None => detail.to_string(),
+    }
+}
+
 impl Check for DuplicatesCheck {
     fn name(&self) -> &'static str {
         "duplicates"
@@ -305,7 +320,7 @@ impl Check for DuplicatesCheck {
                     self.keys_with_creation,
                     self.duplicate_requests,
                     self.extra_resources,
-                    self.findings.first_detail().unwrap_or_default()
+                    without_ids(self.findings.first_detail().unwrap_or_default())
                 ),
             )
         } else if self.keys_seen == 0 {
@@ -489,6 +504,16 @@ impl CheckSpec for DuplicatesConfig {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_summary_names_the_first_key_without_repeating_its_ids() {
+        assert_eq!(
+            without_ids("key k1 created 3 resources (o1, o2, o3) in 3 requests"),
+            "key k1 created 3 resources in 3 requests"
+        );
+        assert_eq!(without_ids("no ids here"), "no ids here");
+    }
+
     use history::Outcome;
 
     use crate::testutil::{entry, run_one};

@@ -153,7 +153,12 @@ struct ShardArgs {
     #[arg(long, value_name = "I/N")]
     shard: Option<String>,
     /// The run's common start: RFC 3339 or unix milliseconds; every shard waits for it.
-    #[arg(long, value_name = "TIME", env = "HARNESS_START_AT")]
+    #[arg(
+        long,
+        value_name = "TIME",
+        env = "HARNESS_START_AT",
+        hide_env_values = true
+    )]
     start_at: Option<String>,
 }
 
@@ -229,7 +234,12 @@ pub(crate) struct ConnectArgs {
     #[arg(long, value_name = "N")]
     streams: Option<u32>,
     /// Connect from this local address (e.g. 127.0.0.4: one loopback address per shard).
-    #[arg(long, value_name = "IP", env = "HARNESS_SOURCE_ADDR")]
+    #[arg(
+        long,
+        value_name = "IP",
+        env = "HARNESS_SOURCE_ADDR",
+        hide_env_values = true
+    )]
     source_addr: Option<std::net::IpAddr>,
     /// Largest header list an answer may have (RFC 7541 sizes; advertised to HTTP/2 servers as
     /// SETTINGS_MAX_HEADER_LIST_SIZE); a larger one fails its attempt as `protocol` [default: 64KiB].
@@ -333,7 +343,7 @@ struct HerdArgs {
     )]
     attempts: u32,
     /// First backoff, doubling on each retry, e.g. `1s` or `100ms`.
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    #[arg(long = "backoff", value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     base: Duration,
     /// Longest backoff, e.g. `30s` (default: no cap within the attempts).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]

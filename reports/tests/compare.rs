@@ -220,12 +220,17 @@ fn added_and_softened_checks_are_noted_missing_and_undecided_ones_gated() {
 #[test]
 fn reports_of_different_scenarios_are_no_baseline() {
     let mut other = base();
-    assert_eq!(compare(&base(), &other, &Tolerances::default()).mismatch, None);
+    assert_eq!(
+        compare(&base(), &other, &Tolerances::default()).mismatch,
+        None
+    );
     other.scenario = "another".into();
     let c = compare(&base(), &other, &Tolerances::default());
     let why = c.mismatch.as_deref().expect("a mismatch");
     assert!(why.contains("different scenarios"), "{why}");
-    assert!(c.render_terminal(false).contains("warning: the reports are of different scenarios"));
+    assert!(c
+        .render_terminal(false)
+        .contains("warning: the reports are of different scenarios"));
 }
 
 #[test]

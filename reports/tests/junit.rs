@@ -86,7 +86,10 @@ fn a_failed_check_is_a_failure_with_its_evidence() {
                 text.contains("attempt 6"),
                 "all evidence belongs in junit: {text}"
             );
-            assert!(text.contains("spread_ratio = 0") && !text.contains("spread_ratio = 0.0"), "{text}");
+            assert!(
+                text.contains("spread_ratio = 0") && !text.contains("spread_ratio = 0.0"),
+                "{text}"
+            );
         }
         other => panic!("jitter should fail, got {other:?}"),
     }

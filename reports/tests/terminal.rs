@@ -63,7 +63,9 @@ fn shows_the_figures() {
         "{out}"
     );
     assert!(
-        flat.contains("transport errors 2% 50 of 2500 requests not answered: closed 30, timeout 20"),
+        flat.contains(
+            "transport errors 2% 50 of 2500 requests not answered: closed 30, timeout 20"
+        ),
         "{out}"
     );
     assert!(!out.contains("operation failures"), "{out}");
@@ -72,7 +74,8 @@ fn shows_the_figures() {
     known.requests.failed_operations = Some(3);
     let out = render_terminal(&known, false);
     assert!(
-        squeeze(&out).contains("operation failures 0.6% 3 of 500 operations failed after their retries"),
+        squeeze(&out)
+            .contains("operation failures 0.6% 3 of 500 operations failed after their retries"),
         "{out}"
     );
     assert!(out.contains("77.8 req/s"), "{out}");
@@ -82,7 +85,10 @@ fn shows_the_figures() {
         out.contains("incident") && out.contains("retry-storm"),
         "{out}"
     );
-    assert!(out.contains("retry-storm (from its scheduled time)"), "{out}");
+    assert!(
+        out.contains("retry-storm (from its scheduled time)"),
+        "{out}"
+    );
     assert!(out.contains("coordinated omission"), "{out}");
     assert!(out.contains("incident: release_skew_us_max = 180"), "{out}");
 }
@@ -142,7 +148,8 @@ fn grpc_statuses_are_shown_by_name_and_failing_ones_count_as_errors() {
     assert!(text.contains("gRPC statuses"), "{text}");
     assert!(text.contains("UNAVAILABLE"), "{text}");
     assert!(
-        squeeze(&text).contains("request failures 20% 500 of 2500 requests answered 5xx or not at all"),
+        squeeze(&text)
+            .contains("request failures 20% 500 of 2500 requests answered 5xx or not at all"),
         "{text}"
     );
     let md = reports::to_markdown(&r);
