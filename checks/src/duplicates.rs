@@ -504,6 +504,7 @@ impl CheckSpec for DuplicatesConfig {
 
 #[cfg(test)]
 mod tests {
+    use super::without_ids;
 
     #[test]
     fn the_summary_names_the_first_key_without_repeating_its_ids() {
