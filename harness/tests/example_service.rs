@@ -376,9 +376,9 @@ fn proxy_gate_fails_the_naive_service_on_the_real_payments() {
         .find(|c| c["name"] == "duplicates")
         .unwrap();
     assert!(
-        dup["summary"].as_str().unwrap().contains("pay_"),
+        dup["evidence"].to_string().contains("pay_"),
         "{}",
-        dup["summary"]
+        dup["evidence"]
     );
 }
 

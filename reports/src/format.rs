@@ -380,9 +380,9 @@ pub(crate) fn shard_line(r: &crate::model::Report) -> Option<String> {
 }
 
 /// What a rate phase's second latency row means, under every table that shows one.
-pub(crate) const FROM_SCHEDULED: &str = "  \"from its scheduled time\": latency counted from when \
-     the rate phase meant to send each request, not from when it could (coordinated omission \
-     corrected: a request sent late waited in the driver, and its wait is counted)";
+pub(crate) const FROM_SCHEDULED: &str = "  \"from its scheduled time\": latency from when the rate \
+     phase meant to send each request, not from when it could\n  (coordinated omission corrected: a \
+     request sent late waited in the driver, and that wait counts)";
 
 /// The counts a request line adds when they are not zero: late starts, requests never sent,
 /// operations cancelled in flight (", 3 late starts, 2 cancelled in flight").
