@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::stop::StopWait;
 
-use fault_server::draw::splitmix64;
+use primitives::draw::splitmix64;
 use retry_policy::Limits;
 
 use crate::http::http2::{Burst, H2Conn, SinglePacketRound, Slot};

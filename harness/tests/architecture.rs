@@ -120,6 +120,21 @@ fn the_yaml_loader_stands_alone() {
     assert_free_of("yaml-config", RUNTIME_AND_IO);
 }
 
+/// Protects the primitives' invariant (ARCHITECTURE.md): no dependency at all, so the fault
+/// server, the harness and the webhooks crate can share its draws and template syntax without
+/// sharing anything else, and a draw cannot change with a dependency's version.
+#[test]
+fn the_primitives_depend_on_nothing() {
+    let graph = lock_graph();
+    let deps = graph
+        .get("primitives")
+        .expect("primitives is in Cargo.lock");
+    assert!(
+        deps.is_empty(),
+        "primitives must depend on nothing (see ARCHITECTURE.md); it depends on {deps:?}"
+    );
+}
+
 #[test]
 fn the_fault_server_does_not_know_the_harness() {
     assert_free_of("fault-server", &["harness", "checks"]);

@@ -11,10 +11,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use checks::duplicates::VerifyConfig;
-use fault_server::draw::splitmix64;
 use history::{KeyCount, StoreCounts};
 use http::HeaderName;
 use openapi::{Operation, Request};
+use primitives::draw::{splitmix64, Fnv};
 use reports::model::{AuditedOperation, OperationVerdict};
 use reports::{CheckResult, Verdict};
 
@@ -382,9 +382,9 @@ async fn by_get(
 
 /// FNV-1a of `s`: an operation's share of the run's keys, the same on every platform.
 fn fnv(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
+    let mut h = Fnv::new();
+    h.write(s.as_bytes());
+    h.finish()
 }
 
 #[cfg(test)]

@@ -29,9 +29,9 @@ mod session;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fault_server::draw::splitmix64;
 use fault_server::schedule::Glob;
 use openapi::{Api, LinkPlan, Method, Operation, RequestBuilder};
+use primitives::draw::splitmix64;
 use reports::model::{AuditedOperation, OperationVerdict, ProbeKind};
 use reports::{Evidence, Report};
 use tokio_util::sync::CancellationToken;

@@ -35,10 +35,10 @@ use bytes::Bytes;
 use checks::duplicates::{DuplicatesConfig, VerifyConfig};
 use checks::idempotency_semantics::IdempotencySemanticsConfig;
 use checks::ChecksConfig;
-use fault_server::draw::splitmix64;
 use history::{Entry, Facts, StoreCounts};
 use http::header::{CONTENT_TYPE, HOST};
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use primitives::draw::splitmix64;
 use reports::CheckResult;
 use serde::Serialize;
 
