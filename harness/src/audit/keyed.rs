@@ -18,8 +18,8 @@ use primitives::draw::{splitmix64, Fnv};
 use reports::model::{AuditedOperation, OperationVerdict};
 use reports::{CheckResult, Verdict};
 
-use super::session::{baseline_stops, named, Auditor, Prepared};
-use super::{evidence, inconclusive};
+use super::row::{evidence, inconclusive, COULD_NOT_BUILD};
+use super::session::{named, Auditor, Prepared};
 use crate::probe::record::Answer;
 use crate::probe::{mismatch, Bodies, Exchanged, ProbeOutcome, ProbePlan};
 
@@ -39,25 +39,18 @@ pub(super) async fn probe(
     let Ok(key_header) = HeaderName::from_bytes(key_name.as_bytes()) else {
         return inconclusive(row, format!("{key_name:?} is not a header name"));
     };
-    row.request = Some(String::from_utf8_lossy(&request.to_http()).into_owned());
-    let label = op.label();
-
     let base_key = a.fresh_key();
-    let baseline = match a
-        .session
-        .outgoing(&request, Some(&key_header), Some(&base_key))
+    if let Err(why) = a
+        .baseline(op, &mut row, &request, Some((&key_header, &base_key)))
+        .await
     {
-        Ok(out) => a.session.send(out).await,
-        Err(e) => return inconclusive(row, format!("{}: {e}", super::COULD_NOT_BUILD)),
-    };
-    if let Some(why) = baseline_stops(&label, &baseline) {
         return inconclusive(row, why);
     }
 
     let (bodies, body_note) = bodies(a, op, &request);
     let headers = match a.session.headers(&request, Some(&key_header)) {
         Ok(h) => h,
-        Err(e) => return inconclusive(row, format!("{}: {e}", super::COULD_NOT_BUILD)),
+        Err(e) => return inconclusive(row, format!("{COULD_NOT_BUILD}: {e}")),
     };
     let uri = a.session.target.path(&request.target());
     let plan = ProbePlan {

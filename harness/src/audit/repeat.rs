@@ -14,8 +14,8 @@ use bytes::Bytes;
 use openapi::{Method, Operation, Request};
 use reports::model::{AuditedOperation, OperationVerdict};
 
-use super::session::{baseline_stops, quoted, statuses, unmade, Auditor, Prepared};
-use super::{evidence, inconclusive};
+use super::row::{evidence, inconclusive};
+use super::session::{quoted, statuses, unmade, Auditor, Prepared};
 use crate::probe::record::Answer;
 use crate::probe::{Bodies, ProbePlan, Recording};
 
@@ -29,19 +29,11 @@ pub(super) async fn probe(
     mut row: AuditedOperation,
 ) -> AuditedOperation {
     let request = prepared.request;
-    row.request = Some(String::from_utf8_lossy(&request.to_http()).into_owned());
+    let (out, first) = match a.baseline(op, &mut row, &request, None).await {
+        Ok(sent) => sent,
+        Err(why) => return inconclusive(row, why),
+    };
     let label = op.label();
-    let out = match a.session.outgoing(&request, None, None) {
-        Ok(out) => out,
-        Err(e) => return inconclusive(row, format!("{}: {e}", super::COULD_NOT_BUILD)),
-    };
-    let first = a.session.send(out.clone()).await;
-    if let Some(why) = baseline_stops(&label, &first) {
-        return inconclusive(row, why);
-    }
-    let Ok(first) = first else {
-        return inconclusive(row, "the first request got no answer".into());
-    };
     // Counted after the first request, which may create (one resource), and at the end.
     let listed_after_first = count_list(a, op).await;
     let mut repeats = Vec::with_capacity(REPEATS);

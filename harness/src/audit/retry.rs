@@ -12,8 +12,8 @@
 use openapi::Operation;
 use reports::model::{AuditedOperation, OperationVerdict};
 
-use super::session::{baseline_stops, named, quoted, Auditor, Prepared};
-use super::{evidence, inconclusive};
+use super::row::{evidence, inconclusive};
+use super::session::{named, quoted, Auditor, Prepared};
 use crate::probe::record::Answer;
 
 pub(super) async fn probe(
@@ -23,19 +23,11 @@ pub(super) async fn probe(
     mut row: AuditedOperation,
 ) -> AuditedOperation {
     let request = prepared.request;
-    row.request = Some(String::from_utf8_lossy(&request.to_http()).into_owned());
+    let (out, first) = match a.baseline(op, &mut row, &request, None).await {
+        Ok(sent) => sent,
+        Err(why) => return inconclusive(row, why),
+    };
     let label = op.label();
-    let out = match a.session.outgoing(&request, None, None) {
-        Ok(out) => out,
-        Err(e) => return inconclusive(row, format!("{}: {e}", super::COULD_NOT_BUILD)),
-    };
-    let first = a.session.send(out.clone()).await;
-    if let Some(why) = baseline_stops(&label, &first) {
-        return inconclusive(row, why);
-    }
-    let Ok(first) = first else {
-        return inconclusive(row, "the first request got no answer".into());
-    };
     let retry = a.session.send(out).await;
     let judged = judge(&op.path, &first, &retry);
     row.verdict = judged.verdict;

@@ -19,9 +19,10 @@ use bytes::Bytes;
 use history::{Entry, ErrorKind, Outcome};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use openapi::{Api, LinkPlan, Operation, Recorded, Request, RequestBuilder, Source};
-use reports::model::{AuditedOperation, ProbeKind};
+use reports::model::AuditedOperation;
 
-use super::{inconclusive, kind, row, AuditConfig, AuditError, COULD_NOT_BUILD};
+use super::config::{AuditConfig, AuditError};
+use super::row::{evidence, COULD_NOT_BUILD};
 use crate::http::{Conn, Connect, Outgoing, Target};
 use crate::metrics::Recorder;
 use crate::probe::record::Answer;
@@ -282,39 +283,6 @@ impl<'a> Auditor<'a> {
         format!("audit-{:016x}-{}", self.nonce, self.keys)
     }
 
-    /// The key header `op` is probed with, and where it comes from.
-    pub(crate) fn key_of(&self, op: &Operation) -> Option<(String, &'static str)> {
-        super::key_of(op, self.cfg)
-    }
-
-    /// The row of one operation: its request made, then its probe.
-    pub(crate) async fn operation(&mut self, op: &Operation) -> AuditedOperation {
-        let key = self.key_of(op);
-        let probe = kind(op.method, key.is_some());
-        let sent_before = self.session.recorder.requests().sent;
-        let r = row(op, probe, key.as_ref());
-        let mut out = match self.prepare(op).await {
-            Err(why) => inconclusive(r, format!("{COULD_NOT_BUILD}: {why}")),
-            Ok(request) => {
-                let origins = unmade(&request);
-                let prepared = Prepared { request, key };
-                let judged = match probe {
-                    ProbeKind::Keyed => super::keyed::probe(self, op, prepared, r).await,
-                    ProbeKind::LostResponse => super::retry::probe(self, op, prepared, r).await,
-                    _ => super::repeat::probe(self, op, prepared, r).await,
-                };
-                said_where_from(judged, &origins)
-            }
-        };
-        out.requests_sent = self
-            .session
-            .recorder
-            .requests()
-            .sent
-            .saturating_sub(sent_before);
-        out
-    }
-
     /// A request for `op`, with the resources it names made for it first.
     pub(crate) async fn prepare(&mut self, op: &Operation) -> Result<Request, String> {
         let chain = chain(self.plan, &op.id)?;
@@ -325,7 +293,7 @@ impl<'a> Auditor<'a> {
                 .operation(&id)
                 .ok_or_else(|| format!("the plan names {id}, which the document lacks"))?;
             let request = self.build(producer, &made)?;
-            let key = self.key_of(producer);
+            let key = self.cfg.key_of(producer);
             let key_name = match &key {
                 Some((n, _)) => Some(
                     HeaderName::from_bytes(n.as_bytes())
@@ -392,6 +360,30 @@ impl<'a> Auditor<'a> {
         let label = format!("GET {}", get.target());
         let out = self.session.outgoing(&get, None, None)?;
         Ok(Some((label, self.session.send(out).await)))
+    }
+
+    /// The step every probe starts with: `request` shown in the row as it is sent, then sent
+    /// once as it was built, with `key` under its header when the probe takes one (the
+    /// baseline). The request as sent and its answer; or, when the request cannot be sent, gets
+    /// no answer, is refused or fails, why nothing can be judged (the row is then left
+    /// inconclusive with it).
+    pub(crate) async fn baseline(
+        &mut self,
+        op: &Operation,
+        row: &mut AuditedOperation,
+        request: &Request,
+        key: Option<(&HeaderName, &str)>,
+    ) -> Result<(Outgoing, Answer), String> {
+        row.request = Some(String::from_utf8_lossy(&request.to_http()).into_owned());
+        let out = self
+            .session
+            .outgoing(request, key.map(|(n, _)| n), key.map(|(_, k)| k))
+            .map_err(|e| format!("{COULD_NOT_BUILD}: {e}"))?;
+        let answer = self.session.send(out.clone()).await;
+        if let Some(why) = baseline_stops(&op.label(), &answer) {
+            return Err(why);
+        }
+        answer.map(|a| (out, a))
     }
 }
 
@@ -498,7 +490,7 @@ pub(crate) fn unmade(request: &Request) -> Vec<Unmade> {
 /// every such value when no valid request could be made (a 404 on an example's id is the
 /// document's example, not a verdict), the document's examples that stood in for a creation's
 /// answer on any other row.
-fn said_where_from(mut row: AuditedOperation, origins: &[Unmade]) -> AuditedOperation {
+pub(crate) fn said_where_from(mut row: AuditedOperation, origins: &[Unmade]) -> AuditedOperation {
     let refused = row.summary.starts_with(COULD_NOT_BUILD);
     let told: Vec<&Unmade> = origins.iter().filter(|u| refused || u.declared).collect();
     if told.is_empty() {
@@ -507,7 +499,7 @@ fn said_where_from(mut row: AuditedOperation, origins: &[Unmade]) -> AuditedOper
     let said: Vec<&str> = told.iter().map(|u| u.said.as_str()).collect();
     row.summary = format!("{} ({})", row.summary, said.join("; "));
     for u in told {
-        row.evidence.push(super::evidence(u.detail.clone()));
+        row.evidence.push(evidence(u.detail.clone()));
     }
     row
 }
@@ -592,6 +584,8 @@ pub(crate) fn baseline_stops(label: &str, answer: &Result<Answer, String>) -> Op
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::audit::row::{inconclusive, row};
+    use reports::model::ProbeKind;
 
     fn answer(status: u16, body: &str, headers: &[(&str, &str)]) -> Answer {
         Answer {
