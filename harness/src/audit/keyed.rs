@@ -18,7 +18,7 @@ use primitives::draw::{splitmix64, Fnv};
 use reports::model::{AuditedOperation, OperationVerdict};
 use reports::{CheckResult, Verdict};
 
-use super::row::{evidence, inconclusive, COULD_NOT_BUILD};
+use super::row::{evidence, inconclusive, verdict, COULD_NOT_BUILD};
 use super::session::{named, Auditor, Prepared};
 use crate::probe::record::Answer;
 use crate::probe::{mismatch, Bodies, Exchanged, ProbeOutcome, ProbePlan};
@@ -147,22 +147,6 @@ fn fill(row: &mut AuditedOperation, o: &ProbeOutcome, concurrency: usize) {
         )));
     }
     row.checks = o.checks.clone();
-}
-
-/// Fail when a check failed; pass when every check passed (weakly or not); inconclusive when a
-/// check could not decide.
-pub(super) fn verdict(checks: &[CheckResult]) -> OperationVerdict {
-    if checks.iter().any(|c| c.verdict == Verdict::Fail) {
-        OperationVerdict::Fail
-    } else if !checks.is_empty()
-        && checks
-            .iter()
-            .all(|c| matches!(c.verdict, Verdict::Pass | Verdict::Weak))
-    {
-        OperationVerdict::Pass
-    } else {
-        OperationVerdict::Inconclusive
-    }
 }
 
 /// Resources created per round key: from the store's counts when there are, else from the
@@ -336,7 +320,7 @@ async fn by_get(
                     if source.is_empty() {
                         source = label;
                     }
-                    if got.is_ok_and(|g| (200..300).contains(&g.status)) {
+                    if got.answer.is_ok_and(|g| (200..300).contains(&g.status)) {
                         exist += 1;
                     }
                 }
@@ -383,23 +367,6 @@ fn fnv(s: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use reports::CheckResult;
-
-    fn check(v: Verdict) -> CheckResult {
-        CheckResult::new("duplicates", v, "s")
-    }
-
-    #[test]
-    fn one_failed_check_fails_the_operation_and_an_undecided_one_leaves_it_inconclusive() {
-        use Verdict::*;
-        assert_eq!(verdict(&[check(Pass), check(Fail)]), OperationVerdict::Fail);
-        assert_eq!(verdict(&[check(Pass), check(Weak)]), OperationVerdict::Pass);
-        assert_eq!(
-            verdict(&[check(Pass), check(Inconclusive)]),
-            OperationVerdict::Inconclusive
-        );
-        assert_eq!(verdict(&[]), OperationVerdict::Inconclusive);
-    }
 
     #[test]
     fn operations_get_keys_of_their_own() {

@@ -3,7 +3,7 @@
 
 use openapi::Operation;
 use reports::model::{AuditedOperation, OperationVerdict, ProbeKind};
-use reports::Evidence;
+use reports::{CheckResult, Evidence, Verdict};
 
 /// A row for `op` before its probe decided anything.
 pub(super) fn row(
@@ -55,3 +55,40 @@ pub(super) fn inconclusive(mut row: AuditedOperation, why: String) -> AuditedOpe
 
 /// How a row that was not judged because no valid request was made begins.
 pub const COULD_NOT_BUILD: &str = "could not build a valid request";
+
+/// Fail when a check failed; pass when every check passed (weakly or not); inconclusive when a
+/// check could not decide.
+pub(super) fn verdict(checks: &[CheckResult]) -> OperationVerdict {
+    if checks.iter().any(|c| c.verdict == Verdict::Fail) {
+        OperationVerdict::Fail
+    } else if !checks.is_empty()
+        && checks
+            .iter()
+            .all(|c| matches!(c.verdict, Verdict::Pass | Verdict::Weak))
+    {
+        OperationVerdict::Pass
+    } else {
+        OperationVerdict::Inconclusive
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(v: Verdict) -> CheckResult {
+        CheckResult::new("duplicates", v, "s")
+    }
+
+    #[test]
+    fn one_failed_check_fails_the_operation_and_an_undecided_one_leaves_it_inconclusive() {
+        use Verdict::*;
+        assert_eq!(verdict(&[check(Pass), check(Fail)]), OperationVerdict::Fail);
+        assert_eq!(verdict(&[check(Pass), check(Weak)]), OperationVerdict::Pass);
+        assert_eq!(
+            verdict(&[check(Pass), check(Inconclusive)]),
+            OperationVerdict::Inconclusive
+        );
+        assert_eq!(verdict(&[]), OperationVerdict::Inconclusive);
+    }
+}
