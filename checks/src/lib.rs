@@ -142,6 +142,20 @@ pub struct Context {
     pub(crate) max_evidence: usize,
 }
 
+/// Most pieces of evidence one check reports when the configuration does not say.
+pub(crate) const DEFAULT_MAX_EVIDENCE: usize = 20;
+
+impl Context {
+    /// The context of checks that group requests as `grouping` says and keep `max_evidence`
+    /// pieces of evidence each.
+    pub(crate) fn new(grouping: &GroupingConfig, max_evidence: usize) -> Context {
+        Context {
+            horizon_us: grouping.horizon_ms.saturating_mul(1000),
+            max_evidence,
+        }
+    }
+}
+
 /// Runs the enabled checks over a journal fed entry by entry.
 pub struct ChecksRunner {
     tracker: OperationTracker,
