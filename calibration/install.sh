@@ -4,8 +4,15 @@
 #   .cache/calibration/venv   python3 -m venv with backoff, stamina, httpx, standardwebhooks, svix, stripe,
 #                             grpcio, grpcio-tools (calibration/python/requirements.txt)
 #   .cache/calibration/node   npm ci of calibration/node/package.json + package-lock.json
+#   .cache/calibration/go-cache       the Go build cache of calibration/go/ (Go itself and
+#                             github.com/cenkalti/backoff are Debian's packages, installed here
+#                             when missing)
 #   .cache/calibration/openapi/venv   FastAPI and uvicorn for harness/tests/audit_fastapi.rs
 #                             (calibration/openapi/install.sh, calibration/openapi/requirements.txt)
+#   .cache/calibration/below/venv     psycopg and redis-py for wire-faults/tests/services.rs
+#                             (calibration/below/install.sh, calibration/below/requirements.txt)
+# and, through calibration/toxiproxy/install.sh, Toxiproxy's published clients (Python and Node) with
+# the Redis and PostgreSQL clients their tests drive, in .cache/toxiproxy/.
 # Idempotent: a stamp file per part records the hash of its pin file; when it matches, nothing runs.
 # Needs python3 (with venv) and node >= 20 with npm; installs Debian's packages when they are missing.
 # Exit non-zero with a message naming what failed (e.g. a registry that cannot be reached).
@@ -39,6 +46,13 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null || [ "$(node_majo
     [ "$(node_major)" -ge 20 ] || die "node >= 20 is needed (p-retry 7, ky 1.14); found $(node --version 2>/dev/null || echo none)"
 fi
 
+# Go and github.com/cenkalti/backoff from Debian's packages (the Go calibration programs build in
+# GOPATH mode against /usr/share/gocode: nothing is downloaded).
+if ! command -v go >/dev/null || [ ! -d /usr/share/gocode/src/github.com/cenkalti/backoff ]; then
+    apt_install golang-go golang-github-cenkalti-backoff-dev
+fi
+mkdir -p "$CACHE/go-cache"
+
 # ---- python ------------------------------------------------------------------------------------
 PY_PINS="$CAL/python/requirements.txt"
 PY_STAMP="$CACHE/venv/.calibration-stamp"
@@ -56,6 +70,9 @@ fi
 # The FastAPI service `harness audit` is tested against, in a venv of its own.
 bash "$CAL/openapi/install.sh" || die "calibration/openapi/install.sh failed"
 
+# The services behind the protocol-aware proxies (psycopg, redis-py; Debian's redis-server).
+bash "$CAL/below/install.sh" || die "calibration/below/install.sh failed"
+
 # ---- node --------------------------------------------------------------------------------------
 NODE_DIR="$CACHE/node"
 NODE_STAMP="$NODE_DIR/.calibration-stamp"
@@ -70,4 +87,7 @@ if [ "$(cat "$NODE_STAMP" 2>/dev/null)" != "$node_want" ] || [ ! -d "$NODE_DIR/n
     echo "$node_want" >"$NODE_STAMP"
 fi
 
-echo "calibration: ready ($("$CACHE/venv/bin/python" -c 'import backoff, stamina, httpx, standardwebhooks, svix, stripe, grpc, grpc_tools, importlib.metadata as m; print(", ".join(f"{p} {m.version(p)}" for p in ("backoff","stamina","httpx","standardwebhooks","svix","stripe","grpcio","grpcio-tools")))'); node $(node --version): $(cd "$NODE_DIR" && node -e 'for (const p of ["p-retry","ky","exponential-backoff","standardwebhooks","svix","@octokit/webhooks-methods","@grpc/grpc-js","@grpc/proto-loader"]) process.stdout.write(p+" "+require("./node_modules/"+p+"/package.json").version+"  ")'))"
+echo "calibration: ready ($(go version | cut -d' ' -f3), cenkalti/backoff $(dpkg-query -W -f='${Version}' golang-github-cenkalti-backoff-dev 2>/dev/null); $("$CACHE/venv/bin/python" -c 'import backoff, stamina, httpx, standardwebhooks, svix, stripe, grpc, grpc_tools, importlib.metadata as m; print(", ".join(f"{p} {m.version(p)}" for p in ("backoff","stamina","httpx","standardwebhooks","svix","stripe","grpcio","grpcio-tools")))'); node $(node --version): $(cd "$NODE_DIR" && node -e 'for (const p of ["p-retry","ky","exponential-backoff","standardwebhooks","svix","@octokit/webhooks-methods","@grpc/grpc-js","@grpc/proto-loader"]) process.stdout.write(p+" "+require("./node_modules/"+p+"/package.json").version+"  ")'))"
+
+# ---- Toxiproxy's clients -----------------------------------------------------------------------
+bash "$CAL/toxiproxy/install.sh"

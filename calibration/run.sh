@@ -44,6 +44,11 @@ run_case() {
     case "$script" in
         *.py) cmd=("$PY" "calibration/$script") ;;
         *.mjs) cmd=(node "calibration/$script") ;;
+        # Go programs are compiled against Debian's packaged libraries (GOPATH mode, no
+        # module download), each with the fleet it shares.
+        *.go) cmd=(env GO111MODULE=off GOPATH=/usr/share/gocode GOFLAGS= \
+                   GOCACHE="$ROOT/.cache/calibration/go-cache" \
+                   go run "calibration/$script" calibration/go/fleet.go) ;;
         *) echo "unknown script type: $script" >"$OUT/$name.stderr"; return ;;
     esac
     t0=$(date +%s%N)

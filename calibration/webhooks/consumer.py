@@ -10,7 +10,8 @@ It prints `listening on http://HOST:PORT` when ready and serves until it is stop
     GET  /state/{subject}    {"subject": ..., "type": ..., "seq": N} (404 if never seen)
 
 Its system of record is SQLite: an effect row per processed event, the processed event ids under a
-UNIQUE constraint (a duplicate is answered 200 and takes no effect), and each subject's state,
+UNIQUE constraint (a duplicate is answered 200 and takes no effect, but in the `naive` and
+`dup-409` modes below), and each subject's state,
 moved forward only by `seq`. The body is an event as the harness's default payload writes it
 (`id`, `type`, `data.object.id`, `data.object.seq`).
 
@@ -25,6 +26,10 @@ The modes, each judged as its code implies:
   tolerance=None)`; with standardwebhooks or svix, whose `verify` always checks the time, the
   library's own `sign(id, timestamp, body)` compared with the signatures received. A stale
   delivery replayed as it was is accepted and takes its effect; every other forgery is refused.
+- `naive`: verifies as `correct`, then takes the effect of every delivery it accepts, whether its
+  id was processed before or not: a duplicate is answered 200 and takes its effect again.
+- `dup-409`: `correct`, but a duplicate is answered 409 ("already processed"): no second effect,
+  yet to the provider a failed delivery, redelivered on its schedule.
 """
 
 import argparse
@@ -97,16 +102,18 @@ class Store:
     def connect(self):
         return sqlite3.connect(self.path, timeout=30, isolation_level=None)
 
-    def record(self, event):
-        """Takes the event's effect once; False when it was already processed."""
+    def record(self, event, once=True):
+        """Takes the event's effect, once unless `once` is False; False when it was already
+        processed."""
         subject = event["data"]["object"]
         with self.connect() as c:
             c.execute("BEGIN IMMEDIATE")
             try:
                 c.execute("INSERT INTO processed (event_id) VALUES (?)", (event["id"],))
             except sqlite3.IntegrityError:
-                c.execute("ROLLBACK")
-                return False
+                if once:
+                    c.execute("ROLLBACK")
+                    return False
             c.execute("INSERT INTO effects (event_id) VALUES (?)", (event["id"],))
             c.execute(
                 "INSERT INTO state (subject, type, seq) VALUES (?, ?, ?) "
@@ -148,7 +155,10 @@ def handler(mode, check, store):
                     check(body, headers)
                     return self.answer(200, {"status": "processed"})
                 check(body, headers)
-                fresh = store.record(json.loads(body))
+                fresh = store.record(json.loads(body), once=mode != "naive")
+                if not fresh and mode == "dup-409":
+                    # The bug: "already processed" is true, and to the provider a failure.
+                    return self.answer(409, {"error": "already processed"})
                 return self.answer(200, {"status": "processed" if fresh else "duplicate"})
             except Refused as e:
                 return self.answer(400, {"error": str(e)})
@@ -175,7 +185,9 @@ def handler(mode, check, store):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--library", required=True, choices=["standardwebhooks", "svix", "stripe"])
-    p.add_argument("--mode", required=True, choices=["correct", "parse-first", "no-tolerance"])
+    p.add_argument(
+        "--mode", required=True, choices=["correct", "parse-first", "no-tolerance", "naive", "dup-409"]
+    )
     p.add_argument("--secret", required=True)
     p.add_argument("--db", required=True, help="the SQLite database file")
     p.add_argument("--bind", default="127.0.0.1:0")

@@ -14,7 +14,7 @@
 //! duplicates: {}
 //! idempotency_semantics: { require_key_paths: [/orders] }
 //! retry_on_4xx: { never_retry: [400, 401, 403, 404, 422], may_retry: [408, 409, 429] }
-//! jitter: { min_dispersion: 0.1, noise_floor_ms: 5, min_samples: 20 }
+//! jitter: { min_jitter: 0.08, noise_floor_ms: 7, min_samples: 20 }
 //! retry_after: { default_s: 1, by_rule: { throttle: 2 } }
 //! key_stability: { window_ms: 60000 }
 //! circuit_breaker: { min_outage_ms: 5000, require_probe: true }
@@ -31,6 +31,8 @@
 //! duplicate_ack: { on_failure: fail }
 //! ack_latency: { timeout_ms: 10000 }
 //! ordering: { verify_state: { url: "/state/{subject}", field: type } }
+//! db_retry: { transient: ["40001", "40P01", "57P01"], min_backoff_ms: 10 }
+//! cache_fallback: { expect: answer }
 //! ```
 //!
 //! Each check's fields and defaults are documented with its config struct
@@ -41,7 +43,9 @@ use yaml_config::ConfigError;
 
 use super::ack_latency::AckLatencyConfig;
 use super::amplification::AmplificationConfig;
+use super::cache_fallback::CacheFallbackConfig;
 use super::circuit_breaker::CircuitBreakerConfig;
+use super::db_retry::DbRetryConfig;
 use super::duplicate_ack::DuplicateAckConfig;
 use super::duplicates::DuplicatesConfig;
 use super::effects_once::EffectsOnceConfig;
@@ -216,6 +220,11 @@ check_table! {
     ack_latency: AckLatencyConfig,
     /// A subject delivered out of order that ended in the wrong state.
     ordering: OrderingConfig,
+    /// A database transaction retried wrongly: only its failed statement, at once, not at all,
+    /// or after an error retrying cannot fix.
+    db_retry: DbRetryConfig,
+    /// A service that fails its client when its cache fails (or serves when it should fail).
+    cache_fallback: CacheFallbackConfig,
 }
 
 fn default_max_evidence() -> usize {
@@ -303,7 +312,7 @@ mod tests {
     #[test]
     fn parses_the_documented_example() {
         let cfg = ChecksConfig::from_yaml(
-            r#"{ duplicates: {}, jitter: { min_dispersion: 0.1 },
+            r#"{ duplicates: {}, jitter: { min_jitter: 0.1 },
                  thresholds: { rules: ["p99 < 200ms", "error_rate < 1%"] } }"#,
         )
         .expect("valid");
@@ -338,7 +347,7 @@ mod tests {
             err.to_string().contains("retry_after.by_status.503"),
             "{err}"
         );
-        let err = ChecksConfig::from_yaml("jitter: { min_dispersion: .nan }").expect_err("NaN");
-        assert!(err.to_string().contains("jitter.min_dispersion"), "{err}");
+        let err = ChecksConfig::from_yaml("jitter: { min_jitter: .nan }").expect_err("NaN");
+        assert!(err.to_string().contains("jitter.min_jitter"), "{err}");
     }
 }

@@ -11,12 +11,20 @@
 //! arrived before this one left), or after an earlier delivery whose answer the sender dropped
 //! on purpose (`lost_ack`: the consumer had the whole request) when the consumer's count says the
 //! event took its effect (`effects_once.verify`). Copies sent together are not judged against
-//! each other — neither had been processed when the other left — but their redeliveries are.
+//! each other — neither had been processed when the other left — but their redeliveries are. So
+//! `harness deliver` sends part of a duplicated event's copies after the first was answered (its
+//! default `spacing`, `mixed`), and a run with duplicates has something to judge.
+//!
+//! Inconclusive, the summary says what was missing and the flag that supplies it: no event sent
+//! twice (`--duplicates`), copies sent only together (`--spacing`), dropped answers whose effects
+//! were not counted (`--verify`), or nothing acknowledged at all.
 //!
 //! `on_failure: weak` makes a non-2xx answer to a duplicate a weak verdict instead of a failure
 //! (for consumers whose provider is known to tolerate it).
 //!
-//! Metrics: `redeliveries`, `acknowledged`, `not_acknowledged`, `by_status_<code>`.
+//! Metrics: `redeliveries` (the deliveries judged), `acknowledged`, `not_acknowledged`,
+//! `sent_together` (copies that left while another copy of the event was in flight: not judged),
+//! `by_status_<code>`.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -130,8 +138,15 @@ impl Check for DuplicateAckCheck {
         let mut by_status: BTreeMap<String, u64> = BTreeMap::new();
         let (mut judged, mut acked) = (0u64, 0u64);
         let ok = |s: Option<u16>| s.is_some_and(|s| (200..300).contains(&s));
+        let counted = matches!(facts.effects.as_ref().map(|s| &s.counts), Some(Ok(_)));
+        // What the journal held instead, for an inconclusive verdict's reason.
+        let mut seen = Seen::default();
         for (id, list) in &self.events {
             let effect = took_effect.get(id.as_str()).is_some_and(|n| *n > 0);
+            let reached = list.iter().filter(|d| d.reached).count();
+            seen.repeated |= reached > 1;
+            seen.acknowledged |= list.iter().any(|d| ok(d.status));
+            seen.dropped_uncounted |= !counted && reached > 1 && list.iter().any(|d| d.dropped);
             for d in list {
                 if d.dropped || !d.reached {
                     continue;
@@ -144,6 +159,10 @@ impl Check for DuplicateAckCheck {
                         && (ok(p.status) || (p.dropped && effect))
                 });
                 if !after {
+                    let overlaps = list.iter().any(|p| {
+                        p.seq != d.seq && p.t_recv_us < d.t_done_us && d.t_recv_us < p.t_done_us
+                    });
+                    seen.together += u64::from(overlaps);
                     continue;
                 }
                 judged += 1;
@@ -155,16 +174,20 @@ impl Check for DuplicateAckCheck {
                     acked += 1;
                     continue;
                 }
+                let got = if d.status.is_some() {
+                    format!("a {label}")
+                } else {
+                    label
+                };
+                let which = if d.attempt > 1 {
+                    format!("its redelivery (attempt {})", d.attempt)
+                } else {
+                    "a copy delivered after that".to_string()
+                };
                 findings.push(
                     format!(
-                        "event {id} was already processed, and its redelivery (attempt {}) got {}: \
-                         the provider will deliver it again",
-                        d.attempt,
-                        if d.status.is_some() {
-                            format!("a {label}")
-                        } else {
-                            label
-                        }
+                        "event {id} was already processed, and {which} got {got}: the provider \
+                         will deliver it again"
                     ),
                     Some(id.clone()),
                     vec![d.seq],
@@ -179,28 +202,40 @@ impl Check for DuplicateAckCheck {
             (
                 verdict,
                 format!(
-                    "{} of {judged} redeliveries of processed events were not acknowledged; \
-                     first: {first}",
+                    "{} of {judged} deliveries of events already processed (later copies, \
+                     redeliveries) were not acknowledged; first: {first}",
                     findings.total()
                 ),
             )
         } else if judged == 0 {
             (
                 Verdict::Inconclusive,
-                "not enough data: no event was delivered again after it was processed (give \
-                 `duplicates` or `lost_ack`, and a redelivery schedule)"
-                    .to_string(),
+                format!(
+                    "not enough data: no event was delivered again after it was processed: {}",
+                    seen.reason()
+                ),
             )
         } else {
+            let together = match seen.together {
+                0 => String::new(),
+                n => format!(
+                    " ({n} deliveries that left while another of their event was in flight were \
+                     not judged)"
+                ),
+            };
             (
                 Verdict::Pass,
-                format!("all {judged} redeliveries of processed events were answered 2xx"),
+                format!(
+                    "all {judged} deliveries of events already processed (later copies, \
+                     redeliveries) were answered 2xx{together}"
+                ),
             )
         };
         let mut result = CheckResult::new("duplicate_ack", verdict, summary)
             .metric("redeliveries", judged)
             .metric("acknowledged", acked)
-            .metric("not_acknowledged", findings.total());
+            .metric("not_acknowledged", findings.total())
+            .metric("sent_together", seen.together);
         for (s, n) in by_status {
             result = result.metric(&format!("by_status_{}", s.replace(' ', "_")), n);
         }
@@ -208,16 +243,59 @@ impl Check for DuplicateAckCheck {
     }
 }
 
+/// What the journal held besides redeliveries of processed events.
+#[derive(Debug, Default)]
+struct Seen {
+    /// An event reached the consumer more than once.
+    repeated: bool,
+    /// A delivery was answered 2xx.
+    acknowledged: bool,
+    /// An event delivered again after a dropped answer, its effects not counted.
+    dropped_uncounted: bool,
+    /// Deliveries, not judged, that left while another of the same event was in flight.
+    together: u64,
+}
+
+impl Seen {
+    /// Why nothing could be judged, and the flag (or scenario field) that would change it.
+    fn reason(&self) -> String {
+        if !self.repeated {
+            "no event reached the consumer more than once (give `--duplicates F` or `--lost-ack \
+             F`; in a scenario `duplicates` or `lost_ack`)"
+                .into()
+        } else if self.dropped_uncounted {
+            "events were delivered again after a dropped answer, but whether they had been \
+             processed is the consumer's to say (give `--verify URL_WITH_{event_id}`; in a \
+             scenario `effects_once.verify`)"
+                .into()
+        } else if !self.acknowledged {
+            "no delivery was acknowledged (2xx), so no event is known to have been processed".into()
+        } else if self.together > 0 {
+            format!(
+                "the {} deliveries of events sent more than once all left while another of \
+                 their event was in flight, none after one was answered (leave `--spacing` at \
+                 `mixed`, its default, or give a gap; in a scenario `spacing`)",
+                self.together
+            )
+        } else {
+            "every delivery sent again followed one that was not acknowledged".into()
+        }
+    }
+}
+
 impl CheckSpec for DuplicateAckConfig {
     const NAME: &'static str = "duplicate_ack";
     const ABOUT: About = About {
         catches: "a duplicate webhook answered 409 or 5xx, so the provider redelivers it again",
-        how: "each genuine delivery of an event sent after an earlier one was acknowledged (or \
-              its answer was dropped and the event took effect) must be answered 2xx",
+        how: "each genuine delivery of an event sent after an earlier one was acknowledged — a \
+              copy sent after the first was answered (`spacing: mixed`, the default, sends part of \
+              them so) or a redelivery — or after one whose answer was dropped when the event took \
+              effect, must be answered 2xx",
         evidence: "at least one redelivery of an already processed event was \
                    seen and every one was answered 2xx (`on_failure: weak` makes a miss weak)",
-        limits: "copies sent together are judged only through their redeliveries; an answer \
-                 dropped by the sender counts as processed only with `effects_once.verify`",
+        limits: "copies sent together are judged only through their redeliveries (with \
+                 `spacing: together` only redeliveries are judged); an answer dropped by the \
+                 sender counts as processed only with `effects_once.verify`",
     };
 
     fn build(&self, ctx: Context) -> Box<dyn Check> {
@@ -266,7 +344,9 @@ mod tests {
             d(2, 50.0, "e1").attempt(2).status(409).build(),
         ];
         // Without the consumer's count, the dropped answer proves nothing was processed.
-        assert_eq!(run_one(NAME, "{}", &j).verdict, Verdict::Inconclusive);
+        let r = run_one(NAME, "{}", &j);
+        assert_eq!(r.verdict, Verdict::Inconclusive, "{r}");
+        assert!(r.summary.contains("--verify URL_WITH_{event_id}"), "{r}");
         let facts = Facts {
             effects: Some(StoreCounts {
                 source: "q".into(),
@@ -280,6 +360,73 @@ mod tests {
         let r = judge_one(NAME, "{}", &j, &facts);
         assert_eq!(r.verdict, Verdict::Fail, "{r}");
         assert!(r.summary.contains("got a 409"), "{r}");
+    }
+
+    #[test]
+    fn a_copy_sent_after_the_ack_is_judged_and_copies_together_are_not() {
+        // e1: two copies together, then a third after both were answered, answered 409.
+        let j = [
+            d(1, 0.0, "e1").took(5.0).build(),
+            d(2, 1.0, "e1").took(5.0).build(),
+            d(3, 10.0, "e1").status(409).build(),
+        ];
+        let r = run_one(NAME, "{}", &j);
+        assert_eq!(r.verdict, Verdict::Fail, "{r}");
+        assert!(
+            r.summary
+                .contains("a copy delivered after that got a 409: the provider will deliver"),
+            "{r}"
+        );
+        assert_eq!(r.evidence[0].seqs, vec![3]);
+        assert_eq!(r.metrics["redeliveries"], 1, "{r}");
+        assert_eq!(r.metrics["sent_together"], 2, "{r}");
+        let fine = [
+            d(1, 0.0, "e1").took(5.0).build(),
+            d(2, 1.0, "e1").took(5.0).build(),
+            d(3, 10.0, "e1").build(),
+        ];
+        let r = run_one(NAME, "{}", &fine);
+        assert_eq!(r.verdict, Verdict::Pass, "{r}");
+        assert!(
+            r.summary.contains("2 deliveries that left while another"),
+            "{r}"
+        );
+    }
+
+    #[test]
+    fn an_inconclusive_verdict_names_what_would_decide_it() {
+        let cases: [(&[history::Entry], &str); 4] = [
+            (
+                &[d(1, 0.0, "e1").build(), d(2, 5.0, "e2").build()],
+                "no event reached the consumer more than once (give `--duplicates F`",
+            ),
+            (
+                &[
+                    d(1, 0.0, "e1").took(5.0).build(),
+                    d(2, 1.0, "e1").took(5.0).build(),
+                ],
+                "none after one was answered (leave `--spacing` at `mixed`",
+            ),
+            (
+                &[
+                    d(1, 0.0, "e1").status(500).build(),
+                    d(2, 10.0, "e1").attempt(2).status(500).build(),
+                ],
+                "no delivery was acknowledged (2xx)",
+            ),
+            (
+                &[
+                    d(1, 0.0, "e1").answer_dropped().build(),
+                    d(2, 10.0, "e1").attempt(2).build(),
+                ],
+                "(give `--verify URL_WITH_{event_id}`",
+            ),
+        ];
+        for (journal, says) in cases {
+            let r = run_one(NAME, "{}", journal);
+            assert_eq!(r.verdict, Verdict::Inconclusive, "{r}");
+            assert!(r.summary.contains(says), "{says}: {r}");
+        }
     }
 
     #[test]

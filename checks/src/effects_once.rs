@@ -125,7 +125,8 @@ impl Check for EffectsOnceCheck {
                 Verdict::Inconclusive,
                 format!(
                     "not enough data: {} events delivered, but the consumer's effects were not \
-                     counted (give `effects_once.verify`: a URL or query with {{event_id}})",
+                     counted (give `--verify URL_WITH_{{event_id}}`; in a scenario `effects_once.verify`: \
+                     a URL or query with {{event_id}})",
                     self.events.len()
                 ),
             );
@@ -378,6 +379,7 @@ mod tests {
         let r = run_one(NAME, "{}", &journal());
         assert_eq!(r.verdict, Verdict::Inconclusive, "{r}");
         assert!(r.summary.contains("effects_once.verify"), "{r}");
+        assert!(r.summary.contains("--verify URL_WITH_{event_id}"), "{r}");
         let plain = [entry(1, 0).key("k").build()];
         let r = judge_one(NAME, "{}", &plain, &counts(&[("k", Ok(2))]));
         assert_eq!(r.verdict, Verdict::Inconclusive, "{r}");

@@ -143,7 +143,9 @@ impl Check for ForgedRejectedCheck {
         let effects_note = if counted > 0 {
             format!(", and none of the {counted} counted took an effect")
         } else {
-            " (their effects were not counted: give `effects_once.verify`)".to_string()
+            " (their effects were not counted: give `--verify URL_WITH_{event_id}`; in a scenario \
+             `effects_once.verify`)"
+                .to_string()
         };
         let (verdict, summary, findings) = if !self.accepted.is_empty() {
             let first = self.accepted.first_detail().unwrap_or_default().to_string();
@@ -159,7 +161,8 @@ impl Check for ForgedRejectedCheck {
         } else if self.total == 0 {
             (
                 Verdict::Inconclusive,
-                "not enough data: no forged delivery was sent (give `forged`: a share of events)"
+                "not enough data: no forged delivery was sent (give `--forged F`; in a scenario \
+                 `forged`: a share of events)"
                     .to_string(),
                 None,
             )
@@ -300,7 +303,10 @@ mod tests {
         // On the answers alone it passes too, and says the effects were not counted.
         let r = run_one(NAME, "{}", &j);
         assert_eq!(r.verdict, Verdict::Pass, "{r}");
-        assert!(r.summary.contains("were not counted"), "{r}");
+        assert!(
+            r.summary.contains("were not counted: give `--verify"),
+            "{r}"
+        );
     }
 
     #[test]
@@ -316,6 +322,8 @@ mod tests {
         assert_eq!(r.verdict, Verdict::Weak, "{r}");
         assert_eq!(r.metrics["not_4xx"], 2);
         let genuine = [entry(1, 0).delivery("e1", "s", "t", 1).build()];
-        assert_eq!(run_one(NAME, "{}", &genuine).verdict, Verdict::Inconclusive);
+        let r = run_one(NAME, "{}", &genuine);
+        assert_eq!(r.verdict, Verdict::Inconclusive, "{r}");
+        assert!(r.summary.contains("(give `--forged F`"), "{r}");
     }
 }

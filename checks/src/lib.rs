@@ -59,8 +59,10 @@
 
 pub mod ack_latency;
 pub mod amplification;
+pub mod cache_fallback;
 pub mod circuit_breaker;
 pub mod config;
+pub mod db_retry;
 pub mod duplicate_ack;
 pub mod duplicates;
 pub mod effects_once;
@@ -97,8 +99,10 @@ use history::Facts;
 
 pub use ack_latency::AckLatencyConfig;
 pub use amplification::AmplificationConfig;
+pub use cache_fallback::{CacheFallbackConfig, Fallback};
 pub use circuit_breaker::CircuitBreakerConfig;
 pub use config::{ChecksConfig, CHECK_NAMES};
+pub use db_retry::DbRetryConfig;
 pub use duplicate_ack::DuplicateAckConfig;
 pub use duplicates::DuplicatesConfig;
 pub use effects_once::EffectsOnceConfig;
@@ -129,6 +133,11 @@ pub trait Check: Send {
     fn observe(&mut self, attempt: &Attempt<'_>);
     /// Learns that an operation will get no more attempts.
     fn close(&mut self, _op: &ClosedOperation) {}
+    /// Whether it reads the statements and commands protocol-aware proxies journal; the other
+    /// checks judge requests and never see them.
+    fn reads_protocol(&self) -> bool {
+        false
+    }
     /// The verdict, once the journal has ended, with the facts gathered beside it.
     fn finish(self: Box<Self>, facts: &Facts) -> CheckResult;
 }
@@ -184,7 +193,8 @@ impl ChecksRunner {
     }
 
     /// The runner's two halves, for a pipeline that groups entries into operations on one thread
-    /// and judges them on another: feed each entry to the tracker, then hand the entry, its
+    /// and judges them on another: feed each entry that is no TCP connection
+    /// ([`history::Entry::is_connection`]) to the tracker, then hand the entry, its
     /// [`Step`](operations::Step) and the operations the tracker closed meanwhile
     /// ([`OperationTracker::take_closed`]) to the [`CheckSet`], in that order.
     pub fn split(cfg: &ChecksConfig) -> (OperationTracker, CheckSet) {
@@ -196,9 +206,13 @@ impl ChecksRunner {
         )
     }
 
-    /// Feeds the next journal entry; entries must come in `seq` order.
+    /// Feeds the next journal entry; entries must come in `seq` order. A proxied TCP
+    /// connection's entry is no HTTP request: no check judges it, and it is in no operation.
     pub fn observe(&mut self, item: impl JournalItem) {
         let entry = item.entry();
+        if entry.is_connection() {
+            return;
+        }
         let retry_after_s = item.retry_after_s();
         let step = self.tracker.observe(entry, retry_after_s);
         self.checks.observe(&Attempt {
@@ -225,8 +239,11 @@ pub struct CheckSet {
 impl CheckSet {
     /// Sees the next journal entry, with its place in its operation.
     pub fn observe(&mut self, attempt: &Attempt<'_>) {
+        let protocol = attempt.entry.is_protocol();
         for check in &mut self.checks {
-            check.observe(attempt);
+            if !protocol || check.reads_protocol() {
+                check.observe(attempt);
+            }
         }
     }
 
@@ -340,6 +357,43 @@ mod tests {
     }
 
     #[test]
+    fn a_tcp_connection_is_no_request_to_the_checks() {
+        let cfg = ChecksConfig {
+            thresholds: Some(
+                serde_json::from_value(serde_json::json!({ "rules": ["error_rate < 10%"] }))
+                    .expect("a thresholds config"),
+            ),
+            ..ChecksConfig::default()
+        };
+        let requests: Vec<Entry> = long_run(200).collect();
+        let verdicts = |j: &[Entry]| -> Vec<(String, bool, String)> {
+            run_checks(&cfg, j)
+                .into_iter()
+                .map(|r| (r.name.clone(), r.passed(), r.summary.clone()))
+                .collect()
+        };
+        // Between every two requests, a connection through a TCP proxy that was reset: no
+        // answer, so to an HTTP check it would be a failed request.
+        let mut mixed = Vec::new();
+        for e in &requests {
+            mixed.push(e.clone());
+            let mut c = history::sample::connection(0, e.t_recv_us as f64 / 1000.0, "redis");
+            c.outcome = Outcome::Reset;
+            mixed.push(c);
+        }
+        for (i, e) in mixed.iter_mut().enumerate() {
+            e.seq = i as u64 + 1;
+        }
+        let alone = verdicts(&requests);
+        assert!(alone.iter().all(|(_, passed, _)| *passed), "{alone:?}");
+        let with = verdicts(&mixed);
+        let strip_seqs = |v: Vec<(String, bool, String)>| -> Vec<(String, bool)> {
+            v.into_iter().map(|(n, p, _)| (n, p)).collect()
+        };
+        assert_eq!(strip_seqs(with), strip_seqs(alone));
+    }
+
+    #[test]
     fn every_check_runs_on_a_long_clean_run() {
         let results = run_checks(&ChecksConfig::default(), long_run(5_000));
         let names: Vec<&str> = results.iter().map(|r| r.name.as_str()).collect();
@@ -361,6 +415,33 @@ mod tests {
         let (tracker, checks) = ChecksRunner::split(&ChecksConfig::default());
         send(&tracker);
         send(&checks);
+    }
+
+    #[test]
+    fn statements_and_commands_are_not_requests_to_the_request_checks() {
+        // One answered request, and the statements and commands it made below HTTP (no status:
+        // taken for requests, they would be errors).
+        let mut j = vec![entry(1, 0).took(50).status(201).build()];
+        for i in 0..5u32 {
+            let seq = u64::from(i);
+            j.push(entry(2 + seq, 1 + i).statement(1, 1, "SELECT 1").build());
+            j.push(entry(7 + seq, 1 + i).redis(2, "GET", Some("k")).build());
+        }
+        let cfg =
+            ChecksConfig::from_yaml("thresholds: { rules: [\"error_rate < 1%\"] }\ndb_retry: {}")
+                .expect("valid");
+        let results = run_checks(&cfg, &j);
+        assert_eq!(results[0].name, "thresholds");
+        assert_eq!(results[0].verdict, Verdict::Pass, "{}", results[0]);
+        assert!(results[0].summary.contains("0.00%"), "{}", results[0]);
+        // The check that reads them still does.
+        assert!(
+            results[1]
+                .summary
+                .contains("no journaled transaction failed"),
+            "{}",
+            results[1]
+        );
     }
 
     #[test]

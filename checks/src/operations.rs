@@ -346,6 +346,21 @@ impl OperationTracker {
     /// Places the next entry (in `seq` order) in its operation.
     pub fn observe(&mut self, e: &Entry, retry_after_s: Option<f64>) -> Step {
         self.now_us = self.now_us.max(e.t_recv_us);
+        if e.is_protocol() {
+            // A statement or command a protocol-aware proxy read is no request of an operation:
+            // it is handed to the checks that read those, and no operation holds it.
+            return Step {
+                op: self.new_op_id(),
+                key: OpKey::Single(e.seq),
+                index: 1,
+                reported_attempt: None,
+                op_started_us: e.t_recv_us,
+                first_failure_us: None,
+                is_first_failure: false,
+                previous: None,
+                failed: false,
+            };
+        }
         let closed = &mut self.closed;
         self.open
             .expire(self.now_us, |key, state| closed.push(state.close(key)));

@@ -155,7 +155,7 @@ impl Check for OrderingCheck {
                 Verdict::Inconclusive,
                 format!(
                     "not enough data: none of {} subjects had its events delivered out of order \
-                     (give `reorder`: a share of subjects)",
+                     (give `--reorder F`; in a scenario `reorder`: a share of subjects)",
                     self.subjects.len()
                 ),
             );
@@ -165,8 +165,8 @@ impl Check for OrderingCheck {
                 Verdict::Inconclusive,
                 format!(
                     "not enough data: {} subjects were delivered out of order, but their final \
-                     state was not read (give `ordering.verify_state`: a URL or query with \
-                     {{subject}})",
+                     state was not read (give `--verify-state URL_WITH_{{subject}}`; in a \
+                     scenario `ordering.verify_state`: a URL or query with {{subject}})",
                     disordered.len()
                 ),
             );
@@ -403,9 +403,14 @@ mod tests {
         let r = run_one(NAME, "{}", &journal());
         assert_eq!(r.verdict, Verdict::Inconclusive, "{r}");
         assert!(r.summary.contains("ordering.verify_state"), "{r}");
+        assert!(
+            r.summary.contains("--verify-state URL_WITH_{subject}"),
+            "{r}"
+        );
         let in_order = &journal()[2..];
         let r = judge_one(NAME, "{}", in_order, &states(&[("in_2", Some("x"))]));
         assert_eq!(r.verdict, Verdict::Inconclusive, "{r}");
+        assert!(r.summary.contains("(give `--reorder F`"), "{r}");
         let refused = [
             entry(1, 0)
                 .delivery("e2", "in_1", "invoice.paid", 2)

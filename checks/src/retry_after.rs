@@ -67,7 +67,7 @@ impl Default for RetryAfterConfig {
             by_rule: BTreeMap::new(),
             tolerance_ms: 50,
             // A fleet of 50 on one event loop that retries at once is back 10–55 ms after its
-            // failures (calibration/RESULTS.md); jitter's `min_spread_ms` is the same pace.
+            // failures (calibration/RESULTS.md): the pace of handling responses.
             immediate_ms: 50.0,
             recorded_scale: 1.0,
         }

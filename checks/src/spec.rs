@@ -98,7 +98,7 @@ pub struct About {
 /// A configuration value out of its bounds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Invalid {
-    /// The field, relative to the check (`min_dispersion`, `by_status.503`).
+    /// The field, relative to the check (`min_jitter`, `by_status.503`).
     pub field: String,
     /// What is wrong and what is expected, with the bound.
     pub message: String,

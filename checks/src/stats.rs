@@ -2,7 +2,7 @@
 //!
 //! Why robust: retry delays measured at the server carry scheduling noise and the odd outlier (a
 //! request stuck behind a slow one). The median and the median absolute deviation (MAD) or the
-//! interquartile range ignore a few outliers where a mean and a standard deviation would not.
+//! interquartile range, and quantiles generally, ignore a few outliers where a mean and a standard deviation would not.
 
 /// Quantile `q` in [0, 1] of an ascending sample, linearly interpolated; `None` when empty.
 pub(crate) fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
@@ -15,18 +15,6 @@ pub(crate) fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
     let hi = pos.ceil() as usize;
     let (a, b) = (sorted.get(lo)?, sorted.get(hi)?);
     Some(a + (b - a) * (pos - lo as f64))
-}
-
-/// Median of an ascending sample.
-pub(crate) fn median(sorted: &[f64]) -> Option<f64> {
-    quantile(sorted, 0.5)
-}
-
-/// Median absolute deviation from `center`.
-pub(crate) fn mad(sample: &[f64], center: f64) -> Option<f64> {
-    let mut dev: Vec<f64> = sample.iter().map(|x| (x - center).abs()).collect();
-    dev.sort_by(f64::total_cmp);
-    median(&dev)
 }
 
 /// The largest number of ascending `times` inside any window `[t, t + width)`, and where it starts.
@@ -69,16 +57,10 @@ mod tests {
     #[test]
     fn quantiles_interpolate() {
         let s = [1.0, 2.0, 3.0, 4.0];
-        assert_eq!(median(&s), Some(2.5));
+        assert_eq!(quantile(&s, 0.5), Some(2.5));
         assert_eq!(quantile(&s, 0.0), Some(1.0));
         assert_eq!(quantile(&s, 1.0), Some(4.0));
-        assert_eq!(median(&[]), None);
-    }
-
-    #[test]
-    fn mad_ignores_an_outlier() {
-        let s = [10.0, 10.0, 11.0, 9.0, 1000.0];
-        assert_eq!(mad(&s, 10.0), Some(1.0));
+        assert_eq!(quantile(&[], 0.5), None);
     }
 
     #[test]

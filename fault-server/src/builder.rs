@@ -202,6 +202,12 @@ impl ServerBuilder {
         self
     }
 
+    /// A TCP fault proxy (`proxies:` in a file), with its toxics.
+    pub fn proxy(mut self, proxy: crate::tcp::ProxyConfig) -> Self {
+        self.config.proxies.push(proxy);
+        self
+    }
+
     /// Also write the journal to this file (JSON lines), as `--journal` does.
     pub fn journal_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.options.journal_file = Some(path.into());
@@ -302,6 +308,11 @@ impl TestServer {
         validate_rules(&rules, ORIGIN)?;
         self.server.install_schedule(rules).await?;
         Ok(())
+    }
+
+    /// Where the TCP proxy `name` listens, when it exists and is enabled.
+    pub fn proxy_addr(&self, name: &str) -> Option<SocketAddr> {
+        self.server.proxy_addr(name)
     }
 
     /// The running server, for the rest: its orders store, seed, clock, certificate.

@@ -35,7 +35,7 @@ pub(crate) async fn accept_loop(
     state: Arc<State>,
     routes: Arc<Routes>,
     mut shutdown: watch::Receiver<bool>,
-    lanes: Option<Lanes>,
+    lanes: Option<Arc<Lanes>>,
 ) {
     loop {
         let accepted = tokio::select! {

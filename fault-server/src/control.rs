@@ -20,80 +20,19 @@ use crate::body::ReqBody;
 use crate::config::{forwarding_rule, ScheduleConfig};
 use crate::state::State;
 
-/// Whether a control request may be served, and the refusal when not.
-///
-/// The control API resets the journal and the store and replaces the schedule, so it must not be
-/// reachable by a web page the user happens to open. Without a token (the server listens on
-/// loopback only) a request must name a loopback host — a DNS-rebinding page names its own — and
-/// must not come from a page of another origin (`Origin`, `Sec-Fetch-Site`). With a token
-/// (`--control-token`, required when listening beyond loopback) the request must carry it, as
-/// `Authorization: Bearer TOKEN` or `x-harness-token: TOKEN`.
-/// Whether two secrets are equal, in a time that does not depend on where they differ.
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
+/// Whether a control request may be served, and the refusal when not (the rules are
+/// [`crate::access`]'s).
 pub(crate) fn refuse<B>(state: &State, _tls: bool, req: &Request<B>) -> Option<Response> {
-    let h = req.headers();
-    let header = |name: &str| h.get(name).and_then(|v| v.to_str().ok());
-    let forbidden = |why: String| {
-        Some((StatusCode::FORBIDDEN, format!("control API: {why}\n")).into_response())
-    };
-    if let Some(token) = &state.control_token {
-        let given = header("x-harness-token")
-            .or_else(|| header("authorization").and_then(|a| a.strip_prefix("Bearer ")));
-        if !given.is_some_and(|g| same_secret(g.trim().as_bytes(), token.as_bytes())) {
-            return Some(
-                (
-                    StatusCode::UNAUTHORIZED,
-                    "control API: give the control token as `Authorization: Bearer TOKEN`\n",
-                )
-                    .into_response(),
-            );
-        }
-        return None;
-    }
-    let host = header("host")
-        .map(str::to_string)
-        .or_else(|| req.uri().authority().map(|a| a.as_str().to_string()));
-    if let Some(host) = &host {
-        if !is_loopback_authority(host) {
-            return forbidden(format!(
-                "Host {host:?} is not a loopback name; the API answers only 127.0.0.1, ::1 and localhost"
-            ));
-        }
-    }
-    if let Some(origin) = header("origin") {
-        let host = origin
-            .strip_prefix("http://")
-            .or_else(|| origin.strip_prefix("https://"));
-        if !host.is_some_and(is_loopback_authority) {
-            return forbidden(format!(
-                "a request from the page of origin {origin:?} is refused"
-            ));
-        }
-    }
-    if header("sec-fetch-site") == Some("cross-site") {
-        return forbidden("a cross-site request is refused".to_string());
-    }
-    None
-}
-
-/// `localhost`, `127.x.x.x` or `[::1]`, with or without a port.
-fn is_loopback_authority(authority: &str) -> bool {
-    let host = match authority.rsplit_once(':') {
-        Some((h, port))
-            if !h.is_empty() && port.chars().all(|c| c.is_ascii_digit()) && !h.ends_with(':') =>
-        {
-            h
-        }
-        _ => authority,
-    };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
+    let authority = req.uri().authority().map(|a| a.as_str().to_string());
+    crate::access::refuse(
+        state.control_token.as_deref(),
+        req.headers(),
+        authority.as_deref(),
+    )
+    .map(|r| {
+        let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::FORBIDDEN);
+        (status, format!("control API: {}\n", r.message)).into_response()
+    })
 }
 
 /// Path prefix of the control API.
@@ -238,6 +177,7 @@ async fn stats(AxState(s): AxState<Arc<State>>) -> impl IntoResponse {
         "by_outcome": st.by_outcome,
         "http2_refused_streams": pairs(s.http2.refused_streams()),
         "http2_connection_errors": pairs(s.http2.connection_errors()),
+        "connections": st.connections,
     }))
 }
 
@@ -325,6 +265,56 @@ async fn metrics(AxState(s): AxState<Arc<State>>) -> Response {
         conn_errors
             .get_or_create(&vec![("code", code.to_string())])
             .inc_by(n);
+    }
+    // The TCP proxies: their journaled connections (not in `requests`), bytes and toxics, and
+    // those open now.
+    let connections = Family::<Vec<(&'static str, String)>, Counter>::default();
+    registry.register(
+        "proxy_connections",
+        "Connections through the TCP proxies journaled (since start or the last reset), by proxy and how they ended",
+        connections.clone(),
+    );
+    let bytes = Family::<Vec<(&'static str, String)>, Counter>::default();
+    registry.register(
+        "proxy_bytes",
+        "Bytes the TCP proxies delivered (journaled connections), by proxy and direction",
+        bytes.clone(),
+    );
+    let toxics = Family::<Vec<(&'static str, String)>, Counter>::default();
+    registry.register(
+        "proxy_toxic_connections",
+        "Journaled connections each toxic acted on, by proxy and toxic",
+        toxics.clone(),
+    );
+    for (proxy, c) in &st.connections {
+        for (end, n) in &c.by_end {
+            connections
+                .get_or_create(&vec![("proxy", proxy.clone()), ("end", end.clone())])
+                .inc_by(*n);
+        }
+        for (direction, n) in [("upstream", c.bytes_up), ("downstream", c.bytes_down)] {
+            bytes
+                .get_or_create(&vec![
+                    ("proxy", proxy.clone()),
+                    ("direction", direction.to_string()),
+                ])
+                .inc_by(n);
+        }
+        for (toxic, n) in &c.by_toxic {
+            toxics
+                .get_or_create(&vec![("proxy", proxy.clone()), ("toxic", toxic.clone())])
+                .inc_by(*n);
+        }
+    }
+    let open = Family::<Vec<(&'static str, String)>, Gauge<i64>>::default();
+    registry.register(
+        "proxy_open_connections",
+        "Connections open through each TCP proxy now",
+        open.clone(),
+    );
+    for (proxy, n) in s.tcp.open_connections() {
+        open.get_or_create(&vec![("proxy", proxy)])
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
     if let Some(n) = s.orders.database_connections() {
         gauge(

@@ -11,7 +11,7 @@
 //! read back in order once the slow one ends. So memory stays bounded by what is in flight, not
 //! by how long one request takes.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{BufWriter, Seek, Write};
 use std::path::Path;
@@ -108,6 +108,9 @@ enum Msg {
     Entry(u16, Box<Entry>),
     Reset(u16, mpsc::Sender<()>),
     Flush(mpsc::Sender<()>),
+    /// The journal is dropped: write what came, then stop, though senders remain (a proxied
+    /// connection's task may outlive its server by a moment).
+    Stop,
 }
 
 /// Counts kept by the writer, served by `GET /__harness/stats`.
@@ -126,6 +129,24 @@ pub struct Stats {
     /// Entries by rule, fault, status and outcome together (what `/__harness/metrics` exports).
     #[serde(skip)]
     pub by_request: Vec<RequestCount>,
+    /// Proxied TCP connections journaled (not counted in `requests`), by proxy.
+    pub connections: BTreeMap<String, ConnectionCounts>,
+}
+
+/// A TCP proxy's journaled connections: how they ended, their bytes, the toxics that acted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ConnectionCounts {
+    /// Connections journaled.
+    pub connections: u64,
+    /// By how they ended (`closed`, `reset`, `timed_out`, `cut`, `refused`, `rejected`,
+    /// `shutdown`).
+    pub by_end: BTreeMap<String, u64>,
+    /// Bytes delivered from clients to the upstream.
+    pub bytes_up: u64,
+    /// Bytes delivered from the upstream to clients.
+    pub bytes_down: u64,
+    /// Connections each toxic acted on, by toxic name.
+    pub by_toxic: BTreeMap<String, u64>,
 }
 
 /// How many entries had this rule, fault, status and outcome.
@@ -155,6 +176,8 @@ struct Counts {
     by_outcome: [u64; OUTCOMES.len()],
     /// Per rule ("" for none): (fault, status, outcome, count); a handful per rule, scanned.
     by_request: HashMap<String, Vec<Combo>>,
+    /// Per proxy: its connections.
+    connections: BTreeMap<String, ConnectionCounts>,
 }
 
 /// Fault, status, outcome and how many entries had them (under one rule).
@@ -173,6 +196,25 @@ const OUTCOMES: [Outcome; 8] = [
 
 impl Counts {
     fn record(&mut self, e: &Entry) {
+        if let Some(t) = &e.tcp {
+            let c = match self.connections.get_mut(&t.proxy) {
+                Some(c) => c,
+                None => self.connections.entry(t.proxy.clone()).or_default(),
+            };
+            c.connections += 1;
+            *c.by_end.entry(t.end.as_str().to_string()).or_default() += 1;
+            c.bytes_up += t.bytes_up;
+            c.bytes_down += t.bytes_down;
+            for x in &t.toxics {
+                match c.by_toxic.get_mut(&x.name) {
+                    Some(n) => *n += 1,
+                    None => {
+                        c.by_toxic.insert(x.name.clone(), 1);
+                    }
+                }
+            }
+            return;
+        }
         self.requests += 1;
         if let Some(r) = &e.rule {
             bump(&mut self.by_rule, r);
@@ -228,6 +270,7 @@ impl Counts {
                         })
                 })
                 .collect(),
+            connections: self.connections.clone(),
         }
     }
 }
@@ -460,6 +503,7 @@ impl Journal {
 impl Drop for Journal {
     fn drop(&mut self) {
         self.flush();
+        self.send(Msg::Stop);
         // Closing the channel ends the writer; replace our sender with a dead one to drop it.
         let (dead, _) = mpsc::sync_channel(0);
         drop(std::mem::replace(&mut self.tx, dead));
@@ -671,6 +715,7 @@ impl Writer {
                         acks.push(ack);
                     }
                     Msg::Flush(ack) => acks.push(ack),
+                    Msg::Stop => closed = true,
                 }
             }
             self.take_contiguous(&mut ready);
@@ -777,15 +822,19 @@ impl Writer {
             // A request's seq and its arrival time are taken one after the other, so a thread
             // preempted between the two can stamp its arrival after a later seq's. Arrival order
             // is seq order: such a time is raised to the one before it (and the request's later
-            // times with it), so `t_recv_us` never goes back in the journal.
-            if e.t_recv_us < self.last_recv_us {
-                let t = self.last_recv_us;
-                e.t_recv_us = t;
-                e.t_done_us = e.t_done_us.max(t);
-                e.t_body_us = e.t_body_us.map(|b| b.max(t));
-                e.t_wire_us = e.t_wire_us.map(|w| w.max(t));
+            // times with it), so `t_recv_us` never goes back in the journal. A proxied
+            // connection is numbered when it ends: its `t_recv_us` (its accept) stays, and
+            // does not move the requests' bound.
+            if e.tcp.is_none() {
+                if e.t_recv_us < self.last_recv_us {
+                    let t = self.last_recv_us;
+                    e.t_recv_us = t;
+                    e.t_done_us = e.t_done_us.max(t);
+                    e.t_body_us = e.t_body_us.map(|b| b.max(t));
+                    e.t_wire_us = e.t_wire_us.map(|w| w.max(t));
+                }
+                self.last_recv_us = e.t_recv_us;
             }
-            self.last_recv_us = e.t_recv_us;
             self.line.clear();
             e.write_json(&mut self.line);
             self.line.push(b'\n');
@@ -836,6 +885,14 @@ impl Journal {
             tx: self.sender(),
             clock,
         })
+    }
+}
+
+impl Emitter {
+    /// Hands a finished entry of `epoch` to the writer, as it is: a proxied connection's, which
+    /// is numbered when it ends.
+    pub(crate) fn send_finished(&self, epoch: u16, entry: Box<Entry>) {
+        let _ = self.tx.send(Msg::Entry(epoch, entry));
     }
 }
 

@@ -36,17 +36,24 @@
 //! dependency instead: what no fault answers is forwarded, and the journal records what the
 //! dependency did (`forwarded`, `upstream_status`, `upstream_us`, the resource it created).
 //!
+//! Below HTTP, TCP fault proxies ([`tcp`], `proxies:` in the config) stand in front of a
+//! service's database or cache with Toxiproxy's toxics, driven by Toxiproxy's own REST API, each
+//! connection one journal entry beside the requests.
+//!
 //! The rooms: the schedule ([`schedule`]), the orders resource ([`orders`]), the journal
-//! ([`journal`]), the configuration ([`config`]), the upstream ([`upstream`]); [`FaultServer`]
+//! ([`journal`]), the configuration ([`config`]), the upstream ([`upstream`]), the TCP proxies
+//! ([`tcp`]); [`FaultServer`]
 //! is the server a program embeds (the harness does) with every option ([`ServerOptions`]).
 
 #![warn(missing_docs)]
 
+mod access;
 mod body;
 pub mod builder;
 pub mod config;
 mod conn;
 mod control;
+mod counts;
 mod dispatch;
 pub mod draw;
 pub mod grpc;
@@ -59,6 +66,7 @@ pub mod schedule;
 pub mod server;
 mod socket;
 mod state;
+pub mod tcp;
 pub mod tls;
 pub mod upstream;
 mod wire;
@@ -72,3 +80,4 @@ pub use config::{
 };
 pub use history::{Entry, GrpcCode, Outcome};
 pub use server::{FaultServer, ServerOptions, StartError};
+pub use tcp::{ProxyConfig, Stream, ToxicConfig};

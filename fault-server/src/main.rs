@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use fault_server::config::UpstreamUrl;
 use fault_server::tls::{ServerTls, TlsError};
-use fault_server::{Config, FaultServer, ServerOptions, StartError};
+use fault_server::{Config, FaultServer, ProxyConfig, ServerOptions, StartError};
 
 /// A programmable fault-injecting HTTP server with an idempotent orders resource and a journal.
 #[derive(Debug, Parser)]
@@ -80,6 +80,18 @@ struct Args {
     /// config's `grpc.import_paths`.
     #[arg(long, value_name = "DIR")]
     import_path: Vec<PathBuf>,
+    /// A TCP fault proxy NAME listening on LISTEN (`host:port`, port 0 picks one) and forwarding
+    /// to UPSTREAM (repeatable); added to the config's `proxies`.
+    #[arg(long, value_name = "NAME=LISTEN,UPSTREAM", value_parser = ProxyConfig::parse_flag)]
+    proxy: Vec<ProxyConfig>,
+    /// Serve Toxiproxy's REST API on ADDR (`127.0.0.1:8474`, or a port alone for loopback);
+    /// beyond loopback it needs --control-token, or --toxiproxy-api-open.
+    #[arg(long, value_name = "ADDR", value_parser = api_addr)]
+    toxiproxy_api: Option<SocketAddr>,
+    /// Serve Toxiproxy's API beyond loopback without the control token, as Toxiproxy does: only
+    /// where nothing but the tests can reach it (a container's published port).
+    #[arg(long, requires = "toxiproxy_api")]
+    toxiproxy_api_open: bool,
     /// Threads that serve connections, each connection start to end on one [default: one per
     /// core]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
@@ -108,12 +120,14 @@ fn main() -> ExitCode {
 
     let upstream = args.upstream.clone();
     let (protos, import_paths) = (args.proto.clone(), args.import_path.clone());
+    let proxies = args.proxy.clone();
     let adjust = |c: &mut Config| {
         if let Some(url) = upstream {
             c.set_upstream(url);
         }
         c.grpc.protos.extend(protos);
         c.grpc.import_paths.extend(import_paths);
+        c.proxies.extend(proxies);
     };
     let config = match &args.config {
         Some(path) => match Config::load_with(path, adjust) {
@@ -135,7 +149,7 @@ fn main() -> ExitCode {
     };
     if args.check {
         println!(
-            "{}: ok ({} rule{}{})",
+            "{}: ok ({} rule{}{}{})",
             args.config
                 .as_ref()
                 .map_or("<defaults>".into(), |p| p.display().to_string()),
@@ -144,7 +158,12 @@ fn main() -> ExitCode {
             config
                 .upstream
                 .as_ref()
-                .map_or(String::new(), |u| format!(", forwarding to {}", u.url))
+                .map_or(String::new(), |u| format!(", forwarding to {}", u.url)),
+            match config.proxies.len() {
+                0 => String::new(),
+                1 => ", 1 TCP proxy".to_string(),
+                n => format!(", {n} TCP proxies"),
+            }
         );
         return ExitCode::SUCCESS;
     }
@@ -198,6 +217,8 @@ fn main() -> ExitCode {
                 || std::thread::available_parallelism().map_or(1, |n| n.get()),
                 usize::from,
             )),
+            toxiproxy_api: args.toxiproxy_api,
+            toxiproxy_api_open: args.toxiproxy_api_open,
         };
         let server = match FaultServer::start(config, opts).await {
             Ok(s) => s,
@@ -210,8 +231,11 @@ fn main() -> ExitCode {
                     | StartError::NoControlToken { .. }
                     | StartError::SharedNeedsPostgres
                     | StartError::Grpc(_)
+                    | StartError::Proxy(fault_server::tcp::ProxyError::Invalid { .. })
                     | StartError::Upstream(_) => ExitCode::from(2),
                     StartError::Bind { .. }
+                    | StartError::Proxy(_)
+                    | StartError::ToxiproxyApi { .. }
                     | StartError::Store(_)
                     | StartError::Journal(_)
                     | StartError::Threads(_)
@@ -222,6 +246,17 @@ fn main() -> ExitCode {
         let mut out = std::io::stdout();
         let _ = writeln!(out, "listening on {}", server.url());
         let _ = out.flush();
+        // Where the proxies and Toxiproxy's API are, on stderr: stdout's one line stays the
+        // contract.
+        for (name, addr) in server.proxies().addresses() {
+            match addr {
+                Some(a) => eprintln!("proxy {name} listening on {a}"),
+                None => eprintln!("proxy {name} disabled"),
+            }
+        }
+        if let Some(a) = server.toxiproxy_api_addr() {
+            eprintln!("Toxiproxy API on http://{a}");
+        }
         wait_for_signal().await;
         server.shutdown().await;
         ExitCode::SUCCESS
@@ -241,6 +276,15 @@ async fn wait_for_signal() {
         }
     }
     let _ = tokio::signal::ctrl_c().await;
+}
+
+/// `--toxiproxy-api`: an address, or a port alone on loopback.
+fn api_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse()
+        .map_err(|_| format!("{s:?}: give an address (127.0.0.1:8474) or a port (8474)"))
 }
 
 /// The machine's host name (a pod's name on Kubernetes), when it can be read.

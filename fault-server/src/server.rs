@@ -43,6 +43,12 @@ pub struct ServerOptions {
     /// (the `fault-server` binary: one per core); `None` serves them on the runtime that starts
     /// the server.
     pub threads: Option<usize>,
+    /// Serve Toxiproxy's REST API on this address (`--toxiproxy-api`); beyond loopback it
+    /// needs the control token, unless `toxiproxy_api_open`.
+    pub toxiproxy_api: Option<SocketAddr>,
+    /// Serve Toxiproxy's API beyond loopback without the token, as Toxiproxy does: for an
+    /// address only the tests reach (a container's port).
+    pub toxiproxy_api_open: bool,
 }
 
 impl Default for ServerOptions {
@@ -55,6 +61,8 @@ impl Default for ServerOptions {
             control_token: None,
             replica_id: None,
             threads: None,
+            toxiproxy_api: None,
+            toxiproxy_api_open: false,
         }
     }
 }
@@ -92,6 +100,17 @@ pub enum StartError {
     /// `state: shared` needs the orders on PostgreSQL (the config's validation says so first).
     #[error("`state: shared` keeps the schedule's counters in the orders' database, which must be PostgreSQL (`orders.database: postgres://…`)")]
     SharedNeedsPostgres,
+    /// A TCP proxy could not start (its listen address is in use, say).
+    #[error(transparent)]
+    Proxy(#[from] crate::tcp::ProxyError),
+    /// Toxiproxy's API could not listen.
+    #[error("cannot serve Toxiproxy's API on {addr}: {source}")]
+    ToxiproxyApi {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: io::Error,
+    },
     /// Listening beyond loopback without a control token would let anyone reset the journal.
     #[error("listening on {addr}, beyond loopback, needs a control token (--control-token or FAULT_SERVER_CONTROL_TOKEN): otherwise anyone who can reach it can reset the journal and replace the schedule")]
     NoControlToken {
@@ -107,6 +126,8 @@ pub struct FaultServer {
     shutdown: watch::Sender<bool>,
     /// The accept loop; taken by [`FaultServer::shutdown`].
     task: Option<tokio::task::JoinHandle<()>>,
+    /// Where Toxiproxy's API listens, when it does.
+    toxiproxy_api: Option<SocketAddr>,
 }
 
 /// Dropped (or shut down), the server stops serving, and its temporary journal file, when it
@@ -116,6 +137,7 @@ pub struct FaultServer {
 impl Drop for FaultServer {
     fn drop(&mut self) {
         let _ = self.shutdown.send(true);
+        self.state.tcp.cancel();
         self.state.journal.remove_temp_file();
     }
 }
@@ -126,6 +148,14 @@ impl FaultServer {
         if !opts.bind.ip().is_loopback() && opts.control_token.as_deref().is_none_or(str::is_empty)
         {
             return Err(StartError::NoControlToken { addr: opts.bind });
+        }
+        if let Some(api) = opts.toxiproxy_api {
+            if !api.ip().is_loopback()
+                && !opts.toxiproxy_api_open
+                && opts.control_token.as_deref().is_none_or(str::is_empty)
+            {
+                return Err(StartError::NoControlToken { addr: api });
+            }
         }
         let listener = TcpListener::bind(opts.bind)
             .await
@@ -206,10 +236,61 @@ impl FaultServer {
             }
         }
         let schedule = Arc::new(Schedule::new(&config.rules, seed, Instant::now()));
+        let (clock, seq, conn_ids) = (
+            Arc::new(Clock::new()),
+            Arc::new(Sequencer::default()),
+            Arc::new(AtomicU64::new(0)),
+        );
+        let replica = opts.replica_id.clone().filter(|r| !r.is_empty());
+        let lanes = match opts.threads {
+            Some(n) => Some(Arc::new(Lanes::start(n).map_err(StartError::Threads)?)),
+            None => None,
+        };
+        let tcp = Arc::new(crate::tcp::Proxies::new(crate::tcp::Sink {
+            emitter: journal.emitter(clock.clone()),
+            clock: clock.clone(),
+            seq: seq.clone(),
+            conn_ids: conn_ids.clone(),
+            replica: replica.clone(),
+            seed,
+            lanes: lanes.as_ref().map(Arc::downgrade),
+        }));
+        for p in &config.proxies {
+            if let Err(e) = tcp.create(p) {
+                tcp.cancel();
+                return Err(e.into());
+            }
+        }
+        let api = match opts.toxiproxy_api {
+            Some(addr) => {
+                let listener = TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| StartError::ToxiproxyApi { addr, source })?;
+                let local = listener
+                    .local_addr()
+                    .map_err(|source| StartError::ToxiproxyApi { addr, source })?;
+                let access = crate::tcp::api::Access {
+                    token: (!addr.ip().is_loopback())
+                        .then(|| opts.control_token.clone())
+                        .flatten()
+                        .filter(|t| !t.is_empty()),
+                    open: opts.toxiproxy_api_open,
+                };
+                let router = crate::tcp::api::router(tcp.clone(), access);
+                let tcp_for_stop = tcp.clone();
+                tokio::spawn(async move {
+                    let _ = axum::serve(listener, router)
+                        .with_graceful_shutdown(async move { tcp_for_stop.stopped().await })
+                        .await;
+                });
+                Some(local)
+            }
+            None => None,
+        };
         let state = Arc::new(State {
-            clock: Arc::new(Clock::new()),
-            seq: Sequencer::default(),
-            conn_ids: AtomicU64::new(0),
+            clock,
+            seq,
+            conn_ids,
             schedule: RwLock::new((schedule, Arc::new(config.rules.clone()))),
             schedule_gen: AtomicU64::new(0),
             attempts: Mutex::new(KeyAttempts::new(config.limits.tracked_keys as usize)),
@@ -234,7 +315,7 @@ impl FaultServer {
             http2: Arc::new(crate::state::Http2Counts::default()),
             active: AtomicUsize::new(0),
             control_token: opts.control_token.clone().filter(|t| !t.is_empty()),
-            replica: opts.replica_id.clone().filter(|r| !r.is_empty()),
+            replica,
             journal,
             orders,
             shared,
@@ -246,22 +327,20 @@ impl FaultServer {
             tls,
             upstream,
             grpc,
+            tcp,
         });
         let routes = Arc::new(Routes {
             control: crate::control::router(state.clone()),
             resource: crate::orders::routes::router(state.orders.clone()),
         });
         let (shutdown, rx) = watch::channel(false);
-        let lanes = match opts.threads {
-            Some(n) => Some(Lanes::start(n).map_err(StartError::Threads)?),
-            None => None,
-        };
         let task = tokio::spawn(accept_loop(listener, state.clone(), routes, rx, lanes));
         Ok(FaultServer {
             state,
             addr,
             shutdown,
             task: Some(task),
+            toxiproxy_api: api,
         })
     }
 
@@ -349,9 +428,30 @@ impl FaultServer {
         }
     }
 
+    /// The TCP proxies (`proxies:`, `--proxy`, Toxiproxy's API).
+    pub fn proxies(&self) -> &crate::tcp::Proxies {
+        &self.state.tcp
+    }
+
+    /// Where the TCP proxy `name` listens, when it exists and is enabled.
+    pub fn proxy_addr(&self, name: &str) -> Option<SocketAddr> {
+        self.state
+            .tcp
+            .addresses()
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, a)| a)
+    }
+
+    /// Where Toxiproxy's API listens, when it is served.
+    pub fn toxiproxy_api_addr(&self) -> Option<SocketAddr> {
+        self.toxiproxy_api
+    }
+
     /// Stops accepting, closes every connection and flushes the journal.
     pub async fn shutdown(mut self) {
         let _ = self.shutdown.send(true);
+        self.state.tcp.shutdown(Duration::from_secs(2)).await;
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }

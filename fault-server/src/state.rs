@@ -97,8 +97,9 @@ pub(crate) struct Routes {
 /// Shared by every connection.
 pub(crate) struct State {
     pub(crate) clock: Arc<Clock>,
-    pub(crate) seq: Sequencer,
-    pub(crate) conn_ids: AtomicU64,
+    pub(crate) seq: Arc<Sequencer>,
+    /// Connection ids, HTTP's and the TCP proxies' from one count.
+    pub(crate) conn_ids: Arc<AtomicU64>,
     pub(crate) schedule: RwLock<(Arc<Schedule>, Arc<Vec<RuleConfig>>)>,
     /// Bumped after every schedule replacement; connections cache the schedule until it moves.
     pub(crate) schedule_gen: AtomicU64,
@@ -132,6 +133,8 @@ pub(crate) struct State {
     pub(crate) upstream: Option<Arc<crate::upstream::Upstream>>,
     /// The gRPC services: the built-in orders and the config's `.proto` files'.
     pub(crate) grpc: crate::grpc::Services,
+    /// The TCP fault proxies.
+    pub(crate) tcp: Arc<crate::tcp::Proxies>,
 }
 
 impl State {
@@ -185,6 +188,7 @@ impl State {
             .1
             .clone();
         self.replace_schedule(rules.as_ref().clone());
+        self.tcp.restart_counts();
         self.http2.clear();
         if let Some(shared) = &self.shared {
             shared.clear().await?;

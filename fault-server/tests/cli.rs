@@ -375,3 +375,113 @@ fn the_books_flag_reference_is_the_binarys_help() {
          (UPDATE_DOCS=1 cargo test -p fault-server --test cli writes it)"
     );
 }
+
+/// Runs the binary with `args`, reads its ready line and its stderr's first lines (where the
+/// proxies and Toxiproxy's API say where they listen); the child, to stop.
+fn started(args: &[&str]) -> (std::process::Child, Vec<String>) {
+    let mut child = bin()
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("listening on http://127.0.0.1:"), "{line}");
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut said = Vec::new();
+    for _ in 0..args
+        .iter()
+        .filter(|a| a.starts_with("--proxy") || **a == "--toxiproxy-api")
+        .count()
+    {
+        let mut l = String::new();
+        err.read_line(&mut l).unwrap();
+        said.push(l.trim().to_string());
+    }
+    (child, said)
+}
+
+#[test]
+fn proxies_from_flags_and_toxiproxys_api_open_as_the_image_runs_them() {
+    // What the book tells a Testcontainers Toxiproxy module to run in the image.
+    let (child, said) = started(&[
+        "--bind",
+        "127.0.0.1:0",
+        "--proxy",
+        "cache=127.0.0.1:0,127.0.0.1:6379",
+        "--toxiproxy-api",
+        "0.0.0.0:0",
+        "--toxiproxy-api-open",
+    ]);
+    assert!(
+        said[0].starts_with("proxy cache listening on 127.0.0.1:"),
+        "{said:?}"
+    );
+    let api = said[1]
+        .strip_prefix("Toxiproxy API on http://0.0.0.0:")
+        .unwrap_or_else(|| panic!("{said:?}"));
+    let mut s = std::net::TcpStream::connect(format!("127.0.0.1:{api}")).unwrap();
+    std::io::Write::write_all(
+        &mut s,
+        b"GET /proxies HTTP/1.1\r\nhost: 172.17.0.2:8474\r\nconnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut s, &mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("\"cache\""), "{answer}");
+    common::binary::stop(child);
+}
+
+#[test]
+fn bad_proxy_flags_and_a_public_api_without_a_token_exit_2_with_one_message() {
+    let out = bin()
+        .args(["--proxy", "cache=127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("NAME=LISTEN,UPSTREAM"), "{err}");
+
+    let out = bin()
+        .args(["--bind", "127.0.0.1:0", "--toxiproxy-api", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs a control token"), "{err}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(
+        &dir,
+        "p.yaml",
+        "proxies:\n  - name: db\n    listen: 127.0.0.1:0\n    upstream: 127.0.0.1:5432\n    toxics:\n      - { type: latency, attributes: { latency: 10, jiter: 2 } }\n",
+    );
+    let err = refused_at_check(&cfg);
+    assert!(
+        err.contains(":6:") && err.contains("proxies[0].toxics[0].attributes.jiter"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_proxy_whose_address_is_in_use_exits_3_naming_it() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = taken.local_addr().unwrap().to_string();
+    let out = bin()
+        .args(["--bind", "127.0.0.1:0", "--proxy"])
+        .arg(format!("db={at},127.0.0.1:5432"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("proxy db: cannot listen on {at}"))
+            && err.to_lowercase().contains("in use"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "one message: {err}");
+}

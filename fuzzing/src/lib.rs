@@ -1,7 +1,8 @@
 //! One entry point per parser that faces outside input: the scenario loader, the fault server's
 //! config and schedule, a journal, a saved report (`harness merge`/`report`), the client's response
 //! parser, the server's request handling and its decoding of a gRPC call, the client's HTTP/2 frame reader and its HPACK decoder (the latter differential: against the
-//! `hpack` crate, an independent decoder, field for field).
+//! `hpack` crate, an independent decoder, field for field), and the protocol-aware proxies'
+//! PostgreSQL and RESP readers with their per-connection state machines.
 //!
 //! Each takes arbitrary bytes and must return — no panic, no hang, no unbounded memory — and
 //! checks what the parser promises where it promises something. The cargo-fuzz targets in `fuzz/`
@@ -12,13 +13,15 @@
 mod app;
 #[cfg(feature = "app")]
 pub use app::*;
+mod wire;
+pub use wire::{pg_wire, resp_wire};
 
 /// A target: arbitrary bytes in, a return (or a panic that is a finding).
 pub type Target = fn(&[u8]);
 
 /// The targets, by the name their corpus directory has.
 #[cfg(feature = "app")]
-pub const TARGETS: [(&str, Target); 10] = [
+pub const TARGETS: [(&str, Target); 12] = [
     ("scenario", scenario),
     ("fault_config", fault_config),
     ("schedule", schedule),
@@ -29,11 +32,18 @@ pub const TARGETS: [(&str, Target); 10] = [
     ("hpack", hpack),
     ("report", report),
     ("grpc_request", grpc_request),
+    ("pg_wire", pg_wire),
+    ("resp_wire", resp_wire),
 ];
 
 /// The targets, by the name their corpus directory has.
 #[cfg(not(feature = "app"))]
-pub const TARGETS: [(&str, Target); 2] = [("h2_frames", h2_frames), ("hpack", hpack)];
+pub const TARGETS: [(&str, Target); 4] = [
+    ("h2_frames", h2_frames),
+    ("hpack", hpack),
+    ("pg_wire", pg_wire),
+    ("resp_wire", resp_wire),
+];
 
 /// The client's HTTP/2 frame reader: five streams open (see `transport::fuzz::h2_frames`), the
 /// input read as the server's bytes, in pieces of a size its first byte says. Whatever came, every

@@ -109,6 +109,7 @@ pub fn analyze_with<R: std::io::Read + Send + 'static>(
         .latency(latency_ms(tally.latency()), throughput)
         .checks(checks)
         .timeline(Some(tally.timeline_within(60)))
+        .connections(tally.connections())
         .build())
 }
 
@@ -157,11 +158,13 @@ pub(crate) fn judge_stream<R: std::io::Read + Send + 'static>(
     for batch in rx.iter() {
         for t in &batch {
             observe(&t.entry);
-            checks.observe(&Attempt {
-                entry: &t.entry,
-                retry_after_s: checks::journal::recorded_retry_after_s(&t.entry),
-                step: &t.step,
-            });
+            if let Some(step) = &t.step {
+                checks.observe(&Attempt {
+                    entry: &t.entry,
+                    retry_after_s: checks::journal::recorded_retry_after_s(&t.entry),
+                    step,
+                });
+            }
             checks.close(&t.closed);
         }
         // The reader may have finished already; then the batch is freed here.
@@ -181,7 +184,8 @@ pub(crate) fn judge_stream<R: std::io::Read + Send + 'static>(
 /// A journal entry placed in its operation, with the operations that closed on the way.
 struct Tracked {
     entry: Entry,
-    step: Step,
+    /// Its place in its operation; none for a proxied TCP connection, which no check judges.
+    step: Option<Step>,
     closed: Vec<ClosedOperation>,
 }
 
@@ -267,7 +271,8 @@ fn read_batches(
     let mut lines = JournalLines::new(file, shown);
     let mut batch = Vec::with_capacity(BATCH);
     while let Some(e) = lines.next_entry()? {
-        let step = tracker.observe(&e, checks::journal::recorded_retry_after_s(&e));
+        let step = (!e.is_connection())
+            .then(|| tracker.observe(&e, checks::journal::recorded_retry_after_s(&e)));
         batch.push(Tracked {
             entry: e,
             step,

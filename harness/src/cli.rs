@@ -76,7 +76,8 @@ enum Command {
         #[command(flatten)]
         output: Output,
     },
-    /// Start the scenario's fault server, run CMD with HARNESS_FAULT_URL set to it (and the
+    /// Start the scenario's fault server, run CMD with HARNESS_FAULT_URL set to it
+    /// (HARNESS_PROXY_<NAME>_ADDR to each of its TCP proxies, and the
     /// scenario's phases, if any, against its target), then check what happened.
     Exec {
         /// The scenario file (YAML).
@@ -815,6 +816,7 @@ async fn exec(
     if session.server_url().is_some() {
         cmd.env("HARNESS_FAULT_URL", &url);
     }
+    cmd.envs(session.proxy_env());
     let mut child = cmd
         .args(args)
         .stdout(stdout)

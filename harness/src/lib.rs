@@ -62,6 +62,7 @@ pub mod operation;
 pub mod plan;
 pub mod probe;
 pub mod progress;
+pub mod proxies;
 pub mod relay;
 pub mod report;
 pub mod run;

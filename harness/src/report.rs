@@ -51,6 +51,7 @@ impl ReportBuilder {
                 mergeable: None,
                 notes: Vec::new(),
                 operations: Vec::new(),
+                connections: Vec::new(),
             },
             verdict_required: true,
             load_expected: false,
@@ -189,6 +190,12 @@ impl ReportBuilder {
     /// `harness audit`'s rows: one per unsafe operation.
     pub fn operations(mut self, ops: Vec<AuditedOperation>) -> Self {
         self.report.operations = ops;
+        self
+    }
+
+    /// Connections through the fault server's TCP proxies, per proxy (the journal's).
+    pub fn connections(mut self, c: Vec<reports::model::ProxyConnections>) -> Self {
+        self.report.connections = c;
         self
     }
 

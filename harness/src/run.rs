@@ -241,6 +241,14 @@ impl Session {
             .map(str::to_string)
     }
 
+    /// `HARNESS_PROXY_<NAME>_ADDR` for each of the embedded server's TCP proxies.
+    pub fn proxy_env(&self) -> Vec<(String, String)> {
+        self.server
+            .as_ref()
+            .map(crate::proxies::env)
+            .unwrap_or_default()
+    }
+
     /// The embedded server's URL.
     pub fn server_url(&self) -> Option<String> {
         self.server.as_ref().map(FaultServer::url)
@@ -649,6 +657,7 @@ impl Session {
         }
         let report = report
             .phases(self.phases)
+            .connections(summary.tally.connections())
             .checks(checks)
             .timeline(Some(timeline))
             .retry_delays(delays.shown())

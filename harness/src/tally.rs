@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use history::{Entry, Outcome};
-use reports::model::{Requests, Series, Timeline};
+use reports::model::{ProxyConnections, Requests, Series, Timeline};
 
 /// How a request ended, as the timeline labels it: its status when it was answered, else how it
 /// ended (`malformed` for a response that came without a status).
@@ -42,6 +42,12 @@ impl TimelineLabel {
     }
 }
 
+/// Most proxies (and toxics per proxy) counted by name; the rest are counted together.
+const MAX_NAMES: usize = 256;
+
+/// Where the proxies or toxics beyond [`MAX_NAMES`] are counted.
+const OTHERS: &str = "(others)";
+
 /// A journal's counts, gathered one entry at a time in `seq` order.
 ///
 /// Windows of the chart count from the origin given, or from the first request when it came
@@ -58,6 +64,9 @@ pub struct JournalTally {
     first_recv_us: Option<u64>,
     last_done_us: u64,
     bins: BTreeMap<(u64, TimelineLabel), u64>,
+    /// Connections through the fault server's TCP proxies, by proxy: counted beside the
+    /// requests, never as requests.
+    connections: BTreeMap<String, ProxyConnections>,
 }
 
 impl JournalTally {
@@ -73,11 +82,38 @@ impl JournalTally {
             first_recv_us: None,
             last_done_us: 0,
             bins: BTreeMap::new(),
+            connections: BTreeMap::new(),
         }
     }
 
     /// Counts one entry.
     pub fn observe(&mut self, e: &Entry) {
+        if let Some(t) = &e.tcp {
+            let c =
+                match self.connections.get_mut(&t.proxy) {
+                    Some(c) => c,
+                    None => self.connections.entry(t.proxy.clone()).or_insert_with(|| {
+                        ProxyConnections {
+                            proxy: t.proxy.clone(),
+                            ..ProxyConnections::default()
+                        }
+                    }),
+                };
+            c.connections += 1;
+            c.upstream_unreached += u64::from(!t.connected);
+            *c.by_end.entry(t.end.as_str().to_string()).or_default() += 1;
+            c.bytes_up += t.bytes_up;
+            c.bytes_down += t.bytes_down;
+            for x in &t.toxics {
+                let name = if c.by_toxic.len() < MAX_NAMES || c.by_toxic.contains_key(&x.name) {
+                    x.name.as_str()
+                } else {
+                    OTHERS
+                };
+                *c.by_toxic.entry(name.to_string()).or_default() += 1;
+            }
+            return;
+        }
         let r = &mut self.requests;
         r.sent += 1;
         match e.status {
@@ -103,9 +139,19 @@ impl JournalTally {
         *self.bins.entry((bin, TimelineLabel::of(e))).or_default() += 1;
     }
 
-    /// Entries counted.
+    /// Entries counted, connections included.
     pub fn entries(&self) -> u64 {
         self.requests.sent
+            + self
+                .connections
+                .values()
+                .map(|c| c.connections)
+                .sum::<u64>()
+    }
+
+    /// The TCP proxies' connections, one row per proxy.
+    pub fn connections(&self) -> Vec<ProxyConnections> {
+        self.connections.values().cloned().collect()
     }
 
     /// The request totals: sent, answered (by status), errors, retries.
@@ -188,6 +234,45 @@ mod tests {
                 }
             })
             .collect()
+    }
+
+    #[test]
+    fn connections_are_counted_beside_the_requests_not_as_requests() {
+        let mut t = JournalTally::new(Duration::from_millis(100), None);
+        t.observe(&entry(1, 0.0).status(200).build());
+        let mut refused = history::sample::connection(2, 1.0, "redis");
+        if let Some(c) = refused.tcp.as_deref_mut() {
+            c.connected = false;
+            c.end = history::TcpEnd::Refused;
+            c.bytes_up = 0;
+            c.bytes_down = 0;
+        }
+        t.observe(&history::sample::connection(3, 2.0, "redis"));
+        t.observe(&refused);
+        t.observe(&history::sample::connection(4, 3.0, "pg"));
+        assert_eq!((t.requests().sent, t.requests().errors), (1, 0));
+        assert_eq!(t.entries(), 4);
+        let c = t.connections();
+        assert_eq!(c.len(), 2);
+        let redis = &c[1];
+        assert_eq!(
+            (
+                redis.proxy.as_str(),
+                redis.connections,
+                redis.upstream_unreached,
+                redis.bytes_up
+            ),
+            ("redis", 2, 1, 100)
+        );
+        assert_eq!(redis.by_end.get("refused"), Some(&1));
+        assert_eq!(
+            t.timeline()
+                .series
+                .iter()
+                .map(|s| s.counts.iter().sum::<u64>())
+                .sum::<u64>(),
+            1
+        );
     }
 
     #[test]

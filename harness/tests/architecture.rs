@@ -135,6 +135,14 @@ fn the_primitives_depend_on_nothing() {
     );
 }
 
+/// The wire protocols are read and decided on as pure functions over bytes: a proxy, a fuzzer
+/// and a test share them, and none of them needs a runtime, a socket or the server.
+#[test]
+fn the_wire_protocols_are_pure() {
+    assert_free_of("wire-faults", RUNTIME_AND_IO);
+    assert_free_of("wire-faults", &["fault-server", "harness", "transport"]);
+}
+
 #[test]
 fn the_fault_server_does_not_know_the_harness() {
     assert_free_of("fault-server", &["harness", "checks"]);
@@ -488,6 +496,7 @@ const ACYCLIC_CRATES: &[&str] = &[
     "grpc",
     "webhooks",
     "openapi",
+    "wire-faults",
     "fault-server",
     "reports",
     "fuzzing",
@@ -936,6 +945,7 @@ const NO_EXIT_NUMBERS: &[&str] = &[
     "grpc",
     "webhooks",
     "openapi",
+    "wire-faults",
     "fault-server",
     "fuzzing",
 ];

@@ -2,7 +2,12 @@
 //!
 //! The header is the single source of truth: `Expected: PASS` must exit 0 with every check
 //! passed; `Expected: FAIL` must exit 1, and each check named in backquotes on the Expected line(s)
-//! must be among the failed ones.
+//! must be among the failed ones. Every check a run leaves inconclusive is printed with its
+//! reason, and must be named, with why, on an `# Inconclusive:` line (the census: no check
+//! quietly decides nothing).
+
+#[allow(dead_code)]
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -23,7 +28,12 @@ fn expectation(text: &str) -> (bool, Vec<String>) {
             let body = l.trim_start_matches('#').trim();
             // The Expected sentence ends at a blank comment line, a "See …" pointer or a new heading.
             let heading = body.split_once(':').is_some_and(|(h, _)| !h.contains(' '));
-            if !l.starts_with("# ") || body.is_empty() || body.starts_with("See ") || heading {
+            if !l.starts_with("# ")
+                || body.is_empty()
+                || body.starts_with("See ")
+                || heading
+                || body.starts_with("May be inconclusive:")
+            {
                 break;
             }
             expected.push(' ');
@@ -100,6 +110,9 @@ fn run(name: &str) {
         .iter()
         .map(|c| format!("{}: {}", c["name"], c["summary"]))
         .collect();
+    if let Err(e) = support::inconclusive_census(name, &text, &report) {
+        panic!("{e}");
+    }
     if pass {
         assert_eq!(
             out.status.code(),
@@ -209,4 +222,28 @@ fn expectation_parsing() {
     assert_eq!(names, ["key_stability", "duplicates"]);
     let (pass, _) = expectation("# Expected: PASS (exit 0).\n");
     assert!(pass);
+}
+
+#[test]
+fn the_census_holds_a_run_to_its_inconclusive_line() {
+    let header = "# x\n# Expected: PASS (exit 0).\n# Inconclusive: `retry_after` (no Retry-After was\n# sent), `jitter` (too few retries).\nname: x\n";
+    assert_eq!(
+        support::stated_inconclusive(header),
+        ["retry_after", "jitter"]
+    );
+    let report = |verdicts: &[(&str, &str)]| {
+        serde_json::json!({ "checks": verdicts.iter().map(|(n, v)| serde_json::json!({
+            "name": n, "verdict": v, "summary": format!("{n} said {v}")
+        })).collect::<Vec<_>>() })
+    };
+    let stated = report(&[("retry_after", "inconclusive"), ("jitter", "inconclusive")]);
+    assert!(support::inconclusive_census("x", header, &stated).is_ok());
+    // An inconclusive check the header does not name fails the census, with its reason.
+    let unstated = report(&[("duplicates", "inconclusive")]);
+    let err = support::inconclusive_census("x", "# Expected: PASS\n", &unstated).unwrap_err();
+    assert!(err.contains("`duplicates` is inconclusive") && err.contains("duplicates said"));
+    // A check the header names that decided fails it too.
+    let decided = report(&[("retry_after", "pass"), ("jitter", "inconclusive")]);
+    let err = support::inconclusive_census("x", header, &decided).unwrap_err();
+    assert!(err.contains("states `retry_after` inconclusive"), "{err}");
 }

@@ -25,10 +25,12 @@ fn free_addr() -> String {
     l.local_addr().expect("an address").to_string()
 }
 
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
 fn scenario(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../scenarios")
-        .join(format!("{name}.yaml"))
+    root().join("scenarios").join(format!("{name}.yaml"))
 }
 
 /// Words as a shell splits them (double quotes group, nothing else is special here).
@@ -90,6 +92,9 @@ fn expectation(text: &str) -> (bool, Vec<String>) {
         .skip_while(|l| !l.starts_with("# Expected:"))
         .take_while(|l| l.starts_with('#'))
         .take_while(|l| !l.trim_start_matches('#').trim().is_empty())
+        .take_while(|l| {
+            !l.starts_with("# Inconclusive:") && !l.starts_with("# May be inconclusive:")
+        })
         .map(|l| l.trim_start_matches('#'))
         .collect::<Vec<_>>()
         .join(" ");
@@ -161,6 +166,9 @@ fn run_scenario(name: &str) -> Value {
         .expect("harness runs");
     let (code, report) = report_of(out);
     let v = verdicts(&report);
+    if let Err(e) = support::inconclusive_census(name, &text, &report) {
+        panic!("{e}");
+    }
     if pass {
         assert_eq!(code, Some(0), "{name}: {v:#?}");
         // Every check judged and passed: none merely found nothing to judge.
@@ -255,18 +263,37 @@ struct Consumer {
 }
 
 impl Consumer {
+    /// The example consumer in `mode`.
     fn start(style: &str, secret: &str, mode: &str) -> Consumer {
-        let mut child = Command::new(consumer_exe())
-            .args([
-                "--bind",
-                "127.0.0.1:0",
-                "--style",
-                style,
-                "--secret",
-                secret,
-            ])
-            .args(["--mode", mode])
+        let mut cmd = Command::new(consumer_exe());
+        cmd.args([
+            "--bind",
+            "127.0.0.1:0",
+            "--style",
+            style,
+            "--secret",
+            secret,
+        ])
+        .args(["--mode", mode]);
+        Consumer::spawn(cmd)
+    }
+
+    /// The calibration consumer (`calibration/webhooks/consumer.py`) verifying with `library`,
+    /// in `mode`, its SQLite database in `dir`.
+    fn python(python: &Path, library: &str, mode: &str, secret: &str, dir: &Path) -> Consumer {
+        let mut cmd = Command::new(python);
+        cmd.arg(root().join("calibration/webhooks/consumer.py"))
+            .args(["--library", library, "--mode", mode, "--secret", secret])
+            .arg("--db")
+            .arg(dir.join(format!("{library}-{mode}.sqlite")));
+        Consumer::spawn(cmd)
+    }
+
+    /// Starts `cmd`, a consumer that prints `listening on URL` first.
+    fn spawn(mut cmd: Command) -> Consumer {
+        let mut child = cmd
             .stdout(Stdio::piped())
+            .stderr(Stdio::null())
             .spawn()
             .expect("the consumer starts");
         let mut line = String::new();
@@ -358,7 +385,7 @@ fn harness_deliver_gates_on_the_consumer() {
 }
 
 /// Over HTTP/2 (prior knowledge), every copy of a duplicated event goes out in one packet
-/// (`single-packet`): a consumer that deduplicates under a UNIQUE constraint takes each event
+/// (`--spacing together`, `single-packet`): a consumer that deduplicates under a UNIQUE constraint takes each event
 /// once, one that looks the id up before it writes takes the copies that raced it.
 #[test]
 fn harness_deliver_over_http2_releases_copies_in_one_packet() {
@@ -374,6 +401,8 @@ fn harness_deliver_over_http2_releases_copies_in_one_packet() {
         "1",
         "--copies",
         "4",
+        "--spacing",
+        "together",
         "--sync",
         "single-packet",
         "--verify",
@@ -393,6 +422,207 @@ fn harness_deliver_over_http2_releases_copies_in_one_packet() {
     let (code, report) = report_of(deliver(&format!("{}/webhook", racy.url), &args));
     assert_eq!(code, Some(1), "{:#?}", verdicts(&report));
     assert_eq!(check(&report, "effects_once")["verdict"], "fail");
+}
+
+/// The calibration libraries' Python (`calibration/install.sh`), or `None` (after saying why)
+/// when they are not installed, unless `HARNESS_REQUIRE_TOOLS=1`.
+fn calibration_python() -> Option<PathBuf> {
+    let python = root().join(".cache/calibration/venv/bin/python");
+    if python.exists() {
+        return Some(python);
+    }
+    assert!(
+        std::env::var("HARNESS_REQUIRE_TOOLS").as_deref() != Ok("1"),
+        "the calibration libraries are not installed and HARNESS_REQUIRE_TOOLS=1: run \
+         `bash calibration/install.sh`"
+    );
+    eprintln!(
+        "skipping the provider libraries' consumers: run `bash calibration/install.sh` first"
+    );
+    None
+}
+
+/// `harness deliver` as a user first runs it against duplicates: every value but the style,
+/// the secret and the shares at its default (100 events, two copies, the default spacing and
+/// redelivery, seed 1).
+fn default_duplicates(style: &'static str, secret: &'static str) -> Vec<&'static str> {
+    vec![
+        "--style",
+        style,
+        "--secret",
+        secret,
+        "--duplicates",
+        "0.5",
+        "--forged",
+        "0.2",
+        "--verify",
+        "/effects/{event_id}",
+    ]
+}
+
+/// The libraries' consumers: (library, style, secret).
+const LIBRARIES: [(&str, &str, &str); 3] = [
+    ("svix", "standard-webhooks", SW_SECRET),
+    ("standardwebhooks", "standard-webhooks", SW_SECRET),
+    ("stripe", "stripe", STRIPE_SECRET),
+];
+
+/// A default `--duplicates` run decides `duplicate_ack` against consumers written with the
+/// providers' own verification libraries (svix, standardwebhooks, stripe) that deduplicate under
+/// a UNIQUE constraint: part of the copies go after the first was acknowledged, as a provider's
+/// redelivery does, and each of those is judged; the copies sent together still race.
+#[test]
+fn a_default_duplicates_run_decides_against_provider_library_consumers() {
+    let Some(python) = calibration_python() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    for (library, style, secret) in LIBRARIES {
+        let c = Consumer::python(&python, library, "correct", secret, dir.path());
+        let url = format!("{}/webhook", c.url);
+        let (code, report) = report_of(deliver(&url, &default_duplicates(style, secret)));
+        let v = verdicts(&report);
+        assert_eq!(code, Some(0), "{library}: {v:#?}");
+        for name in [
+            "effects_once",
+            "forged_rejected",
+            "duplicate_ack",
+            "ack_latency",
+        ] {
+            assert_eq!(check(&report, name)["verdict"], "pass", "{library}: {v:#?}");
+        }
+        let m = &report["phases"][0]["metrics"];
+        let (together, after) = (
+            m["copies_together"].as_u64().unwrap_or(0),
+            m["copies_after_ack"].as_u64().unwrap_or(0),
+        );
+        assert!(together > 0 && after > 0, "{library}: {m:#}");
+        assert_eq!(m["spacing"], "mixed", "{library}: {m:#}");
+        let extra = m["genuine_copies"].as_u64().unwrap_or(0) - m["events"].as_u64().unwrap_or(0);
+        assert_eq!(together + after, extra, "{library}: {m:#}");
+        // Every copy sent after the acknowledgement was judged (a copy of a burst that left
+        // late, after the other's answer, is judged too), and answered 2xx.
+        let dup = &check(&report, "duplicate_ack")["metrics"];
+        let judged = dup["redeliveries"].as_u64().unwrap_or(0);
+        assert!(judged >= after, "{library}: {dup:#}");
+        assert_eq!(dup["acknowledged"], judged, "{library}: {dup:#}");
+        // Nothing was reordered: the check that cannot decide says which flag would let it.
+        let ordering = check(&report, "ordering");
+        assert_eq!(ordering["verdict"], "inconclusive");
+        let why = ordering["summary"].as_str().unwrap_or_default();
+        assert!(why.contains("give `--reorder F`"), "{why}");
+    }
+}
+
+/// The same default run against the same library's consumer when it gets duplicates wrong:
+/// `naive` takes the effect of every copy (`effects_once` fails, its duplicates acknowledged:
+/// `duplicate_ack` passes), `dup-409` answers a copy of a processed event 409 — caught with no
+/// redelivery at all, by the copies sent after the acknowledgement alone.
+#[test]
+fn a_default_duplicates_run_fails_provider_library_consumers_that_get_duplicates_wrong() {
+    let Some(python) = calibration_python() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (library, style, secret) = LIBRARIES[2];
+    let naive = Consumer::python(&python, library, "naive", secret, dir.path());
+    let (code, report) = report_of(deliver(
+        &format!("{}/webhook", naive.url),
+        &default_duplicates(style, secret),
+    ));
+    let v = verdicts(&report);
+    assert_eq!(code, Some(1), "{v:#?}");
+    let effects = check(&report, "effects_once");
+    assert_eq!(effects["verdict"], "fail", "{v:#?}");
+    let m = &report["phases"][0]["metrics"];
+    // Every duplicated event, whichever way its copies went, took an effect per copy.
+    assert_eq!(
+        effects["metrics"]["duplicated"], m["duplicated_events"],
+        "{m:#}"
+    );
+    assert_eq!(check(&report, "duplicate_ack")["verdict"], "pass", "{v:#?}");
+
+    let (library, style, secret) = LIBRARIES[0];
+    let conflict = Consumer::python(&python, library, "dup-409", secret, dir.path());
+    let mut args = default_duplicates(style, secret);
+    args.extend(["--redeliver", "none"]);
+    let (code, report) = report_of(deliver(&format!("{}/webhook", conflict.url), &args));
+    let v = verdicts(&report);
+    assert_eq!(code, Some(1), "{v:#?}");
+    let dup = check(&report, "duplicate_ack");
+    assert_eq!(dup["verdict"], "fail", "{v:#?}");
+    let why = dup["summary"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("a copy delivered after that got a 409"),
+        "{why}"
+    );
+    let after = report["phases"][0]["metrics"]["copies_after_ack"]
+        .as_u64()
+        .unwrap_or(0);
+    let conflicts = dup["metrics"]["by_status_409"].as_u64().unwrap_or(0);
+    assert!(after > 0 && conflicts >= after, "{dup:#}");
+    assert_eq!(check(&report, "effects_once")["verdict"], "pass", "{v:#?}");
+}
+
+/// A check that cannot decide says which flag would let it: a bare run (no shares, no verify
+/// URLs) decides `ack_latency` alone, and each other check names its flag; copies sent only
+/// together leave `duplicate_ack` nothing to judge, and it names `--spacing`.
+#[test]
+fn an_inconclusive_delivery_check_names_the_flag_that_would_decide_it() {
+    let c = Consumer::start("stripe", STRIPE_SECRET, "unique");
+    let url = format!("{}/webhook", c.url);
+    let bare = [
+        "--style",
+        "stripe",
+        "--secret",
+        STRIPE_SECRET,
+        "--events",
+        "20",
+    ];
+    let (code, report) = report_of(deliver(&url, &bare));
+    let v = verdicts(&report);
+    assert_eq!(code, Some(0), "{v:#?}");
+    assert_eq!(check(&report, "ack_latency")["verdict"], "pass");
+    for (name, flag) in [
+        ("effects_once", "give `--verify URL_WITH_{event_id}`"),
+        ("forged_rejected", "give `--forged F`"),
+        ("duplicate_ack", "give `--duplicates F`"),
+        ("ordering", "give `--reorder F`"),
+    ] {
+        let r = check(&report, name);
+        assert_eq!(r["verdict"], "inconclusive", "{name}: {r:#}");
+        let why = r["summary"].as_str().unwrap_or_default();
+        assert!(why.contains(flag), "{name}: {why}");
+    }
+
+    let mut together = bare.to_vec();
+    together.extend(["--duplicates", "1", "--spacing", "together"]);
+    let (_, report) = report_of(deliver(&url, &together));
+    let dup = check(&report, "duplicate_ack");
+    assert_eq!(dup["verdict"], "inconclusive", "{dup:#}");
+    let why = dup["summary"].as_str().unwrap_or_default();
+    assert!(why.contains("leave `--spacing` at `mixed`"), "{why}");
+    let m = &report["phases"][0]["metrics"];
+    assert_eq!(
+        (
+            m["copies_together"].as_u64(),
+            m["copies_after_ack"].as_u64()
+        ),
+        (Some(20), Some(0)),
+        "{m:#}"
+    );
+
+    let mut reordered = bare.to_vec();
+    reordered.extend(["--reorder", "1"]);
+    let (_, report) = report_of(deliver(&url, &reordered));
+    let why = check(&report, "ordering")["summary"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        why.contains("give `--verify-state URL_WITH_{subject}`"),
+        "{why}"
+    );
 }
 
 #[test]

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::GrpcCode;
+use crate::protocol::{PgStatement, Protocol, RedisCommand};
+use crate::{GrpcCode, TcpConnection};
 
 /// What finally happened to a request's connection.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -244,6 +245,17 @@ pub struct Entry {
     /// the connection (or HTTP/2 stream) was closed before the answer was read.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub answer_dropped: bool,
+    /// A proxied TCP connection (the fault server's `proxies`), not an HTTP request: its proxy,
+    /// ends, bytes, toxics and end. Such an entry has no method, path or status, and is
+    /// journaled when the connection ends (see [`TcpConnection`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<Box<TcpConnection>>,
+
+    // Below HTTP: what a protocol-aware proxy read (kept apart from the fields above).
+    /// A statement or command that a PostgreSQL- or Redis-aware proxy read (see
+    /// [`Protocol`]); absent on every other entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<Protocol>,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -290,6 +302,11 @@ impl Entry {
         self.headers.get(name).map(String::as_str)
     }
 
+    /// Whether this entry is a proxied TCP connection rather than an HTTP request.
+    pub fn is_connection(&self) -> bool {
+        self.tcp.is_some()
+    }
+
     /// Whether this entry is a webhook delivery (a genuine or a forged one).
     pub fn is_delivery(&self) -> bool {
         self.event_type.is_some()
@@ -298,6 +315,27 @@ impl Entry {
     /// Whether this entry is a genuine webhook delivery: a delivery that was not forged.
     pub fn is_genuine_delivery(&self) -> bool {
         self.event_type.is_some() && self.forged.is_none()
+    }
+
+    /// Whether this entry is a statement or command a protocol-aware proxy read, not a request.
+    pub fn is_protocol(&self) -> bool {
+        self.protocol.is_some()
+    }
+
+    /// The PostgreSQL statement this entry journals, if it is one.
+    pub fn postgres(&self) -> Option<&PgStatement> {
+        match &self.protocol {
+            Some(Protocol::Postgres(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The Redis command this entry journals, if it is one.
+    pub fn redis(&self) -> Option<&RedisCommand> {
+        match &self.protocol {
+            Some(Protocol::Redis(c)) => Some(c),
+            _ => None,
+        }
     }
 
     /// The value of a recorded response header (lower-case name): `None` when the response had

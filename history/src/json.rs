@@ -132,6 +132,20 @@ impl Entry {
         if self.answer_dropped {
             w.raw(b",\"answer_dropped\":true");
         }
+        if let Some(t) = &self.tcp {
+            // One per connection, not per request: left to serde.
+            w.raw(b",\"tcp\":");
+            if serde_json::to_writer(&mut *w.out, t).is_err() {
+                w.raw(b"null");
+            }
+        }
+        if let Some(p) = &self.protocol {
+            // Nested and varied: left to serde (the bytes it would write, by construction).
+            w.raw(b",\"protocol\":");
+            if serde_json::to_writer(&mut *w.out, p).is_err() {
+                w.raw(b"null");
+            }
+        }
         w.raw(b"}");
     }
 }
@@ -369,6 +383,28 @@ mod tests {
             forged: Some("tampered\n".into()),
             delivery_attempt: Some(3),
             answer_dropped: true,
+            tcp: Some(Box::new(crate::TcpConnection {
+                proxy: "redis \"main\"".into(),
+                connect_error: Some("connection refused".into()),
+                dropped_up: 7,
+                toxics: vec![crate::AppliedToxic {
+                    name: "latency_downstream".into(),
+                    kind: "latency".into(),
+                    stream: "downstream".into(),
+                    draw: Some(0.25),
+                    t_us: 12,
+                }],
+                toxic: Some("timeout".into()),
+                ..crate::TcpConnection::default()
+            })),
+            protocol: Some(crate::Protocol::Postgres(crate::PgStatement {
+                proxy: "db".into(),
+                statement: Some("COMMIT \"x\"\n".into()),
+                control: Some(crate::TxControl::Commit),
+                tx: 3,
+                committed: Some(true),
+                ..Default::default()
+            })),
         };
         same_as_serde(&full);
         for draw in [0.0, -0.0, 1e-300, 0.5, 1e21, f64::NAN, f64::INFINITY] {

@@ -16,13 +16,17 @@ mod client;
 mod entry;
 mod grpc;
 mod json;
+mod protocol;
 pub mod sample;
 mod store;
+mod tcp;
 
 pub use client::{ClientAttempt, ClientFigures, ErrorKind};
 pub use entry::{Entry, HttpVersion, Outcome};
 pub use grpc::{GrpcCode, UnknownGrpcCode};
+pub use protocol::{PgStatement, Protocol, RedisCommand, TxControl, TxStatus};
 pub use store::{KeyCount, KeyState, StoreCounts, StoreStates};
+pub use tcp::{AppliedToxic, EndedBy, TcpConnection, TcpEnd};
 
 /// What a run knows besides its requests: the facts the checks read when they conclude.
 #[derive(Debug, Clone, Default)]

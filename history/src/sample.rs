@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::{Entry, GrpcCode, Outcome};
+use crate::{Entry, GrpcCode, Outcome, PgStatement, Protocol, RedisCommand, TxControl};
 
 /// Wall clock of server start in the test journals.
 pub const EPOCH_MS: u64 = 1_700_000_000_000;
@@ -74,6 +74,8 @@ pub fn entry(seq: u64, t_recv_ms: impl Into<f64>) -> EntryBuilder {
         forged: None,
         delivery_attempt: None,
         answer_dropped: false,
+        tcp: None,
+        protocol: None,
     })
 }
 
@@ -281,10 +283,128 @@ impl EntryBuilder {
         self
     }
 
+    // Below HTTP: statements and commands a protocol-aware proxy journals.
+
+    /// A PostgreSQL statement `text` of transaction `tx` on connection `conn`, read by proxy
+    /// `db`, answered without error (no method, path or status: it is no HTTP request). Its
+    /// transaction control (`BEGIN`, `COMMIT`, …) is read from the text's first word.
+    pub fn statement(mut self, conn: u64, tx: u64, text: &str) -> Self {
+        self.0.method = String::new();
+        self.0.path = String::new();
+        self.0.status = None;
+        self.0.http_version = None;
+        self.0.conn_id = conn;
+        self.0.forwarded = true;
+        let first = text
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .to_ascii_uppercase();
+        let control = match first.as_str() {
+            "BEGIN" | "START" => Some(TxControl::Begin),
+            "COMMIT" | "END" => Some(TxControl::Commit),
+            "ROLLBACK" | "ABORT" => Some(TxControl::Rollback),
+            _ => None,
+        };
+        self.0.protocol = Some(Protocol::Postgres(PgStatement {
+            proxy: "db".to_string(),
+            statement: Some(text.to_string()),
+            control,
+            tx,
+            block: control.is_some(),
+            tag: Some(first),
+            ..PgStatement::default()
+        }));
+        self
+    }
+
+    fn pg(&mut self) -> &mut PgStatement {
+        if !matches!(self.0.protocol, Some(Protocol::Postgres(_))) {
+            self.0.protocol = Some(Protocol::Postgres(PgStatement::default()));
+        }
+        match &mut self.0.protocol {
+            Some(Protocol::Postgres(s)) => s,
+            _ => unreachable!("set just above"),
+        }
+    }
+
+    /// The statement's parameters' digest.
+    pub fn params(mut self, digest: &str) -> Self {
+        self.pg().params = Some(digest.to_string());
+        self
+    }
+
+    /// The statement was answered with an error of this SQLSTATE.
+    pub fn sqlstate(mut self, code: &str) -> Self {
+        let s = self.pg();
+        s.sqlstate = Some(code.to_string());
+        s.tag = None;
+        self
+    }
+
+    /// The statement ended its transaction, which the database committed (or did not).
+    pub fn tx_committed(mut self, committed: bool) -> Self {
+        self.pg().committed = Some(committed);
+        self
+    }
+
+    /// A Redis command `command` on `key` (none: a keyless command) on connection `conn`, read
+    /// by proxy `cache`, answered with a bulk string.
+    pub fn redis(mut self, conn: u64, command: &str, key: Option<&str>) -> Self {
+        self.0.method = String::new();
+        self.0.path = String::new();
+        self.0.status = None;
+        self.0.http_version = None;
+        self.0.conn_id = conn;
+        self.0.forwarded = true;
+        self.0.protocol = Some(Protocol::Redis(RedisCommand {
+            proxy: "cache".to_string(),
+            command: command.to_string(),
+            key: key.map(str::to_string),
+            args: u32::from(key.is_some()),
+            reply: Some("bulk".to_string()),
+            ..RedisCommand::default()
+        }));
+        self
+    }
+
+    /// The Redis command was answered with an error of this code (`LOADING`).
+    pub fn redis_error(mut self, code: &str) -> Self {
+        if let Some(Protocol::Redis(c)) = &mut self.0.protocol {
+            c.reply = Some("error".to_string());
+            c.error = Some(code.to_string());
+        }
+        self
+    }
+
     /// The entry.
     pub fn build(self) -> Entry {
         self.0
     }
+}
+
+/// A connection through the TCP proxy `proxy`, accepted at `t_recv_ms` and closed by the client
+/// 10 ms later, 100 bytes each way: an entry that is no HTTP request.
+pub fn connection(seq: u64, t_recv_ms: impl Into<f64>, proxy: &str) -> Entry {
+    let mut e = entry(seq, t_recv_ms).build();
+    e.t_done_us = e.t_recv_us + 10_000;
+    e.method = String::new();
+    e.path = String::new();
+    e.http_version = None;
+    e.status = None;
+    e.outcome = Outcome::ClientClosed;
+    e.tcp = Some(Box::new(crate::TcpConnection {
+        proxy: proxy.to_string(),
+        client: "127.0.0.1:50000".to_string(),
+        upstream: "127.0.0.1:6379".to_string(),
+        number: seq,
+        connected: true,
+        connect_us: Some(100),
+        bytes_up: 100,
+        bytes_down: 100,
+        ..crate::TcpConnection::default()
+    }));
+    e
 }
 
 /// Renumbers `entries` by arrival time (seq order = arrival order, as in a real journal).

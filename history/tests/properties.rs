@@ -3,7 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use history::{Entry, GrpcCode, HttpVersion, Outcome};
+use history::{
+    AppliedToxic, EndedBy, Entry, GrpcCode, HttpVersion, Outcome, PgStatement, Protocol,
+    RedisCommand, TcpConnection, TcpEnd, TxControl, TxStatus,
+};
 use proptest::prelude::*;
 
 fn outcome() -> impl Strategy<Value = Outcome> {
@@ -53,6 +56,113 @@ prop_compose! {
     }
 }
 
+/// A statement or a command as a protocol-aware proxy journals it, every field drawn.
+fn protocol() -> impl Strategy<Value = Protocol> {
+    let pg = (
+        (
+            text(),
+            proptest::option::of(text()),
+            any::<bool>(),
+            proptest::option::of(text()),
+        ),
+        (
+            any::<u64>(),
+            any::<bool>(),
+            proptest::option::of(text()),
+            proptest::option::of(text()),
+        ),
+        (
+            proptest::option::of(text()),
+            proptest::option::of(any::<bool>()),
+            any::<bool>(),
+            any::<bool>(),
+        ),
+        (
+            proptest::option::of(prop_oneof![
+                Just(TxStatus::Idle),
+                Just(TxStatus::Transaction),
+                Just(TxStatus::Failed)
+            ]),
+            proptest::option::of(prop_oneof![
+                Just(TxControl::Begin),
+                Just(TxControl::Commit),
+                Just(TxControl::RollbackTo)
+            ]),
+            proptest::option::of(text()),
+            proptest::option::of(text()),
+        ),
+    )
+        .prop_map(
+            |(
+                (proxy, statement, truncated, params),
+                (tx, block, sqlstate, message),
+                (tag, committed, skipped, startup),
+                (status, control, violation, _),
+            )| {
+                Protocol::Postgres(PgStatement {
+                    proxy,
+                    statement,
+                    truncated,
+                    control,
+                    params,
+                    tx,
+                    block,
+                    sqlstate,
+                    message,
+                    tag,
+                    status,
+                    committed,
+                    skipped,
+                    startup,
+                    violation,
+                })
+            },
+        );
+    let redis = (
+        (text(), text(), proptest::option::of(text()), any::<u32>()),
+        (
+            any::<bool>(),
+            proptest::option::of(text()),
+            proptest::option::of(text()),
+            proptest::option::of(text()),
+        ),
+    )
+        .prop_map(
+            |((proxy, command, key, args), (inline, reply, error, violation))| {
+                Protocol::Redis(RedisCommand {
+                    proxy,
+                    command,
+                    key,
+                    args,
+                    inline,
+                    reply,
+                    error,
+                    violation,
+                })
+            },
+        );
+    prop_oneof![pg, redis]
+}
+
+prop_compose! {
+    fn connection()(
+        (proxy, client, upstream, connect_error) in (text(), text(), text(), proptest::option::of(text())),
+        (number, connected, connect_us) in (any::<u64>(), any::<bool>(), proptest::option::of(any::<u64>())),
+        (bytes_up, bytes_down, dropped_up, dropped_down) in (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()),
+        toxics in proptest::collection::vec((text(), text(), text(), proptest::option::of(0.0f64..1.0), any::<u64>()), 0..3),
+        (ended_by, end, toxic) in (0usize..3, 0usize..7, proptest::option::of(text())),
+    ) -> TcpConnection {
+        TcpConnection {
+            proxy, client, upstream, number, connected, connect_error, connect_us,
+            bytes_up, bytes_down, dropped_up, dropped_down,
+            toxics: toxics.into_iter().map(|(name, kind, stream, draw, t_us)| AppliedToxic { name, kind, stream, draw, t_us }).collect(),
+            ended_by: [EndedBy::Client, EndedBy::Upstream, EndedBy::Proxy][ended_by],
+            end: [TcpEnd::Closed, TcpEnd::Reset, TcpEnd::TimedOut, TcpEnd::Cut, TcpEnd::Refused, TcpEnd::Rejected, TcpEnd::Shutdown][end],
+            toxic,
+        }
+    }
+}
+
 prop_compose! {
     /// An entry with every field drawn, the ones `entry` leaves at their defaults too.
     fn full_entry()(
@@ -67,13 +177,16 @@ prop_compose! {
         (grpc_previous_attempts, grpc_timeout_ms, pushback_ms, committed) in (proptest::option::of(any::<u32>()), proptest::option::of(any::<u64>()), proptest::option::of(any::<i64>()), proptest::option::of(any::<bool>())),
         (event_type, event_seq, forged) in (proptest::option::of(text()), proptest::option::of(any::<u32>()), proptest::option::of(text())),
         (delivery_attempt, answer_dropped) in (proptest::option::of(any::<u32>()), any::<bool>()),
+        tcp in proptest::option::of(connection().boxed()),
+        protocol in proptest::option::of(protocol().boxed()),
     ) -> Entry {
         Entry {
             t_body_us, t_wire_us, unix_us, replica, body_sha256, rule, fault, created, transition,
             resource, body_len, conn_id, draw, response_bytes, grpc_method,
             grpc_status: grpc_status.and_then(GrpcCode::from_number), grpc_message,
             grpc_previous_attempts, grpc_timeout_ms, pushback_ms, committed,
-            event_type, event_seq, forged, delivery_attempt, answer_dropped,
+            event_type, event_seq, forged, delivery_attempt, answer_dropped, protocol,
+            tcp: tcp.map(Box::new),
             ..e
         }
     }

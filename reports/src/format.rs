@@ -318,6 +318,17 @@ pub(crate) fn extra_counts(q: &crate::model::Requests) -> String {
     s
 }
 
+/// `name n, name n` for a map of counts (`closed 3, reset 1`); `-` when empty.
+pub(crate) fn counts_text(m: &std::collections::BTreeMap<String, u64>) -> String {
+    if m.is_empty() {
+        return "-".to_string();
+    }
+    m.iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 #[cfg(test)]
 mod tests {
 

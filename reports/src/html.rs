@@ -1074,6 +1074,27 @@ fn write_requests(r: &Report, out: &mut String) -> std::fmt::Result {
         }
         writeln!(out, "</tbody></table>")?;
     }
+    if !r.connections.is_empty() {
+        writeln!(out, "<h2 style=\"margin-top:16px\">TCP connections</h2>")?;
+        writeln!(
+            out,
+            "<table class=\"connections\"><thead><tr><th>proxy</th><th class=\"num\">connections</th><th class=\"num\">unreached</th><th>ended</th><th class=\"num\">bytes up</th><th class=\"num\">bytes down</th><th>toxics</th></tr></thead><tbody>"
+        )?;
+        for c in &r.connections {
+            writeln!(
+                out,
+                "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+                escape(&c.proxy),
+                c.connections,
+                c.upstream_unreached,
+                escape(&format::counts_text(&c.by_end)),
+                c.bytes_up,
+                c.bytes_down,
+                escape(&format::counts_text(&c.by_toxic)),
+            )?;
+        }
+        writeln!(out, "</tbody></table>")?;
+    }
     if !r.phases.is_empty() {
         writeln!(out, "<h2 style=\"margin-top:16px\">Phases</h2>")?;
         writeln!(

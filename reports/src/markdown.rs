@@ -189,6 +189,30 @@ fn write_markdown(r: &Report, out: &mut String) -> std::fmt::Result {
         }
     }
 
+    if !r.connections.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "### TCP connections")?;
+        writeln!(out)?;
+        writeln!(
+            out,
+            "| proxy | connections | unreached | ended | bytes up | bytes down | toxics |"
+        )?;
+        writeln!(out, "| --- | ---: | ---: | --- | ---: | ---: | --- |")?;
+        for c in &r.connections {
+            writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                escape(&c.proxy),
+                c.connections,
+                c.upstream_unreached,
+                escape(&format::counts_text(&c.by_end)),
+                c.bytes_up,
+                c.bytes_down,
+                escape(&format::counts_text(&c.by_toxic)),
+            )?;
+        }
+    }
+
     if !r.phases.is_empty() {
         writeln!(out)?;
         writeln!(out, "### Phases")?;

@@ -87,6 +87,32 @@ pub struct Report {
     /// (absent for every other command).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub operations: Vec<AuditedOperation>,
+    /// Connections through the fault server's TCP proxies, one row per proxy (absent when no
+    /// connection went through one). Not in `requests`: a connection is no HTTP request.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub connections: Vec<ProxyConnections>,
+}
+
+/// A TCP proxy's connections in a journal: how many, how they ended, their bytes, the toxics
+/// that acted on them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ProxyConnections {
+    /// The proxy's name.
+    pub proxy: String,
+    /// Connections journaled.
+    pub connections: u64,
+    /// Connections whose upstream could not be reached.
+    pub upstream_unreached: u64,
+    /// By how they ended: `closed`, `reset`, `timed_out`, `cut`, `refused`, `rejected`,
+    /// `shutdown`.
+    pub by_end: BTreeMap<String, u64>,
+    /// Bytes delivered from the clients to the upstream.
+    pub bytes_up: u64,
+    /// Bytes delivered from the upstream to the clients.
+    pub bytes_down: u64,
+    /// Connections each toxic acted on, by toxic name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_toxic: BTreeMap<String, u64>,
 }
 
 /// Which shard of a run a report covers, and when it started.

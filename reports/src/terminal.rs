@@ -110,6 +110,34 @@ pub fn render_terminal(r: &Report, color: bool) -> String {
         out.push('\n');
     }
 
+    if !r.connections.is_empty() {
+        out.push_str("\nTCP connections\n");
+        let mut t = table(paint);
+        t.set_header(vec![
+            "proxy",
+            "connections",
+            "unreached",
+            "ended",
+            "bytes up",
+            "bytes down",
+            "toxics",
+        ]);
+        for c in &r.connections {
+            let right = |n: u64| Cell::new(n).set_alignment(CellAlignment::Right);
+            t.add_row(vec![
+                Cell::new(&c.proxy),
+                right(c.connections),
+                right(c.upstream_unreached),
+                Cell::new(format::counts_text(&c.by_end)),
+                right(c.bytes_up),
+                right(c.bytes_down),
+                Cell::new(format::counts_text(&c.by_toxic)),
+            ]);
+        }
+        out.push_str(&t.to_string());
+        out.push('\n');
+    }
+
     if !r.phases.is_empty() {
         out.push_str("\nPhases\n");
         out.push_str(&phases_table(r, paint).to_string());

@@ -281,3 +281,11 @@ fn model_text_is_escaped() {
         "\\u{1b}]0;t\\u{7}\\u{202e}x\ny"
     );
 }
+
+#[test]
+fn counts_tcp_connections_beside_the_requests() {
+    let out = to_html(&common::with_connections());
+    assert!(out.contains("TCP connections"));
+    assert!(out.contains("closed 5, timed_out 2"));
+    assert!(!out.contains("<b>pg</b>"), "a proxy's name is escaped");
+}

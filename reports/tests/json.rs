@@ -135,3 +135,19 @@ fn bad_json_is_an_error_with_a_position() {
     let err = from_json(r#"{"schema_version": 1, "scenario": "x"}"#).unwrap_err();
     assert!(err.to_string().contains("missing field"), "{err}");
 }
+
+#[test]
+fn carries_tcp_connections_and_reads_them_back() {
+    let r = common::with_connections();
+    let text = serde_json::to_string(&r).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["connections"][1]["proxy"], "redis");
+    assert_eq!(v["connections"][1]["by_end"]["timed_out"], 2);
+    let back: reports::Report = serde_json::from_str(&text).unwrap();
+    assert_eq!(back.connections, r.connections);
+    let none = serde_json::to_value(common::sample()).unwrap();
+    assert!(
+        none.get("connections").is_none(),
+        "absent when there are none"
+    );
+}

@@ -99,3 +99,17 @@ fn empty_report_says_so() {
     assert!(md.contains("No checks ran."), "{md}");
     assert!(md.contains("No completed requests."), "{md}");
 }
+
+#[test]
+fn counts_tcp_connections_beside_the_requests() {
+    let out = to_markdown(&common::with_connections());
+    assert!(out.contains("### TCP connections"), "{out}");
+    assert!(
+        out.contains(r"| redis | 7 | 0 | closed 5, timed\_out 2 | 700 | 14000 | latency\_downstream 7, timeout\_upstream 2 |"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("<b>pg</b>"),
+        "a proxy's name is escaped: {out}"
+    );
+}

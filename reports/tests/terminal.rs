@@ -125,3 +125,22 @@ fn grpc_statuses_are_shown_by_name_and_failing_ones_count_as_errors() {
     let md = reports::to_markdown(&r);
     assert!(md.contains("| grpc: UNAVAILABLE | 500 |"), "{md}");
 }
+
+#[test]
+fn counts_tcp_connections_beside_the_requests() {
+    let out = render_terminal(&common::with_connections(), false);
+    assert!(out.contains("TCP connections"), "{out}");
+    let row = out
+        .lines()
+        .find(|l| l.contains("redis"))
+        .expect("a row for the redis proxy");
+    for cell in [
+        "7",
+        "closed 5, timed_out 2",
+        "14000",
+        "latency_downstream 7",
+    ] {
+        assert!(row.contains(cell), "{cell} in {row}");
+    }
+    assert!(!render_terminal(&common::sample(), false).contains("TCP connections"));
+}

@@ -7,9 +7,15 @@
 //! draw, so a share of duplicates and a share of forgeries are independent of each other.
 //!
 //! What each means for the sender:
-//! - `duplicates`: the event is delivered `copies` times — all at once in one burst (the sender's
-//!   sync mode aligns them), or one after another with a gap — each copy a delivery of its own,
-//!   with its own redeliveries;
+//! - `duplicates`: the event is delivered `copies` times, each copy a delivery of its own with its
+//!   own redeliveries. The copies that go *together* leave in one burst (the sender's sync mode
+//!   aligns them): a race, which only a consumer that deduplicates atomically survives. The copies
+//!   that go *after the acknowledgement* leave one after another, each once the previous one was
+//!   answered: what a provider's redelivery after a lost or late acknowledgement is, and the only
+//!   duplicate whose answer tells whether the consumer acknowledges an event it already processed
+//!   (a copy sent together with the first cannot: neither had been processed when the other
+//!   left). [`Spacing`] says which copies go which way: by default ([`Spacing::Mixed`]) each copy
+//!   after the first goes together with it or after it, half each, so that one run has both;
 //! - `reorder`: the subject's events are delivered last first;
 //! - `forged`: before the event's genuine delivery, one forged delivery of it (a variant drawn
 //!   among the style's [`Forgery`]s) carrying an id of its own ([`crate::Plan::forgery_of`]),
@@ -26,9 +32,18 @@ use crate::Style;
 /// The most copies of one event.
 pub const MAX_COPIES: u32 = 32;
 
+/// The share of copies after the first that go together with it under [`Spacing::Mixed`]; the
+/// others go after it was answered. Half each: with `k` duplicated events of two copies, every
+/// copy goes the same way with a chance of 2^(1−k) (about 3 % for 6 events, 0.2 % for 10).
+pub const TOGETHER_SHARE: f64 = 0.5;
+
 /// How the copies of a duplicated event are sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Spacing {
+    /// Each copy after the first goes together with it or after it was answered, half each
+    /// ([`TOGETHER_SHARE`]), drawn per copy from the seed and the event's id: both kinds of
+    /// duplicate in one run. The default.
+    Mixed,
     /// All copies together, released at once.
     Burst,
     /// Each copy this long after the previous one's delivery ended.
@@ -53,12 +68,13 @@ pub struct ChaosSpec {
 }
 
 impl Default for ChaosSpec {
-    /// No chaos; a duplicate, when asked for, is two copies in one burst.
+    /// No chaos; a duplicate, when asked for, is two copies, together or one after the other's
+    /// answer ([`Spacing::Mixed`]).
     fn default() -> ChaosSpec {
         ChaosSpec {
             duplicates: 0.0,
             copies: 2,
-            spacing: Spacing::Burst,
+            spacing: Spacing::Mixed,
             reorder: 0.0,
             forged: 0.0,
             lost_ack: 0.0,
@@ -91,12 +107,18 @@ pub struct Chaos {
 }
 
 /// What chaos befalls one event.
+///
+/// Its copies are numbered from 0 in the order they go: copies `0..together` first, together
+/// (one burst when there are two or more), then copies `together..copies` one after another,
+/// each `gap` after the previous one was answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EventChaos {
     /// How many genuine copies are delivered (1 when not duplicated).
     pub copies: u32,
-    /// How the copies go.
-    pub spacing: Spacing,
+    /// How many of them go first, together: from 1 (the first alone) to `copies`.
+    pub together: u32,
+    /// The wait before each later copy, counted from the end of the previous one's delivery.
+    pub gap: Duration,
     /// The forged delivery sent before the genuine ones, if any.
     pub forged: Option<Forgery>,
     lost: u64,
@@ -106,6 +128,11 @@ impl EventChaos {
     /// Whether the event is delivered more than once on purpose.
     pub fn duplicated(&self) -> bool {
         self.copies > 1
+    }
+
+    /// How many copies go after the first was answered: `copies − together`.
+    pub fn after_ack(&self) -> u32 {
+        self.copies - self.together
     }
 
     /// Whether the sender drops the answer to the first attempt of copy `copy` (from 0).
@@ -157,9 +184,20 @@ impl Chaos {
                 lost |= 1 << copy;
             }
         }
+        let (together, gap) = match s.spacing {
+            Spacing::Burst => (copies, Duration::ZERO),
+            Spacing::Spaced(gap) => (1, gap),
+            Spacing::Mixed => (
+                1 + (1..copies)
+                    .filter(|&k| self.hit("together", event_id, u64::from(k), TOGETHER_SHARE))
+                    .count() as u32,
+                Duration::ZERO,
+            ),
+        };
         EventChaos {
             copies,
-            spacing: s.spacing,
+            together,
+            gap,
             forged,
             lost,
         }
@@ -211,7 +249,8 @@ mod tests {
         for id in ids(100) {
             let e = c.for_event(&id);
             assert_eq!(e.copies, 3);
-            assert_eq!(e.spacing, Spacing::Spaced(Duration::from_millis(5)));
+            assert_eq!((e.together, e.after_ack()), (1, 2));
+            assert_eq!(e.gap, Duration::from_millis(5));
             assert!(e.forged.is_some());
             assert!((0..3).all(|k| e.loses_ack(k)));
             assert!(!e.loses_ack(3), "no fourth copy");
@@ -292,6 +331,131 @@ mod tests {
             .iter()
             .zip(&forward)
             .any(|(id, e)| other.for_event(id) != *e));
+    }
+
+    #[test]
+    fn mixed_copies_go_together_and_after_the_ack_within_bounds() {
+        let all = ids(20_000);
+        for copies in [2, 3, 5, MAX_COPIES] {
+            let c = chaos(ChaosSpec {
+                duplicates: 1.0,
+                copies,
+                ..ChaosSpec::default()
+            });
+            let (mut together, mut after) = (0u64, 0u64);
+            let (mut all_together, mut all_after) = (false, false);
+            for id in &all {
+                let e = c.for_event(id);
+                assert_eq!(e.copies, copies);
+                assert!((1..=copies).contains(&e.together), "{e:?}");
+                assert_eq!(e.together + e.after_ack(), copies, "{e:?}");
+                assert_eq!(e.gap, Duration::ZERO);
+                together += u64::from(e.together - 1);
+                after += u64::from(e.after_ack());
+                all_together |= e.after_ack() == 0;
+                all_after |= e.together == 1;
+            }
+            // Every copy after the first is a draw of its own, half each way.
+            let share = together as f64 / (together + after) as f64;
+            assert!((share - TOGETHER_SHARE).abs() < 0.02, "{copies}: {share}");
+            if copies <= 5 {
+                assert!(all_together && all_after, "{copies}: both extremes occur");
+            }
+        }
+        // An event that is not duplicated goes once, alone.
+        let c = chaos(ChaosSpec {
+            duplicates: 0.3,
+            ..ChaosSpec::default()
+        });
+        for id in ids(1000) {
+            let e = c.for_event(&id);
+            if !e.duplicated() {
+                assert_eq!((e.together, e.after_ack()), (1, 0), "{e:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_spacing_decides_the_split_and_nothing_else() {
+        let spec = ChaosSpec {
+            duplicates: 0.4,
+            copies: 3,
+            forged: 0.3,
+            lost_ack: 0.3,
+            ..ChaosSpec::default()
+        };
+        let mixed = chaos(spec);
+        let burst = chaos(ChaosSpec {
+            spacing: Spacing::Burst,
+            ..spec
+        });
+        let spaced = chaos(ChaosSpec {
+            spacing: Spacing::Spaced(Duration::from_millis(100)),
+            ..spec
+        });
+        let (mut together, mut after) = (0, 0);
+        for id in ids(2000) {
+            let (m, b, s) = (
+                mixed.for_event(&id),
+                burst.for_event(&id),
+                spaced.for_event(&id),
+            );
+            // The same events duplicated, forged and losing the same answers whatever the split.
+            for other in [b, s] {
+                assert_eq!(
+                    (other.copies, other.forged, other.lost),
+                    (m.copies, m.forged, m.lost)
+                );
+            }
+            assert_eq!((b.together, b.gap), (b.copies, Duration::ZERO));
+            assert_eq!((s.together, s.gap), (1, Duration::from_millis(100)));
+            if m.duplicated() {
+                together += usize::from(m.together > 1);
+                after += usize::from(m.after_ack() > 0);
+            }
+        }
+        assert!(together > 0 && after > 0, "{together} {after}");
+    }
+
+    #[test]
+    fn the_split_is_a_function_of_the_seed_and_the_event() {
+        let spec = ChaosSpec {
+            duplicates: 1.0,
+            copies: 4,
+            ..ChaosSpec::default()
+        };
+        let c = chaos(spec);
+        let all = ids(500);
+        let split = |c: &Chaos, id: &String| c.for_event(id).together;
+        let forward: Vec<u32> = all.iter().map(|id| split(&c, id)).collect();
+        let mut backward: Vec<u32> = all.iter().rev().map(|id| split(&c, id)).collect();
+        backward.reverse();
+        assert_eq!(forward, backward, "the order of asking does not matter");
+        let again = chaos(spec);
+        assert!(all
+            .iter()
+            .zip(&forward)
+            .all(|(id, t)| split(&again, id) == *t));
+        let other = Chaos::new(spec, Style::Stripe, 12).unwrap();
+        assert!(all
+            .iter()
+            .zip(&forward)
+            .any(|(id, t)| split(&other, id) != *t));
+        // The split draws apart from `lost_ack`: the same copies lose their answers.
+        let lossy = chaos(ChaosSpec {
+            lost_ack: 0.5,
+            ..spec
+        });
+        let bits = |c: &Chaos, id: &String| {
+            let e = c.for_event(id);
+            (0..4).map(|k| e.loses_ack(k)).collect::<Vec<_>>()
+        };
+        let both = chaos(ChaosSpec {
+            lost_ack: 0.5,
+            spacing: Spacing::Burst,
+            ..spec
+        });
+        assert!(all.iter().all(|id| bits(&lossy, id) == bits(&both, id)));
     }
 
     #[test]

@@ -16,8 +16,9 @@
 //!   [`Redelivery`] of a run, with each subject's delivery order ([`SubjectPlan::order`]);
 //! - [`Event`]: one event's id (in the style's form), subject, type, place in its subject's
 //!   sequence and payload (a [`Payload`] template rendered);
-//! - [`EventChaos`]: how many copies of the event go and how, whether a forged delivery precedes
-//!   them, which copies lose their first acknowledgement;
+//! - [`EventChaos`]: how many copies of the event go, how many of them together and how many
+//!   after the first was answered, whether a forged delivery precedes them, which copies lose
+//!   their first acknowledgement;
 //! - [`Signer`]: the headers and body of one genuine ([`Signer::sign`]) or forged
 //!   ([`Signer::forge`], see [`sign`] for the forgeries of each style) [`Delivery`] at a given
 //!   time;
@@ -57,7 +58,7 @@ pub mod style;
 pub mod template;
 pub mod verify;
 
-pub use chaos::{Chaos, ChaosError, ChaosSpec, EventChaos, Spacing, MAX_COPIES};
+pub use chaos::{Chaos, ChaosError, ChaosSpec, EventChaos, Spacing, MAX_COPIES, TOGETHER_SHARE};
 pub use events::{Event, EventError, EventSpec, Events, MAX_EVENTS};
 pub use plan::{Plan, PlanError, PlanSpec, SubjectPlan};
 pub use redeliver::{Decision, Delivering, GiveUp, Outcome, Redelivery, RedeliveryError, Schedule};

@@ -324,6 +324,36 @@ mod tests {
     }
 
     #[test]
+    fn a_default_run_sends_duplicates_together_and_after_the_ack() {
+        // The command line's defaults: seed 1, 100 events, two copies, ids of the run's own.
+        for style in Style::ALL {
+            for tenths in 1..=10 {
+                let plan = Plan::new(&PlanSpec {
+                    seed: 1,
+                    ids: Some(77),
+                    chaos: ChaosSpec {
+                        duplicates: f64::from(tenths) / 10.0,
+                        ..ChaosSpec::default()
+                    },
+                    events: EventSpec::default(),
+                    ..PlanSpec::new(style, spec().secret)
+                })
+                .unwrap();
+                let (mut together, mut after) = (0, 0);
+                for n in 0..100 {
+                    let c = plan.event_chaos(&plan.events().get(n).unwrap());
+                    together += c.together - 1;
+                    after += c.after_ack();
+                }
+                assert!(
+                    together > 0 && after > 0,
+                    "{style} at {tenths}/10: {together} together, {after} after the ack"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn a_forgery_carries_an_event_of_its_own() {
         let plan = Plan::new(&spec()).unwrap();
         let ids: Vec<String> = (0..7).map(|n| plan.events().get(n).unwrap().id).collect();

@@ -4,7 +4,9 @@
 //!
 //! - `correct` refuses every forgery, and none takes an effect;
 //! - `parse-first` refuses every forgery, yet every one has taken its effect;
-//! - `no-tolerance` accepts a stale delivery (and takes its effect), refuses the others.
+//! - `no-tolerance` accepts a stale delivery (and takes its effect), refuses the others;
+//! - `naive` and `dup-409` refuse every forgery as `correct` does; a duplicate takes a second
+//!   effect in `naive`, and is answered 409 with no second effect in `dup-409`.
 //!
 //! Later the harness's delivery checks are run against these same consumers; here the
 //! expectation is stated once, from the code. The libraries are installed by
@@ -32,10 +34,13 @@ fn python() -> Option<std::path::PathBuf> {
     None
 }
 
+/// The consumer's modes.
+const MODES: [&str; 5] = ["correct", "parse-first", "no-tolerance", "naive", "dup-409"];
+
 /// What the mode's code does with forgery `f`: (the status, whether it took an effect).
 fn expected(mode: &str, f: Forgery) -> (u16, bool) {
     match (mode, f) {
-        ("correct", _) => (400, false),
+        ("correct" | "naive" | "dup-409", _) => (400, false),
         ("parse-first", _) => (400, true),
         ("no-tolerance", Forgery::Stale) => (200, true),
         ("no-tolerance", _) => (400, false),
@@ -56,7 +61,7 @@ async fn each_calibration_consumer_does_what_its_code_says() {
         ("svix", Style::StandardWebhooks),
         ("stripe", Style::Stripe),
     ] {
-        for mode in ["correct", "parse-first", "no-tolerance"] {
+        for mode in MODES {
             let db = dir.path().join(format!("{library}-{mode}.sqlite"));
             let mut cmd = Command::new(&python);
             cmd.arg(&script)
@@ -74,19 +79,26 @@ async fn each_calibration_consumer_does_what_its_code_says() {
             let p = plan(style, 2 + style.forgeries().len() as u64, 9);
             let what = format!("{library} {mode}");
 
-            // Genuine deliveries: accepted, once; a duplicate answered 200 with no new effect.
+            // Genuine deliveries: accepted; a duplicate answered 200 with no new effect, but in
+            // the modes that get duplicates wrong.
             let e = p.events().get(0).unwrap();
             let d = Consumer::genuine(&p, &e);
+            let (again, effects) = match mode {
+                "naive" => (200, 2),
+                "dup-409" => (409, 1),
+                _ => (200, 1),
+            };
             assert_eq!(c.send(&d).await, 200, "{what}");
-            assert_eq!(c.send(&d).await, 200, "{what}");
-            assert_eq!(c.effects(&e.id).await, 1, "{what}");
-            // Reordered: the state moves forward only.
+            assert_eq!(c.send(&d).await, again, "{what}");
+            assert_eq!(c.effects(&e.id).await, effects, "{what}");
+            // Reordered: the state moves forward only (`created`, delivered above, is a
+            // duplicate now).
             let created = p.events().get(0).unwrap();
             let paid = p.events().get(1).unwrap();
             assert_eq!(c.send(&Consumer::genuine(&p, &paid)).await, 200, "{what}");
             assert_eq!(
                 c.send(&Consumer::genuine(&p, &created)).await,
-                200,
+                again,
                 "{what}"
             );
             assert_eq!(
@@ -109,5 +121,5 @@ async fn each_calibration_consumer_does_what_its_code_says() {
             }
         }
     }
-    assert_eq!(seen, 3 * 3 * Style::Stripe.forgeries().len());
+    assert_eq!(seen, 3 * MODES.len() * Style::Stripe.forgeries().len());
 }

@@ -15,7 +15,10 @@
 //! it), `matcher.rs` when a rule applies, `faults.rs` what it does, `orders.rs` the built-in
 //! resource, its database and where the schedule's counters live, `upstream.rs` proxy mode,
 //! `limits.rs` what one client may cost, `tls.rs` the certificate, `grpc.rs` the gRPC services
-//! served. This file holds the whole (`Config`), its loading, and the checks across areas.
+//! served. The TCP proxies' section (`proxies:`) is read and checked in `crate::tcp::config`,
+//! beside the proxies, and the count language (`3`, `"1-5"`, `"every 4"`) the rules and the
+//! proxies share is `crate::counts`. This file holds the whole (`Config`), its loading, and the
+//! checks across areas.
 
 mod faults;
 mod grpc;
@@ -32,16 +35,14 @@ use std::time::Duration;
 use serde::Deserialize;
 use yaml_config::{from_yaml_str, ConfigError, Dur};
 
+pub use crate::counts::{parse_count_spec, CountSpec, Counts};
 pub use faults::{
     DelayFault, DelaySpec, DelayWhen, FaultConfig, GrpcAfterHeadersFault, GrpcFault, H2ErrorCode,
     HangFault, MalformedFault, MalformedKind, ResetFault, StatusCode, StatusFault,
 };
 pub use grpc::{validate_grpc, GrpcConfig};
 pub use limits::{validate_limits, LimitsConfig};
-pub use matcher::{
-    parse_count_spec, CountSpec, Counts, GrpcMethodPattern, MatchConfig, OneOrMany, PathPattern,
-    Probability,
-};
+pub use matcher::{GrpcMethodPattern, MatchConfig, OneOrMany, PathPattern, Probability};
 pub use orders::{
     validate_orders, Database, IdempotencyImpl, OrdersConfig, PayImpl, PostgresUrl, StateMode,
 };
@@ -92,6 +93,10 @@ pub struct Config {
     /// The fault schedule: rules evaluated in order, first match wins.
     #[serde(default)]
     pub rules: Vec<RuleConfig>,
+    /// TCP fault proxies: each listens and forwards every connection to an upstream (a
+    /// database, a cache) through Toxiproxy's toxics; every connection is a journal entry.
+    #[serde(default)]
+    pub proxies: Vec<crate::tcp::ProxyConfig>,
 }
 
 impl Config {
@@ -147,6 +152,7 @@ impl Config {
     /// The checks serde cannot make: unique rule ids, sane windows, the limits' bounds, the pool.
     pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
         validate_rules(&self.rules, origin)?;
+        crate::tcp::config::validate_proxies(&self.proxies, origin)?;
         validate_limits(&self.limits, origin)?;
         validate_grpc(&self.grpc, origin)?;
         match &self.upstream {
@@ -218,6 +224,17 @@ impl Config {
         let mut out = Vec::new();
         if let Some(c) = &mut self.hang_cap {
             out.push(("hang_cap".to_string(), &mut c.0));
+        }
+        for (i, p) in self.proxies.iter_mut().enumerate() {
+            for (j, t) in p.toxics.iter_mut().enumerate() {
+                let at = |f: &str| format!("proxies[{i}].toxics[{j}].match.{f}");
+                if let Some(w) = &mut t.when.from {
+                    out.push((at("from"), &mut w.0));
+                }
+                if let Some(w) = &mut t.when.until {
+                    out.push((at("until"), &mut w.0));
+                }
+            }
         }
         for (i, r) in self.rules.iter_mut().enumerate() {
             let at = |field: &str| format!("rules[{i}].{field}");

@@ -8,8 +8,9 @@ use yaml_config::{from_yaml_str, ConfigError};
 
 use super::faults::{self, DelayFault, DelaySpec, FaultConfig, GrpcAfterHeadersFault, GrpcFault};
 use super::matcher::{
-    self, check_request_path, Counts, GrpcMethodPattern, MatchConfig, PathPattern, Probability,
+    self, check_request_path, GrpcMethodPattern, MatchConfig, PathPattern, Probability,
 };
+use crate::counts::Counts;
 
 /// A schedule on its own, as `PUT /__harness/schedule` takes it.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]

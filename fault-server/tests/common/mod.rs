@@ -4,6 +4,7 @@
 pub mod binary;
 pub mod frames;
 pub mod grpc;
+pub mod tcp;
 
 use std::time::Duration;
 

@@ -59,8 +59,10 @@ pub struct DeliverArgs {
     /// How many copies a duplicated event gets [default: 2].
     #[arg(long, value_name = "N")]
     pub copies: Option<u32>,
-    /// `together` (one burst, released as --sync says) or a duration between copies.
-    #[arg(long, value_name = "GAP")]
+    /// How the copies go: `mixed` (each copy after the first goes together with it or after it
+    /// was answered, half each, drawn from --seed and the event), `together` (one burst, released
+    /// as --sync says) or a duration after each answer [default: mixed].
+    #[arg(long, value_name = "SPACING")]
     pub spacing: Option<String>,
     /// How copies sent together are released [default: release over HTTP/1.1, single-packet
     /// over HTTP/2].
@@ -352,6 +354,8 @@ mod tests {
         };
         assert_eq!(d.spec.events.count, 12);
         assert_eq!(d.spec.chaos.duplicates, 0.5);
+        // Copies go together and after the acknowledgement unless told otherwise.
+        assert_eq!(d.spec.chaos.spacing, webhooks::Spacing::Mixed);
         let timeout = d.spec.redelivery.as_ref().unwrap().timeout;
         assert_eq!(timeout, std::time::Duration::from_secs(1), "scaled");
         assert_eq!(plan.checks.ack_latency.as_ref().unwrap().timeout(), 1000);
@@ -370,6 +374,32 @@ mod tests {
     }
 
     #[test]
+    fn the_spacing_flag_in_every_form() {
+        use std::time::Duration;
+        use webhooks::Spacing;
+        for (given, want) in [
+            ("mixed", Spacing::Mixed),
+            ("together", Spacing::Burst),
+            ("250ms", Spacing::Spaced(Duration::from_millis(250))),
+        ] {
+            let a = args(&[
+                "http://127.0.0.1:9/webhook",
+                "--style",
+                "stripe",
+                "--secret",
+                "whsec_abc",
+                "--spacing",
+                given,
+            ]);
+            let plan = a.plan(&Overrides::default()).expect("a plan");
+            let crate::plan::PhaseKind::Deliver(d) = &plan.phases[0].kind else {
+                panic!("a deliver phase");
+            };
+            assert_eq!(d.spec.chaos.spacing, want, "{given}");
+        }
+    }
+
+    #[test]
     fn a_bad_value_names_its_flag() {
         for (flags, says) in [
             (&["--duplicates", "1.5"][..], "--duplicates:"),
@@ -377,6 +407,7 @@ mod tests {
             (&["--events", "0"][..], "--events:"),
             (&["--redeliver", "soon"][..], "--redeliver:"),
             (&["--sync", "single-packet"][..], "--sync:"),
+            (&["--spacing", "soon"][..], "--spacing:"),
         ] {
             let mut all = vec!["http://127.0.0.1:9/webhook", "--secret", "whsec_abc"];
             if !flags.contains(&"--style") {

@@ -5,9 +5,13 @@
 //! may not: it owns the sockets, the clock and the journal. Workers take subjects one at a time
 //! and deliver each subject's events in the plan's order (last first for a reversed subject):
 //! for each event a forged delivery first when the chaos says so (an event of its own, never
-//! redelivered), then its genuine copies — one, or several together in one burst released as the
-//! phase's `sync` says (`release`, `last-byte` over HTTP/1.1, `single-packet` over HTTP/2: the
-//! same release points as a `burst` phase), or one after another `spacing` apart. A copy whose
+//! redelivered), then its genuine copies: those the chaos sends together, in one burst released
+//! as the phase's `sync` says (`release`, `last-byte` over HTTP/1.1, `single-packet` over HTTP/2:
+//! the same release points as a `burst` phase), then the others one after another, each once the
+//! one before it was answered (and `spacing` later, when it is a gap) — as a provider redelivers
+//! an event whose acknowledgement it lost. By default a duplicated event's copies go both ways
+//! ([`webhooks::Spacing::Mixed`]), so that one run holds races and redeliveries of processed
+//! events; the phase's figures count them (`copies_together`, `copies_after_ack`). A copy whose
 //! acknowledgement is to be lost is sent whole and its answer dropped unread (the connection
 //! closed, or the HTTP/2 stream reset): the consumer had the whole request, the provider saw a
 //! timeout.
@@ -130,6 +134,10 @@ struct Stats {
     events: AtomicU64,
     copies: AtomicU64,
     duplicated: AtomicU64,
+    /// Copies beyond the first sent together with it.
+    together: AtomicU64,
+    /// Copies sent after the one before them was answered.
+    after_ack: AtomicU64,
     forged: AtomicU64,
     reversed: AtomicU64,
     redeliveries: AtomicU64,
@@ -356,6 +364,8 @@ impl Shared {
             ("deliveries", sent),
             ("genuine_copies", get(&s.copies)),
             ("duplicated_events", get(&s.duplicated)),
+            ("copies_together", get(&s.together)),
+            ("copies_after_ack", get(&s.after_ack)),
             ("forged_deliveries", get(&s.forged)),
             ("reversed_subjects", get(&s.reversed)),
             ("redeliveries", get(&s.redeliveries)),
@@ -368,6 +378,10 @@ impl Shared {
         }
         m.insert("style".into(), serde_json::json!(self.plan.style().name()));
         m.insert("sync".into(), serde_json::json!(self.sync.name()));
+        m.insert(
+            "spacing".into(),
+            serde_json::json!(spacing_name(self.plan.chaos().spec().spacing)),
+        );
         let mut skews = lock(&self.skews).clone();
         if !skews.is_empty() {
             skews.sort_unstable();
@@ -564,6 +578,15 @@ impl Shared {
     }
 }
 
+/// A spacing as a scenario writes it.
+fn spacing_name(s: Spacing) -> String {
+    match s {
+        Spacing::Mixed => "mixed".into(),
+        Spacing::Burst => "together".into(),
+        Spacing::Spaced(gap) => format!("{gap:?}"),
+    }
+}
+
 /// The provider's view of an attempt's result.
 fn outcome_of(result: &Result<Option<Reply>, AttemptError>) -> Outcome {
     match result {
@@ -689,40 +712,46 @@ impl Worker {
             .copies
             .fetch_add(u64::from(copies), Ordering::Relaxed);
         self.rec.operations += u64::from(copies);
+        let together = chaos.together.clamp(1, copies);
         if chaos.duplicated() {
             shared.stats.duplicated.fetch_add(1, Ordering::Relaxed);
+            shared
+                .stats
+                .together
+                .fetch_add(u64::from(together - 1), Ordering::Relaxed);
+            shared
+                .stats
+                .after_ack
+                .fetch_add(u64::from(copies - together), Ordering::Relaxed);
         }
         let first = Instant::now();
-        match (copies, chaos.spacing) {
-            (1, _) => {
-                let drop = chaos.loses_ack(0);
-                let sent = self.single(event, drop).await;
-                self.settle(event, 1, first, self.conn_id, sent);
-            }
-            (_, Spacing::Burst) => {
-                let copies: Vec<Copy> = (0..copies)
-                    .map(|c| {
-                        let d = self.sign(event);
-                        Copy {
-                            req: shared.request(event, &d),
-                            drop: chaos.loses_ack(c),
-                        }
-                    })
-                    .collect();
-                let results = self.together(copies).await;
-                for (conn, sent) in results {
-                    self.settle(event, 1, first, conn, sent);
-                }
-            }
-            (_, Spacing::Spaced(gap)) => {
-                for c in 0..copies {
-                    if c > 0 {
-                        tokio::time::sleep(gap).await;
+        if together == 1 {
+            let sent = self.single(event, chaos.loses_ack(0)).await;
+            self.settle(event, 1, first, self.conn_id, sent);
+        } else {
+            let burst: Vec<Copy> = (0..together)
+                .map(|c| {
+                    let d = self.sign(event);
+                    Copy {
+                        req: shared.request(event, &d),
+                        drop: chaos.loses_ack(c),
                     }
-                    let sent = self.single(event, chaos.loses_ack(c)).await;
-                    self.settle(event, 1, Instant::now(), self.conn_id, sent);
-                }
+                })
+                .collect();
+            let results = self.together(burst).await;
+            for (conn, sent) in results {
+                self.settle(event, 1, first, conn, sent);
             }
+        }
+        // The later copies, as a provider's redeliveries after a lost or late acknowledgement:
+        // each leaves once the one before it was answered (the consumer has processed it,
+        // if it acknowledges after processing).
+        for c in together..copies {
+            if !chaos.gap.is_zero() {
+                tokio::time::sleep(chaos.gap).await;
+            }
+            let sent = self.single(event, chaos.loses_ack(c)).await;
+            self.settle(event, 1, Instant::now(), self.conn_id, sent);
         }
     }
 

@@ -12,7 +12,9 @@
 //!       types: [invoice.created, invoice.paid]
 //!       payload: '{"id":"{{event_id}}","type":"{{type}}","data":{"object":{"id":"{{subject}}","seq":{{seq}}}}}'
 //!       duplicates: 0.3               # a share of events delivered `copies` times (default 2)
-//!       spacing: together             # together (default: one burst, as `sync` says) or a gap: 200ms
+//!       spacing: mixed                # mixed (default): each copy after the first goes with it or
+//!                                     # after its answer, half each; together (one burst, as
+//!                                     # `sync` says); or a gap after each answer: 200ms
 //!       sync: last-byte               # release | last-byte (HTTP/1.1) | single-packet (HTTP/2)
 //!       reorder: 0.5                  # a share of subjects delivered last event first
 //!       forged: 0.2                   # a share of events preceded by a forged delivery
@@ -75,7 +77,10 @@ pub struct DeliverFile {
     /// How many copies a duplicated event gets (default 2).
     #[serde(default)]
     pub copies: Option<u32>,
-    /// `together` (default) or a duration between copies.
+    /// How the copies go: `mixed` (default: each copy after the first goes together with it or
+    /// after it was answered, half each, drawn from the seed and the event's id), `together` (one
+    /// burst, released as `sync` says), or a duration: each copy that long after the previous one
+    /// was answered.
     #[serde(default)]
     pub spacing: Option<String>,
     /// How copies sent together are released: `release` (default over HTTP/1.1), `last-byte`
@@ -263,12 +268,16 @@ pub(super) fn resolve(d: &DeliverFile, scope: &PhaseScope<'_>) -> Result<PhaseKi
         (Some(s), _) => s,
     };
     let spacing = match d.spacing.as_deref().map(str::trim) {
-        None | Some("together") => Spacing::Burst,
+        None | Some("mixed") => Spacing::Mixed,
+        Some("together") => Spacing::Burst,
         Some(gap) => {
             let g = yaml_config::parse_duration(gap).map_err(|e| {
                 bad(
                     "spacing",
-                    format!("{e}; give `together` or a duration between copies"),
+                    format!(
+                        "{e}; give `mixed` (together and after the acknowledgement, the \
+                         default), `together`, or a duration between copies"
+                    ),
                 )
             })?;
             Spacing::Spaced(scope.pause(g, at("spacing"))?)

@@ -84,3 +84,96 @@ fn without_crate_env(cmd: &mut Command) {
         }
     }
 }
+
+/// The checks a scenario's header states as inconclusive, with why: `# Inconclusive: `name`
+/// (why); `other` (why)`, the sentence going on over the comment lines that follow it (as the
+/// `# Expected:` sentence does).
+#[allow(dead_code)]
+pub fn stated_inconclusive(header: &str) -> Vec<String> {
+    stated(header, "# Inconclusive:")
+}
+
+/// The checks a scenario's header says may be inconclusive, with why: `# May be inconclusive:
+/// `name` (why)` — a check whose data depends on what a correct client chose to do (a breaker
+/// that stops the retries a check would judge), decided in some runs and not in others.
+#[allow(dead_code)]
+pub fn possibly_inconclusive(header: &str) -> Vec<String> {
+    stated(header, "# May be inconclusive:")
+}
+
+fn stated(header: &str, heading: &str) -> Vec<String> {
+    let mut lines = header.lines().skip_while(|l| !l.starts_with(heading));
+    let mut stated = String::new();
+    if let Some(first) = lines.next() {
+        stated.push_str(first);
+        for l in lines {
+            let body = l.trim_start_matches('#').trim();
+            let heading = body.split_once(':').is_some_and(|(h, _)| !h.contains(' '));
+            if !l.starts_with("# ") || body.is_empty() || heading {
+                break;
+            }
+            stated.push(' ');
+            stated.push_str(body);
+        }
+    }
+    stated
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|n| n.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The inconclusive census of one run: every check `report` left inconclusive, with its reason,
+/// must be stated in the scenario's `header` (see [`stated_inconclusive`], or
+/// [`possibly_inconclusive`]), and every check stated inconclusive there must be. Err lists what disagrees, each with the check's summary.
+#[allow(dead_code)]
+pub fn inconclusive_census(
+    name: &str,
+    header: &str,
+    report: &serde_json::Value,
+) -> Result<(), String> {
+    let stated = stated_inconclusive(header);
+    let possibly = possibly_inconclusive(header);
+    let checks = report["checks"].as_array().cloned().unwrap_or_default();
+    let inconclusive: Vec<(String, String)> = checks
+        .iter()
+        .filter(|c| c["verdict"] == "inconclusive")
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap_or("?").to_string(),
+                c["summary"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    for (check, why) in &inconclusive {
+        println!("{name}: {check} inconclusive: {why}");
+    }
+    let mut wrong = Vec::new();
+    for (check, why) in &inconclusive {
+        if !stated.contains(check) && !possibly.contains(check) {
+            wrong.push(format!(
+                "`{check}` is inconclusive but the header does not say so \
+                 (`# Inconclusive: `{check}` (why)`): {why}"
+            ));
+        }
+    }
+    for check in &stated {
+        if !inconclusive.iter().any(|(c, _)| c == check) {
+            let got = checks
+                .iter()
+                .find(|c| c["name"] == check.as_str())
+                .map(|c| format!("{}: {}", c["verdict"], c["summary"]))
+                .unwrap_or_else(|| "not run".into());
+            wrong.push(format!(
+                "the header states `{check}` inconclusive, but it is {got}"
+            ));
+        }
+    }
+    if wrong.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{name}: {}", wrong.join("\n")))
+    }
+}

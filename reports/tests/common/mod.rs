@@ -253,6 +253,7 @@ pub fn sample() -> Report {
         mergeable: None,
         notes: Vec::new(),
         operations: Vec::new(),
+        connections: Vec::new(),
     }
 }
 
@@ -263,6 +264,32 @@ pub fn passing_sample() -> Report {
     r.outcome = Some(Outcome::Passed);
     r.checks.retain(|c| c.verdict != Verdict::Fail);
     r.retry_delays = delays_with_full_jitter();
+    r
+}
+
+/// The sample, with connections through two TCP proxies (one name an attempt at markup).
+pub fn with_connections() -> Report {
+    let mut r = sample();
+    r.connections = vec![
+        reports::model::ProxyConnections {
+            proxy: "<b>pg</b>".into(),
+            connections: 2,
+            upstream_unreached: 1,
+            by_end: statuses(&[("closed", 1), ("refused", 1)]),
+            bytes_up: 10,
+            bytes_down: 20,
+            by_toxic: BTreeMap::new(),
+        },
+        reports::model::ProxyConnections {
+            proxy: "redis".into(),
+            connections: 7,
+            upstream_unreached: 0,
+            by_end: statuses(&[("closed", 5), ("timed_out", 2)]),
+            bytes_up: 700,
+            bytes_down: 14_000,
+            by_toxic: statuses(&[("latency_downstream", 7), ("timeout_upstream", 2)]),
+        },
+    ];
     r
 }
 
@@ -291,6 +318,7 @@ pub fn empty() -> Report {
         mergeable: None,
         notes: Vec::new(),
         operations: Vec::new(),
+        connections: Vec::new(),
     }
 }
 
