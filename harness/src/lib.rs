@@ -53,7 +53,6 @@
 pub mod analyze;
 pub mod audit;
 pub mod cli;
-pub mod deliver;
 pub mod driver;
 pub mod load;
 pub mod merge;

@@ -16,7 +16,7 @@ use checks::{
 use clap::Args;
 use yaml_config::{ConfigError, Dur};
 
-use crate::cli::{ConnectArgs, Output, SyncArg};
+use super::{ConnectArgs, Output, SyncArg};
 use crate::plan::{Plan, SyncMode};
 use crate::scenario::{DeliverFile, Overrides, PhaseFile, RequestFile, ScenarioFile};
 

@@ -4,6 +4,8 @@
 //! Exit codes: `0` every check passed; `1` a check failed; `2` bad input (usage, scenario file,
 //! journal); `3` the run could not be carried out (target unreachable, port in use).
 
+mod deliver;
+
 use std::io::{IsTerminal, Write};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -98,7 +100,7 @@ enum Command {
     Idempotency(IdempotencyArgs),
     /// Play a webhook provider against a consumer: signed deliveries, at least once, with
     /// duplicates, reordering, forgeries and lost acknowledgements; then the delivery checks.
-    Deliver(Box<crate::deliver::flags::DeliverArgs>),
+    Deliver(Box<deliver::DeliverArgs>),
     /// Probe every unsafe operation of an OpenAPI 3.0/3.1 document for what its method
     /// promises: keyed POST/PATCH by same-key bursts, unkeyed POST/PATCH by a retry after a lost
     /// response, PUT/DELETE repeated and concurrent. One row per operation.
@@ -977,7 +979,7 @@ async fn idempotency(a: IdempotencyArgs) -> Result<u8, CliError> {
     emit(&crate::run::probe_report(&outcome), &a.output)
 }
 
-async fn deliver(a: crate::deliver::flags::DeliverArgs) -> Result<u8, CliError> {
+async fn deliver(a: deliver::DeliverArgs) -> Result<u8, CliError> {
     let connect = a.connect.connect()?;
     let o = Overrides {
         seed: a.seed,
