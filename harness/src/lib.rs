@@ -54,6 +54,7 @@ pub mod analyze;
 pub mod audit;
 pub mod cli;
 pub mod driver;
+pub mod failure;
 pub mod load;
 pub mod merge;
 pub mod metrics;

@@ -106,11 +106,12 @@ pub enum AuditError {
 }
 
 impl AuditError {
-    /// The CLI exit code: `2` bad input, `3` the audit could not be carried out.
-    pub fn exit_code(&self) -> u8 {
+    /// What kind of failure it is: bad input, or an audit that could not be carried out.
+    pub fn kind(&self) -> crate::failure::FailureKind {
+        use crate::failure::FailureKind;
         match self {
-            AuditError::Spec(_) | AuditError::InvalidConfig { .. } => 2,
-            AuditError::Unreachable { .. } | AuditError::Write { .. } => 3,
+            AuditError::Spec(_) | AuditError::InvalidConfig { .. } => FailureKind::BadInput,
+            AuditError::Unreachable { .. } | AuditError::Write { .. } => FailureKind::CouldNotRun,
         }
     }
 }

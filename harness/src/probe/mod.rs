@@ -152,11 +152,14 @@ pub enum ProbeError {
 }
 
 impl ProbeError {
-    /// The CLI exit code: `2` bad input, `3` the run could not be carried out.
-    pub fn exit_code(&self) -> i32 {
+    /// What kind of failure it is: bad input, or a probe that could not be carried out.
+    pub fn kind(&self) -> crate::failure::FailureKind {
+        use crate::failure::FailureKind;
         match self {
-            ProbeError::InvalidUrl { .. } | ProbeError::InvalidConfig { .. } => 2,
-            ProbeError::Unreachable { .. } | ProbeError::TaskDied(_) => 3,
+            ProbeError::InvalidUrl { .. } | ProbeError::InvalidConfig { .. } => {
+                FailureKind::BadInput
+            }
+            ProbeError::Unreachable { .. } | ProbeError::TaskDied(_) => FailureKind::CouldNotRun,
         }
     }
 }
