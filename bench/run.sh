@@ -45,9 +45,9 @@ SOAK_RATE=5000
 SERVER_SOAK_RATE=20000
 
 # --- tools ----------------------------------------------------------------------------------------
-echo "== building (release)"
-cargo build --release -p fault-server -p harness --examples --bins
-BIN=target/release
+echo "== building (dist: the whole program optimized as one)"
+cargo build --profile dist -p fault-server -p harness --examples --bins
+BIN=target/dist
 HARNESS=$BIN/harness
 
 if wants grpc; then

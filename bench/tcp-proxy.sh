@@ -18,7 +18,7 @@
 #             after, per connection.
 #
 # Starts its own Redis (redis-server on a free port, no persistence) and uses PostgreSQL from
-# `bash .ci/postgres`. Uses target/release/fault-server, built with `cargo build --release -p
+# `bash .ci/postgres`. Uses target/dist/fault-server, built with `cargo build --profile dist -p
 # fault-server` (what build is used is printed), and builds bench/tcp-rtt. Load only goes to
 # 127.0.0.1.
 set -euo pipefail
@@ -37,8 +37,8 @@ while [ $# -gt 0 ]; do
 done
 wants() { [[ ",$ONLY," == *",$1,"* ]]; }
 
-FAULT=target/release/fault-server
-[ -x "$FAULT" ] || { echo "$FAULT is missing: cargo build --release -p fault-server" >&2; exit 3; }
+FAULT=target/dist/fault-server
+[ -x "$FAULT" ] || { echo "$FAULT is missing: cargo build --profile dist -p fault-server" >&2; exit 3; }
 for tool in redis-server redis-benchmark haproxy pgbench psql python3; do
   command -v "$tool" >/dev/null || { echo "$tool is missing (apt-get install redis-server haproxy postgresql-client python3)" >&2; exit 3; }
 done

@@ -11,7 +11,7 @@
 #       fault server's journal gives when each copy's last byte arrived (t_wire_us), and the
 #       spread within each burst is the skew the consumer saw. Prints p50/p90/max per mode.
 #
-# Uses target/release/{harness,fault-server} (cargo build --release -p harness -p fault-server
+# Uses target/dist/{harness,fault-server} (cargo build --profile dist -p harness -p fault-server
 # --bins). Load only goes to 127.0.0.1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,9 +27,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 wants() { [[ ",$ONLY," == *",$1,"* ]]; }
-BIN=target/release
+BIN=target/dist
 for b in harness fault-server; do
-  [ -x "$BIN/$b" ] || { echo "$BIN/$b is missing: cargo build --release -p harness -p fault-server --bins" >&2; exit 3; }
+  [ -x "$BIN/$b" ] || { echo "$BIN/$b is missing: cargo build --profile dist -p harness -p fault-server --bins" >&2; exit 3; }
 done
 TMP=$(mktemp -d)
 SERVER=

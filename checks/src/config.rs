@@ -228,7 +228,7 @@ check_table! {
 }
 
 fn default_max_evidence() -> usize {
-    20
+    crate::DEFAULT_MAX_EVIDENCE
 }
 
 /// A present key enables its check, even with no value (`duplicates:` reads as `duplicates: {}`).
@@ -243,10 +243,7 @@ where
 impl ChecksConfig {
     /// What every check built from this configuration shares.
     pub(crate) fn context(&self) -> Context {
-        Context {
-            horizon_us: self.grouping.horizon_ms.saturating_mul(1000),
-            max_evidence: self.max_evidence,
-        }
+        Context::new(&self.grouping, self.max_evidence)
     }
 
     /// Parses and validates a checks document (the `checks:` section of a scenario, on its own);

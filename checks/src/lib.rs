@@ -45,6 +45,13 @@
 //! Configuration: [`ChecksConfig`], from YAML with [`ChecksConfig::parse`]. Each check describes
 //! itself in one place, its module's [`CheckSpec`].
 //!
+//! Two judges read a probe's exchanges instead of a run's journal: `harness audit` sends its
+//! requests itself, records each exchange as a journal entry from the client's side, and hands
+//! them, grouped by the part each played ([`exchange`]), to [`repeated_request`] (a PUT or
+//! DELETE repeated and sent concurrently) and [`lost_response`] (a retry after a lost
+//! response). They are not configured in a scenario: a scenario's retries are judged by the
+//! checks above.
+//!
 //! This crate depends on the history and report models only: no runtime, socket, server or
 //! database (`harness/tests/architecture.rs` holds it to that).
 
@@ -60,6 +67,7 @@ pub mod duplicate_ack;
 pub mod duplicates;
 pub mod effects_once;
 mod evidence;
+pub mod exchange;
 pub mod failure;
 pub mod forged_rejected;
 pub mod grpc_attempts;
@@ -71,8 +79,10 @@ mod idle;
 pub mod jitter;
 pub mod journal;
 pub mod key_stability;
+pub mod lost_response;
 pub mod operations;
 pub mod ordering;
+pub mod repeated_request;
 pub mod retry_after;
 pub mod retry_on_4xx;
 pub mod spec;
@@ -139,6 +149,20 @@ pub struct Context {
     pub(crate) horizon_us: u64,
     /// Most pieces of evidence one check reports.
     pub(crate) max_evidence: usize,
+}
+
+/// Most pieces of evidence one check reports when the configuration does not say.
+pub(crate) const DEFAULT_MAX_EVIDENCE: usize = 20;
+
+impl Context {
+    /// The context of checks that group requests as `grouping` says and keep `max_evidence`
+    /// pieces of evidence each.
+    pub(crate) fn new(grouping: &GroupingConfig, max_evidence: usize) -> Context {
+        Context {
+            horizon_us: grouping.horizon_ms.saturating_mul(1000),
+            max_evidence,
+        }
+    }
 }
 
 /// Runs the enabled checks over a journal fed entry by entry.

@@ -14,7 +14,7 @@ use serde::Serialize;
 use history::Facts;
 use verdict::{CheckResult, Verdict};
 
-use crate::{Check, ChecksConfig, ChecksRunner, Context, JournalItem};
+use crate::{Check, ChecksRunner, Context, GroupingConfig, JournalItem, DEFAULT_MAX_EVIDENCE};
 
 /// One check: its configuration type, and everything the rest of the program asks about it.
 pub trait CheckSpec: Clone + Default + PartialEq + Serialize + DeserializeOwned {
@@ -66,9 +66,11 @@ pub trait CheckSpec: Clone + Default + PartialEq + Serialize + DeserializeOwned 
         I: IntoIterator,
         I::Item: JournalItem,
     {
-        let defaults = ChecksConfig::none();
-        let mut runner =
-            ChecksRunner::with(&defaults.grouping, vec![self.build(defaults.context())]);
+        // The defaults of a `ChecksConfig`, without the table of every check (which names
+        // this trait's implementors).
+        let grouping = GroupingConfig::default();
+        let ctx = Context::new(&grouping, DEFAULT_MAX_EVIDENCE);
+        let mut runner = ChecksRunner::with(&grouping, vec![self.build(ctx)]);
         for item in journal {
             runner.observe(item);
         }

@@ -15,8 +15,8 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::io::{BufWriter, Write};
 
-use fault_server::draw::splitmix64_next;
 use history::Outcome;
+use primitives::draw::{splitmix64_next, unit};
 
 const CLIENTS: u64 = 64;
 const MAX_ATTEMPTS: u32 = 4;
@@ -30,7 +30,7 @@ impl Rng {
     }
     /// Uniform in [0, 1).
     fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+        unit(self.next())
     }
     fn hex(&mut self, bytes: usize) -> String {
         let mut s = String::with_capacity(bytes * 2);

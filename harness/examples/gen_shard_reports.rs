@@ -9,9 +9,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use fault_server::draw::splitmix64_next;
 use harness::metrics::{encode_hdr, Recorder};
 use harness::report::ReportBuilder;
+use primitives::draw::{splitmix64_next, unit};
 use reports::model::{Mergeable, PhaseHistograms, ShardInfo};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -30,7 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for i in 0..shards {
         let mut rec = Recorder::new(false);
         for _ in 0..samples {
-            let u = (splitmix64_next(&mut seed) >> 11) as f64 / (1u64 << 53) as f64;
+            let u = unit(splitmix64_next(&mut seed));
             // 300 µs to ~3 s: u^12 puts most samples near the bottom and a long tail above.
             let us = 300.0 + 3_000_000.0 * u.powi(12);
             rec.latency(Duration::from_micros(us as u64));

@@ -53,8 +53,8 @@
 pub mod analyze;
 pub mod audit;
 pub mod cli;
-pub mod deliver;
 pub mod driver;
+pub mod failure;
 pub mod load;
 pub mod merge;
 pub mod metrics;

@@ -730,7 +730,7 @@ mod tests {
                 let mut x = shard + 100;
                 let mut d = Vec::new();
                 for i in 0..(5_000 + shard * 311) {
-                    x = fault_server::draw::splitmix64(x);
+                    x = primitives::draw::splitmix64(x);
                     d.push((2, x % 1_000_000));
                     if i % 2 == 0 {
                         d.push((3, x % 2_000_000));
@@ -842,7 +842,7 @@ mod tests {
         let mut x = seed;
         (0..n)
             .map(|_| {
-                x = fault_server::draw::splitmix64(x);
+                x = primitives::draw::splitmix64(x);
                 // A long tail: most fast, some slow.
                 let u = (x % 1_000_000) as f64 / 1e6;
                 (200.0 + 50_000.0 * u.powi(8)) as u64

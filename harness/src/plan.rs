@@ -150,7 +150,7 @@ pub enum PhaseKind {
         operations: u64,
     },
     /// A webhook provider delivering at least once to the consumer at the target (see
-    /// [`crate::deliver`]).
+    /// [`crate::driver`]).
     Deliver(Box<DeliverPlan>),
 }
 
@@ -176,6 +176,23 @@ impl PhaseKind {
             PhaseKind::Clients { .. } => "clients",
             PhaseKind::Fleet { .. } => "fleet",
             PhaseKind::Deliver(_) => "deliver",
+        }
+    }
+
+    /// How long a phase runs by its own definition, when it has a duration: a fact of the plan
+    /// that the scenario (a sharded run's schedule) and the driver (a hard stop) both read.
+    pub fn length(&self) -> Option<Duration> {
+        match self {
+            PhaseKind::Rate { stages, .. } => Some(stages.iter().map(|s| s.2).sum()),
+            PhaseKind::Clients { duration, .. } => *duration,
+            // Rounds on the clock: the last goes at (rounds − 1) × every, and one more `every` is
+            // its time to finish.
+            PhaseKind::Burst {
+                every: Some(every),
+                rounds,
+                ..
+            } => Some(every.saturating_mul(*rounds)),
+            PhaseKind::Burst { .. } | PhaseKind::Fleet { .. } | PhaseKind::Deliver(_) => None,
         }
     }
 }

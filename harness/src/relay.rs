@@ -34,11 +34,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use fault_server::draw::splitmix64;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
+use primitives::draw::splitmix64;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use tokio::net::{TcpListener, TcpStream};

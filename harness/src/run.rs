@@ -160,8 +160,8 @@ struct Deliveries {
 }
 
 impl Deliveries {
-    fn absorb(&mut self, d: crate::deliver::Delivered) {
-        use crate::deliver::VERIFY_MAX;
+    fn absorb(&mut self, d: crate::driver::Delivered) {
+        use crate::driver::VERIFY_MAX;
         self.entries += d.entries;
         if let Some(j) = d.journal {
             self.journals.push(j);
@@ -349,7 +349,7 @@ impl Session {
                     break;
                 }
             }
-            due = match (due, driver::phase_length(&p.kind)) {
+            due = match (due, p.kind.length()) {
                 (Some((b, offset)), Some(len)) => Some((b, offset + len)),
                 _ => None,
             };

@@ -1,9 +1,11 @@
 //! Request templates with per-request values: `{{uuid}}`, `{{seq}}`, `{{client}}`, `{{key}}`,
-//! `{{round}}`. Compiled once when the scenario is resolved; rendering is a walk over literal and
-//! variable parts.
+//! `{{round}}`, and `{{var.NAME}}` for a value an earlier phase captured. The syntax is
+//! `primitives::template`'s, shared with the webhook payload template; compiled once when the
+//! scenario is resolved, rendering is a walk over literal and variable parts.
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use primitives::template::{pieces, Piece};
 
 use crate::http::{Outgoing, Target};
 
@@ -38,16 +40,15 @@ impl Text {
     /// Compiles `s`, rejecting unknown placeholders.
     pub fn parse(s: &str) -> Result<Text, String> {
         let mut parts = Vec::new();
-        let mut rest = s;
-        while let Some(i) = rest.find("{{") {
-            if i > 0 {
-                parts.push(Part::Lit(rest[..i].to_string()));
-            }
-            let after = &rest[i + 2..];
-            let Some(j) = after.find("}}") else {
-                return Err(format!("unclosed placeholder in {s:?}: missing }}}}"));
+        for piece in pieces(s) {
+            let name = match piece {
+                Ok(Piece::Text(t)) => {
+                    parts.push(Part::Lit(t.to_string()));
+                    continue;
+                }
+                Ok(Piece::Name(name)) => name,
+                Err(_) => return Err(format!("unclosed placeholder in {s:?}: missing }}}}")),
             };
-            let name = after[..j].trim();
             if let Some(captured) = name.strip_prefix("var.") {
                 if captured.is_empty() {
                     return Err(format!(
@@ -55,7 +56,6 @@ impl Text {
                     ));
                 }
                 parts.push(Part::Named(captured.to_string()));
-                rest = &after[j + 2..];
                 continue;
             }
             let var = match name {
@@ -71,10 +71,6 @@ impl Text {
                 }
             };
             parts.push(Part::Var(var));
-            rest = &after[j + 2..];
-        }
-        if !rest.is_empty() {
-            parts.push(Part::Lit(rest.to_string()));
         }
         Ok(Text(parts))
     }

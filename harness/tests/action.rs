@@ -266,7 +266,7 @@ fn a_passing_scenario_passes_with_its_summary_and_outputs() {
     let cargo = r.log("cargo");
     assert!(
         cargo.contains(&format!(
-            "install --locked --path {}/harness --root ",
+            "install --locked --profile dist --path {}/harness --root ",
             root().display()
         )),
         "{cargo}"
@@ -526,7 +526,7 @@ fn a_version_without_a_release_binary_is_built_from_the_repository() {
         let cargo = r.log("cargo");
         assert!(
             cargo.starts_with(&format!(
-                "install --locked --git https://github.com/example/chaos-harness {flag} --root "
+                "install --locked --profile dist --git https://github.com/example/chaos-harness {flag} --root "
             )) && cargo.trim_end().ends_with(" harness"),
             "{version}: {cargo}"
         );

@@ -120,6 +120,21 @@ fn the_yaml_loader_stands_alone() {
     assert_free_of("yaml-config", RUNTIME_AND_IO);
 }
 
+/// Protects the primitives' invariant (ARCHITECTURE.md): no dependency at all, so the fault
+/// server, the harness and the webhooks crate can share its draws and template syntax without
+/// sharing anything else, and a draw cannot change with a dependency's version.
+#[test]
+fn the_primitives_depend_on_nothing() {
+    let graph = lock_graph();
+    let deps = graph
+        .get("primitives")
+        .expect("primitives is in Cargo.lock");
+    assert!(
+        deps.is_empty(),
+        "primitives must depend on nothing (see ARCHITECTURE.md); it depends on {deps:?}"
+    );
+}
+
 /// The wire protocols are read and decided on as pure functions over bytes: a proxy, a fuzzer
 /// and a test share them, and none of them needs a runtime, a socket or the server.
 #[test]
@@ -467,60 +482,264 @@ fn the_retry_state_machine_runs_only_in_the_executor() {
     );
 }
 
-/// The fault-server module a source file belongs to: `src/x.rs` and `src/x/**` are `x`; the crate
-/// root (`lib.rs`) and the binary (`main.rs`, whose `crate` is another crate) are none.
-fn fault_server_module(path: &Path) -> Option<String> {
-    let rel = relative(path);
-    let inside = rel.strip_prefix("fault-server/src/")?;
-    let first = inside.split('/').next()?;
-    let module = first.strip_suffix(".rs").unwrap_or(first);
-    (!["lib", "main"].contains(&module)).then(|| module.to_string())
-}
+/// The crates held to "no module circle" (ARCHITECTURE.md): every member of the workspace.
+const ACYCLIC_CRATES: &[&str] = &[
+    "yaml-config",
+    "primitives",
+    "history",
+    "verdict",
+    "checks",
+    "retry-policy",
+    "transport",
+    "grpc",
+    "webhooks",
+    "openapi",
+    "wire-faults",
+    "fault-server",
+    "harness",
+    "reports",
+    "fuzzing",
+];
 
-/// The modules `code` names through `crate::`: `use crate::x::…`, `crate::x::y` in an
-/// expression, and each first segment of `use crate::{x, y::z}`.
-fn crate_paths(code: &str) -> BTreeSet<String> {
-    paths_after(code, "crate::")
-}
-
-/// The first segment of every path in `code` that starts with `prefix` (`crate::`, `super::`,
-/// `crate::orders::`): `prefix x::…` gives `x`, and `prefix {x, y::z}` gives `x` and `y`.
-fn paths_after(code: &str, prefix: &str) -> BTreeSet<String> {
-    let ident = |s: &str| {
-        s.trim_start()
-            .chars()
-            .take_while(|c| c.is_alphanumeric() || *c == '_')
-            .collect::<String>()
-    };
-    let mut out = BTreeSet::new();
-    for (i, _) in code.match_indices(prefix) {
-        if code[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == ':') {
-            continue;
-        }
-        let rest = &code[i + prefix.len()..];
-        if let Some(group) = rest.strip_prefix('{') {
-            let mut depth = 0usize;
-            let mut part = String::new();
-            for c in group.chars() {
-                match c {
-                    '{' => depth += 1,
-                    '}' if depth == 0 => break,
-                    '}' => depth -= 1,
-                    ',' if depth == 0 => {
-                        out.insert(ident(&part));
-                        part.clear();
-                        continue;
-                    }
-                    _ => {}
-                }
-                part.push(c);
+/// The modules of a crate, level by level: for the crate root (`""`) and each directory module
+/// (`"config"`, `"orders"`, `"a/b"`), each module directly below it (a file `x.rs` or a directory
+/// `x/`) and which of its siblings it names. A module names a sibling through `crate::…`,
+/// `super::…`, `self::…` or, in a module with modules of its own, their bare names; and through a
+/// name the level's face re-exports (`use super::Orders` names `store` when `mod.rs` says
+/// `pub use store::Orders`). The face itself — `lib.rs`, a directory's `mod.rs` — declares and
+/// re-exports its modules and is not one of them: a parent declaring its children is no arrow
+/// between them. The binaries' roots (`main.rs`, `bin/`) are other crates, and test modules are
+/// cut off (see [`code_lines`]).
+fn module_graphs(src: &Path) -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|x| x == "rs") {
+                out.push(path);
             }
-            out.insert(ident(&part));
-        } else {
-            out.insert(ident(rest));
         }
     }
-    out.remove("");
+    let mut files = Vec::new();
+    walk(src, &mut files);
+    files.sort();
+    // Each library file's module path: `lib.rs` is [], `x.rs` and `x/mod.rs` are [x].
+    let mut modules: Vec<(Vec<String>, PathBuf)> = Vec::new();
+    for file in files {
+        let rel = file.strip_prefix(src).expect("under src");
+        let mut parts: Vec<String> = rel
+            .iter()
+            .map(|c| c.to_string_lossy().trim_end_matches(".rs").to_string())
+            .collect();
+        if parts == ["main"] || parts[0] == "bin" {
+            continue;
+        }
+        if parts == ["lib"] || parts.last().is_some_and(|p| p == "mod") {
+            parts.pop();
+        }
+        modules.push((parts, file));
+    }
+    let paths: BTreeSet<Vec<String>> = modules.iter().map(|(p, _)| p.clone()).collect();
+    let children = |of: &[String]| -> BTreeSet<String> {
+        paths
+            .iter()
+            .filter(|p| p.len() > of.len() && p[..of.len()] == *of)
+            .map(|p| p[of.len()].clone())
+            .collect()
+    };
+    let code: BTreeMap<Vec<String>, String> = modules
+        .iter()
+        .map(|(p, f)| (p.clone(), code_lines(f).join("\n")))
+        .collect();
+    // What each face re-exports, by name: level → name → the module it comes from.
+    let mut reexported: BTreeMap<Vec<String>, BTreeMap<String, String>> = BTreeMap::new();
+    for (level, text) in &code {
+        let below = children(level);
+        for stmt in pub_uses(text) {
+            for path in use_paths(&stmt) {
+                if let (Some(from), Some(name)) = (path.first(), path.last()) {
+                    if below.contains(from) && path.len() > 1 {
+                        reexported
+                            .entry(level.clone())
+                            .or_default()
+                            .insert(name.clone(), from.clone());
+                    }
+                }
+            }
+        }
+    }
+    let mut levels: BTreeSet<Vec<String>> = paths
+        .iter()
+        .filter(|p| !children(p).is_empty())
+        .cloned()
+        .collect();
+    levels.insert(Vec::new());
+    let mut out = BTreeMap::new();
+    for level in levels {
+        let below = children(&level);
+        let none = BTreeMap::new();
+        let faced = reexported.get(&level).unwrap_or(&none);
+        let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (module, text) in &code {
+            if module.len() <= level.len() || module[..level.len()] != *level {
+                continue;
+            }
+            let node = module[level.len()].clone();
+            let edges = graph.entry(node.clone()).or_default();
+            for named in named_modules(text, module, &children(module)) {
+                if named.len() <= level.len() || named[..level.len()] != *level {
+                    continue;
+                }
+                let next = &named[level.len()];
+                let sibling = if below.contains(next) {
+                    Some(next.clone())
+                } else {
+                    faced.get(next).cloned()
+                };
+                edges.extend(sibling.filter(|s| *s != node));
+            }
+        }
+        out.insert(level.join("/"), graph);
+    }
+    out
+}
+
+/// The `pub use …;` statements of `code` (`pub(crate)` and `pub(super)` too), each whole even
+/// when it spans lines.
+fn pub_uses(code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, _) in code.match_indices("use ") {
+        let before = code[..i].trim_end();
+        let public = before.ends_with("pub") || (before.ends_with(')') && before.contains("pub("));
+        let line_start = code[..i].rfind('\n').map_or(0, |n| n + 1);
+        if !public || !code[line_start..i].trim_start().starts_with("pub") {
+            continue;
+        }
+        if let Some(end) = code[i..].find(';') {
+            out.push(code[i + 4..i + end].to_string());
+        }
+    }
+    out
+}
+
+/// Every path a `use` tree (the text after `use`) names, groups expanded: `a::{b, c::{d, e}}`
+/// gives `a::b`, `a::c::d` and `a::c::e`; `self` in a group names its parent.
+fn use_paths(tree: &str) -> Vec<Vec<String>> {
+    fn parse(s: &str, prefix: &[String], out: &mut Vec<Vec<String>>) {
+        let s = s.trim();
+        let Some(open) = s.find('{') else {
+            let mut path = prefix.to_vec();
+            let chain = s.split(" as ").next().unwrap_or(s);
+            for seg in chain.split("::").map(str::trim).filter(|x| !x.is_empty()) {
+                if seg != "self" {
+                    path.push(seg.to_string());
+                }
+            }
+            out.push(path);
+            return;
+        };
+        let mut path = prefix.to_vec();
+        path.extend(
+            s[..open]
+                .split("::")
+                .map(str::trim)
+                .filter(|x| !x.is_empty())
+                .map(str::to_string),
+        );
+        let inner = s[open + 1..].trim_end().trim_end_matches('}');
+        let mut depth = 0usize;
+        let mut part = String::new();
+        for c in inner.chars() {
+            match c {
+                '{' => depth += 1,
+                '}' => depth = depth.saturating_sub(1),
+                ',' if depth == 0 => {
+                    parse(&part, &path, out);
+                    part.clear();
+                    continue;
+                }
+                _ => {}
+            }
+            part.push(c);
+        }
+        if !part.trim().is_empty() {
+            parse(&part, &path, out);
+        }
+    }
+    let mut out = Vec::new();
+    parse(tree, &[], &mut out);
+    out
+}
+
+/// The module paths (from the crate root) that `code`, the code of module `module` whose own
+/// modules are `own`, names: through `crate::`, `super::` (as often as written), `self::`, or
+/// the bare name of one of its own modules; each path with its whole chain, groups expanded.
+fn named_modules(code: &str, module: &[String], own: &BTreeSet<String>) -> Vec<Vec<String>> {
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    let mut out = Vec::new();
+    let bytes: Vec<(usize, char)> = code.char_indices().collect();
+    let mut i = 0;
+    while i < bytes.len() {
+        let (at, c) = bytes[i];
+        let starts_word = ident(c)
+            && !code[..at].ends_with(|p: char| ident(p) || p == ':' || p == '\'' || p == '"');
+        if !starts_word {
+            i += 1;
+            continue;
+        }
+        let word: String = code[at..].chars().take_while(|c| ident(*c)).collect();
+        let rest = &code[at + word.len()..];
+        i += word.chars().count();
+        if !rest.starts_with("::") {
+            continue;
+        }
+        // The anchor, and what follows it.
+        let (base, mut tail): (Vec<String>, &str) = match word.as_str() {
+            "crate" => (Vec::new(), &rest[2..]),
+            "self" => (module.to_vec(), &rest[2..]),
+            "super" => {
+                let mut up = 1;
+                let mut tail = &rest[2..];
+                while let Some(t) = tail.strip_prefix("super::") {
+                    up += 1;
+                    tail = t;
+                }
+                if up > module.len() {
+                    continue;
+                }
+                (module[..module.len() - up].to_vec(), tail)
+            }
+            w if own.contains(w) => {
+                let mut base = module.to_vec();
+                base.push(w.to_string());
+                (base, &rest[2..])
+            }
+            _ => continue,
+        };
+        // The tree after the anchor: up to the end of its chain, or of its group.
+        let mut end = 0;
+        let mut depth = 0usize;
+        for (j, ch) in tail.char_indices() {
+            match ch {
+                '{' => depth += 1,
+                '}' if depth > 0 => depth -= 1,
+                c if depth == 0 && !(ident(c) || c == ':') => {
+                    end = j;
+                    break;
+                }
+                _ => {}
+            }
+            end = j + ch.len_utf8();
+        }
+        tail = &tail[..end];
+        for path in use_paths(tail) {
+            let mut full = base.clone();
+            full.extend(path);
+            out.push(full);
+        }
+    }
     out
 }
 
@@ -556,129 +775,120 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
         .find_map(|n| visit(n, graph, &mut done, &mut Vec::new()))
 }
 
-/// Protects "no module cycle" in the fault server (ARCHITECTURE.md): the graph of which module
-/// names which through `crate::` has no cycle, so every room can be read, and tested, with only
-/// the rooms below it in mind (`state` under the ones that serve a request).
-#[test]
-fn the_fault_server_modules_have_no_cycle() {
-    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for path in rust_files("fault-server/src") {
-        let Some(module) = fault_server_module(&path) else {
-            continue;
-        };
-        let uses = crate_paths(&code_lines(&path).join("\n"));
-        let edges = graph.entry(module.clone()).or_default();
-        edges.extend(uses.into_iter().filter(|m| *m != module));
-    }
-    assert!(
-        graph.contains_key("state") && graph["dispatch"].contains("state"),
-        "the module graph was not read: {graph:?}"
-    );
-    if let Some(cycle) = find_cycle(&graph) {
-        panic!(
-            "fault-server modules import each other in a cycle: {}; move what both need into \
-             the lower one (shared state lives in state.rs)",
-            cycle.join(" → ")
-        );
-    }
-}
-
-/// The files of each fault-server directory module (`src/orders/`, `src/grpc/`, …) and which of
-/// its siblings each names: through `super::x`, `crate::dir::x`, or a name the directory's
-/// `mod.rs` re-exports from `x` (`use super::Orders` names `store` when `mod.rs` says
-/// `pub use store::Orders`). `mod.rs` itself is the directory's face, not one of its rooms: a
-/// parent declaring its children is no arrow between them.
-fn fault_server_nested_graphs() -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
-    let mut dirs: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
-    for path in rust_files("fault-server/src") {
-        let rel = relative(&path);
-        let inside = rel.strip_prefix("fault-server/src/").unwrap_or(&rel);
-        if let Some((dir, _)) = inside.split_once('/') {
-            dirs.entry(dir.to_string()).or_default().push(path);
-        }
-    }
-    let stem = |p: &Path| {
-        p.file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    };
-    let mut out = BTreeMap::new();
-    for (dir, files) in dirs {
-        let children: BTreeSet<String> = files
-            .iter()
-            .map(|p| stem(p))
-            .filter(|s| s != "mod")
-            .collect();
-        // What `mod.rs` re-exports, by name: `pub use store::{Orders, ResourceReply};`.
-        let mut reexported: BTreeMap<String, String> = BTreeMap::new();
-        if let Some(face) = files.iter().find(|p| stem(p) == "mod") {
-            for line in code_lines(face) {
-                let Some((_, path)) = line.split_once("use ") else {
-                    continue;
-                };
-                let Some((from, names)) = path.trim().trim_end_matches(';').split_once("::") else {
-                    continue;
-                };
-                if !children.contains(from) {
-                    continue;
-                }
-                let names = names.trim_start_matches('{').trim_end_matches('}');
-                for name in names.split(',') {
-                    let name = name.trim().rsplit("::").next().unwrap_or_default();
-                    let name = name.split(" as ").last().unwrap_or_default().trim();
-                    if !name.is_empty() {
-                        reexported.insert(name.to_string(), from.to_string());
-                    }
-                }
-            }
-        }
-        let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        for path in files.iter().filter(|p| stem(p) != "mod") {
-            let module = stem(path);
-            let code = code_lines(path).join("\n");
-            let mut named = paths_after(&code, "super::");
-            named.extend(paths_after(&code, &format!("crate::{dir}::")));
-            let edges = graph.entry(module.clone()).or_default();
-            for name in named {
-                let sibling = if children.contains(&name) {
-                    Some(name)
+/// Every module circle of the crate whose sources are `src`, one per level that has one, each
+/// said as `level: a → b → a`.
+fn module_circles(src: &Path) -> Vec<String> {
+    module_graphs(src)
+        .iter()
+        .filter_map(|(level, graph)| {
+            let cycle = find_cycle(graph)?;
+            let at = |m: &String| {
+                if level.is_empty() {
+                    m.clone()
                 } else {
-                    reexported.get(&name).cloned()
-                };
-                edges.extend(sibling.filter(|s| *s != module));
-            }
-        }
-        out.insert(dir, graph);
-    }
-    out
+                    format!("{level}/{m}")
+                }
+            };
+            Some(cycle.iter().map(at).collect::<Vec<_>>().join(" → "))
+        })
+        .collect()
 }
 
-/// Protects "no module cycle" one level down (ARCHITECTURE.md): inside each directory module the
-/// files do not import each other in a cycle either — the orders store once named its backends
-/// while they named it for their rows and errors, and the crate-level graph above could not see
-/// it, since both ends were `orders`.
+/// Protects "no module circle" (ARCHITECTURE.md): in every crate of [`ACYCLIC_CRATES`], the
+/// modules of each level — the crate's own, and the files of each directory module — do not
+/// import each other in a circle, so every module can be read, and tested, with only the ones
+/// below it in mind.
 #[test]
-fn the_fault_server_nested_modules_have_no_cycle() {
-    let graphs = fault_server_nested_graphs();
+fn no_crate_has_a_module_circle() {
+    let graphs = module_graphs(&root().join("fault-server/src"));
     assert!(
-        graphs
-            .get("orders")
-            .is_some_and(|g| g.get("routes").is_some_and(|e| e.contains("store"))),
-        "the nested module graph was not read (routes names Orders through mod.rs): {graphs:?}"
+        graphs[""]
+            .get("dispatch")
+            .is_some_and(|e| e.contains("state"))
+            && graphs["orders"]
+                .get("routes")
+                .is_some_and(|e| e.contains("store")),
+        "the module graphs were not read (routes names Orders through orders/mod.rs): {graphs:?}"
     );
-    for (dir, graph) in &graphs {
-        if let Some(cycle) = find_cycle(graph) {
-            panic!(
-                "fault-server/src/{dir}/: its files import each other in a cycle: {}; move what \
-                 both need into a module of its own below them",
-                cycle
-                    .iter()
-                    .map(|m| format!("{dir}::{m}"))
-                    .collect::<Vec<_>>()
-                    .join(" → ")
-            );
+    let mut found = Vec::new();
+    for krate in ACYCLIC_CRATES {
+        for circle in module_circles(&root().join(krate).join("src")) {
+            found.push(format!("{krate}: {circle}"));
         }
     }
+    assert!(
+        found.is_empty(),
+        "modules import each other in a circle; move what both need into a module of its own \
+         below them:\n{}",
+        found.join("\n")
+    );
+}
+
+/// Every workspace member is held to "no module circle" and to "no exit number": a new crate
+/// cannot be left out by forgetting it.
+#[test]
+fn every_crate_is_held_to_no_module_circle_and_no_exit_number() {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).expect("Cargo.toml");
+    let members = manifest
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("members = "))
+        .expect("the workspace's `members = [...]` line");
+    let members: BTreeSet<&str> = members.split('"').skip(1).step_by(2).collect();
+    let listed: BTreeSet<&str> = ACYCLIC_CRATES.iter().copied().collect();
+    assert_eq!(members, listed, "ACYCLIC_CRATES lists every member");
+    let listed: BTreeSet<&str> = NO_EXIT_NUMBERS.iter().copied().collect();
+    assert_eq!(members, listed, "NO_EXIT_NUMBERS lists every member");
+}
+
+/// The circle finder on a crate made for it: two modules that name each other (one through
+/// `crate::`, one through `super::`), and inside a directory module two files that do (one
+/// through a name its `mod.rs` re-exports over several lines), are found and named; the same
+/// crate with one arrow removed has none.
+#[test]
+fn the_circle_finder_finds_a_circle_made_on_purpose() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let src = dir.path().join("src");
+    let write = |path: &str, text: &str| {
+        let path = src.join(path);
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("directories");
+        std::fs::write(path, text).expect("a fixture file");
+    };
+    write(
+        "lib.rs",
+        "mod a;\nmod b;\nmod d;\nmod low;\npub use a::A;\n",
+    );
+    write("low.rs", "pub struct Low;\n");
+    write("a.rs", "use crate::b::B;\npub struct A(B);\n");
+    write("b.rs", "use super::low::Low;\npub struct B(Low);\n");
+    write(
+        "d/mod.rs",
+        "mod x;\nmod y;\npub use x::{\n    X,\n    XToo,\n};\npub(crate) use y::Y;\n",
+    );
+    write(
+        "d/x.rs",
+        "use super::y::Y;\npub struct X(Y);\npub struct XToo;\n",
+    );
+    write("d/y.rs", "pub struct Y;\n");
+    assert_eq!(module_circles(&src), Vec::<String>::new(), "no circle yet");
+
+    // The circles, on purpose.
+    write(
+        "b.rs",
+        "use super::low::Low;\npub struct B(Low, Option<Box<super::a::A>>);\n",
+    );
+    write("d/y.rs", "pub struct Y(Option<Box<super::XToo>>);\n");
+    assert_eq!(
+        module_circles(&src),
+        ["a → b → a", "d/x → d/y → d/x"],
+        "both circles, named"
+    );
+    // A comment, or a test module, naming a module is no arrow.
+    write(
+        "b.rs",
+        "// uses super::a::A in a comment\nuse super::low::Low;\npub struct B(Low);\n\
+         #[cfg(test)]\nmod tests {\n    use crate::a::A;\n}\n",
+    );
+    assert_eq!(module_circles(&src), ["d/x → d/y → d/x"]);
 }
 
 /// Protects the orders store's arrow (ARCHITECTURE.md): the store picks a backend and calls it;
@@ -686,7 +896,7 @@ fn the_fault_server_nested_modules_have_no_cycle() {
 /// backend can be read and changed without the store's replies in mind.
 #[test]
 fn the_orders_backends_do_not_know_the_store() {
-    let graphs = fault_server_nested_graphs();
+    let graphs = module_graphs(&root().join("fault-server/src"));
     let orders = graphs
         .get("orders")
         .expect("fault-server/src/orders/ was read");
@@ -708,5 +918,72 @@ fn the_orders_backends_do_not_know_the_store() {
         orders["store"].contains("sqlite") && orders["store"].contains("postgres"),
         "the store picks its backend: {:?}",
         orders["store"]
+    );
+}
+
+/// The crates whose libraries choose no exit number: every member. An exit number is the
+/// command line's to choose: a library says what kind of failure it met (the harness's
+/// `FailureKind`) or how a run came out (`reports::Outcome`), and a binary's entry point
+/// (`main.rs`, `src/bin/`) or the harness's CLI (`harness/src/cli/`, its numbers in `exit.rs`)
+/// maps it.
+const NO_EXIT_NUMBERS: &[&str] = &[
+    "yaml-config",
+    "primitives",
+    "history",
+    "verdict",
+    "checks",
+    "retry-policy",
+    "transport",
+    "grpc",
+    "webhooks",
+    "openapi",
+    "wire-faults",
+    "fault-server",
+    "harness",
+    "reports",
+    "fuzzing",
+];
+
+/// Whether `code` (comments and tests cut) chooses a process's exit number.
+fn chooses_exit_number(code: &str) -> bool {
+    ["process::exit", "ExitCode", "fn exit_code"]
+        .iter()
+        .any(|w| code.contains(w))
+}
+
+/// Protects "only the command line chooses an exit number" (ARCHITECTURE.md): the libraries of
+/// [`NO_EXIT_NUMBERS`] name no `process::exit`, no `ExitCode` and no `exit_code` function but in
+/// the harness's CLI; the binaries' entry points (`main.rs`) may.
+#[test]
+fn no_library_chooses_an_exit_number() {
+    let mut found = Vec::new();
+    for krate in NO_EXIT_NUMBERS {
+        for path in rust_files(&format!("{krate}/src")) {
+            let rel = relative(&path);
+            if rel.ends_with("/src/main.rs")
+                || rel.contains("/src/bin/")
+                || rel.starts_with("harness/src/cli/")
+            {
+                continue;
+            }
+            if chooses_exit_number(&code_lines(&path).join("\n")) {
+                found.push(rel);
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "a library chooses an exit number; return an error that says what kind of failure it \
+         is and let the command line choose: {found:?}"
+    );
+    let main = code_lines(&root().join("fault-server/src/main.rs")).join("\n");
+    assert!(
+        chooses_exit_number(&main),
+        "the fault server's entry point was read"
+    );
+    let exit = code_lines(&root().join("harness/src/cli/exit.rs")).join("\n");
+    assert!(
+        chooses_exit_number(&exit),
+        "the harness's exit numbers are chosen in cli/exit.rs"
     );
 }

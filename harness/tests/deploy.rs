@@ -627,7 +627,12 @@ fn the_dockerfile_builds_in_stages_and_runs_as_non_root() {
         .rev()
         .find(|l| l.starts_with("RUN ") && l.contains("cargo build"))
         .expect("a cargo build");
-    for word in ["--release", "--locked", "-p fault-server", "-p harness"] {
+    for word in [
+        "--profile dist",
+        "--locked",
+        "-p fault-server",
+        "-p harness",
+    ] {
         assert!(build.contains(word), "the build lacks {word}: {build}");
     }
     let runtime = &lines[last_from..];

@@ -351,7 +351,7 @@ async fn unreachable_target_is_an_error_with_the_os_reason() {
         }
         other => panic!("expected Unreachable, got {other:?}"),
     }
-    assert_eq!(err.exit_code(), 3);
+    assert_eq!(err.kind(), harness::failure::FailureKind::CouldNotRun);
     assert!(err.to_string().contains(&url), "{err}");
 }
 

@@ -54,6 +54,7 @@ mod generate;
 pub mod link;
 mod load;
 pub mod operation;
+mod parameter;
 mod pointer;
 mod regex;
 pub mod request;

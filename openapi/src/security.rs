@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::document::Document;
 use crate::error::LoadError;
-use crate::operation::Location;
+use crate::parameter::Location;
 use crate::pointer;
 
 /// A security scheme of `components/securitySchemes`.

@@ -5,7 +5,7 @@
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::Value;
 
-use crate::operation::Style;
+use crate::parameter::Style;
 
 /// Everything but RFC 3986's unreserved characters.
 const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC

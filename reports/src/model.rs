@@ -242,31 +242,22 @@ impl<'de> Deserialize<'de> for Report {
     }
 }
 
-/// How a run as a whole came out; each has its exit code.
+/// How a run as a whole came out (the command line gives each its exit code).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
-    /// Every check that judged passed (exit 0).
+    /// Every check that judged passed.
     Passed,
-    /// A check failed, or the command `harness exec` ran exited non-zero (exit 1).
+    /// A check failed, or the command `harness exec` ran exited non-zero.
     Failed,
     /// Checks were asked for, and none reached pass or fail: all inconclusive, or none
-    /// configured (exit 1: a run that decided nothing does not pass).
+    /// configured (a run that decided nothing does not pass).
     NoVerdict,
-    /// Ctrl-C or SIGTERM stopped the run; what was done was still judged (exit 4).
+    /// Ctrl-C or SIGTERM stopped the run; what was done was still judged.
     Interrupted,
 }
 
 impl Outcome {
-    /// The process exit code of a run with this outcome.
-    pub fn exit_code(self) -> u8 {
-        match self {
-            Outcome::Passed => 0,
-            Outcome::Failed | Outcome::NoVerdict => 1,
-            Outcome::Interrupted => 4,
-        }
-    }
-
     /// The word a report leads with.
     pub fn word(self) -> &'static str {
         match self {

@@ -19,8 +19,8 @@
 
 //!
 //! - [`http1`]: HTTP/1.1, the hot path: one request in flight per connection.
-//! - [`http2`]: HTTP/2, framed here (`h2conn.rs`) with answers' headers decoded here (`hpack.rs`,
-//!   the Huffman code `loona-hpack`'s), `--streams` workers per connection; a burst's streams
+//! - [`http2`]: HTTP/2, framed here (`h2conn/`) with header blocks encoded and decoded here
+//!   (`hpack/`, the Huffman code's decoding `loona-hpack`'s), `--streams` workers per connection; a burst's streams
 //!   spread over as many connections as the server's stream limit needs ([`http2::Burst`]).
 //! - [`release`]: the instant a burst's members send together.
 //! - [`stream`]: the byte stream under it — plain TCP, or TLS through rustls ([`tls`]).

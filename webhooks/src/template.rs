@@ -1,14 +1,16 @@
 //! The payload template: JSON text with `{{event_id}}`, `{{subject}}`, `{{type}}` and `{{seq}}`.
 //!
 //! The placeholders are written as the harness's request templates write theirs (`{{name}}`,
-//! spaces inside the braces allowed, an unknown name refused with the list of known ones), and the
-//! template is compiled once into literal and variable parts, so rendering an event is a walk with
+//! spaces inside the braces allowed: the syntax is `primitives::template`'s), an unknown name is
+//! refused with the list of known ones, and the template is compiled once into literal and variable parts, so rendering an event is a walk with
 //! no parsing. Values are put in as they are — ids, subjects and types are checked to need no
 //! JSON escaping — so the template decides what is a string (`"{{subject}}"`) and what is a number
 //! (`{{seq}}`). A template is accepted only if it renders to a JSON object: every provider's
 //! payload is one, and Stripe's library refuses anything else.
 
 use std::fmt::Write;
+
+use primitives::template::{pieces, Piece};
 
 /// The default payload: the event id as `id`, as Stripe's events and the Standard Webhooks
 /// examples carry it, the type as `type`, and the subject and its sequence number under
@@ -82,27 +84,17 @@ impl Payload {
             return Err(TemplateError::TooLong(text.len()));
         }
         let mut parts = Vec::new();
-        let mut rest = text;
-        while let Some(i) = rest.find("{{") {
-            if i > 0 {
-                parts.push(Part::Lit(rest[..i].to_string()));
+        for piece in pieces(text) {
+            match piece.map_err(|u| TemplateError::Unclosed(u.at))? {
+                Piece::Text(t) => parts.push(Part::Lit(t.to_string())),
+                Piece::Name(name) => parts.push(Part::Var(match name {
+                    "event_id" => Var::EventId,
+                    "subject" => Var::Subject,
+                    "type" => Var::Type,
+                    "seq" => Var::Seq,
+                    other => return Err(TemplateError::Unknown(other.to_string())),
+                })),
             }
-            let after = &rest[i + 2..];
-            let Some(j) = after.find("}}") else {
-                return Err(TemplateError::Unclosed(text.len() - rest.len() + i));
-            };
-            let var = match after[..j].trim() {
-                "event_id" => Var::EventId,
-                "subject" => Var::Subject,
-                "type" => Var::Type,
-                "seq" => Var::Seq,
-                other => return Err(TemplateError::Unknown(other.to_string())),
-            };
-            parts.push(Part::Var(var));
-            rest = &after[j + 2..];
-        }
-        if !rest.is_empty() {
-            parts.push(Part::Lit(rest.to_string()));
         }
         let len_hint = parts
             .iter()

@@ -45,8 +45,6 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use yaml_config::{Dur, Size};
 
-use crate::pg::sql::is_sqlstate;
-
 /// Which protocol a proxy reads: `tcp` (bytes only), `postgres` or `redis`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -303,6 +301,13 @@ impl<'de> Deserialize<'de> for PgError {
 /// A SQLSTATE, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct SqlState(String);
+
+/// Whether `s` is a SQLSTATE: five characters, digits or upper-case ASCII letters.
+pub fn is_sqlstate(s: &str) -> bool {
+    s.len() == 5
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || b.is_ascii_uppercase())
+}
 
 fn sqlstate(v: &str) -> Result<String, String> {
     if !is_sqlstate(v) {
@@ -1212,6 +1217,12 @@ pub(crate) fn rule_id(id: Option<&String>, i: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sqlstates() {
+        assert!(is_sqlstate("40001") && is_sqlstate("40P01") && is_sqlstate("XX000"));
+        assert!(!is_sqlstate("4000") && !is_sqlstate("40p01") && !is_sqlstate("400011"));
+    }
 
     #[test]
     fn the_module_example_reads() {

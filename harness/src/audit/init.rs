@@ -22,7 +22,7 @@ use reports::model::ProbeKind;
 use serde_json::Value;
 
 use super::session::chain;
-use super::{key_of, kind, load, selected, AuditConfig, AuditError, Selector};
+use super::{kind, load, selected, AuditConfig, AuditError, Selector};
 
 /// Marks an unkeyed request and its retry as one operation, so `duplicates` can count what the
 /// two made together; the API has no reason to read it.
@@ -140,7 +140,7 @@ pub async fn init(cfg: &AuditConfig, out: &Path, force: bool) -> Result<InitOutc
         outcome.written.push(Written {
             path,
             label: label(op),
-            probe: kind(op.method, key_of(op, cfg).is_some()),
+            probe: kind(op.method, cfg.key_of(op).is_some()),
         });
     }
     Ok(outcome)
@@ -254,7 +254,7 @@ impl Writer<'_> {
                 ph.capture = c.clone();
             }
         }
-        let key = key_of(op, self.cfg);
+        let key = self.cfg.key_of(op);
         let probe = kind(op.method, key.is_some());
         let (c, r) = (self.cfg.concurrency, self.cfg.rounds);
         match probe {
@@ -371,7 +371,7 @@ impl Writer<'_> {
         request: &Request,
         replace: &[(String, String)],
     ) -> Result<String, String> {
-        let key = key_of(op, self.cfg);
+        let key = self.cfg.key_of(op);
         let mut headers: Vec<(String, String)> = request
             .headers()
             .into_iter()

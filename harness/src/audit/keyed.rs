@@ -11,15 +11,15 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use checks::duplicates::VerifyConfig;
-use fault_server::draw::splitmix64;
 use history::{KeyCount, StoreCounts};
 use http::HeaderName;
 use openapi::{Operation, Request};
+use primitives::draw::{splitmix64, Fnv};
 use reports::model::{AuditedOperation, OperationVerdict};
 use reports::{CheckResult, Verdict};
 
-use super::session::{baseline_stops, named, Auditor, Prepared};
-use super::{evidence, inconclusive};
+use super::row::{evidence, inconclusive, verdict, COULD_NOT_BUILD};
+use super::session::{named, Auditor, Prepared};
 use crate::probe::record::Answer;
 use crate::probe::{mismatch, Bodies, Exchanged, ProbeOutcome, ProbePlan};
 
@@ -39,25 +39,18 @@ pub(super) async fn probe(
     let Ok(key_header) = HeaderName::from_bytes(key_name.as_bytes()) else {
         return inconclusive(row, format!("{key_name:?} is not a header name"));
     };
-    row.request = Some(String::from_utf8_lossy(&request.to_http()).into_owned());
-    let label = op.label();
-
     let base_key = a.fresh_key();
-    let baseline = match a
-        .session
-        .outgoing(&request, Some(&key_header), Some(&base_key))
+    if let Err(why) = a
+        .baseline(op, &mut row, &request, Some((&key_header, &base_key)))
+        .await
     {
-        Ok(out) => a.session.send(out).await,
-        Err(e) => return inconclusive(row, format!("{}: {e}", super::COULD_NOT_BUILD)),
-    };
-    if let Some(why) = baseline_stops(&label, &baseline) {
         return inconclusive(row, why);
     }
 
     let (bodies, body_note) = bodies(a, op, &request);
     let headers = match a.session.headers(&request, Some(&key_header)) {
         Ok(h) => h,
-        Err(e) => return inconclusive(row, format!("{}: {e}", super::COULD_NOT_BUILD)),
+        Err(e) => return inconclusive(row, format!("{COULD_NOT_BUILD}: {e}")),
     };
     let uri = a.session.target.path(&request.target());
     let plan = ProbePlan {
@@ -154,22 +147,6 @@ fn fill(row: &mut AuditedOperation, o: &ProbeOutcome, concurrency: usize) {
         )));
     }
     row.checks = o.checks.clone();
-}
-
-/// Fail when a check failed; pass when every check passed (weakly or not); inconclusive when a
-/// check could not decide.
-pub(super) fn verdict(checks: &[CheckResult]) -> OperationVerdict {
-    if checks.iter().any(|c| c.verdict == Verdict::Fail) {
-        OperationVerdict::Fail
-    } else if !checks.is_empty()
-        && checks
-            .iter()
-            .all(|c| matches!(c.verdict, Verdict::Pass | Verdict::Weak))
-    {
-        OperationVerdict::Pass
-    } else {
-        OperationVerdict::Inconclusive
-    }
 }
 
 /// Resources created per round key: from the store's counts when there are, else from the
@@ -343,7 +320,7 @@ async fn by_get(
                     if source.is_empty() {
                         source = label;
                     }
-                    if got.is_ok_and(|g| (200..300).contains(&g.status)) {
+                    if got.answer.is_ok_and(|g| (200..300).contains(&g.status)) {
                         exist += 1;
                     }
                 }
@@ -382,31 +359,14 @@ async fn by_get(
 
 /// FNV-1a of `s`: an operation's share of the run's keys, the same on every platform.
 fn fnv(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
+    let mut h = Fnv::new();
+    h.write(s.as_bytes());
+    h.finish()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use reports::CheckResult;
-
-    fn check(v: Verdict) -> CheckResult {
-        CheckResult::new("duplicates", v, "s")
-    }
-
-    #[test]
-    fn one_failed_check_fails_the_operation_and_an_undecided_one_leaves_it_inconclusive() {
-        use Verdict::*;
-        assert_eq!(verdict(&[check(Pass), check(Fail)]), OperationVerdict::Fail);
-        assert_eq!(verdict(&[check(Pass), check(Weak)]), OperationVerdict::Pass);
-        assert_eq!(
-            verdict(&[check(Pass), check(Inconclusive)]),
-            OperationVerdict::Inconclusive
-        );
-        assert_eq!(verdict(&[]), OperationVerdict::Inconclusive);
-    }
 
     #[test]
     fn operations_get_keys_of_their_own() {

@@ -19,133 +19,38 @@
 //! only given where the exchanges decide it; otherwise the row is inconclusive and says why.
 //! Resources a request needs (`/orders/{id}`) are made fresh for it by the operations that
 //! create them (`session.rs`), so no probe judges another probe's leftovers.
+//!
+//! The rooms, each below the ones that use it: `config.rs` what the audit is asked (read by
+//! all), `row.rs` an operation's row, `session.rs` sending, making resources and the baseline
+//! every probe starts with; the probes `keyed.rs`, `retry.rs` and `repeat.rs`, leaves that know
+//! nothing of each other; this file chooses an operation's probe and runs them in order.
 
+mod config;
 pub mod init;
 mod keyed;
 mod repeat;
 mod retry;
+mod row;
 mod session;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fault_server::draw::splitmix64;
 use fault_server::schedule::Glob;
 use openapi::{Api, LinkPlan, Method, Operation, RequestBuilder};
-use reports::model::{AuditedOperation, OperationVerdict, ProbeKind};
-use reports::{Evidence, Report};
-use tokio_util::sync::CancellationToken;
+use primitives::draw::splitmix64;
+use reports::model::{AuditedOperation, ProbeKind};
+use reports::Report;
 
-use crate::http::{Connect, Target};
+use crate::http::Target;
 use crate::metrics::Recorder;
 use crate::plan::SyncMode;
 use crate::report::ReportBuilder;
-use session::{Auditor, Session};
+use row::{inconclusive, row};
+use session::{said_where_from, unmade, Auditor, Prepared, Session};
 
-/// Most rounds (same-key bursts) per keyed operation.
-pub const MAX_ROUNDS: usize = 1000;
-/// Most requests released together.
-pub const MAX_CONCURRENCY: usize = 1000;
-
-/// What to audit and how hard.
-#[derive(Debug, Clone)]
-pub struct AuditConfig {
-    /// The OpenAPI document: a file, or an `http(s)://` URL.
-    pub spec: String,
-    /// The API's base URL: `http://127.0.0.1:8080` or `https://api.example.com/v1`.
-    pub base: String,
-    /// Sent with every request (credentials).
-    pub headers: Vec<(String, String)>,
-    /// Only these operations (ids, or path globs such as `/orders/**`); all when empty.
-    pub only: Vec<String>,
-    /// Not these operations (ids or path globs).
-    pub skip: Vec<String>,
-    /// The idempotency-key header's name.
-    pub key_header: String,
-    /// Probe every POST and PATCH with `key_header`, declared or not.
-    pub force_key: bool,
-    /// Same-key bursts per keyed operation.
-    pub rounds: usize,
-    /// Requests per burst, released together.
-    pub concurrency: usize,
-    /// Limit for one request.
-    pub timeout: Duration,
-    /// Seeds the requests built (the keys are fresh every run).
-    pub seed: u64,
-    /// TLS settings and the protocol.
-    pub connect: Connect,
-    /// How a burst's requests are made to arrive together.
-    pub sync: SyncMode,
-    /// A URL (or path) with `{key}` answering JSON with a `count`, for the keyed operations.
-    pub verify: Option<String>,
-    /// Cancelled on Ctrl-C or SIGTERM: no more operations, and what was done is reported.
-    pub stop: CancellationToken,
-}
-
-impl AuditConfig {
-    /// The defaults, for `spec` against `base`.
-    pub fn new(spec: impl Into<String>, base: impl Into<String>) -> AuditConfig {
-        AuditConfig {
-            spec: spec.into(),
-            base: base.into(),
-            headers: Vec::new(),
-            only: Vec::new(),
-            skip: Vec::new(),
-            key_header: openapi::DEFAULT_KEY_HEADER.to_string(),
-            force_key: false,
-            rounds: 5,
-            concurrency: 10,
-            timeout: Duration::from_secs(5),
-            seed: 1,
-            connect: Connect::default(),
-            sync: SyncMode::Release,
-            verify: None,
-            stop: CancellationToken::new(),
-        }
-    }
-}
-
-/// Why the audit could not be carried out (an operation that fails is a row, not an error).
-#[derive(Debug, thiserror::Error)]
-pub enum AuditError {
-    /// The document cannot be read or is not OpenAPI 3.0/3.1.
-    #[error("{0}")]
-    Spec(String),
-    /// A setting is out of range or malformed.
-    #[error("invalid audit setting `{field}`: {reason}")]
-    InvalidConfig {
-        /// The setting's name.
-        field: &'static str,
-        /// What is wrong and what would work.
-        reason: String,
-    },
-    /// A file cannot be written.
-    #[error("cannot write {path}: {reason}")]
-    Write {
-        /// The file or directory.
-        path: String,
-        /// The operating system's error.
-        reason: String,
-    },
-    /// The API (or the document's URL) cannot be reached.
-    #[error("cannot reach {url}: {reason}")]
-    Unreachable {
-        /// The URL.
-        url: String,
-        /// The operating system's error, or what went wrong.
-        reason: String,
-    },
-}
-
-impl AuditError {
-    /// The CLI exit code: `2` bad input, `3` the audit could not be carried out.
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            AuditError::Spec(_) | AuditError::InvalidConfig { .. } => 2,
-            AuditError::Unreachable { .. } | AuditError::Write { .. } => 3,
-        }
-    }
-}
+pub use config::{AuditConfig, AuditError, MAX_CONCURRENCY, MAX_ROUNDS};
+pub use row::COULD_NOT_BUILD;
 
 /// What the audit did: a row per operation, and the traffic it took.
 #[derive(Debug)]
@@ -277,7 +182,7 @@ pub async fn audit(cfg: &AuditConfig) -> Result<AuditOutcome, AuditError> {
         if cfg.stop.is_cancelled() {
             break;
         }
-        rows.push(auditor.operation(op).await);
+        rows.push(operation(&mut auditor, op).await);
     }
     let mut notes: Vec<String> = api
         .warnings()
@@ -316,19 +221,32 @@ async fn load(cfg: &AuditConfig) -> Result<Api, AuditError> {
     Api::from_bytes(&bytes, &cfg.spec, &config).map_err(|e| AuditError::Spec(e.to_string()))
 }
 
-/// The key header `op` is probed with, and where it comes from (`declared, required`,
-/// `declared`, `forced`).
-pub(crate) fn key_of(op: &Operation, cfg: &AuditConfig) -> Option<(String, &'static str)> {
-    if let Some(k) = &op.key_header {
-        let how = if k.required {
-            "declared, required"
-        } else {
-            "declared"
-        };
-        return Some((k.name.clone(), how));
-    }
-    (cfg.force_key && matches!(op.method, Method::Post | Method::Patch))
-        .then(|| (cfg.key_header.clone(), "forced"))
+/// The row of one operation: its request made, then the probe its method and key call for.
+async fn operation(a: &mut Auditor<'_>, op: &Operation) -> AuditedOperation {
+    let key = a.cfg.key_of(op);
+    let probe = kind(op.method, key.is_some());
+    let sent_before = a.session.recorder.requests().sent;
+    let r = row(op, probe, key.as_ref());
+    let mut out = match a.prepare(op).await {
+        Err(why) => inconclusive(r, format!("{COULD_NOT_BUILD}: {why}")),
+        Ok(request) => {
+            let origins = unmade(&request);
+            let prepared = Prepared { request, key };
+            let judged = match probe {
+                ProbeKind::Keyed => keyed::probe(a, op, prepared, r).await,
+                ProbeKind::LostResponse => retry::probe(a, op, prepared, r).await,
+                _ => repeat::probe(a, op, prepared, r).await,
+            };
+            said_where_from(judged, &origins)
+        }
+    };
+    out.requests_sent = a
+        .session
+        .recorder
+        .requests()
+        .sent
+        .saturating_sub(sent_before);
+    out
 }
 
 /// How an operation is probed, from its method and its key.
@@ -339,53 +257,6 @@ fn kind(method: Method, keyed: bool) -> ProbeKind {
         _ => ProbeKind::Repeat,
     }
 }
-
-/// A row for `op` before its probe decided anything.
-fn row(op: &Operation, probe: ProbeKind, key: Option<&(String, &str)>) -> AuditedOperation {
-    AuditedOperation {
-        method: op.method.as_str().to_string(),
-        path: op.path.clone(),
-        operation_id: op.id.clone(),
-        key_header: key.map(|(n, _)| n.clone()),
-        key_support: key.map_or("none", |(_, s)| s).to_string(),
-        probe,
-        verdict: OperationVerdict::Inconclusive,
-        summary: String::new(),
-        creations: String::new(),
-        replay: String::new(),
-        mismatch: String::new(),
-        missing_key: String::new(),
-        evidence: Vec::new(),
-        checks: Vec::new(),
-        request: None,
-        requests_sent: 0,
-    }
-}
-
-/// One line of evidence.
-fn evidence(detail: impl Into<String>) -> Evidence {
-    Evidence {
-        detail: detail.into(),
-        key: None,
-        seqs: Vec::new(),
-    }
-}
-
-/// Sets `row` inconclusive with `why`, as the summary and its evidence.
-fn inconclusive(mut row: AuditedOperation, why: String) -> AuditedOperation {
-    row.verdict = OperationVerdict::Inconclusive;
-    row.probe = if why.starts_with(COULD_NOT_BUILD) {
-        ProbeKind::None
-    } else {
-        row.probe
-    };
-    row.evidence.push(evidence(why.clone()));
-    row.summary = why;
-    row
-}
-
-/// How a row that was not judged because no valid request was made begins.
-pub const COULD_NOT_BUILD: &str = "could not build a valid request";
 
 #[cfg(test)]
 mod tests {

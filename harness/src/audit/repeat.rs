@@ -9,14 +9,18 @@
 //! `concurrency` DELETEs released together on a fresh resource, none answered with a 5xx (not
 //! sent when the id is the document's example rather than a resource the audit can make again:
 //! the first DELETE removed the only one it names).
+//!
+//! The verdict is the `repeated_request` check's (`checks` crate), on the exchanges recorded as
+//! journal entries and grouped by the part each played.
 
 use bytes::Bytes;
+use checks::exchange::{statuses, Exchange};
+use checks::repeated_request::{self, Repeated};
 use openapi::{Method, Operation, Request};
-use reports::model::{AuditedOperation, OperationVerdict};
+use reports::model::AuditedOperation;
 
-use super::session::{baseline_stops, quoted, statuses, unmade, Auditor, Prepared};
-use super::{evidence, inconclusive};
-use crate::probe::record::Answer;
+use super::row::{evidence, inconclusive, verdict};
+use super::session::{unmade, Auditor, Journaled, Prepared};
 use crate::probe::{Bodies, ProbePlan, Recording};
 
 /// Sequential repeats after the first request.
@@ -29,30 +33,18 @@ pub(super) async fn probe(
     mut row: AuditedOperation,
 ) -> AuditedOperation {
     let request = prepared.request;
-    row.request = Some(String::from_utf8_lossy(&request.to_http()).into_owned());
+    let (out, first_entry, first) = match a.baseline(op, &mut row, &request, None).await {
+        Ok(sent) => sent,
+        Err(why) => return inconclusive(row, why),
+    };
     let label = op.label();
-    let out = match a.session.outgoing(&request, None, None) {
-        Ok(out) => out,
-        Err(e) => return inconclusive(row, format!("{}: {e}", super::COULD_NOT_BUILD)),
-    };
-    let first = a.session.send(out.clone()).await;
-    if let Some(why) = baseline_stops(&label, &first) {
-        return inconclusive(row, why);
-    }
-    let Ok(first) = first else {
-        return inconclusive(row, "the first request got no answer".into());
-    };
     // Counted after the first request, which may create (one resource), and at the end.
     let listed_after_first = count_list(a, op).await;
     let mut repeats = Vec::with_capacity(REPEATS);
     for _ in 0..REPEATS {
-        repeats.push(a.session.send(out.clone()).await);
+        repeats.push(a.session.exchange(out.clone(), None).await);
     }
-    let looked = a.look(&request, &first).await;
-    let after_repeats = match looked {
-        Ok(Some((get, got))) => Some((get, got)),
-        _ => None,
-    };
+    let after_repeats = a.look(&request, &first).await.ok().flatten();
 
     // The concurrent part: on the same resource for a PUT, on a fresh one for a DELETE.
     let concurrent_request = if op.method == Method::Delete {
@@ -86,29 +78,26 @@ pub(super) async fn probe(
         concurrent = burst(a, op, cr).await;
     }
     let after_burst = match (&concurrent_request, op.method) {
-        (Some(cr), Method::Delete) => match a.look(cr, &first).await {
-            Ok(Some((get, got))) => Some((get, got)),
-            _ => None,
-        },
-        _ => match a.look(&request, &first).await {
-            Ok(Some((get, got))) => Some((get, got)),
-            _ => None,
-        },
+        (Some(cr), Method::Delete) => a.look(cr, &first).await.ok().flatten(),
+        _ => a.look(&request, &first).await.ok().flatten(),
     };
     let listed_after_all = count_list(a, op).await;
 
-    let seen = Seen {
-        method: op.method,
-        first: &first,
+    let repeats: Vec<Exchange<'_>> = repeats.iter().map(Journaled::exchange).collect();
+    let concurrent: Vec<Exchange<'_>> = concurrent.iter().map(Journaled::exchange).collect();
+    let judged = repeated_request::judge(&Repeated {
+        first: Exchange {
+            entry: &first_entry,
+            said: &first.text,
+        },
         repeats: &repeats,
         concurrent: &concurrent,
-        after_repeats: after_repeats.as_ref().map(|(_, g)| g),
-        after_burst: after_burst.as_ref().map(|(_, g)| g),
+        after_repeats: after_repeats.as_ref().map(|(_, g)| g.exchange()),
+        after_burst: after_burst.as_ref().map(|(_, g)| g.exchange()),
         listed: listed_after_first.zip(listed_after_all),
-    };
-    let judged = judge(&seen);
-    row.verdict = judged.0;
-    row.summary = judged.1;
+    });
+    row.verdict = verdict(std::slice::from_ref(&judged));
+    row.summary = judged.summary;
     row.replay = format!("{} (repeats)", statuses(&repeats));
     row.creations = format!(
         "{} at once: {}",
@@ -136,7 +125,7 @@ pub(super) async fn probe(
         ("after the burst", &after_burst),
     ] {
         if let Some((get, got)) = looked {
-            let shown = match got {
+            let shown = match &got.answer {
                 Ok(g) => g.status.to_string(),
                 Err(e) => e.clone(),
             };
@@ -156,12 +145,9 @@ pub(super) async fn probe(
     row
 }
 
-/// `concurrency` copies of `request` released together, without a key.
-async fn burst(
-    a: &mut Auditor<'_>,
-    op: &Operation,
-    request: &Request,
-) -> Vec<Result<Answer, String>> {
+/// `concurrency` copies of `request` released together, without a key; each exchange
+/// numbered in the audit's journal.
+async fn burst(a: &mut Auditor<'_>, op: &Operation, request: &Request) -> Vec<Journaled> {
     let Ok(headers) = a.session.headers(request, None) else {
         return Vec::new();
     };
@@ -199,10 +185,18 @@ async fn burst(
     plan.burst(None, body, &mut rec).await;
     a.session.absorb(&rec.entries, &rec.latency_ms);
     let answers = rec.answers.unwrap_or_default();
+    let offset = a.session.since_start(rec.started);
     rec.entries
-        .iter()
+        .into_iter()
         .zip(answers)
-        .map(|(e, ans)| ans.ok_or_else(|| format!("no answer ({})", e.outcome.as_str())))
+        .map(|(mut entry, ans)| {
+            entry.seq = a.session.next_seq();
+            entry.conn_id = entry.seq;
+            entry.t_recv_us += offset;
+            entry.t_done_us += offset;
+            let answer = ans.ok_or_else(|| format!("no answer ({})", entry.outcome.as_str()));
+            Journaled { entry, answer }
+        })
         .collect()
 }
 
@@ -241,194 +235,9 @@ fn items(v: &serde_json::Value) -> Option<usize> {
     }
 }
 
-/// What a PUT's or DELETE's probe saw.
-pub(super) struct Seen<'s> {
-    pub(super) method: Method,
-    pub(super) first: &'s Answer,
-    pub(super) repeats: &'s [Result<Answer, String>],
-    pub(super) concurrent: &'s [Result<Answer, String>],
-    /// The GET of the resource after the repeats, when the document has one.
-    pub(super) after_repeats: Option<&'s Result<Answer, String>>,
-    /// The GET after the concurrent requests.
-    pub(super) after_burst: Option<&'s Result<Answer, String>>,
-    /// The list's size after the first request and at the end.
-    pub(super) listed: Option<(usize, usize)>,
-}
-
-/// The verdict and its sentence.
-pub(super) fn judge(s: &Seen<'_>) -> (OperationVerdict, String) {
-    let fail = |why: String| (OperationVerdict::Fail, why);
-    let server_error = |set: &[Result<Answer, String>]| {
-        set.iter().find_map(|r| match r {
-            Ok(a) if a.status >= 500 => Some(format!("{}{}", a.status, quoted(a))),
-            Err(e) => Some(e.clone()),
-            _ => None,
-        })
-    };
-    if let Some(e) = server_error(s.repeats) {
-        return fail(format!(
-            "the same {} sent again was answered {e}: a client's retry gets an error",
-            s.method
-        ));
-    }
-    if let Some(e) = server_error(s.concurrent) {
-        return fail(format!(
-            "concurrent identical {}s: one was answered {e}",
-            s.method
-        ));
-    }
-    let got =
-        |g: Option<&Result<Answer, String>>| g.and_then(|r| r.as_ref().ok()).map(|a| a.status);
-    match s.method {
-        Method::Put => {
-            if let Some(r) = s
-                .repeats
-                .iter()
-                .flatten()
-                .find(|r| !(200..300).contains(&r.status))
-            {
-                return fail(format!(
-                    "the same PUT sent again was answered {}{}: PUT is idempotent, a repeat \
-                     must succeed as the first did",
-                    r.status,
-                    quoted(r)
-                ));
-            }
-            for g in [got(s.after_repeats), got(s.after_burst)]
-                .into_iter()
-                .flatten()
-            {
-                if !(200..300).contains(&g) {
-                    return fail(format!(
-                        "the resource the PUT answered {} for is not there: its GET answered {g}",
-                        s.first.status
-                    ));
-                }
-            }
-            if let Some((x, y)) = s.listed {
-                if y != x {
-                    return fail(format!(
-                        "repeated and concurrent PUTs of one resource changed the list from {x} \
-                         to {y} items: two PUTs must leave one resource"
-                    ));
-                }
-            }
-            (
-                OperationVerdict::Pass,
-                format!(
-                    "repeated and concurrent PUTs answered {}; the resource is there once",
-                    statuses(s.repeats.iter().chain(s.concurrent))
-                ),
-            )
-        }
-        _ => {
-            if let Some(g) = got(s.after_repeats).filter(|g| (200..300).contains(g)) {
-                return fail(format!(
-                    "DELETE answered {} yet the resource's GET still answers {g}",
-                    s.first.status
-                ));
-            }
-            if let Some(g) = got(s.after_burst).filter(|g| (200..300).contains(g)) {
-                return fail(format!(
-                    "after concurrent DELETEs the resource's GET still answers {g}"
-                ));
-            }
-            (
-                OperationVerdict::Pass,
-                format!(
-                    "a repeated DELETE answered {}, concurrent ones {}; never a 5xx",
-                    statuses(s.repeats),
-                    if s.concurrent.is_empty() {
-                        "were not sent".to_string()
-                    } else {
-                        statuses(s.concurrent)
-                    }
-                ),
-            )
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn ans(status: u16) -> Answer {
-        Answer {
-            status,
-            headers: Vec::new(),
-            body: None,
-            text: String::new(),
-        }
-    }
-
-    fn seen<'s>(
-        method: Method,
-        first: &'s Answer,
-        repeats: &'s [Result<Answer, String>],
-        concurrent: &'s [Result<Answer, String>],
-        after: Option<&'s Result<Answer, String>>,
-        listed: Option<(usize, usize)>,
-    ) -> Seen<'s> {
-        Seen {
-            method,
-            first,
-            repeats,
-            concurrent,
-            after_repeats: after,
-            after_burst: after,
-            listed,
-        }
-    }
-
-    #[test]
-    fn a_second_delete_may_answer_404_but_never_5xx() {
-        let first = ans(204);
-        let gone = Ok(ans(404));
-        let still = Ok(ans(200));
-        let (again, together) = ([Ok(ans(404)), Ok(ans(404))], [Ok(ans(204)), Ok(ans(404))]);
-        let ok = seen(Method::Delete, &first, &again, &together, Some(&gone), None);
-        assert_eq!(judge(&ok).0, OperationVerdict::Pass);
-        let failed = [Ok(ans(500))];
-        let bad = seen(Method::Delete, &first, &failed, &[], Some(&gone), None);
-        assert_eq!(judge(&bad).0, OperationVerdict::Fail);
-        let deleted = [Ok(ans(204))];
-        let kept = seen(Method::Delete, &first, &deleted, &[], Some(&still), None);
-        assert_eq!(judge(&kept).0, OperationVerdict::Fail);
-    }
-
-    #[test]
-    fn two_puts_leave_one_resource() {
-        let first = ans(201);
-        let there = Ok(ans(200));
-        let reps = [Ok(ans(200)), Ok(ans(200))];
-        let ok = seen(
-            Method::Put,
-            &first,
-            &reps,
-            &reps,
-            Some(&there),
-            Some((1, 1)),
-        );
-        assert_eq!(judge(&ok).0, OperationVerdict::Pass);
-        let grew = seen(
-            Method::Put,
-            &first,
-            &reps,
-            &reps,
-            Some(&there),
-            Some((1, 4)),
-        );
-        let (v, why) = judge(&grew);
-        assert_eq!(v, OperationVerdict::Fail);
-        assert!(why.contains("from 1 to 4"), "{why}");
-        let conflict = [Ok(ans(409))];
-        let refused = seen(Method::Put, &first, &conflict, &[], Some(&there), None);
-        assert_eq!(judge(&refused).0, OperationVerdict::Fail);
-        let died = [Err("no answer (closed)".to_string())];
-        let crashed = seen(Method::Put, &first, &reps, &died, Some(&there), None);
-        assert_eq!(judge(&crashed).0, OperationVerdict::Fail);
-    }
 
     #[test]
     fn list_answers_are_counted_as_arrays_or_one_array_field() {

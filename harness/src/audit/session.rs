@@ -13,21 +13,43 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use checks::exchange::Exchange;
 use history::{Entry, ErrorKind, Outcome};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use openapi::{Api, LinkPlan, Operation, Recorded, Request, RequestBuilder, Source};
-use reports::model::{AuditedOperation, ProbeKind};
+use reports::model::AuditedOperation;
 
-use super::{inconclusive, kind, row, AuditConfig, AuditError, COULD_NOT_BUILD};
+use super::config::{AuditConfig, AuditError};
+use super::row::{evidence, COULD_NOT_BUILD};
 use crate::http::{Conn, Connect, Outgoing, Target};
 use crate::metrics::Recorder;
-use crate::probe::record::Answer;
+use crate::probe::record::{unanswered, Answer};
 
 /// Producers followed at most this deep (an order needs a customer needs an account…).
 const MAX_CHAIN: usize = 6;
+
+/// One exchange of the audit: its journal entry from the client's side (as `harness
+/// idempotency` records its own, `probe/record.rs`), beside its answer or why none came.
+pub(crate) struct Journaled {
+    pub(crate) entry: Entry,
+    pub(crate) answer: Result<Answer, String>,
+}
+
+impl Journaled {
+    /// The exchange as the checks read it.
+    pub(crate) fn exchange(&self) -> Exchange<'_> {
+        Exchange {
+            entry: &self.entry,
+            said: match &self.answer {
+                Ok(a) => &a.text,
+                Err(e) => e,
+            },
+        }
+    }
+}
 
 /// The connection settings every request of an audit shares, and the count of what was sent.
 pub(crate) struct Session {
@@ -36,6 +58,11 @@ pub(crate) struct Session {
     pub(crate) extra: Vec<(HeaderName, HeaderValue)>,
     pub(crate) timeout: Duration,
     pub(crate) recorder: Recorder,
+    /// When the audit began: the journal's times count from it.
+    started: Instant,
+    started_unix_ms: u64,
+    /// Exchanges numbered so far (the journal's `seq`).
+    sent: u64,
 }
 
 impl Session {
@@ -67,6 +94,11 @@ impl Session {
             extra,
             timeout,
             recorder: Recorder::new(false),
+            started: Instant::now(),
+            started_unix_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            sent: 0,
         })
     }
 
@@ -146,20 +178,59 @@ impl Session {
 
     /// Sends one request on its own connection; the answer, or what happened instead.
     pub(crate) async fn send(&mut self, out: Outgoing) -> Result<Answer, String> {
+        self.exchange(out, None).await.answer
+    }
+
+    /// Sends one request on its own connection and records the exchange as a journal entry,
+    /// the resource its answer names read as the operation at `names` reads it.
+    pub(crate) async fn exchange(&mut self, out: Outgoing, names: Option<&str>) -> Journaled {
+        self.sent += 1;
+        let mut entry = Entry::blank(self.sent);
+        entry.method = out.method.to_string();
+        entry.path = out.uri.split('?').next().unwrap_or(&out.uri).to_string();
+        entry.query = out.uri.split_once('?').map(|(_, q)| q.to_string());
+        entry.conn_id = entry.seq;
         let mut conn = Conn::new(self.target.clone());
         let t0 = Instant::now();
         let r = conn.send(out, self.timeout).await;
-        match r {
+        entry.t_recv_us = t0.saturating_duration_since(self.started).as_micros() as u64;
+        entry.t_done_us = self.started.elapsed().as_micros() as u64;
+        entry.unix_ms = self.started_unix_ms + entry.t_recv_us / 1000;
+        let answer = match r {
             Ok(reply) => {
                 self.recorder.latency(t0.elapsed());
                 self.recorder.result(Some(reply.status.as_u16()), None);
-                Ok(Answer::of(&reply))
+                let answer = Answer::of(&reply);
+                entry.status = Some(answer.status);
+                entry.outcome = Outcome::Responded;
+                entry.replayed = answer.headers.iter().any(|(n, v)| {
+                    n.eq_ignore_ascii_case("idempotent-replayed") && v.trim() == "true"
+                });
+                entry.resource = names.and_then(|path| named(path, &answer));
+                if (200..300).contains(&answer.status) && !entry.replayed {
+                    entry.created = entry.resource.clone();
+                }
+                Ok(answer)
             }
             Err(e) => {
                 self.recorder.result(None, Some(e.kind));
+                unanswered(&mut entry, e.kind);
                 Err(format!("no answer ({}): {}", e.kind.as_str(), e.message))
             }
-        }
+        };
+        Journaled { entry, answer }
+    }
+
+    /// Microseconds from the audit's start to `t`: where the journal's time of an exchange
+    /// recorded elsewhere (a burst's, from its own start) begins.
+    pub(crate) fn since_start(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.started).as_micros() as u64
+    }
+
+    /// The next number of the audit's journal, for an exchange sent elsewhere (a burst's).
+    pub(crate) fn next_seq(&mut self) -> u64 {
+        self.sent += 1;
+        self.sent
     }
 
     /// Counts what a probe sent through its own connections.
@@ -282,39 +353,6 @@ impl<'a> Auditor<'a> {
         format!("audit-{:016x}-{}", self.nonce, self.keys)
     }
 
-    /// The key header `op` is probed with, and where it comes from.
-    pub(crate) fn key_of(&self, op: &Operation) -> Option<(String, &'static str)> {
-        super::key_of(op, self.cfg)
-    }
-
-    /// The row of one operation: its request made, then its probe.
-    pub(crate) async fn operation(&mut self, op: &Operation) -> AuditedOperation {
-        let key = self.key_of(op);
-        let probe = kind(op.method, key.is_some());
-        let sent_before = self.session.recorder.requests().sent;
-        let r = row(op, probe, key.as_ref());
-        let mut out = match self.prepare(op).await {
-            Err(why) => inconclusive(r, format!("{COULD_NOT_BUILD}: {why}")),
-            Ok(request) => {
-                let origins = unmade(&request);
-                let prepared = Prepared { request, key };
-                let judged = match probe {
-                    ProbeKind::Keyed => super::keyed::probe(self, op, prepared, r).await,
-                    ProbeKind::LostResponse => super::retry::probe(self, op, prepared, r).await,
-                    _ => super::repeat::probe(self, op, prepared, r).await,
-                };
-                said_where_from(judged, &origins)
-            }
-        };
-        out.requests_sent = self
-            .session
-            .recorder
-            .requests()
-            .sent
-            .saturating_sub(sent_before);
-        out
-    }
-
     /// A request for `op`, with the resources it names made for it first.
     pub(crate) async fn prepare(&mut self, op: &Operation) -> Result<Request, String> {
         let chain = chain(self.plan, &op.id)?;
@@ -325,7 +363,7 @@ impl<'a> Auditor<'a> {
                 .operation(&id)
                 .ok_or_else(|| format!("the plan names {id}, which the document lacks"))?;
             let request = self.build(producer, &made)?;
-            let key = self.key_of(producer);
+            let key = self.cfg.key_of(producer);
             let key_name = match &key {
                 Some((n, _)) => Some(
                     HeaderName::from_bytes(n.as_bytes())
@@ -380,7 +418,7 @@ impl<'a> Auditor<'a> {
         &mut self,
         sent: &Request,
         answer: &Answer,
-    ) -> Result<Option<(String, Result<Answer, String>)>, String> {
+    ) -> Result<Option<(String, Journaled)>, String> {
         let recorded = recorded(Some(sent), answer);
         let get = self
             .plan
@@ -391,7 +429,31 @@ impl<'a> Auditor<'a> {
         };
         let label = format!("GET {}", get.target());
         let out = self.session.outgoing(&get, None, None)?;
-        Ok(Some((label, self.session.send(out).await)))
+        Ok(Some((label, self.session.exchange(out, None).await)))
+    }
+
+    /// The step every probe starts with: `request` shown in the row as it is sent, then sent
+    /// once as it was built, with `key` under its header when the probe takes one (the
+    /// baseline). The request as sent, its journal entry and its answer; or, when the request cannot be sent, gets
+    /// no answer, is refused or fails, why nothing can be judged (the row is then left
+    /// inconclusive with it).
+    pub(crate) async fn baseline(
+        &mut self,
+        op: &Operation,
+        row: &mut AuditedOperation,
+        request: &Request,
+        key: Option<(&HeaderName, &str)>,
+    ) -> Result<(Outgoing, Entry, Answer), String> {
+        row.request = Some(String::from_utf8_lossy(&request.to_http()).into_owned());
+        let out = self
+            .session
+            .outgoing(request, key.map(|(n, _)| n), key.map(|(_, k)| k))
+            .map_err(|e| format!("{COULD_NOT_BUILD}: {e}"))?;
+        let Journaled { entry, answer } = self.session.exchange(out.clone(), Some(&op.path)).await;
+        if let Some(why) = baseline_stops(&op.label(), &answer) {
+            return Err(why);
+        }
+        answer.map(|a| (out, entry, a))
     }
 }
 
@@ -498,7 +560,7 @@ pub(crate) fn unmade(request: &Request) -> Vec<Unmade> {
 /// every such value when no valid request could be made (a 404 on an example's id is the
 /// document's example, not a verdict), the document's examples that stood in for a creation's
 /// answer on any other row.
-fn said_where_from(mut row: AuditedOperation, origins: &[Unmade]) -> AuditedOperation {
+pub(crate) fn said_where_from(mut row: AuditedOperation, origins: &[Unmade]) -> AuditedOperation {
     let refused = row.summary.starts_with(COULD_NOT_BUILD);
     let told: Vec<&Unmade> = origins.iter().filter(|u| refused || u.declared).collect();
     if told.is_empty() {
@@ -507,7 +569,7 @@ fn said_where_from(mut row: AuditedOperation, origins: &[Unmade]) -> AuditedOper
     let said: Vec<&str> = told.iter().map(|u| u.said.as_str()).collect();
     row.summary = format!("{} ({})", row.summary, said.join("; "));
     for u in told {
-        row.evidence.push(super::evidence(u.detail.clone()));
+        row.evidence.push(evidence(u.detail.clone()));
     }
     row
 }
@@ -552,24 +614,6 @@ pub(crate) fn named(path: &str, answer: &Answer) -> Option<String> {
     })
 }
 
-/// Answers counted by status: `201×1, 409×9`, and the failures to answer.
-pub(crate) fn statuses<'s>(
-    answers: impl IntoIterator<Item = &'s Result<Answer, String>>,
-) -> String {
-    let mut by: BTreeMap<String, usize> = BTreeMap::new();
-    for a in answers {
-        let k = match a {
-            Ok(a) => a.status.to_string(),
-            Err(_) => "no answer".to_string(),
-        };
-        *by.entry(k).or_insert(0) += 1;
-    }
-    by.iter()
-        .map(|(k, n)| format!("{k}×{n}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// Why a baseline answer stops the probe before any verdict: no answer, a refusal (the request
 /// was not valid for this API), or a failure of the API on a valid request.
 pub(crate) fn baseline_stops(label: &str, answer: &Result<Answer, String>) -> Option<String> {
@@ -592,6 +636,8 @@ pub(crate) fn baseline_stops(label: &str, answer: &Result<Answer, String>) -> Op
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::audit::row::{inconclusive, row};
+    use reports::model::ProbeKind;
 
     fn answer(status: u16, body: &str, headers: &[(&str, &str)]) -> Answer {
         Answer {
@@ -700,16 +746,5 @@ mod tests {
             "{}",
             refused.summary
         );
-    }
-
-    #[test]
-    fn statuses_are_counted_in_order() {
-        let a = vec![
-            Ok(answer(409, "", &[])),
-            Ok(answer(201, "", &[])),
-            Err("no answer".into()),
-            Ok(answer(409, "", &[])),
-        ];
-        assert_eq!(statuses(&a), "201×1, 409×2, no answer×1");
     }
 }

@@ -35,10 +35,10 @@ use bytes::Bytes;
 use checks::duplicates::{DuplicatesConfig, VerifyConfig};
 use checks::idempotency_semantics::IdempotencySemanticsConfig;
 use checks::ChecksConfig;
-use fault_server::draw::splitmix64;
 use history::{Entry, Facts, StoreCounts};
 use http::header::{CONTENT_TYPE, HOST};
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use primitives::draw::splitmix64;
 use reports::CheckResult;
 use serde::Serialize;
 
@@ -152,11 +152,14 @@ pub enum ProbeError {
 }
 
 impl ProbeError {
-    /// The CLI exit code: `2` bad input, `3` the run could not be carried out.
-    pub fn exit_code(&self) -> i32 {
+    /// What kind of failure it is: bad input, or a probe that could not be carried out.
+    pub fn kind(&self) -> crate::failure::FailureKind {
+        use crate::failure::FailureKind;
         match self {
-            ProbeError::InvalidUrl { .. } | ProbeError::InvalidConfig { .. } => 2,
-            ProbeError::Unreachable { .. } | ProbeError::TaskDied(_) => 3,
+            ProbeError::InvalidUrl { .. } | ProbeError::InvalidConfig { .. } => {
+                FailureKind::BadInput
+            }
+            ProbeError::Unreachable { .. } | ProbeError::TaskDied(_) => FailureKind::CouldNotRun,
         }
     }
 }

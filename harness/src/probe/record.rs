@@ -187,21 +187,7 @@ impl Recording {
                     .errors_by_kind
                     .entry(err.kind.as_str().to_string())
                     .or_insert(0) += 1;
-                e.status = None;
-                e.outcome = match err.kind {
-                    ErrorKind::Timeout => Outcome::Hung,
-                    ErrorKind::Reset => Outcome::Reset,
-                    ErrorKind::Closed | ErrorKind::Malformed | ErrorKind::Protocol => {
-                        Outcome::Dropped
-                    }
-                    // The server said it did not process the request (RFC 9113 §8.7).
-                    ErrorKind::Refused => {
-                        e.rejected = Some("refused-stream".to_string());
-                        Outcome::Rejected
-                    }
-                    // Nothing reached the server, or the client failed: nothing to judge.
-                    ErrorKind::Connect | ErrorKind::Tls | ErrorKind::Other => Outcome::ClientClosed,
-                };
+                unanswered(&mut e, err.kind);
             }
         }
         self.entries.push(e);
@@ -209,6 +195,23 @@ impl Recording {
             answers.push(result.as_ref().ok().map(Answer::of));
         }
     }
+}
+
+/// `e` as an exchange that got no answer, failed as `kind`: how the journal says it ended.
+pub(crate) fn unanswered(e: &mut Entry, kind: ErrorKind) {
+    e.status = None;
+    e.outcome = match kind {
+        ErrorKind::Timeout => Outcome::Hung,
+        ErrorKind::Reset => Outcome::Reset,
+        ErrorKind::Closed | ErrorKind::Malformed | ErrorKind::Protocol => Outcome::Dropped,
+        // The server said it did not process the request (RFC 9113 §8.7).
+        ErrorKind::Refused => {
+            e.rejected = Some("refused-stream".to_string());
+            Outcome::Rejected
+        }
+        // Nothing reached the server, or the client failed: nothing to judge.
+        ErrorKind::Connect | ErrorKind::Tls | ErrorKind::Other => Outcome::ClientClosed,
+    };
 }
 
 /// The start of `body` as one line of text.

@@ -406,7 +406,7 @@ fn check_shardable(
                 "split into shards, a burst must start at the same instant on every shard, so every phase before it needs a length (a rate, clients with a duration, or a burst with `every`)",
             ));
         }
-        known_start &= crate::driver::phase_length(&p.kind).is_some();
+        known_start &= p.kind.length().is_some();
     }
     Ok(())
 }
@@ -777,10 +777,7 @@ fn resolve_window(
             format!("{}; a window is at least 1ms", scaling.describe(written.0)),
         ));
     }
-    let known: Duration = phases
-        .iter()
-        .filter_map(|p| crate::driver::phase_length(&p.kind))
-        .sum();
+    let known: Duration = phases.iter().filter_map(|p| p.kind.length()).sum();
     let windows = known.as_nanos() / w.as_nanos();
     if windows > u128::from(bounds::MAX_WINDOWS) {
         return Err(invalid(

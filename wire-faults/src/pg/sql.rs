@@ -175,13 +175,6 @@ pub fn control(normalized: &str) -> Option<TxControl> {
     }
 }
 
-/// Whether `s` is a SQLSTATE: five characters, digits or upper-case ASCII letters.
-pub fn is_sqlstate(s: &str) -> bool {
-    s.len() == 5
-        && s.bytes()
-            .all(|b| b.is_ascii_digit() || b.is_ascii_uppercase())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,11 +232,5 @@ mod tests {
         ] {
             assert_eq!(control(s), c, "{s}");
         }
-    }
-
-    #[test]
-    fn sqlstates() {
-        assert!(is_sqlstate("40001") && is_sqlstate("40P01") && is_sqlstate("XX000"));
-        assert!(!is_sqlstate("4000") && !is_sqlstate("40p01") && !is_sqlstate("400011"));
     }
 }

@@ -16,7 +16,12 @@ use checks::{
 use clap::Args;
 use yaml_config::{ConfigError, Dur};
 
-use crate::cli::{ConnectArgs, Output, SyncArg};
+use reports::Outcome;
+
+use super::args::{ConnectArgs, Output, SyncArg};
+use super::exit::CliError;
+use super::output::emit;
+use super::signals::stop_on_signals;
 use crate::plan::{Plan, SyncMode};
 use crate::scenario::{DeliverFile, Overrides, PhaseFile, RequestFile, ScenarioFile};
 
@@ -290,6 +295,26 @@ fn flag_message(e: ConfigError) -> String {
         }
     }
     e.to_string()
+}
+
+pub(super) async fn deliver(a: DeliverArgs) -> Result<Outcome, CliError> {
+    let connect = a.connect.connect()?;
+    let o = Overrides {
+        seed: a.seed,
+        time_scale: a.time_scale,
+        tls: connect.tls.clone(),
+        http2: connect.http2,
+        streams: a.connect.streams,
+        max_header_list: a.connect.max_header_list,
+        source: connect.source,
+        ..Overrides::default()
+    };
+    let plan = a.plan(&o).map_err(CliError::Input)?;
+    let stop = stop_on_signals();
+    let outcome = crate::run::run_plan(&plan, stop, crate::progress::wanted())
+        .await
+        .map_err(|e| CliError::Run(e.to_string()))?;
+    emit(&outcome.report, &a.output)
 }
 
 #[cfg(test)]

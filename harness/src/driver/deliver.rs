@@ -36,8 +36,6 @@
 //! chaos — which events are duplicated, forged, reversed — is drawn from the scenario's seed and
 //! the events' numbers, the same in every run of that seed.
 
-pub mod flags;
-
 use std::collections::{BTreeMap, BinaryHeap};
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,7 +47,7 @@ use http::{HeaderName, HeaderValue};
 use tokio::sync::Notify;
 use webhooks::{Decision, Event, Forgery, Outcome, Plan, Spacing};
 
-use crate::driver::PhaseCtx;
+use super::phase::{Delivered, PhaseCtx, PhaseRun, VERIFY_MAX};
 use crate::http::http2::{Burst, H2Conn};
 use crate::http::release::Release;
 use crate::http::{AttemptError, Conn, Outgoing, Reply, Target};
@@ -57,30 +55,8 @@ use crate::metrics::{Recorder, Sink};
 use crate::plan::{DeliverPlan, PhasePlan, SyncMode};
 use crate::template::Vars;
 
-/// Most event ids, forgery ids and subjects a phase keeps for the verify step.
-pub const VERIFY_MAX: usize = 2000;
-
 /// Most release skews kept for the phase's figures.
 const SKEWS_KEPT: usize = 10_000;
-
-/// What a deliver phase leaves beside its measurements.
-#[derive(Debug)]
-pub struct Delivered {
-    /// The deliveries' journal: one JSON line per attempt, in the order the attempts ended
-    /// (none when no file could be made: the phase then failed).
-    pub journal: Option<tempfile::NamedTempFile>,
-    /// Entries in it.
-    pub entries: u64,
-    /// Genuine events' ids, for the verify step (the first [`VERIFY_MAX`]).
-    pub events: Vec<String>,
-    /// Forged deliveries' event ids, for the verify step (the first [`VERIFY_MAX`]).
-    pub forged: Vec<String>,
-    /// Subjects whose events went out of order, for the state lookup (the first
-    /// [`VERIFY_MAX`]).
-    pub subjects: Vec<String>,
-    /// The phase's figures for the report.
-    pub metrics: BTreeMap<String, serde_json::Value>,
-}
 
 /// A redelivery waiting for its time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,12 +183,8 @@ struct Shared {
 /// Runs a deliver phase to its end: every subject delivered, every redelivery made or given
 /// up, or `ctx.stop`. The workers fold their latencies into the phase's `sink`, as the other
 /// phases' workers do.
-pub async fn run(
-    phase: &PhasePlan,
-    d: &DeliverPlan,
-    ctx: &PhaseCtx,
-    sink: &Arc<Sink>,
-) -> (Recorder, Delivered) {
+pub(super) async fn deliver(run: PhaseRun<'_>, d: &DeliverPlan) -> (Recorder, Delivered) {
+    let (phase, ctx, sink): (&PhasePlan, &PhaseCtx, &Arc<Sink>) = (run.plan, run.ctx, run.sink);
     let mut failed = Recorder::new(false);
     let journal = match tempfile::Builder::new()
         .prefix("harness-deliveries")
