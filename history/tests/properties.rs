@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use history::{
-    AppliedToxic, EndedBy, Entry, GrpcCode, HttpVersion, Outcome, PgStatement, Protocol, RedisCommand,
-    TcpConnection, TcpEnd, TxControl, TxStatus,
+    AppliedToxic, EndedBy, Entry, GrpcCode, HttpVersion, Outcome, PgStatement, Protocol,
+    RedisCommand, TcpConnection, TcpEnd, TxControl, TxStatus,
 };
 use proptest::prelude::*;
 
