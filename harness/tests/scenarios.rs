@@ -28,7 +28,12 @@ fn expectation(text: &str) -> (bool, Vec<String>) {
             let body = l.trim_start_matches('#').trim();
             // The Expected sentence ends at a blank comment line, a "See …" pointer or a new heading.
             let heading = body.split_once(':').is_some_and(|(h, _)| !h.contains(' '));
-            if !l.starts_with("# ") || body.is_empty() || body.starts_with("See ") || heading {
+            if !l.starts_with("# ")
+                || body.is_empty()
+                || body.starts_with("See ")
+                || heading
+                || body.starts_with("May be inconclusive:")
+            {
                 break;
             }
             expected.push(' ');

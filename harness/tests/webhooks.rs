@@ -92,6 +92,9 @@ fn expectation(text: &str) -> (bool, Vec<String>) {
         .skip_while(|l| !l.starts_with("# Expected:"))
         .take_while(|l| l.starts_with('#'))
         .take_while(|l| !l.trim_start_matches('#').trim().is_empty())
+        .take_while(|l| {
+            !l.starts_with("# Inconclusive:") && !l.starts_with("# May be inconclusive:")
+        })
         .map(|l| l.trim_start_matches('#'))
         .collect::<Vec<_>>()
         .join(" ");

@@ -177,8 +177,8 @@ prop_compose! {
         (grpc_previous_attempts, grpc_timeout_ms, pushback_ms, committed) in (proptest::option::of(any::<u32>()), proptest::option::of(any::<u64>()), proptest::option::of(any::<i64>()), proptest::option::of(any::<bool>())),
         (event_type, event_seq, forged) in (proptest::option::of(text()), proptest::option::of(any::<u32>()), proptest::option::of(text())),
         (delivery_attempt, answer_dropped) in (proptest::option::of(any::<u32>()), any::<bool>()),
-        tcp in proptest::option::of(connection()),
-        protocol in proptest::option::of(protocol()),
+        tcp in proptest::option::of(connection().boxed()),
+        protocol in proptest::option::of(protocol().boxed()),
     ) -> Entry {
         Entry {
             t_body_us, t_wire_us, unix_us, replica, body_sha256, rule, fault, created, transition,
