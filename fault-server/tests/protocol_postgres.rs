@@ -712,3 +712,36 @@ async fn a_message_cut_by_the_close_and_a_statement_over_the_bound_are_journaled
         .expect("the cut message is journaled");
     assert!(cut.contains("closed in the middle of message Q"), "{cut}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_is_journaled_when_its_answer_comes_while_its_connection_stays_open() {
+    let Some(pg) = Pg::start("open", "      rules: []", 1).await else {
+        return;
+    };
+    // A pooled connection: open, idle between transactions, never closed while the journal is
+    // read — as a service's pool keeps it.
+    let c = pg.connect().await.unwrap();
+    c.batch_execute("BEGIN").await.unwrap();
+    c.execute("INSERT INTO items (name) VALUES ($1)", &[&"kept-open"])
+        .await
+        .unwrap();
+    c.batch_execute("COMMIT").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let commit = loop {
+        pg.server.settle(Duration::from_secs(1)).await;
+        let j = pg.server.journal().entries();
+        let commit = statements(&j)
+            .into_iter()
+            .find(|e| e.postgres().unwrap().control == Some(TxControl::Commit))
+            .cloned();
+        match commit {
+            Some(e) => break e,
+            None if Instant::now() > deadline => {
+                panic!("the COMMIT answered to an open connection is not journaled: {j:#?}")
+            }
+            None => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    };
+    assert_eq!(commit.postgres().unwrap().committed, Some(true));
+    assert!(!c.is_closed());
+}

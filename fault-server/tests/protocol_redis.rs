@@ -470,3 +470,34 @@ async fn bytes_that_are_not_resp_or_too_large_are_closed_or_forwarded_as_configu
         direct(&redis, &["DEL", &key]);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_is_journaled_when_its_reply_comes_while_its_connection_stays_open() {
+    let Some((redis, _)) = tools("open") else {
+        return;
+    };
+    let s = start(&redis, "      rules: []").await;
+    let at = s.proxy_addr("cache").expect("the proxy listens");
+    let mut c = TcpStream::connect(at).expect("the proxy");
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.write_all(b"*1\r\n$4\r\nPING\r\n").unwrap();
+    let mut buf = [0u8; 64];
+    let n = c.read(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"+PONG\r\n");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        s.settle(Duration::from_secs(1)).await;
+        let j = s.journal().entries();
+        if let Some(e) = commands(&j).first() {
+            assert_eq!(e.redis().unwrap().command, "PING");
+            assert_eq!(e.redis().unwrap().reply.as_deref(), Some("simple"));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the PING answered on an open connection is not journaled: {j:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(c);
+}

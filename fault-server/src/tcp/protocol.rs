@@ -319,6 +319,9 @@ impl Wire {
                             Ok(None) => break None,
                             Err(e) => break Some((Side::Server, e)),
                         };
+                        // An answer settles the statements it ends (a ReadyForQuery: their
+                        // transaction's fate): journaled now, not at the client's next message.
+                        settled.extend(session.take_journal());
                         if !outs.client_step(step, raw) {
                             self.closing = true;
                             break None;
@@ -356,6 +359,7 @@ impl Wire {
                         match server.next_reply_piece() {
                             Ok(Some(p)) => {
                                 let step = session.on_reply(&p, now_us);
+                                settled.extend(session.take_journal());
                                 if !outs.client_step(step, p.bytes) {
                                     self.closing = true;
                                     break None;
