@@ -501,3 +501,44 @@ async fn a_command_is_journaled_when_its_reply_comes_while_its_connection_stays_
     }
     drop(c);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_over_the_bound_is_cut_in_the_journal_and_a_command_cut_by_the_close_is_journaled() {
+    const T: &str = "resp_cut";
+    let Some((redis, _)) = tools(T) else { return };
+    let server = start(&redis, "      max_key: 8B\n      rules: []").await;
+    let at = server.proxy_addr("cache").unwrap();
+    let key = format!("{}a-key-longer-than-eight-bytes", prefix(T));
+    let mut s = TcpStream::connect(at).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let set = format!("*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n$1\r\nv\r\n", key.len());
+    s.write_all(set.as_bytes()).unwrap();
+    let mut ok = [0u8; 5];
+    s.read_exact(&mut ok).unwrap();
+    assert_eq!(&ok, b"+OK\r\n", "the command ran whatever its key's length");
+    // A GET whose key is cut by the close: half of its bulk string came.
+    s.write_all(b"*2\r\n$3\r\nGET\r\n$10\r\nabc").unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    assert!(rest.is_empty(), "nothing answered to half a command: {rest:?}");
+    let j = journal(&server, 1).await;
+    let c = commands(&j);
+    let set = c[0].redis().unwrap();
+    assert_eq!(set.command, "SET");
+    assert_eq!(set.key.as_deref(), Some(&key[..8]), "{set:#?}");
+    let cut = c
+        .iter()
+        .find(|e| e.outcome == Outcome::Rejected)
+        .expect("the cut command journaled");
+    assert!(
+        cut.redis()
+            .unwrap()
+            .violation
+            .as_deref()
+            .is_some_and(|v| v.contains("closed in the middle")),
+        "{cut:#?}"
+    );
+    assert_eq!(direct(&redis, &["GET", &key]), "$1\r\nv\r\n");
+    direct(&redis, &["DEL", &key]);
+}
