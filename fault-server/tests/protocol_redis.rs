@@ -521,7 +521,10 @@ async fn a_key_over_the_bound_is_cut_in_the_journal_and_a_command_cut_by_the_clo
     s.shutdown(std::net::Shutdown::Write).unwrap();
     let mut rest = Vec::new();
     let _ = s.read_to_end(&mut rest);
-    assert!(rest.is_empty(), "nothing answered to half a command: {rest:?}");
+    assert!(
+        rest.is_empty(),
+        "nothing answered to half a command: {rest:?}"
+    );
     let j = journal(&server, 1).await;
     let c = commands(&j);
     let set = c[0].redis().unwrap();

@@ -209,11 +209,7 @@ impl JournalTally {
                 .values()
                 .map(|c| c.connections)
                 .sum::<u64>()
-            + self
-                .statements
-                .values()
-                .map(|s| s.statements)
-                .sum::<u64>()
+            + self.statements.values().map(|s| s.statements).sum::<u64>()
     }
 
     /// The TCP proxies' connections, one row per proxy.
@@ -375,7 +371,10 @@ mod tests {
         let rows = t.statements();
         assert_eq!(rows.len(), 2);
         let (cache, db) = (&rows[0], &rows[1]);
-        assert_eq!((db.proxy.as_str(), db.protocol.as_str()), ("db", "postgres"));
+        assert_eq!(
+            (db.proxy.as_str(), db.protocol.as_str()),
+            ("db", "postgres")
+        );
         assert_eq!(db.statements, 4);
         assert_eq!(
             (db.committed, db.not_committed, db.committed_unanswered),
@@ -389,7 +388,11 @@ mod tests {
         assert_eq!((cache.protocol.as_str(), cache.statements), ("redis", 1));
         assert_eq!(cache.by_error.get("LOADING"), Some(&1));
         assert_eq!(cache.committed + cache.not_committed, 0);
-        assert_eq!(t.latency().len(), 1, "only the request's latency is charted");
+        assert_eq!(
+            t.latency().len(),
+            1,
+            "only the request's latency is charted"
+        );
     }
 
     #[test]

@@ -134,7 +134,13 @@ fn expectation(text: &str) -> (bool, Vec<String>) {
 struct Service(Child);
 
 impl Service {
-    fn start(python: &Path, script: &str, args: &[String], bind: &str, env: &[(&str, &str)]) -> Service {
+    fn start(
+        python: &Path,
+        script: &str,
+        args: &[String],
+        bind: &str,
+        env: &[(&str, &str)],
+    ) -> Service {
         let mut child = Command::new(python)
             .arg(root().join(script))
             .args(["--bind", bind])
@@ -243,7 +249,11 @@ fn run(name: &str) -> Option<Value> {
     let _service = Service::start(&py, &script, &args, &addr, &env);
     let upstream = format!("http://{addr}");
     let (code, report) = harness_run(
-        &[path.to_str().expect("a UTF-8 path"), "--upstream", &upstream],
+        &[
+            path.to_str().expect("a UTF-8 path"),
+            "--upstream",
+            &upstream,
+        ],
         &env,
     );
     let verdicts: Vec<String> = report["checks"]
@@ -259,7 +269,10 @@ fn run(name: &str) -> Option<Value> {
         assert_eq!(code, Some(0), "{name}: {verdicts:#?}");
     } else {
         assert_eq!(code, Some(1), "{name}: {verdicts:#?}");
-        assert!(!failing.is_empty(), "{name}: the Expected line names checks");
+        assert!(
+            !failing.is_empty(),
+            "{name}: the Expected line names checks"
+        );
         for n in &failing {
             assert!(
                 report["checks"]
@@ -314,7 +327,11 @@ fn db_retry_fails_the_service_that_gives_up() {
     };
     let m = &check(&report, "db_retry")["metrics"];
     assert_eq!(m["not_retried"], 3, "{m}");
-    assert_eq!(report["requests"]["by_status"]["503"], 3, "{}", report["requests"]);
+    assert_eq!(
+        report["requests"]["by_status"]["503"], 3,
+        "{}",
+        report["requests"]
+    );
 }
 
 #[test]
@@ -329,7 +346,10 @@ fn an_ambiguous_commit_duplicates_the_order_of_the_service_that_inserts_again() 
     // The journal saw one 201 per key; the system of record holds two orders for some.
     let m = &check(&report, "duplicates")["metrics"];
     assert_eq!(m["duplicate_keys"], 0, "{m}");
-    assert!(m["verified_duplicate_keys"].as_u64().unwrap_or(0) >= 1, "{m}");
+    assert!(
+        m["verified_duplicate_keys"].as_u64().unwrap_or(0) >= 1,
+        "{m}"
+    );
     assert_eq!(check(&report, "db_retry")["verdict"], "pass");
 }
 
@@ -339,7 +359,10 @@ fn an_ambiguous_commit_leaves_one_order_with_the_service_that_keys_the_row() {
         return;
     };
     let db = statements(&report, "db");
-    assert!(db["committed_unanswered"].as_u64().unwrap_or(0) >= 10, "{db}");
+    assert!(
+        db["committed_unanswered"].as_u64().unwrap_or(0) >= 10,
+        "{db}"
+    );
     // The retry's INSERT found the order the lost COMMIT had written.
     assert!(db["by_error"]["23505"].as_u64().unwrap_or(0) >= 10, "{db}");
     let m = &check(&report, "db_retry")["metrics"];
@@ -354,9 +377,19 @@ fn cache_fallback_passes_the_service_that_treats_a_failing_cache_as_a_miss() {
     };
     let cache = statements(&report, "cache");
     assert_eq!(cache["protocol"], "redis");
-    assert!(cache["by_error"]["LOADING"].as_u64().unwrap_or(0) >= 10, "{cache}");
-    assert!(cache["by_error"]["READONLY"].as_u64().unwrap_or(0) >= 1, "{cache}");
-    assert_eq!(report["requests"]["by_status"]["200"], 80, "{}", report["requests"]);
+    assert!(
+        cache["by_error"]["LOADING"].as_u64().unwrap_or(0) >= 10,
+        "{cache}"
+    );
+    assert!(
+        cache["by_error"]["READONLY"].as_u64().unwrap_or(0) >= 1,
+        "{cache}"
+    );
+    assert_eq!(
+        report["requests"]["by_status"]["200"], 80,
+        "{}",
+        report["requests"]
+    );
 }
 
 #[test]
@@ -374,7 +407,9 @@ fn the_run_lines_name_the_service_and_its_arguments() {
     let (script, args) = service_command(text);
     assert_eq!(script, "calibration/below/orders.py");
     assert_eq!(args, ["--via", "127.0.0.1:2", "--retry", "whole"]);
-    let (pass, names) = expectation("# Expected: FAIL (exit 1): `duplicates` finds\n# more. (db_retry passes)\n# See x.\n");
+    let (pass, names) = expectation(
+        "# Expected: FAIL (exit 1): `duplicates` finds\n# more. (db_retry passes)\n# See x.\n",
+    );
     assert!(!pass);
     assert_eq!(names, ["duplicates"]);
 }

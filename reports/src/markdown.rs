@@ -221,7 +221,10 @@ fn write_markdown(r: &Report, out: &mut String) -> std::fmt::Result {
             out,
             "| proxy | protocol | statements | faults | outcomes | errors | committed | not committed | ambiguous |"
         )?;
-        writeln!(out, "| --- | --- | ---: | --- | --- | --- | ---: | ---: | ---: |")?;
+        writeln!(
+            out,
+            "| --- | --- | ---: | --- | --- | --- | ---: | ---: | ---: |"
+        )?;
         for s in &r.statements {
             writeln!(
                 out,
