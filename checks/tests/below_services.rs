@@ -12,9 +12,9 @@ mod below_support;
 
 use std::sync::Arc;
 
+use below_support::*;
 use checks::{CacheFallbackConfig, CheckSpec, DbRetryConfig};
 use history::{Outcome, TxControl};
-use below_support::*;
 use wire_faults::config::{PostgresConfig, RedisConfig};
 use wire_faults::pg::PgProxy;
 use wire_faults::resp::RedisProxy;
