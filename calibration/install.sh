@@ -9,7 +9,7 @@
 #                             when missing)
 #   .cache/calibration/openapi/venv   FastAPI and uvicorn for harness/tests/audit_fastapi.rs
 #                             (calibration/openapi/install.sh, calibration/openapi/requirements.txt)
-#   .cache/calibration/below/venv     psycopg and redis-py for wire-faults/tests/services.rs
+#   .cache/calibration/below/venv     psycopg and redis-py for checks/tests/below_services.rs
 #                             (calibration/below/install.sh, calibration/below/requirements.txt)
 # and, through calibration/toxiproxy/install.sh, Toxiproxy's published clients (Python and Node) with
 # the Redis and PostgreSQL clients their tests drive, in .cache/toxiproxy/.

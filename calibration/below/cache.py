@@ -1,7 +1,12 @@
 """A product service that reads through a Redis cache with redis-py, and either treats a failing
 cache as a miss or fails its request.
 
-    python cache.py --redis URL --on-error miss|fail [--bind 127.0.0.1:0] [--slow-ms 5]
+    python cache.py [--redis URL] --on-error miss|fail [--via HOST:PORT] [--bind 127.0.0.1:0]
+                    [--slow-ms 5]
+
+`--redis` defaults to `$REDIS_URL`. `--via HOST:PORT` reaches that Redis through a proxy at
+HOST:PORT (a fault server's `protocol: redis` proxy). Connections are opened when a request first
+needs one, so the service may start before the proxy does.
 
 It prints `listening on http://HOST:PORT` when ready and serves until it is stopped:
 
@@ -22,9 +27,11 @@ connection that drops (ConnectionError):
 
 import argparse
 import json
+import os
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from redis.backoff import NoBackoff
@@ -78,14 +85,24 @@ def handler(cache, args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--redis", required=True)
+    p.add_argument("--redis", default=os.environ.get("REDIS_URL"))
+    p.add_argument("--via", metavar="HOST:PORT")
     p.add_argument("--on-error", choices=["miss", "fail"], required=True)
     p.add_argument("--bind", default="127.0.0.1:0")
     p.add_argument("--slow-ms", type=float, default=5.0)
     args = p.parse_args()
+    if not args.redis:
+        p.error("give --redis URL or set REDIS_URL")
+    url = args.redis
+    if args.via:
+        # The URL's address replaced, its user, password and database kept (redis-py lets a
+        # URL's parts win over keyword arguments).
+        parts = urlsplit(url)
+        auth = parts.netloc.rpartition("@")[0]
+        url = urlunsplit(parts._replace(netloc=f"{auth}@{args.via}" if auth else args.via))
     # No retries inside redis-py: what the service does with a failure is the point.
     cache = redis.Redis.from_url(
-        args.redis, socket_timeout=2, socket_connect_timeout=2, retry=Retry(NoBackoff(), 0)
+        url, socket_timeout=2, socket_connect_timeout=2, retry=Retry(NoBackoff(), 0)
     )
     host, port = args.bind.rsplit(":", 1)
     server = ThreadingHTTPServer((host, int(port)), handler(cache, args))

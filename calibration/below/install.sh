@@ -2,7 +2,7 @@
 # Installs the libraries of the services behind the protocol-aware proxies
 # (calibration/below/requirements.txt: psycopg, redis-py, pinned with their dependencies) into the
 # repo's .cache/calibration/below/venv, and Debian's redis-server when it is missing, for
-# wire-faults/tests/services.rs. calibration/install.sh runs it (and .ci/run runs that); it can also
+# checks/tests/below_services.rs. calibration/install.sh runs it (and .ci/run runs that); it can also
 # be run alone. Idempotent: a stamp file records the hash of the pin file; when it matches, nothing
 # runs. Needs python3 with venv. Exits non-zero with a message naming what failed.
 set -euo pipefail

@@ -1,8 +1,16 @@
 """An orders service on PostgreSQL, written with psycopg 3, that handles its database's failures
 rightly or wrongly.
 
-    python orders.py --database URL --schema NAME --retry whole|statement|none
-                     --key unique|none [--bind 127.0.0.1:0] [--attempts 5] [--backoff-ms 20]
+    python orders.py [--database URL] --schema NAME --retry whole|statement|none
+                     --key unique|none [--via HOST:PORT] [--fresh]
+                     [--bind 127.0.0.1:0] [--attempts 5] [--backoff-ms 20]
+
+`--database` defaults to `$DATABASE_URL`. `--via HOST:PORT` reaches that database through a proxy
+at HOST:PORT (a fault server's `protocol: postgres` proxy): the same user, password and database,
+another address. The schema is made at start over a direct connection; the orders, and the
+counts, go through the proxy, on connections opened when a request first needs one — so the
+service may start before the proxy does. `--fresh` drops the schema first (an experiment that
+replays the same Idempotency-Keys starts from no orders).
 
 It prints `listening on http://HOST:PORT` when ready and serves until it is stopped:
 
@@ -38,6 +46,7 @@ reset, a lost answer):
 
 import argparse
 import json
+import os
 import queue
 import random
 import sys
@@ -46,6 +55,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 import psycopg
+import psycopg.conninfo
 from psycopg import errors
 
 TRANSIENT = (errors.SerializationFailure, errors.DeadlockDetected)
@@ -55,9 +65,14 @@ class Service:
     def __init__(self, args):
         self.args = args
         self.url = args.database
+        if args.via:
+            host, port = args.via.rsplit(":", 1)
+            self.url = psycopg.conninfo.make_conninfo(args.database, host=host, port=port)
         self.options = f"-c search_path={args.schema}"
         self.pool = queue.LifoQueue()
-        with psycopg.connect(self.url, autocommit=True) as conn:
+        with psycopg.connect(args.database, autocommit=True) as conn:
+            if args.fresh:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{args.schema}" CASCADE')
             conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{args.schema}"')
             unique = "UNIQUE" if args.key == "unique" else ""
             conn.execute(
@@ -233,7 +248,9 @@ def handler(service):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--database", required=True)
+    p.add_argument("--database", default=os.environ.get("DATABASE_URL"))
+    p.add_argument("--via", metavar="HOST:PORT")
+    p.add_argument("--fresh", action="store_true")
     p.add_argument("--schema", required=True)
     p.add_argument("--retry", choices=["whole", "statement", "none"], required=True)
     p.add_argument("--key", choices=["unique", "none"], required=True)
@@ -241,6 +258,8 @@ def main():
     p.add_argument("--attempts", type=int, default=5)
     p.add_argument("--backoff-ms", type=float, default=20.0)
     args = p.parse_args()
+    if not args.database:
+        p.error("give --database URL or set DATABASE_URL")
     host, port = args.bind.rsplit(":", 1)
     service = Service(args)
     server = ThreadingHTTPServer((host, int(port)), handler(service))

@@ -178,6 +178,7 @@ async fn stats(AxState(s): AxState<Arc<State>>) -> impl IntoResponse {
         "http2_refused_streams": pairs(s.http2.refused_streams()),
         "http2_connection_errors": pairs(s.http2.connection_errors()),
         "connections": st.connections,
+        "statements": st.statements,
     }))
 }
 
@@ -303,6 +304,34 @@ async fn metrics(AxState(s): AxState<Arc<State>>) -> Response {
         for (toxic, n) in &c.by_toxic {
             toxics
                 .get_or_create(&vec![("proxy", proxy.clone()), ("toxic", toxic.clone())])
+                .inc_by(*n);
+        }
+    }
+    // The protocol proxies' statements and commands (not in `requests` either).
+    let statements = Family::<Vec<(&'static str, String)>, Counter>::default();
+    registry.register(
+        "proxy_statements",
+        "Statements (PostgreSQL) and commands (Redis) the protocol proxies journaled (since start or the last reset), by proxy and outcome",
+        statements.clone(),
+    );
+    let statement_faults = Family::<Vec<(&'static str, String)>, Counter>::default();
+    registry.register(
+        "proxy_statement_faults",
+        "Statements and commands a protocol proxy's rule faulted, by proxy and fault",
+        statement_faults.clone(),
+    );
+    for (proxy, c) in &st.statements {
+        for (outcome, n) in &c.by_outcome {
+            statements
+                .get_or_create(&vec![
+                    ("proxy", proxy.clone()),
+                    ("outcome", outcome.clone()),
+                ])
+                .inc_by(*n);
+        }
+        for (fault, n) in &c.by_fault {
+            statement_faults
+                .get_or_create(&vec![("proxy", proxy.clone()), ("fault", fault.clone())])
                 .inc_by(*n);
         }
     }

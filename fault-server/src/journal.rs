@@ -131,6 +131,21 @@ pub struct Stats {
     pub by_request: Vec<RequestCount>,
     /// Proxied TCP connections journaled (not counted in `requests`), by proxy.
     pub connections: BTreeMap<String, ConnectionCounts>,
+    /// Statements and commands the protocol proxies journaled (not counted in `requests`), by
+    /// proxy.
+    pub statements: BTreeMap<String, StatementCounts>,
+}
+
+/// A protocol proxy's journaled statements (PostgreSQL) or commands (Redis).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StatementCounts {
+    /// Statements or commands journaled (violations included).
+    pub statements: u64,
+    /// By the fault a rule gave them (`error`, `delay`, `drop`, `reset`); the rest are not here.
+    pub by_fault: BTreeMap<String, u64>,
+    /// By outcome (`responded`, `dropped`, `reset`, `client_closed`, `upstream_error`,
+    /// `rejected` for a protocol violation).
+    pub by_outcome: BTreeMap<String, u64>,
 }
 
 /// A TCP proxy's journaled connections: how they ended, their bytes, the toxics that acted.
@@ -178,6 +193,8 @@ struct Counts {
     by_request: HashMap<String, Vec<Combo>>,
     /// Per proxy: its connections.
     connections: BTreeMap<String, ConnectionCounts>,
+    /// Per protocol proxy: its statements or commands.
+    statements: BTreeMap<String, StatementCounts>,
 }
 
 /// Fault, status, outcome and how many entries had them (under one rule).
@@ -213,6 +230,24 @@ impl Counts {
                     }
                 }
             }
+            return;
+        }
+        if let Some(p) = &e.protocol {
+            let proxy = match p {
+                history::Protocol::Postgres(s) => &s.proxy,
+                history::Protocol::Redis(c) => &c.proxy,
+            };
+            let c = match self.statements.get_mut(proxy) {
+                Some(c) => c,
+                None => self.statements.entry(proxy.clone()).or_default(),
+            };
+            c.statements += 1;
+            if let Some(f) = &e.fault {
+                *c.by_fault.entry(f.clone()).or_default() += 1;
+            }
+            *c.by_outcome
+                .entry(e.outcome.as_str().to_string())
+                .or_default() += 1;
             return;
         }
         self.requests += 1;
@@ -271,6 +306,7 @@ impl Counts {
                 })
                 .collect(),
             connections: self.connections.clone(),
+            statements: self.statements.clone(),
         }
     }
 }

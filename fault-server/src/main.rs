@@ -81,8 +81,9 @@ struct Args {
     #[arg(long, value_name = "DIR")]
     import_path: Vec<PathBuf>,
     /// A TCP fault proxy NAME listening on LISTEN (`host:port`, port 0 picks one) and forwarding
-    /// to UPSTREAM (repeatable); added to the config's `proxies`.
-    #[arg(long, value_name = "NAME=LISTEN,UPSTREAM", value_parser = ProxyConfig::parse_flag)]
+    /// to UPSTREAM (repeatable); PROTOCOL `postgres` or `redis` reads that protocol and journals
+    /// every statement or command; added to the config's `proxies`.
+    #[arg(long, value_name = "NAME=LISTEN,UPSTREAM[,PROTOCOL]", value_parser = ProxyConfig::parse_flag)]
     proxy: Vec<ProxyConfig>,
     /// Serve Toxiproxy's REST API on ADDR (`127.0.0.1:8474`, or a port alone for loopback);
     /// beyond loopback it needs --control-token, or --toxiproxy-api-open.

@@ -111,6 +111,7 @@ pub fn analyze_with<R: std::io::Read + Send + 'static>(
         .checks(checks)
         .timeline(Some(tally.timeline_within(60)))
         .connections(tally.connections())
+        .statements(tally.statements())
         .build())
 }
 

@@ -59,6 +59,7 @@ impl ReportBuilder {
                 notes: Vec::new(),
                 operations: Vec::new(),
                 connections: Vec::new(),
+                statements: Vec::new(),
             },
             verdict_required: true,
             load_expected: false,
@@ -203,6 +204,13 @@ impl ReportBuilder {
     /// Connections through the fault server's TCP proxies, per proxy (the journal's).
     pub fn connections(mut self, c: Vec<reports::model::ProxyConnections>) -> Self {
         self.report.connections = c;
+        self
+    }
+
+    /// Statements and commands the fault server's protocol proxies read, per proxy (the
+    /// journal's).
+    pub fn statements(mut self, s: Vec<reports::model::ProxyStatements>) -> Self {
+        self.report.statements = s;
         self
     }
 

@@ -660,6 +660,7 @@ impl Session {
         let report = report
             .phases(self.phases)
             .connections(summary.tally.connections())
+            .statements(summary.tally.statements())
             .checks(checks)
             .timeline(Some(timeline))
             .retry_delays(delays.shown())

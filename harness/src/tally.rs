@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use history::{Entry, Outcome};
-use reports::model::{ProxyConnections, Requests, Series, Timeline};
+use history::{Entry, Outcome, Protocol};
+use reports::model::{ProxyConnections, ProxyStatements, Requests, Series, Timeline};
 
 /// How a request ended, as the timeline labels it: its status when it was answered, else how it
 /// ended (`malformed` for a response that came without a status).
@@ -48,6 +48,16 @@ const MAX_NAMES: usize = 256;
 /// Where the proxies or toxics beyond [`MAX_NAMES`] are counted.
 const OTHERS: &str = "(others)";
 
+/// Counts one of `name` in `m`, under [`OTHERS`] once [`MAX_NAMES`] names are counted.
+fn count_name(m: &mut BTreeMap<String, u64>, name: &str) {
+    let name = if m.len() < MAX_NAMES || m.contains_key(name) {
+        name
+    } else {
+        OTHERS
+    };
+    *m.entry(name.to_string()).or_default() += 1;
+}
+
 /// A journal's counts, gathered one entry at a time in `seq` order.
 ///
 /// Windows of the chart count from the origin given, or from the first request when it came
@@ -67,6 +77,9 @@ pub struct JournalTally {
     /// Connections through the fault server's TCP proxies, by proxy: counted beside the
     /// requests, never as requests.
     connections: BTreeMap<String, ProxyConnections>,
+    /// Statements and commands the protocol-aware proxies read, by proxy: counted beside the
+    /// requests too.
+    statements: BTreeMap<String, ProxyStatements>,
 }
 
 impl JournalTally {
@@ -83,6 +96,7 @@ impl JournalTally {
             last_done_us: 0,
             bins: BTreeMap::new(),
             connections: BTreeMap::new(),
+            statements: BTreeMap::new(),
         }
     }
 
@@ -114,6 +128,10 @@ impl JournalTally {
             }
             return;
         }
+        if let Some(p) = &e.protocol {
+            self.statement(e, p);
+            return;
+        }
         let r = &mut self.requests;
         r.sent += 1;
         match e.status {
@@ -139,7 +157,51 @@ impl JournalTally {
         *self.bins.entry((bin, TimelineLabel::of(e))).or_default() += 1;
     }
 
-    /// Entries counted, connections included.
+    /// Counts a statement or command of a protocol-aware proxy: its fault, how its answer went,
+    /// its error code, and what became of the transaction it ended.
+    fn statement(&mut self, e: &Entry, p: &Protocol) {
+        let (proxy, protocol, error, committed) = match p {
+            Protocol::Postgres(s) => (&s.proxy, "postgres", s.sqlstate.as_deref(), s.committed),
+            Protocol::Redis(c) => (&c.proxy, "redis", c.error.as_deref(), None),
+        };
+        let proxy = if self.statements.len() < MAX_NAMES || self.statements.contains_key(proxy) {
+            proxy.as_str()
+        } else {
+            OTHERS
+        };
+        let s = match self.statements.get_mut(proxy) {
+            Some(s) => s,
+            None => self
+                .statements
+                .entry(proxy.to_string())
+                .or_insert_with(|| ProxyStatements {
+                    proxy: proxy.to_string(),
+                    protocol: protocol.to_string(),
+                    ..ProxyStatements::default()
+                }),
+        };
+        s.statements += 1;
+        if let Some(f) = &e.fault {
+            count_name(&mut s.by_fault, f);
+        }
+        *s.by_outcome
+            .entry(e.outcome.as_str().to_string())
+            .or_default() += 1;
+        if let Some(code) = error {
+            count_name(&mut s.by_error, code);
+        }
+        match committed {
+            Some(true) => {
+                s.committed += 1;
+                // The database committed, and the client never heard so: an ambiguous commit.
+                s.committed_unanswered += u64::from(e.outcome != Outcome::Responded);
+            }
+            Some(false) => s.not_committed += 1,
+            None => {}
+        }
+    }
+
+    /// Entries counted, connections, statements and commands included.
     pub fn entries(&self) -> u64 {
         self.requests.sent
             + self
@@ -147,11 +209,17 @@ impl JournalTally {
                 .values()
                 .map(|c| c.connections)
                 .sum::<u64>()
+            + self.statements.values().map(|s| s.statements).sum::<u64>()
     }
 
     /// The TCP proxies' connections, one row per proxy.
     pub fn connections(&self) -> Vec<ProxyConnections> {
         self.connections.values().cloned().collect()
+    }
+
+    /// The protocol-aware proxies' statements and commands, one row per proxy.
+    pub fn statements(&self) -> Vec<ProxyStatements> {
+        self.statements.values().cloned().collect()
     }
 
     /// The request totals: sent, answered (by status), errors, retries.
@@ -272,6 +340,58 @@ mod tests {
                 .map(|s| s.counts.iter().sum::<u64>())
                 .sum::<u64>(),
             1
+        );
+    }
+
+    #[test]
+    fn statements_and_commands_are_counted_per_proxy_not_as_requests() {
+        let mut t = JournalTally::new(Duration::from_millis(100), None);
+        t.observe(&entry(1, 0.0).status(201).build());
+        // Two transactions that committed, one of whose COMMIT's answer was dropped, one that
+        // rolled back, and a statement answered with a serialization failure by a rule.
+        let s = |seq: u64, text: &str| entry(seq, seq as f64).statement(1, seq, text);
+        t.observe(&s(2, "COMMIT").tx_committed(true).build());
+        t.observe(&Entry {
+            outcome: Outcome::Dropped,
+            fault: Some("drop".into()),
+            ..s(3, "COMMIT").tx_committed(true).build()
+        });
+        t.observe(&s(4, "ROLLBACK").tx_committed(false).build());
+        t.observe(&Entry {
+            fault: Some("error".into()),
+            ..s(5, "UPDATE t SET n = 1").sqlstate("40001").build()
+        });
+        t.observe(
+            &entry(6, 6.0)
+                .redis(7, "GET", Some("k"))
+                .redis_error("LOADING")
+                .build(),
+        );
+        assert_eq!((t.requests().sent, t.entries()), (1, 6));
+        let rows = t.statements();
+        assert_eq!(rows.len(), 2);
+        let (cache, db) = (&rows[0], &rows[1]);
+        assert_eq!(
+            (db.proxy.as_str(), db.protocol.as_str()),
+            ("db", "postgres")
+        );
+        assert_eq!(db.statements, 4);
+        assert_eq!(
+            (db.committed, db.not_committed, db.committed_unanswered),
+            (2, 1, 1)
+        );
+        assert_eq!(db.by_fault.get("drop"), Some(&1));
+        assert_eq!(db.by_fault.get("error"), Some(&1));
+        assert_eq!(db.by_outcome.get("dropped"), Some(&1));
+        assert_eq!(db.by_outcome.get("responded"), Some(&3));
+        assert_eq!(db.by_error.get("40001"), Some(&1));
+        assert_eq!((cache.protocol.as_str(), cache.statements), ("redis", 1));
+        assert_eq!(cache.by_error.get("LOADING"), Some(&1));
+        assert_eq!(cache.committed + cache.not_committed, 0);
+        assert_eq!(
+            t.latency().len(),
+            1,
+            "only the request's latency is charted"
         );
     }
 

@@ -149,8 +149,15 @@ macro_rules! scenarios {
         #[test]
         fn every_scenario_file_is_tested() {
             // Run through `harness exec` with the example service, in tests/example_service.rs,
-            // and with the example webhook consumer (webhooks-*), in tests/webhooks.rs.
+            // with the example webhook consumer (webhooks-*), in tests/webhooks.rs, and beside
+            // the services below HTTP (below-*), in tests/below.rs.
             let elsewhere = [
+                "below-db-retry-whole",
+                "below-db-retry-none",
+                "below-ambiguous-commit-reinsert",
+                "below-ambiguous-commit-keyed",
+                "below-cache-miss",
+                "below-cache-fail",
                 "ci-gate-example",
                 "proxy-example",
                 "webhooks-unique",

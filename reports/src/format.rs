@@ -288,6 +288,18 @@ pub(crate) fn printable_report(r: &Report) -> Report {
         e.command.iter_mut().for_each(text);
     }
     r.notes.iter_mut().for_each(text);
+    // A journal's names and error codes come from a database's or a cache's own words.
+    for c in &mut r.connections {
+        text(&mut c.proxy);
+        keys(&mut c.by_toxic);
+    }
+    for st in &mut r.statements {
+        text(&mut st.proxy);
+        text(&mut st.protocol);
+        keys(&mut st.by_fault);
+        keys(&mut st.by_outcome);
+        keys(&mut st.by_error);
+    }
     for o in &mut r.operations {
         for s in [
             &mut o.method,

@@ -1148,6 +1148,32 @@ fn write_requests(r: &Report, out: &mut String) -> std::fmt::Result {
         }
         writeln!(out, "</tbody></table>")?;
     }
+    if !r.statements.is_empty() {
+        writeln!(
+            out,
+            "<h2 style=\"margin-top:16px\">Statements and commands</h2>"
+        )?;
+        writeln!(
+            out,
+            "<table class=\"statements\"><thead><tr><th>proxy</th><th>protocol</th><th class=\"num\">statements</th><th>faults</th><th>outcomes</th><th>errors</th><th class=\"num\">committed</th><th class=\"num\">not committed</th><th class=\"num\">ambiguous</th></tr></thead><tbody>"
+        )?;
+        for s in &r.statements {
+            writeln!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+                escape(&s.proxy),
+                escape(&s.protocol),
+                s.statements,
+                escape(&format::counts_text(&s.by_fault)),
+                escape(&format::counts_text(&s.by_outcome)),
+                escape(&format::counts_text(&s.by_error)),
+                s.committed,
+                s.not_committed,
+                s.committed_unanswered,
+            )?;
+        }
+        writeln!(out, "</tbody></table>")?;
+    }
     if !r.phases.is_empty() {
         writeln!(out, "<h2 style=\"margin-top:16px\">Phases</h2>")?;
         writeln!(

@@ -227,6 +227,35 @@ fn write_markdown(r: &Report, out: &mut String) -> std::fmt::Result {
         }
     }
 
+    if !r.statements.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "### Statements and commands")?;
+        writeln!(out)?;
+        writeln!(
+            out,
+            "| proxy | protocol | statements | faults | outcomes | errors | committed | not committed | ambiguous |"
+        )?;
+        writeln!(
+            out,
+            "| --- | --- | ---: | --- | --- | --- | ---: | ---: | ---: |"
+        )?;
+        for s in &r.statements {
+            writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                escape(&s.proxy),
+                escape(&s.protocol),
+                s.statements,
+                escape(&format::counts_text(&s.by_fault)),
+                escape(&format::counts_text(&s.by_outcome)),
+                escape(&format::counts_text(&s.by_error)),
+                s.committed,
+                s.not_committed,
+                s.committed_unanswered,
+            )?;
+        }
+    }
+
     if !r.phases.is_empty() {
         writeln!(out)?;
         writeln!(out, "### Phases")?;

@@ -96,6 +96,10 @@ pub struct Report {
     /// connection went through one). Not in `requests`: a connection is no HTTP request.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub connections: Vec<ProxyConnections>,
+    /// Statements (PostgreSQL) and commands (Redis) the fault server's protocol-aware proxies
+    /// read, one row per proxy (absent when none did). Not in `requests` either.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub statements: Vec<ProxyStatements>,
 }
 
 /// A TCP proxy's connections in a journal: how many, how they ended, their bytes, the toxics
@@ -118,6 +122,41 @@ pub struct ProxyConnections {
     /// Connections each toxic acted on, by toxic name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub by_toxic: BTreeMap<String, u64>,
+}
+
+/// A protocol-aware proxy's statements (PostgreSQL) or commands (Redis) in a journal: how many,
+/// which faults its rules gave them, how their answers went, and what became of the
+/// transactions they ended.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ProxyStatements {
+    /// The proxy's name.
+    pub proxy: String,
+    /// `postgres` or `redis`.
+    pub protocol: String,
+    /// Statements or commands journaled (a connection's refused startup and a protocol
+    /// violation included).
+    pub statements: u64,
+    /// By the fault a rule gave them: `error`, `delay`, `drop`, `reset`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_fault: BTreeMap<String, u64>,
+    /// By outcome: `responded`, `dropped` (the answer withheld), `reset`, `client_closed`,
+    /// `upstream_error`, `rejected` (a protocol violation).
+    pub by_outcome: BTreeMap<String, u64>,
+    /// Answers that were errors, by SQLSTATE (PostgreSQL) or error code (Redis), the
+    /// database's own and those a rule put in their place.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_error: BTreeMap<String, u64>,
+    /// PostgreSQL: transactions the database committed (by the statement that ended each).
+    #[serde(default)]
+    pub committed: u64,
+    /// PostgreSQL: transactions that ended without committing (rolled back, failed, or their
+    /// connection lost).
+    #[serde(default)]
+    pub not_committed: u64,
+    /// Transactions the database committed whose answer never reached the client: the
+    /// ambiguous commits.
+    #[serde(default)]
+    pub committed_unanswered: u64,
 }
 
 /// Which shard of a run a report covers, and when it started.

@@ -142,6 +142,44 @@ pub fn render_terminal(r: &Report, color: bool) -> String {
         out.push('\n');
     }
 
+    if !r.statements.is_empty() {
+        out.push_str("\nStatements and commands\n");
+        let mut t = table(paint);
+        t.set_header(vec![
+            "proxy",
+            "protocol",
+            "statements",
+            "faults",
+            "outcomes",
+            "errors",
+            "committed",
+            "not committed",
+            "ambiguous",
+        ]);
+        for s in &r.statements {
+            let right = |n: u64| Cell::new(n).set_alignment(CellAlignment::Right);
+            let ambiguous = if s.committed_unanswered > 0 {
+                paint.cell(s.committed_unanswered, Color::Yellow)
+            } else {
+                Cell::new(0)
+            }
+            .set_alignment(CellAlignment::Right);
+            t.add_row(vec![
+                Cell::new(&s.proxy),
+                Cell::new(&s.protocol),
+                right(s.statements),
+                Cell::new(format::counts_text(&s.by_fault)),
+                Cell::new(format::counts_text(&s.by_outcome)),
+                Cell::new(format::counts_text(&s.by_error)),
+                right(s.committed),
+                right(s.not_committed),
+                ambiguous,
+            ]);
+        }
+        out.push_str(&t.to_string());
+        out.push('\n');
+    }
+
     if !r.phases.is_empty() {
         out.push_str("\nPhases\n");
         out.push_str(&phases_table(r, paint).to_string());

@@ -289,3 +289,13 @@ fn counts_tcp_connections_beside_the_requests() {
     assert!(out.contains("closed 5, timed_out 2"));
     assert!(!out.contains("<b>pg</b>"), "a proxy's name is escaped");
 }
+
+#[test]
+fn counts_protocol_statements_beside_the_requests() {
+    let out = to_html(&common::with_statements());
+    assert!(out.contains("Statements and commands"));
+    assert!(out.contains("drop 2, error 3"), "{out}");
+    assert!(out.contains("LOADING 4"), "{out}");
+    assert!(!out.contains("<b>db</b>"), "a proxy's name is escaped");
+    assert!(!to_html(&common::sample()).contains("Statements and commands"));
+}

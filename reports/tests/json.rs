@@ -151,3 +151,21 @@ fn carries_tcp_connections_and_reads_them_back() {
         "absent when there are none"
     );
 }
+
+#[test]
+fn carries_protocol_statements_and_reads_them_back() {
+    let r = common::with_statements();
+    let text = serde_json::to_string(&r).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["statements"][0]["protocol"], "postgres");
+    assert_eq!(v["statements"][0]["by_error"]["40001"], 3);
+    assert_eq!(v["statements"][0]["committed_unanswered"], 2);
+    assert_eq!(v["statements"][1]["by_error"]["LOADING"], 4);
+    let back: reports::Report = serde_json::from_str(&text).unwrap();
+    assert_eq!(back.statements, r.statements);
+    let none = serde_json::to_value(common::sample()).unwrap();
+    assert!(
+        none.get("statements").is_none(),
+        "absent when there are none"
+    );
+}

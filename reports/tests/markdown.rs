@@ -113,3 +113,23 @@ fn counts_tcp_connections_beside_the_requests() {
         "a proxy's name is escaped: {out}"
     );
 }
+
+#[test]
+fn counts_protocol_statements_beside_the_requests() {
+    let out = to_markdown(&common::with_statements());
+    assert!(out.contains("### Statements and commands"), "{out}");
+    assert!(
+        out.contains(
+            "| postgres | 40 | drop 2, error 3 | dropped 2, responded 38 | 40001 3 | 9 | 3 | 2 |"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("| cache | redis | 12 | error 4 | responded 12 | LOADING 4 | 0 | 0 | 0 |"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("<b>db</b>"),
+        "a proxy's name is escaped: {out}"
+    );
+}

@@ -175,6 +175,22 @@ fn counts_tcp_connections_beside_the_requests() {
     assert!(!render_terminal(&common::sample(), false).contains("TCP connections"));
 }
 
+#[test]
+fn counts_protocol_statements_beside_the_requests() {
+    let out = render_terminal(&common::with_statements(), false);
+    assert!(out.contains("Statements and commands"), "{out}");
+    let row = out
+        .lines()
+        .find(|l| l.contains("postgres"))
+        .expect("a row for the PostgreSQL proxy");
+    // A narrow terminal wraps the longer cells: their first words are on the row's first line.
+    for cell in ["40", "drop 2", "dropped 2", "40001 3", "9", "2"] {
+        assert!(row.contains(cell), "{cell} in {row}");
+    }
+    assert!(out.contains("LOADING 4"), "{out}");
+    assert!(!render_terminal(&common::sample(), false).contains("Statements and commands"));
+}
+
 /// `text` with every run of whitespace made one space: figures aligned in columns, compared as
 /// words.
 fn squeeze(text: &str) -> String {

@@ -235,6 +235,11 @@ impl Config {
                     out.push((at("until"), &mut w.0));
                 }
             }
+            out.extend(crate::tcp::config::protocol_durations(
+                i,
+                &mut p.postgres,
+                &mut p.redis,
+            ));
         }
         for (i, r) in self.rules.iter_mut().enumerate() {
             let at = |field: &str| format!("rules[{i}].{field}");

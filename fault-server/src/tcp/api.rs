@@ -185,6 +185,13 @@ fn proxy_from(v: &Value, at: Option<usize>) -> Result<ProxyConfig, ApiError> {
     };
     let name = text("name")?.ok_or_else(|| missing("name"))?;
     let upstream = text("upstream")?.ok_or_else(|| missing("upstream"))?;
+    // An environment reference would show the server's environment in the proxy's view: it is
+    // for config files only.
+    if upstream.starts_with('$') {
+        return Err(bad_body(format!(
+            "upstream: {upstream:?} is not host:port (environment references are read from config files only)"
+        )));
+    }
     let listen = text("listen")?.unwrap_or_else(|| "127.0.0.1:0".to_string());
     let mut cfg = ProxyConfig::new(name, listen, upstream);
     match o.get("enabled") {

@@ -13,6 +13,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use yaml_config::{ConfigError, Dur, Size};
 
+use wire_faults::config::{PgFault, PostgresConfig, ProtocolName, RedisConfig, RedisFault};
+
 use super::toxics::ToxicKind;
 use crate::counts::{CountSpec, Counts};
 
@@ -48,6 +50,19 @@ pub struct ProxyConfig {
     /// journaled `refused`.
     #[serde(default = "default_connect_timeout")]
     pub connect_timeout: Dur,
+    /// What the proxy reads of the bytes: `tcp` (the default: nothing, bytes only), `postgres`
+    /// (PostgreSQL's protocol 3: faults per statement and transaction, by its `postgres:`
+    /// rules) or `redis` (RESP2 and RESP3: faults per command, by its `redis:` rules). A
+    /// protocol proxy journals every statement or command beside the connection.
+    #[serde(default)]
+    pub protocol: ProtocolName,
+    /// `protocol: postgres`: its bounds and rules (none when absent: every statement is
+    /// journaled, none is faulted).
+    #[serde(default)]
+    pub postgres: Option<PostgresConfig>,
+    /// `protocol: redis`: its bounds and rules (none when absent).
+    #[serde(default)]
+    pub redis: Option<RedisConfig>,
 }
 
 fn yes() -> bool {
@@ -79,6 +94,9 @@ impl ProxyConfig {
             max_connections: default_max_connections(),
             buffer: default_buffer(),
             connect_timeout: default_connect_timeout(),
+            protocol: ProtocolName::Tcp,
+            postgres: None,
+            redis: None,
         }
     }
 
@@ -88,14 +106,30 @@ impl ProxyConfig {
         self
     }
 
-    /// `NAME=LISTEN,UPSTREAM`, as `--proxy` takes it.
+    /// `NAME=LISTEN,UPSTREAM[,PROTOCOL]`, as `--proxy` takes it: PROTOCOL is `tcp` (the
+    /// default), `postgres` or `redis` (a protocol proxy without rules: it journals every
+    /// statement or command and faults none).
     pub fn parse_flag(s: &str) -> Result<ProxyConfig, String> {
         let usage = || {
-            format!("{s:?}: give NAME=LISTEN,UPSTREAM, e.g. redis=127.0.0.1:26379,127.0.0.1:6379")
+            format!("{s:?}: give NAME=LISTEN,UPSTREAM[,PROTOCOL], e.g. redis=127.0.0.1:26379,127.0.0.1:6379 or db=127.0.0.1:6432,127.0.0.1:5432,postgres")
         };
         let (name, addrs) = s.split_once('=').ok_or_else(usage)?;
-        let (listen, upstream) = addrs.split_once(',').ok_or_else(usage)?;
-        let p = ProxyConfig::new(name.trim(), listen.trim(), upstream.trim());
+        let (listen, rest) = addrs.split_once(',').ok_or_else(usage)?;
+        let (upstream, protocol) = match rest.split_once(',') {
+            Some((u, p)) => (u, Some(p.trim())),
+            None => (rest, None),
+        };
+        let mut p = ProxyConfig::new(name.trim(), listen.trim(), upstream.trim());
+        p.protocol = match protocol {
+            None | Some("tcp") => ProtocolName::Tcp,
+            Some("postgres") => ProtocolName::Postgres,
+            Some("redis") => ProtocolName::Redis,
+            Some(other) => {
+                return Err(format!(
+                    "{s:?}: the protocol {other:?} is not one of tcp, postgres, redis"
+                ))
+            }
+        };
         p.check().map_err(|(field, m)| format!("{field}: {m}"))?;
         Ok(p)
     }
@@ -109,7 +143,7 @@ impl ProxyConfig {
         if let Err(m) = split_host_port(&self.listen, true) {
             return bad("listen", m);
         }
-        if let Err(m) = split_host_port(&self.upstream, false) {
+        if let Err(m) = resolve_upstream(&self.upstream) {
             return bad("upstream", m);
         }
         if self.max_connections == 0 || self.max_connections > 1_000_000 {
@@ -128,7 +162,45 @@ impl ProxyConfig {
         if t < Duration::from_millis(1) || t > Duration::from_secs(3600) {
             return bad("connect_timeout", format!("{t:?}; give 1ms to 1h"));
         }
+        self.check_protocol()
+    }
+
+    /// The protocol's settings: given for the protocol the proxy reads, and valid.
+    fn check_protocol(&self) -> Result<(), (String, String)> {
+        let stray = match self.protocol {
+            ProtocolName::Tcp => [
+                ("postgres", self.postgres.is_some()),
+                ("redis", self.redis.is_some()),
+            ]
+            .into_iter()
+            .find(|(_, set)| *set),
+            ProtocolName::Postgres => self.redis.is_some().then_some(("redis", true)),
+            ProtocolName::Redis => self.postgres.is_some().then_some(("postgres", true)),
+        };
+        if let Some((field, _)) = stray {
+            return Err((
+                field.to_string(),
+                format!(
+                    "`{field}:` settings on a proxy whose protocol is {}: set `protocol: {field}`, or leave them out",
+                    protocol_str(self.protocol)
+                ),
+            ));
+        }
+        if let Some(pg) = &self.postgres {
+            pg.validate()
+                .map_err(|e| (format!("postgres.{}", e.field), e.message))?;
+        }
+        if let Some(r) = &self.redis {
+            r.validate()
+                .map_err(|e| (format!("redis.{}", e.field), e.message))?;
+        }
         Ok(())
+    }
+
+    /// The upstream as the proxy connects to it: an environment reference resolved, a URL made
+    /// `host:port` (see [`resolve_upstream`]).
+    pub fn upstream_addr(&self) -> String {
+        resolve_upstream(&self.upstream).unwrap_or_else(|_| self.upstream.clone())
     }
 
     /// The proxy and its toxics checked: the failing field (below the proxy) and why.
@@ -172,6 +244,115 @@ pub fn check_name(name: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The protocol's name, as the config writes it.
+pub fn protocol_str(p: ProtocolName) -> &'static str {
+    match p {
+        ProtocolName::Tcp => "tcp",
+        ProtocolName::Postgres => "postgres",
+        ProtocolName::Redis => "redis",
+    }
+}
+
+/// An upstream as written in a config file, made `host:port`.
+///
+/// Why more than `host:port`: a database's or a cache's address is usually known as a URL in an
+/// environment variable (`DATABASE_URL`, `REDIS_URL`), and a scenario file should run
+/// unchanged on every machine. So the whole value may be `$NAME` or `${NAME}`, read from the
+/// environment when the config is read; and the value (written, or read) may be a URL,
+/// `postgres://user:password@host:port/db` or `redis://host:port/0`, of which the host and port
+/// are taken (the port, when absent, the scheme's: 5432 for `postgres`/`postgresql`, 6379 for
+/// `redis`).
+pub fn resolve_upstream(s: &str) -> Result<String, String> {
+    let value = match env_reference(s) {
+        Some(name) => std::env::var(name).map_err(|_| {
+            format!("{s:?} names the environment variable {name}, which is not set (e.g. export {name}=\"$(bash .ci/postgres)\")")
+        })?,
+        None if s.contains('$') => {
+            return Err(format!(
+                "{s:?}: an environment reference is the whole value, `$NAME` or `${{NAME}}`"
+            ))
+        }
+        None => s.to_string(),
+    };
+    let value = value.trim();
+    let hostport = match value.split_once("://") {
+        Some((scheme, rest)) => {
+            let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+            let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+            let default = match scheme.to_ascii_lowercase().as_str() {
+                "postgres" | "postgresql" => 5432,
+                "redis" => 6379,
+                other => {
+                    return Err(format!(
+                        "{value:?}: a URL upstream is postgres://, postgresql:// or redis://, not {other}://"
+                    ))
+                }
+            };
+            let has_port = hostport
+                .rsplit_once(':')
+                .is_some_and(|(h, p)| !h.ends_with(':') && !p.contains(']') && !p.is_empty());
+            if has_port {
+                hostport.to_string()
+            } else {
+                format!("{hostport}:{default}")
+            }
+        }
+        None => value.to_string(),
+    };
+    split_host_port(&hostport, false).map_err(|m| {
+        if hostport == s {
+            m
+        } else {
+            format!("{s:?} is {hostport:?}: {m}")
+        }
+    })?;
+    Ok(hostport)
+}
+
+/// `$NAME` or `${NAME}` (the whole value), as an environment variable's name.
+fn env_reference(s: &str) -> Option<&str> {
+    let name = s.strip_prefix('$')?;
+    let name = match name.strip_prefix('{') {
+        Some(n) => n.strip_suffix('}')?,
+        None => name,
+    };
+    let ok = !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    ok.then_some(name)
+}
+
+/// Every delay of a proxy's protocol rules, with its field path, so that a scenario's time scale
+/// scales them as it scales the toxics' windows.
+pub fn protocol_durations<'a>(
+    i: usize,
+    postgres: &'a mut Option<PostgresConfig>,
+    redis: &'a mut Option<RedisConfig>,
+) -> Vec<(String, &'a mut Duration)> {
+    let mut out = Vec::new();
+    if let Some(pg) = postgres {
+        for (j, r) in pg.rules.iter_mut().enumerate() {
+            if let PgFault::Delay(d) = &mut r.fault {
+                out.push((
+                    format!("proxies[{i}].postgres.rules[{j}].fault.delay"),
+                    &mut d.duration,
+                ));
+            }
+        }
+    }
+    if let Some(redis) = redis {
+        for (j, r) in redis.rules.iter_mut().enumerate() {
+            if let RedisFault::Delay(d) = &mut r.fault {
+                out.push((
+                    format!("proxies[{i}].redis.rules[{j}].fault.delay"),
+                    &mut d.duration,
+                ));
+            }
+        }
+    }
+    out
 }
 
 /// `host:port` split; `listen` may leave the host out (`:8666`, every address) and give port 0.
@@ -608,6 +789,73 @@ mod tests {
             assert!(ProxyConfig::parse_flag(bad).is_err(), "{bad}");
         }
         assert!(ProxyConfig::parse_flag("pg=:15432,[::1]:5432").is_ok());
+    }
+
+    #[test]
+    fn the_flag_names_a_protocol() {
+        let p = ProxyConfig::parse_flag("db=127.0.0.1:0,127.0.0.1:5432,postgres").unwrap();
+        assert_eq!(
+            (p.protocol, p.upstream.as_str()),
+            (ProtocolName::Postgres, "127.0.0.1:5432")
+        );
+        let p = ProxyConfig::parse_flag("c=127.0.0.1:0,127.0.0.1:6379,redis").unwrap();
+        assert_eq!(p.protocol, ProtocolName::Redis);
+        let p = ProxyConfig::parse_flag("t=127.0.0.1:0,127.0.0.1:6379,tcp").unwrap();
+        assert_eq!(p.protocol, ProtocolName::Tcp);
+        let e = ProxyConfig::parse_flag("m=127.0.0.1:0,127.0.0.1:3306,mysql").unwrap_err();
+        assert!(
+            e.contains("\"mysql\" is not one of tcp, postgres, redis"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_upstream_may_be_a_url_or_an_environment_reference() {
+        let r = |s: &str| resolve_upstream(s);
+        assert_eq!(r("127.0.0.1:5432").as_deref(), Ok("127.0.0.1:5432"));
+        assert_eq!(
+            r("postgres://harness:harness@127.0.0.1:5433/harness?sslmode=disable").as_deref(),
+            Ok("127.0.0.1:5433")
+        );
+        assert_eq!(r("postgresql://db.local/x").as_deref(), Ok("db.local:5432"));
+        assert_eq!(r("redis://127.0.0.1/0").as_deref(), Ok("127.0.0.1:6379"));
+        assert_eq!(r("redis://u:p@[::1]:6390").as_deref(), Ok("[::1]:6390"));
+        assert!(r("http://127.0.0.1:80")
+            .unwrap_err()
+            .contains("not http://"));
+        std::env::set_var("TCP_CONFIG_TEST_UPSTREAM", "postgres://u@127.0.0.1:6543/d");
+        assert_eq!(
+            r("$TCP_CONFIG_TEST_UPSTREAM").as_deref(),
+            Ok("127.0.0.1:6543")
+        );
+        assert_eq!(
+            r("${TCP_CONFIG_TEST_UPSTREAM}").as_deref(),
+            Ok("127.0.0.1:6543")
+        );
+        let e = r("$TCP_CONFIG_TEST_UNSET").unwrap_err();
+        assert!(e.contains("TCP_CONFIG_TEST_UNSET, which is not set"), "{e}");
+        // Only the whole value refers: anything else is an address, and a bad one.
+        assert!(r("${TCP_CONFIG_TEST_UPSTREAM}:1").is_err());
+    }
+
+    #[test]
+    fn protocol_settings_belong_to_their_protocol() {
+        let mut p = ProxyConfig::new("db", "127.0.0.1:0", "127.0.0.1:5432");
+        p.postgres = Some(PostgresConfig::default());
+        let (field, m) = p.check().unwrap_err();
+        assert_eq!(field, "postgres");
+        assert!(m.contains("protocol is tcp"), "{m}");
+        p.protocol = ProtocolName::Postgres;
+        assert!(p.check().is_ok());
+        p.redis = Some(RedisConfig::default());
+        assert_eq!(p.check().unwrap_err().0, "redis");
+        p.redis = None;
+        p.postgres = Some(PostgresConfig {
+            max_statement: Size(4),
+            ..PostgresConfig::default()
+        });
+        let (field, _) = p.check().unwrap_err();
+        assert_eq!(field, "postgres.max_statement");
     }
 
     #[test]

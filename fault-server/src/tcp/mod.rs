@@ -37,6 +37,7 @@ use crate::journal::{Clock, Emitter, Sequencer};
 pub mod api;
 pub mod config;
 mod pipe;
+mod protocol;
 mod proxy;
 mod record;
 mod timer;
@@ -87,6 +88,10 @@ pub(crate) struct ProxyShared {
     pub(crate) max_connections: usize,
     pub(crate) buffer: usize,
     pub(crate) connect_timeout: Duration,
+    /// A protocol proxy's rules and shared counts (`protocol: postgres|redis`); none for `tcp`.
+    wire: RwLock<Option<protocol::WireProxy>>,
+    /// What `wire` is built from, again on a reset (its counts start over).
+    wire_cfg: Option<ProxyConfig>,
 }
 
 impl ProxyShared {
@@ -95,6 +100,18 @@ impl ProxyShared {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// The protocol part a new connection reads with, if the proxy reads one.
+    pub(crate) fn wire(&self) -> Option<protocol::WireProxy> {
+        self.wire.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The protocol the proxy reads: `tcp`, `postgres` or `redis`.
+    fn protocol(&self) -> &'static str {
+        self.wire_cfg
+            .as_ref()
+            .map_or("tcp", |c| config::protocol_str(c.protocol))
     }
 }
 
@@ -196,17 +213,20 @@ impl Proxies {
             .map(|spec| installed(&cfg.name, spec, now))
             .collect();
         let (tx, _) = watch::channel(Arc::new(ToxicSet { toxics }));
+        let wire = protocol::WireProxy::build(cfg, self.sink.seed);
         Proxy {
             listen: cfg.listen.clone(),
             shared: Arc::new(ProxyShared {
                 name: cfg.name.clone(),
-                upstream: RwLock::new(cfg.upstream.clone()),
+                upstream: RwLock::new(cfg.upstream_addr()),
                 toxics: tx,
                 numbers: AtomicU64::new(0),
                 open: AtomicUsize::new(0),
                 max_connections: cfg.max_connections as usize,
                 buffer: usize::try_from(cfg.buffer.0).unwrap_or(usize::MAX),
                 connect_timeout: cfg.connect_timeout.0,
+                wire_cfg: wire.is_some().then(|| cfg.clone()),
+                wire: RwLock::new(wire),
             }),
             listening: None,
         }
@@ -316,7 +336,9 @@ impl Proxies {
             let existing = {
                 let map = self.lock();
                 map.get(&cfg.name).map(|p| {
-                    same_listen(&cfg.listen, &p.listen) && p.shared.upstream() == cfg.upstream
+                    same_listen(&cfg.listen, &p.listen)
+                        && p.shared.upstream() == cfg.upstream_addr()
+                        && p.shared.protocol() == config::protocol_str(cfg.protocol)
                 })
             };
             match existing {
@@ -452,6 +474,10 @@ impl Proxies {
         let now = Instant::now();
         for p in self.lock().values() {
             p.shared.numbers.store(0, Ordering::Relaxed);
+            if let Some(cfg) = &p.shared.wire_cfg {
+                *p.shared.wire.write().unwrap_or_else(|e| e.into_inner()) =
+                    protocol::WireProxy::build(cfg, self.sink.seed);
+            }
             let set = p.shared.toxics.borrow().clone();
             let toxics = set
                 .toxics
@@ -552,13 +578,18 @@ fn bind(listen: &str) -> std::io::Result<std::net::TcpListener> {
 /// A proxy as Toxiproxy's API shows it.
 fn view(name: &str, p: &Proxy) -> Value {
     let set = p.shared.toxics.borrow().clone();
-    json!({
+    let mut v = json!({
         "name": name,
         "listen": p.listen,
         "upstream": p.shared.upstream(),
         "enabled": p.listening.is_some(),
         "toxics": set.toxics.iter().map(|t| toxic_view(&t.spec)).collect::<Vec<_>>(),
-    })
+    });
+    // Only a protocol proxy shows its protocol: a plain one looks as Toxiproxy's do.
+    if let (Some(cfg), Some(obj)) = (&p.shared.wire_cfg, v.as_object_mut()) {
+        obj.insert("protocol".into(), config::protocol_str(cfg.protocol).into());
+    }
+    v
 }
 
 /// A toxic as Toxiproxy's API shows it, with `match` when it does not match every connection.

@@ -16,7 +16,7 @@
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::future::Future;
-use std::io;
+use std::io::{self, IoSlice};
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -31,6 +31,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::config::Stream;
+use super::protocol::{side_of, Out, Wire};
 use super::record::Record;
 use super::toxics::{Cut, Cx, End, Item, Piece, Running};
 use super::{Installed, ToxicSet};
@@ -65,6 +66,8 @@ pub(crate) struct Setup {
     pub(crate) number: u64,
     /// The client's address.
     pub(crate) client_ip: IpAddr,
+    /// A protocol proxy's reading of the connection (`protocol: postgres|redis`).
+    pub(crate) wire: Option<Wire>,
 }
 
 /// How a connection ended.
@@ -177,6 +180,75 @@ impl Link {
 
     fn wants_write(&self) -> bool {
         self.blocked && !self.frozen()
+    }
+
+    /// Writes what a protocol decided for this direction (`outs`, emptied): what is due while
+    /// nothing waits before it goes at once, in one vectored write (a read's messages in one
+    /// system call, as a plain proxy writes a read); the rest through the chain onto the queue.
+    fn send(
+        &mut self,
+        dst: &TcpStream,
+        dst_side: EndedBy,
+        outs: &mut Vec<Out>,
+        name: &Arc<str>,
+        seed: u64,
+        now: Instant,
+    ) -> Result<(), Ending> {
+        let mut start = 0;
+        if self.chain.is_empty() && self.queue.is_empty() && !self.frozen() {
+            loop {
+                let mut slices = [IoSlice::new(&[]); 32];
+                let mut k = 0;
+                while k < slices.len() {
+                    match outs.get(start + k) {
+                        Some(Out::Data(b, due)) if *due <= now => {
+                            slices[k] = IoSlice::new(b);
+                            k += 1;
+                        }
+                        _ => break,
+                    }
+                }
+                if k == 0 {
+                    break;
+                }
+                let mut written = match dst.try_write_vectored(&slices[..k]) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+                    Err(e) => return Err(peer_failed(&e, dst_side)),
+                };
+                self.delivered += written as u64;
+                let mut whole = 0;
+                while whole < k {
+                    let len = match &outs[start + whole] {
+                        Out::Data(b, _) => b.len(),
+                        Out::Close(..) => 0,
+                    };
+                    if written < len {
+                        break;
+                    }
+                    written -= len;
+                    whole += 1;
+                }
+                start += whole;
+                if whole < k {
+                    // The socket took part: the rest waits for it, in order.
+                    if let Some(Out::Data(b, _)) = outs.get_mut(start) {
+                        b.advance(written);
+                    }
+                    self.blocked = true;
+                    break;
+                }
+            }
+        }
+        for out in outs.drain(..).skip(start) {
+            match out {
+                Out::Data(data, due) => self.push(Item::Data(Piece { data, due }), seed),
+                Out::Close(cut, due) => {
+                    self.queue.push_back(Queued::Cut(cut, name.clone(), due));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Pushes an item through the chain onto the queue.
@@ -328,11 +400,14 @@ pub(crate) struct Pipe {
     boundary: Option<Instant>,
     /// Which side sent its FIN first.
     first_fin: Option<EndedBy>,
+    /// A protocol proxy's reading of the connection.
+    wire: Option<Wire>,
 }
 
 impl Pipe {
-    pub(crate) fn new(client: TcpStream, upstream: TcpStream, setup: Setup) -> Pipe {
+    pub(crate) fn new(client: TcpStream, upstream: TcpStream, mut setup: Setup) -> Pipe {
         let number = setup.number;
+        let wire = setup.wire.take();
         Pipe {
             client,
             upstream,
@@ -341,6 +416,18 @@ impl Pipe {
             down: Link::new(Stream::Downstream, number),
             boundary: None,
             first_fin: None,
+            wire,
+        }
+    }
+
+    /// The connection ended as `end` says: a protocol proxy journals what was still in flight.
+    pub(crate) fn end_wire(&mut self, end: &Ending) {
+        if let Some(w) = self.wire.as_mut() {
+            let by = match end {
+                Ending::Closed(by) | Ending::Reset(by) => *by,
+                Ending::Cut(..) | Ending::Shutdown => EndedBy::Proxy,
+            };
+            w.close(side_of(by));
         }
     }
 
@@ -543,6 +630,9 @@ impl Pipe {
     /// Reads the direction's source once, if it has data (a short read tells the runtime the
     /// socket is drained, so no read is spent on learning it), and passes what came on.
     fn poll_read_once(&mut self, cx: &mut Context<'_>, stream: Stream) -> Poll<Read> {
+        if self.wire.as_ref().is_some_and(|w| !w.passive()) {
+            return self.poll_read_wire(cx, stream);
+        }
         let seed = self.setup.seed;
         let buffer = self.setup.buffer;
         let (src, dst, src_side, dst_side, link) = match stream {
@@ -599,6 +689,68 @@ impl Pipe {
                     due: Instant::now(),
                 };
                 link.push(Item::Data(piece), seed);
+            }
+            Poll::Ready(Read::Data)
+        })
+    }
+
+    /// [`Pipe::poll_read_once`] for a protocol proxy: what was read goes to the protocol's
+    /// reader, and what its session decided to each direction's destination.
+    fn poll_read_wire(&mut self, cx: &mut Context<'_>, stream: Stream) -> Poll<Read> {
+        let (seed, buffer) = (self.setup.seed, self.setup.buffer);
+        let room = self.link(stream).read_room(buffer);
+        let Pipe {
+            client,
+            upstream,
+            up,
+            down,
+            wire,
+            ..
+        } = self;
+        let Some(wire) = wire.as_mut() else {
+            return Poll::Pending;
+        };
+        let src_side = match stream {
+            Stream::Upstream => EndedBy::Client,
+            Stream::Downstream => EndedBy::Upstream,
+        };
+        SCRATCH.with_borrow_mut(|buf| {
+            let mut rb = ReadBuf::new(&mut buf[..room]);
+            let polled = match stream {
+                Stream::Upstream => Pin::new(&mut *client).poll_read(cx, &mut rb),
+                Stream::Downstream => Pin::new(&mut *upstream).poll_read(cx, &mut rb),
+            };
+            match polled {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Read::Failed(peer_failed(&e, src_side))),
+                Poll::Ready(Ok(())) => {}
+            }
+            let data = rb.filled();
+            let now = Instant::now();
+            let eof = data.is_empty();
+            if eof {
+                wire.finish(stream, now);
+            } else {
+                match stream {
+                    Stream::Upstream => up.read += data.len() as u64,
+                    Stream::Downstream => down.read += data.len() as u64,
+                }
+                wire.feed(stream, data, now);
+            }
+            let name = wire.name().clone();
+            if let Err(end) = up.send(upstream, EndedBy::Upstream, &mut wire.up, &name, seed, now) {
+                return Poll::Ready(Read::Failed(end));
+            }
+            if let Err(end) = down.send(client, EndedBy::Client, &mut wire.down, &name, seed, now) {
+                return Poll::Ready(Read::Failed(end));
+            }
+            if eof {
+                let link = match stream {
+                    Stream::Upstream => up,
+                    Stream::Downstream => down,
+                };
+                link.push(Item::End(End::Fin, now), seed);
+                return Poll::Ready(Read::Eof);
             }
             Poll::Ready(Read::Data)
         })

@@ -118,6 +118,10 @@ async fn serve(
     // Every write goes out as it is made: a toxic's timing is the wire's, not Nagle's.
     let _ = client.set_nodelay(true);
     let _ = upstream_conn.set_nodelay(true);
+    // A protocol proxy reads from the first byte: the session exists before the client speaks.
+    let wire = shared
+        .wire()
+        .map(|w| w.connection(record.sink().clone(), record.conn_id()));
     let setup = Setup {
         toxics: shared.toxics.subscribe(),
         stop,
@@ -125,9 +129,11 @@ async fn serve(
         seed,
         number,
         client_ip: peer.ip(),
+        wire,
     };
     let mut pipe = Pipe::new(client, upstream_conn, setup);
     let end = pipe.run(&mut record).await;
+    pipe.end_wire(&end);
     let (up, down, dropped_up, dropped_down) = pipe.bytes();
     let (client, upstream_conn) = pipe.into_streams();
     close(client, upstream_conn, &end);

@@ -47,6 +47,16 @@ impl Record {
         Record { sink, entry }
     }
 
+    /// The connection's id in the journal: its statements' and commands' entries carry it.
+    pub(crate) fn conn_id(&self) -> u64 {
+        self.entry.conn_id
+    }
+
+    /// Where the connection's entries go.
+    pub(crate) fn sink(&self) -> &Arc<Sink> {
+        &self.sink
+    }
+
     pub(crate) fn tcp(&mut self) -> &mut TcpConnection {
         self.entry.tcp.get_or_insert_with(Box::default)
     }

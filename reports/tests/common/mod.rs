@@ -261,6 +261,7 @@ pub fn sample() -> Report {
         notes: Vec::new(),
         operations: Vec::new(),
         connections: Vec::new(),
+        statements: Vec::new(),
     }
 }
 
@@ -300,6 +301,35 @@ pub fn with_connections() -> Report {
     r
 }
 
+/// The sample, with statements through a PostgreSQL-aware proxy (its name an attempt at
+/// markup) and commands through a Redis-aware one.
+pub fn with_statements() -> Report {
+    let mut r = sample();
+    r.statements = vec![
+        reports::model::ProxyStatements {
+            proxy: "<b>db</b>".into(),
+            protocol: "postgres".into(),
+            statements: 40,
+            by_fault: statuses(&[("drop", 2), ("error", 3)]),
+            by_outcome: statuses(&[("dropped", 2), ("responded", 38)]),
+            by_error: statuses(&[("40001", 3)]),
+            committed: 9,
+            not_committed: 3,
+            committed_unanswered: 2,
+        },
+        reports::model::ProxyStatements {
+            proxy: "cache".into(),
+            protocol: "redis".into(),
+            statements: 12,
+            by_fault: statuses(&[("error", 4)]),
+            by_outcome: statuses(&[("responded", 12)]),
+            by_error: statuses(&[("LOADING", 4)]),
+            ..Default::default()
+        },
+    ];
+    r
+}
+
 /// A run that did nothing: no requests, no checks, no charts.
 pub fn empty() -> Report {
     Report {
@@ -327,6 +357,7 @@ pub fn empty() -> Report {
         notes: Vec::new(),
         operations: Vec::new(),
         connections: Vec::new(),
+        statements: Vec::new(),
     }
 }
 

@@ -146,7 +146,7 @@ impl BackendReader {
         };
         match decode(tag, &raw) {
             Ok(kind) => Ok(Some(BackendItem::Message(BackendMessage { raw, kind }))),
-            Err(e) => Err(self.framer.fail(e)),
+            Err(e) => Err(self.framer.refuse(raw, e)),
         }
     }
 

@@ -71,6 +71,17 @@ impl Framer {
         e
     }
 
+    /// A message cut from the stream that could not be read: it goes back in front of the
+    /// unread bytes (so that a proxy forwarding unread loses none of it), and the reader fails.
+    pub(crate) fn refuse(&mut self, raw: Bytes, e: WireError) -> WireError {
+        let mut buf = BytesMut::with_capacity(raw.len() + self.buf.len());
+        buf.extend_from_slice(&raw);
+        buf.extend_from_slice(&self.buf);
+        self.buf = buf;
+        self.consumed = self.consumed.saturating_sub(raw.len() as u64);
+        self.fail(e)
+    }
+
     pub(crate) fn failed(&self) -> Option<&WireError> {
         self.failed.as_ref()
     }

@@ -187,7 +187,7 @@ impl FrontendReader {
         };
         match kind {
             Ok(kind) => Ok(Some(FrontendItem::Message(FrontendMessage { raw, kind }))),
-            Err(e) => Err(self.framer.fail(e)),
+            Err(e) => Err(self.framer.refuse(raw, e)),
         }
     }
 
@@ -525,6 +525,25 @@ mod tests {
         assert_eq!(read_all(&mut r).len(), 1);
         let e = r.finish().expect_err("truncated").to_string();
         assert!(e.contains("closed in the middle of message Q"), "{e}");
+    }
+
+    #[test]
+    fn a_message_that_breaks_its_rules_is_left_unread_for_a_proxy_that_forwards_it() {
+        let mut buf = BytesMut::new();
+        frontend::startup_message([("user", "u")], &mut buf).unwrap();
+        let startup = buf.len();
+        // A Sync with a body: framed whole, then refused.
+        buf.extend_from_slice(b"S\x00\x00\x00\x05!");
+        frontend::sync(&mut buf);
+        let mut r = FrontendReader::new(1 << 20);
+        r.push(&buf);
+        assert!(matches!(r.next_item(), Ok(Some(FrontendItem::Message(_)))));
+        assert!(matches!(r.next_item(), Err(WireError::Malformed { .. })));
+        assert_eq!(
+            &r.take_unread()[..],
+            &buf[startup..],
+            "the refused message and what follows"
+        );
     }
 
     #[test]

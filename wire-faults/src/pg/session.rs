@@ -72,6 +72,8 @@ pub struct PgSession {
     swallowing: bool,
     passive: bool,
     journal: Vec<Entry>,
+    /// The latest time a message was fed in (a piece of a row comes without one).
+    clock_us: u64,
 }
 
 impl std::fmt::Debug for PgSession {
@@ -125,6 +127,8 @@ struct Stmt {
     action: Action,
     t_forward_us: u64,
     t_done_us: Option<u64>,
+    /// Its answer is held (`delay: after`) until then: it reaches the client no sooner.
+    held_until_us: u64,
     failed: bool,
 }
 
@@ -189,6 +193,7 @@ impl PgSession {
             swallowing: false,
             passive: false,
             journal: Vec::new(),
+            clock_us: 0,
         }
     }
 
@@ -213,6 +218,7 @@ impl PgSession {
         if self.passive {
             return ToServer::forward();
         }
+        self.clock_us = self.clock_us.max(now_us);
         match &msg.kind {
             Frontend::SslRequest | Frontend::GssEncRequest => {
                 ToServer::answer(Bytes::from_static(answer::REFUSE_ENCRYPTION))
@@ -435,6 +441,7 @@ impl PgSession {
             action: Action::None,
             t_forward_us: now_us,
             t_done_us: None,
+            held_until_us: 0,
             failed: false,
         });
         let mut step = ToServer::forward();
@@ -503,6 +510,7 @@ impl PgSession {
         if self.passive {
             return ToClient::relay();
         }
+        self.clock_us = self.clock_us.max(now_us);
         if let Backend::Async { .. } = msg.kind {
             return if self.swallowing {
                 ToClient::swallow()
@@ -618,6 +626,7 @@ impl PgSession {
                 }
                 Action::After(d) => {
                     out.delay = d;
+                    s.held_until_us = self.clock_us + d.as_micros() as u64;
                     s.action = Action::None;
                 }
                 _ => {}
@@ -675,13 +684,15 @@ impl PgSession {
             pg,
             t_forward_us,
             t_done_us,
+            held_until_us,
             ..
         } = s;
         let done = t_done_us.unwrap_or(now_us);
         entry.t_done_us = if entry.outcome == Outcome::Dropped {
             now_us
         } else {
-            done
+            // An answer held by `delay: after` was relayed when the hold ended.
+            done.max(held_until_us)
         };
         if entry.forwarded && t_done_us.is_some() {
             entry.upstream_us = Some(done.saturating_sub(t_forward_us));

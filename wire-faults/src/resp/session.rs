@@ -63,6 +63,8 @@ struct InFlight {
     /// Replies still due (a SUBSCRIBE gets one per channel).
     replies: u32,
     t_forward_us: u64,
+    /// Its reply is held (`delay: after`) until then.
+    held_until_us: u64,
 }
 
 /// Commands that name no key (the rest name one first, or after a count).
@@ -240,6 +242,7 @@ impl RedisSession {
             action: Action::None,
             replies,
             t_forward_us: now_us,
+            held_until_us: 0,
         };
         let mut step = ToServer::forward();
         match decision.map(|d: Decision| d.fault) {
@@ -295,6 +298,7 @@ impl RedisSession {
                     }
                     Action::After(d) => {
                         out.delay = d;
+                        f.held_until_us = now_us + d.as_micros() as u64;
                         f.action = Action::None;
                     }
                     Action::None => {}
@@ -354,9 +358,11 @@ impl RedisSession {
             mut entry,
             rec,
             t_forward_us,
+            held_until_us,
             ..
         } = f;
-        entry.t_done_us = now_us;
+        // A reply held by `delay: after` was relayed when the hold ended.
+        entry.t_done_us = now_us.max(held_until_us);
         if entry.forwarded && entry.outcome == Outcome::Responded {
             entry.upstream_us = Some(now_us.saturating_sub(t_forward_us));
         }

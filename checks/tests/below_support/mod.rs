@@ -1,5 +1,5 @@
 //! What the service tests share: the tools they need (PostgreSQL, Redis, the services' Python),
-//! a one-journal clock, a minimal blocking relay that drives the crate's sessions over real
+//! a one-journal clock, a minimal blocking relay that drives the `wire-faults` sessions over real
 //! sockets, a service process, and an HTTP/1.1 request.
 //!
 //! The relay is the smallest thing that puts a session between a real client library and a real

@@ -1,20 +1,20 @@
 //! The services of the experiments below HTTP (`calibration/below/`), each variant run against a
 //! real PostgreSQL or Redis and shown to behave as its documentation says; and, where only
 //! something between the service and its database can make the failure (a COMMIT whose answer is
-//! lost, a `-LOADING`), through a minimal relay that drives this crate's sessions — whose journal
+//! lost, a `-LOADING`), through a minimal relay that drives the `wire-faults` sessions — whose journal
 //! the `db_retry` and `cache_fallback` checks then judge.
 //!
 //! Needs PostgreSQL (`FAULT_SERVER_TEST_DATABASE_URL` or `DATABASE_URL`: `bash .ci/postgres`
 //! prints one), `redis-server`, and the services' venv (`bash calibration/below/install.sh`); a
 //! test says it skips when one is missing, and fails under `HARNESS_REQUIRE_TOOLS=1`.
 
-mod support;
+mod below_support;
 
 use std::sync::Arc;
 
+use below_support::*;
 use checks::{CacheFallbackConfig, CheckSpec, DbRetryConfig};
 use history::{Outcome, TxControl};
-use support::*;
 use wire_faults::config::{PostgresConfig, RedisConfig};
 use wire_faults::pg::PgProxy;
 use wire_faults::resp::RedisProxy;
