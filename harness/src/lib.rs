@@ -63,6 +63,7 @@ pub mod plan;
 pub mod probe;
 pub mod progress;
 pub mod proxies;
+pub mod reach;
 pub mod relay;
 pub mod report;
 pub mod run;

@@ -289,6 +289,43 @@ pub fn now_unix_ms() -> u64 {
         .map_or(0, millis)
 }
 
+/// The report of `harness idempotency`.
+pub fn probe_report(o: &crate::probe::ProbeOutcome) -> Report {
+    let mut rec = Recorder::new(false);
+    for ms in &o.latency_ms {
+        rec.latency(Duration::from_secs_f64(ms / 1000.0));
+    }
+    let completed: u64 = o.by_status.values().sum();
+    let requests = reports::model::Requests {
+        sent: o.requests_sent,
+        completed,
+        errors: o.requests_sent.saturating_sub(completed),
+        retries: 0,
+        by_status: o.by_status.clone(),
+        ..reports::model::Requests::default()
+    };
+    let mut metrics = BTreeMap::new();
+    metrics.insert(
+        "release_skew_us_max".to_string(),
+        serde_json::json!(o.release_skew_us_max),
+    );
+    metrics.insert("rounds".to_string(), serde_json::json!(o.rounds.len()));
+    let duration = Duration::from_millis(o.duration_ms);
+    let mut phase = crate::report::phase("bursts", "burst", &rec, duration, false, metrics);
+    phase.requests = requests.clone();
+    phase.throughput_rps = completed as f64 / duration.as_secs_f64().max(1e-9);
+    ReportBuilder::new(format!("idempotency {}", o.target))
+        .duration(duration)
+        .target(Some(o.target.clone()))
+        .requests(requests)
+        .latency(latency_ms(&rec.latency), phase.throughput_rps)
+        .errors_by_kind(o.errors_by_kind.clone())
+        .phases(vec![phase])
+        .checks(o.checks.clone())
+        .interrupted(o.interrupted)
+        .build()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,97 +12,13 @@ use reports::model::{Phase, Report, Timeline};
 
 use crate::driver::{self, Keys, PhaseCtx};
 use crate::http::Target;
-use crate::metrics::{latency_ms, Recorder};
+use crate::metrics::Recorder;
 use crate::plan::{PhaseKind, Plan};
 use crate::progress::Progress;
+use crate::reach::{ensure_reachable, RunError};
 use crate::report::ReportBuilder;
 use crate::tally::JournalTally;
 use tokio_util::sync::CancellationToken;
-
-/// The run could not be carried out (exit code 3).
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    #[error("cannot start the embedded fault server: {0}")]
-    /// The embedded fault server could not start.
-    Server(#[from] fault_server::StartError),
-    #[error("{0}")]
-    /// The target URL is unusable.
-    Target(#[from] crate::http::TargetError),
-    #[error("cannot start the relay tiers: {0}")]
-    /// The relay tiers could not start.
-    Relay(#[from] crate::relay::RelayError),
-    #[error("target {url} is unreachable: {source}")]
-    /// The target does not accept connections.
-    Unreachable {
-        /// The URL.
-        url: String,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    #[error("target {url}: {reason}")]
-    /// The TLS handshake with the target failed.
-    Tls {
-        /// The URL.
-        url: String,
-        /// Why.
-        reason: String,
-    },
-    /// A worker of a phase died: what it measured is lost, so the run cannot be judged.
-    #[error("phase {phase:?}: {} of its workers died ({}); the run cannot be judged on what is left", .total, .messages.join("; "))]
-    WorkerDied {
-        /// The phase's name.
-        phase: String,
-        /// Workers that died.
-        total: u64,
-        /// The first of their messages.
-        messages: Vec<String>,
-    },
-}
-
-impl RunError {
-    /// The error for a phase whose recorder counted dead workers, if it did.
-    pub fn worker_died(phase: &str, rec: &crate::metrics::Recorder) -> Option<RunError> {
-        (rec.worker_failures_total > 0).then(|| RunError::WorkerDied {
-            phase: phase.to_string(),
-            total: rec.worker_failures_total,
-            messages: rec.worker_failures.clone(),
-        })
-    }
-}
-
-/// Checks that a connection to the target can be made: TCP, and for `https://` the TLS
-/// handshake, so a certificate the client does not trust stops the run before any load, with
-/// the reason.
-pub async fn ensure_reachable(target: &Target) -> Result<(), RunError> {
-    let unreachable = |source| RunError::Unreachable {
-        url: target.url.clone(),
-        source,
-    };
-    let tcp = match tokio::time::timeout(Duration::from_secs(5), target.connect_tcp()).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(source)) => return Err(unreachable(source)),
-        Err(_) => {
-            return Err(unreachable(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "connect timed out after 5 s",
-            )))
-        }
-    };
-    let Some(tls) = &target.tls else {
-        return Ok(());
-    };
-    match tokio::time::timeout(Duration::from_secs(5), tls.handshake(&target.host, tcp)).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(RunError::Tls {
-            url: target.url.clone(),
-            reason: e.message,
-        }),
-        Err(_) => Err(RunError::Tls {
-            url: target.url.clone(),
-            reason: "TLS handshake timed out after 5 s (is the server speaking TLS?)".into(),
-        }),
-    }
-}
 
 /// Everything a run produced, before rendering. The embedded server's journal is not in it: it
 /// was read as a stream from the server's journal file, and memory did not hold it.
@@ -972,43 +888,6 @@ pub(crate) fn build_timeline(
         window_ms: window.as_secs_f64() * 1000.0,
         series,
     }
-}
-
-/// The report of `harness idempotency`.
-pub fn probe_report(o: &crate::probe::ProbeOutcome) -> Report {
-    let mut rec = Recorder::new(false);
-    for ms in &o.latency_ms {
-        rec.latency(Duration::from_secs_f64(ms / 1000.0));
-    }
-    let completed: u64 = o.by_status.values().sum();
-    let requests = reports::model::Requests {
-        sent: o.requests_sent,
-        completed,
-        errors: o.requests_sent.saturating_sub(completed),
-        retries: 0,
-        by_status: o.by_status.clone(),
-        ..reports::model::Requests::default()
-    };
-    let mut metrics = BTreeMap::new();
-    metrics.insert(
-        "release_skew_us_max".to_string(),
-        serde_json::json!(o.release_skew_us_max),
-    );
-    metrics.insert("rounds".to_string(), serde_json::json!(o.rounds.len()));
-    let duration = Duration::from_millis(o.duration_ms);
-    let mut phase = crate::report::phase("bursts", "burst", &rec, duration, false, metrics);
-    phase.requests = requests.clone();
-    phase.throughput_rps = completed as f64 / duration.as_secs_f64().max(1e-9);
-    ReportBuilder::new(format!("idempotency {}", o.target))
-        .duration(duration)
-        .target(Some(o.target.clone()))
-        .requests(requests)
-        .latency(latency_ms(&rec.latency), phase.throughput_rps)
-        .errors_by_kind(o.errors_by_kind.clone())
-        .phases(vec![phase])
-        .checks(o.checks.clone())
-        .interrupted(o.interrupted)
-        .build()
 }
 
 #[cfg(test)]

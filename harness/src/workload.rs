@@ -251,7 +251,7 @@ impl Workload {
         let mut phase = plan.phases.remove(0);
         phase.policy = self.policy;
         let target = Arc::new(Target::with(base_url, &self.connect)?);
-        crate::run::ensure_reachable(&target)
+        crate::reach::ensure_reachable(&target)
             .await
             .map_err(|e| WorkloadError::Unreachable(e.to_string()))?;
         let run_start = Instant::now();
@@ -272,7 +272,7 @@ impl Workload {
             once: None,
         };
         let mut out = driver::run_phase(Arc::new(phase), ctx).await;
-        if let Some(e) = crate::run::RunError::worker_died("workload", &out.recorder) {
+        if let Some(e) = crate::reach::RunError::worker_died("workload", &out.recorder) {
             return Err(WorkloadError::WorkerDied(e));
         }
         let rec = &mut out.recorder;
@@ -418,7 +418,7 @@ pub enum WorkloadError {
     Unreachable(String),
     /// A worker died (a panic): what it measured is lost.
     #[error(transparent)]
-    WorkerDied(crate::run::RunError),
+    WorkerDied(crate::reach::RunError),
 }
 
 /// The policy's bounds, as a scenario's `client:` is held to them.

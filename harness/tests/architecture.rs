@@ -987,3 +987,122 @@ fn no_library_chooses_an_exit_number() {
         "the harness's exit numbers are chosen in cli/exit.rs"
     );
 }
+
+/// The paths ARCHITECTURE.md names in backticks: a span that ends in `.rs` or `/` (a file or a
+/// directory; no spaces, no `::`), with the crate whose paragraph or section named it; in a
+/// section about one crate, a name in a bullet that opens with a directory is in that directory.
+fn architecture_paths(text: &str) -> Vec<(Option<String>, String)> {
+    let mut out = Vec::new();
+    // A section about one crate ("## The harness, room by room") names its files relatively.
+    let mut section: Option<String> = None;
+    let mut krate: Option<String> = None;
+    let mut dir: Option<String> = None;
+    for line in text.lines() {
+        if let Some(title) = line.strip_prefix("## ") {
+            section = title
+                .starts_with("The harness")
+                .then(|| "harness".to_string());
+        }
+        if line.is_empty() || line.starts_with('#') {
+            krate = section.clone();
+        }
+        // In a section about one crate, a bullet that opens with a directory (`- `cli/`: …`)
+        // names that directory's files.
+        if line.starts_with("- ") || line.is_empty() {
+            dir = line
+                .strip_prefix("- `")
+                .and_then(|rest| rest.split_once('`'))
+                .map(|(d, _)| d)
+                .filter(|d| d.ends_with('/'))
+                .map(str::to_string);
+        }
+        if let Some(name) = line
+            .strip_prefix("**`")
+            .and_then(|rest| rest.split_once("`**"))
+            .map(|(name, _)| name)
+        {
+            krate = Some(name.to_string());
+        }
+        for (i, span) in line.split('`').enumerate() {
+            let path_like = i % 2 == 1
+                && (span.ends_with(".rs") || span.ends_with('/'))
+                && !span.contains([' ', ':', '{', '<', '*'])
+                && !span.starts_with('/');
+            if path_like {
+                let span = match (&section, &dir) {
+                    (Some(_), Some(d)) if span != d => format!("{d}{span}"),
+                    _ => span.to_string(),
+                };
+                out.push((krate.clone(), span));
+            }
+        }
+    }
+    out
+}
+
+/// Protects ARCHITECTURE.md as a true map: at most about 200 lines; every workspace member has
+/// its paragraph (`**`name`**`); every file or directory it names exists, at the workspace's
+/// root or in the `src/` of the crate whose paragraph (or room) names it.
+#[test]
+fn the_architecture_map_names_only_what_exists_and_every_crate() {
+    let text = std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    assert!(
+        text.lines().count() <= 210,
+        "ARCHITECTURE.md is a map of about 200 lines, not a manual ({} lines); details belong \
+         in the module docs",
+        text.lines().count()
+    );
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).expect("Cargo.toml");
+    let members = manifest
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("members = "))
+        .expect("the workspace's `members = [...]` line");
+    let missing: Vec<&str> = members
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .filter(|m| !text.contains(&format!("**`{m}`**")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md has no paragraph for {missing:?}"
+    );
+    let paths = architecture_paths(&text);
+    assert!(paths.len() > 40, "the paths were not read: {paths:?}");
+    let absent: Vec<String> = paths
+        .iter()
+        .filter(|(krate, p)| {
+            let at_root = root().join(p).exists();
+            let in_crate = krate
+                .as_ref()
+                .is_some_and(|k| root().join(k).join("src").join(p).exists());
+            !at_root && !in_crate
+        })
+        .map(|(krate, p)| format!("{p} (in {})", krate.as_deref().unwrap_or("no crate")))
+        .collect();
+    assert!(
+        absent.is_empty(),
+        "ARCHITECTURE.md names what does not exist: {absent:?}"
+    );
+}
+
+/// The map's path reader on a made-up text: a crate's relative names, a root path, and what is
+/// not a path.
+#[test]
+fn the_architecture_path_reader_reads_paths_only() {
+    let text = "**`transport`** — `h2conn/` and `hpack/`, `transport::Conn`, `/__harness/`\n\n\
+                | x | `harness/src/cli/` |\n\n## The harness, room by room\n\n\
+                - `cli/`: `mod.rs` and\n  `exit.rs`;\n- `load.rs`\n";
+    assert_eq!(
+        architecture_paths(text),
+        [
+            (Some("transport".into()), "h2conn/".into()),
+            (Some("transport".into()), "hpack/".into()),
+            (None, "harness/src/cli/".into()),
+            (Some("harness".into()), "cli/".into()),
+            (Some("harness".into()), "cli/mod.rs".into()),
+            (Some("harness".into()), "cli/exit.rs".into()),
+            (Some("harness".into()), "load.rs".into()),
+        ]
+    );
+}

@@ -81,5 +81,5 @@ pub(super) async fn idempotency(a: IdempotencyArgs) -> Result<Outcome, CliError>
     let outcome = crate::probe::probe(&cfg)
         .await
         .map_err(|e| CliError::of_kind(e.kind(), e.to_string()))?;
-    emit(&crate::run::probe_report(&outcome), &a.output)
+    emit(&crate::report::probe_report(&outcome), &a.output)
 }

@@ -136,9 +136,9 @@ mod tests {
             "{:?}",
             rec.worker_failures
         );
-        let e = crate::run::RunError::worker_died("p", &rec).expect("an error of the run");
+        let e = crate::reach::RunError::worker_died("p", &rec).expect("an error of the run");
         assert!(e.to_string().contains("header map full"), "{e}");
-        assert!(crate::run::RunError::worker_died("p", &Recorder::new(false)).is_none());
+        assert!(crate::reach::RunError::worker_died("p", &Recorder::new(false)).is_none());
     }
 
     #[test]
