@@ -14,6 +14,7 @@
 //! duplicates: {}
 //! idempotency_semantics: { require_key_paths: [/orders] }
 //! retry_on_4xx: { never_retry: [400, 401, 403, 404, 422], may_retry: [408, 409, 429] }
+//! transient_retried: {}
 //! jitter: { min_jitter: 0.08, noise_floor_ms: 7, min_samples: 20 }
 //! retry_after: { default_s: 1, by_rule: { throttle: 2 } }
 //! key_stability: { window_ms: 60000 }
@@ -65,6 +66,7 @@ use super::spec::{scale_ms, About, CheckSpec};
 use super::state_transition::StateTransitionConfig;
 use super::thresholds::ThresholdsConfig;
 use super::total_timeout::TotalTimeoutConfig;
+use super::transient_retried::TransientRetriedConfig;
 use super::{Check, Context};
 
 /// The table of checks: each line is a check's YAML key and its configuration type, in the order
@@ -186,6 +188,8 @@ check_table! {
     idempotency_semantics: IdempotencySemanticsConfig,
     /// A retry after a 4xx that must not be retried (400, 401, 403, 404, 422).
     retry_on_4xx: RetryOn4xxConfig,
+    /// An operation whose first attempt failed transiently (503, no answer) never tried again.
+    transient_retried: TransientRetriedConfig,
     /// Retry delays of operations that failed together: no jitter, too little, or none at all.
     jitter: JitterConfig,
     /// A retry earlier than the Retry-After it was given.

@@ -91,6 +91,7 @@ mod stats;
 pub mod threshold_rules;
 pub mod thresholds;
 pub mod total_timeout;
+pub mod transient_retried;
 
 #[cfg(test)]
 pub(crate) mod testutil;
@@ -123,6 +124,7 @@ pub use spec::{About, CheckSpec};
 pub use state_transition::StateTransitionConfig;
 pub use thresholds::ThresholdsConfig;
 pub use total_timeout::TotalTimeoutConfig;
+pub use transient_retried::TransientRetriedConfig;
 pub use verdict::{CheckResult, Evidence, Verdict};
 
 /// One resilience check, fed the journal one attempt at a time.

@@ -53,6 +53,7 @@
 pub mod analyze;
 pub mod audit;
 pub mod cli;
+pub mod conform;
 pub mod driver;
 pub mod failure;
 pub mod load;

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use reports::model::{
     AttemptDelays, AuditedOperation, Exec, Latency, Mergeable, OperationVerdict, Phase, Requests,
-    ShardInfo, Timeline, SCHEMA_VERSION,
+    RuleVerdict, ShardInfo, Timeline, SCHEMA_VERSION,
 };
 use reports::{CheckResult, Outcome, Report, Verdict};
 
@@ -60,6 +60,7 @@ impl ReportBuilder {
                 operations: Vec::new(),
                 connections: Vec::new(),
                 statements: Vec::new(),
+                conformance: None,
             },
             verdict_required: true,
             load_expected: false,
@@ -201,6 +202,12 @@ impl ReportBuilder {
         self
     }
 
+    /// `harness conform`'s scorecard.
+    pub fn conformance(mut self, c: reports::model::Conformance) -> Self {
+        self.report.conformance = Some(c);
+        self
+    }
+
     /// Connections through the fault server's TCP proxies, per proxy (the journal's).
     pub fn connections(mut self, c: Vec<reports::model::ProxyConnections>) -> Self {
         self.report.connections = c;
@@ -220,22 +227,35 @@ impl ReportBuilder {
         self
     }
 
-    /// The report, with its outcome: interrupted when it was; failed when a check or an audited
-    /// operation failed or the command `exec` ran (if any) exited non-zero; no verdict when the
+    /// The report, with its outcome: interrupted when it was; failed when a check, an audited
+    /// operation or a conformance rule failed, the command `exec` ran (if any) exited non-zero,
+    /// or a conformance case could not run as it should; no verdict when the
     /// run was to send load and sent nothing, or when a verdict was required and no check (and
     /// no operation) reached pass, weak or fail; passed otherwise.
     pub fn build(mut self) -> Report {
         let r = &self.report;
         let exec_failed = r.exec.as_ref().is_some_and(|e| e.exit_code != Some(0));
+        let (rules, cases) = match &r.conformance {
+            Some(c) => (c.rules.as_slice(), c.cases.as_slice()),
+            None => (&[][..], &[][..]),
+        };
         let failed = r.checks.iter().any(|c| !c.passed())
             || r.operations
                 .iter()
                 .any(|o| o.verdict == OperationVerdict::Fail)
+            || rules.iter().any(|rule| rule.verdict == RuleVerdict::Fail)
+            || cases.iter().any(|case| case.problem.is_some())
             || exec_failed;
         let decided = r.checks.iter().any(|c| c.verdict != Verdict::Inconclusive)
             || r.operations
                 .iter()
-                .any(|o| o.verdict != OperationVerdict::Inconclusive);
+                .any(|o| o.verdict != OperationVerdict::Inconclusive)
+            || rules.iter().any(|rule| {
+                matches!(
+                    rule.verdict,
+                    RuleVerdict::Pass | RuleVerdict::Weak | RuleVerdict::Fail
+                )
+            });
         let sent_nothing = self.load_expected && r.requests.sent == 0;
         let outcome = if r.interrupted {
             Outcome::Interrupted

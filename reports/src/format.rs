@@ -330,7 +330,70 @@ pub(crate) fn printable_report(r: &Report) -> Report {
             }
         }
     }
+    if let Some(c) = &mut r.conformance {
+        for s in c.command.iter_mut() {
+            text(s);
+        }
+        for rule in &mut c.rules {
+            text(&mut rule.figure);
+            for e in &mut rule.evidence {
+                text(&mut e.detail);
+                if let Some(k) = &mut e.key {
+                    text(k);
+                }
+            }
+        }
+        for case in &mut c.cases {
+            if let Some(p) = &mut case.problem {
+                text(p);
+            }
+        }
+    }
     r
+}
+
+/// How a scorecard came out: "7 rules: 5 pass, 1 fail, 1 not present".
+pub(crate) fn rules_line(rules: &[crate::model::ConformRule]) -> String {
+    use crate::model::RuleVerdict::*;
+    let count = |v| rules.iter().filter(|r| r.verdict == v).count();
+    let parts: Vec<String> = [
+        (Pass, "pass"),
+        (Weak, "weak"),
+        (Fail, "fail"),
+        (NotPresent, "not present"),
+        (Inconclusive, "inconclusive"),
+    ]
+    .into_iter()
+    .filter_map(|(v, word)| match count(v) {
+        0 => None,
+        n => Some(format!("{n} {word}")),
+    })
+    .collect();
+    format!(
+        "{} rule{}: {}",
+        rules.len(),
+        if rules.len() == 1 { "" } else { "s" },
+        if parts.is_empty() {
+            "none judged".to_string()
+        } else {
+            parts.join(", ")
+        }
+    )
+}
+
+/// A conformance case's line: "first-two-503: 10 calls, 30 requests, 2.1 s" and its problem.
+pub(crate) fn case_line(c: &crate::model::ConformCase) -> String {
+    let mut s = format!(
+        "{}: {} calls, {} requests, {} s",
+        c.name,
+        c.calls,
+        c.requests,
+        sig3(c.duration_ms as f64 / 1000.0)
+    );
+    if let Some(p) = &c.problem {
+        s.push_str(&format!(" — {p}"));
+    }
+    s
 }
 
 /// How many audited operations passed, failed and were not judged: "2 of 5 operations failed,

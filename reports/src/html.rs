@@ -136,9 +136,20 @@ fn write_page(r: &Report, out: &mut String) -> std::fmt::Result {
     writeln!(out, "<style>{CSS}</style>\n</head>\n<body>\n<main>")?;
 
     write_header(r, out)?;
-    write_tiles(r, out)?;
+    if r.conformance.is_none() {
+        write_tiles(r, out)?;
+    }
     if !r.operations.is_empty() {
         write_operations(r, out)?;
+    }
+    if let Some(c) = &r.conformance {
+        // A scorecard has no load of its own: each case's figures are in its own report.
+        write_scorecard(c, out)?;
+        return writeln!(
+            out,
+            "<footer>report.json schema version {} · written by harness</footer>\n</main>\n</body>\n</html>",
+            r.schema_version
+        );
     }
     write_checks(r, out)?;
 
@@ -187,7 +198,9 @@ fn write_header(r: &Report, out: &mut String) -> std::fmt::Result {
         .filter(|c| c.verdict == Verdict::Fail)
         .count();
     let mut facts = vec![format!("ran {}", format::duration_ms(r.duration_ms))];
-    if r.operations.is_empty() {
+    if let Some(c) = &r.conformance {
+        facts.push(format::rules_line(&c.rules));
+    } else if r.operations.is_empty() {
         facts.push(format!("{failed} of {} checks failed", r.checks.len()));
     } else {
         facts.push(format::operations_line(&r.operations));
@@ -297,6 +310,58 @@ fn write_tiles(r: &Report, out: &mut String) -> std::fmt::Result {
 
 /// The audit's table, each row linking to its evidence below it: what was sent, what came back,
 /// and the checks that judged it.
+fn write_scorecard(c: &crate::model::Conformance, out: &mut String) -> std::fmt::Result {
+    writeln!(out, "<section id=\"scorecard\">\n<h2>Scorecard</h2>")?;
+    writeln!(
+        out,
+        "<p>{} — suite <code>{}</code>, adapter <code>{}</code></p>",
+        escape(&format::rules_line(&c.rules)),
+        escape(&c.suite),
+        escape(&c.command.join(" "))
+    )?;
+    writeln!(
+        out,
+        "<table class=\"operations\">\n<thead><tr><th>rule</th><th>verdict</th><th>measured</th><th>source</th><th>case</th></tr></thead>\n<tbody>"
+    )?;
+    for rule in &c.rules {
+        let v = format::verdict_word(rule.verdict.as_verdict());
+        writeln!(
+            out,
+            "<tr class=\"{v}\" id=\"rule-{}\"><td><code>{}</code> {}</td><td><span class=\"badge {v}\">{}</span></td><td>{}</td><td>{}</td><td><code>{}</code> ({})</td></tr>",
+            escape(&rule.id),
+            escape(&rule.id),
+            escape(&rule.title),
+            rule.verdict.word(),
+            escape(&rule.figure),
+            escape(&rule.source),
+            escape(&rule.case),
+            escape(&rule.check),
+        )?;
+    }
+    writeln!(out, "</tbody>\n</table>")?;
+    for rule in c.rules.iter().filter(|r| !r.evidence.is_empty()) {
+        writeln!(
+            out,
+            "<details class=\"operation\"{}><summary><code>{}</code>: evidence</summary>\n<ul class=\"evidence\">",
+            if rule.verdict == crate::model::RuleVerdict::Fail {
+                " open"
+            } else {
+                ""
+            },
+            escape(&rule.id)
+        )?;
+        for e in rule.evidence.iter().take(EVIDENCE_MAX) {
+            writeln!(out, "<li>{}</li>", escape(&format::evidence_line(e, 20)))?;
+        }
+        writeln!(out, "</ul>\n</details>")?;
+    }
+    writeln!(out, "<ul>")?;
+    for case in &c.cases {
+        writeln!(out, "<li>case {}</li>", escape(&format::case_line(case)))?;
+    }
+    writeln!(out, "</ul>\n</section>")
+}
+
 fn write_operations(r: &Report, out: &mut String) -> std::fmt::Result {
     writeln!(out, "<section id=\"operations\">\n<h2>Operations</h2>")?;
     writeln!(

@@ -12,12 +12,19 @@ use quick_junit::{NonSuccessKind, Property, TestCase, TestCaseStatus, TestSuite}
 
 use crate::error::ReportError;
 use crate::format;
-use crate::model::{AuditedOperation, CheckResult, OperationVerdict, Outcome, Report, Verdict};
+use crate::model::{
+    AuditedOperation, CheckResult, ConformCase, ConformRule, OperationVerdict, Outcome, Report,
+    RuleVerdict, Verdict,
+};
 
 /// The `classname` of every check's test case: CI tools group test cases by it.
 pub const CLASSNAME: &str = "harness.checks";
 /// The `classname` of every audited operation's test case (`harness audit`).
 pub const OPERATION_CLASSNAME: &str = "harness.operations";
+/// The `classname` of every rule's test case (`harness conform`): CI gates on one per rule.
+pub const RULE_CLASSNAME: &str = "harness.rules";
+/// The `classname` of a conformance case whose adapter did not run as it should.
+pub const CASE_CLASSNAME: &str = "harness.cases";
 /// The `classname` of the test case an interrupted or undecided run adds.
 pub const RUN_CLASSNAME: &str = "harness.run";
 
@@ -58,6 +65,10 @@ pub fn to_junit_xml(r: &Report) -> Result<String, ReportError> {
     }
     suite.add_test_cases(r.checks.iter().map(test_case));
     suite.add_test_cases(r.operations.iter().map(operation_case));
+    if let Some(c) = &r.conformance {
+        suite.add_test_cases(c.rules.iter().map(rule_case));
+        suite.add_test_cases(c.cases.iter().filter_map(broken_case));
+    }
     // A run that did not finish, or decided nothing, must not read as green in a CI test view.
     if matches!(outcome, Outcome::Interrupted | Outcome::NoVerdict) {
         let name = match outcome {
@@ -147,6 +158,56 @@ fn operation_case(o: &AuditedOperation) -> TestCase {
         case.set_system_out(text);
     }
     case
+}
+
+fn rule_case(rule: &ConformRule) -> TestCase {
+    let mut lines = vec![
+        format!("verdict: {} — {}", rule.verdict.word(), rule.figure),
+        format!("rule: {} ({})", rule.title, rule.source),
+        format!("case: {}; judged by the check {}", rule.case, rule.check),
+    ];
+    if !rule.evidence.is_empty() {
+        lines.push("evidence:".to_string());
+        lines.extend(
+            rule.evidence
+                .iter()
+                .take(EVIDENCE_MAX)
+                .map(|e| format!("  - {}", format::evidence_line(e, SEQS_MAX))),
+        );
+    }
+    let text = lines.join("\n");
+    let status = match rule.verdict {
+        RuleVerdict::Fail => {
+            let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
+            s.set_message(rule.figure.as_str())
+                .set_type("rule broken")
+                .set_description(text.clone());
+            s
+        }
+        RuleVerdict::Pass
+        | RuleVerdict::Weak
+        | RuleVerdict::NotPresent
+        | RuleVerdict::Inconclusive => TestCaseStatus::success(),
+    };
+    let mut case = TestCase::new(format!("{}: {}", rule.id, rule.title), status);
+    case.set_classname(RULE_CLASSNAME);
+    if rule.verdict != RuleVerdict::Fail {
+        case.set_system_out(text);
+    }
+    case
+}
+
+/// A failing test case for a conformance case that could not run as it should (its rules are
+/// inconclusive, and the scorecard cannot pass).
+fn broken_case(c: &ConformCase) -> Option<TestCase> {
+    let problem = c.problem.as_ref()?;
+    let mut s = TestCaseStatus::non_success(NonSuccessKind::Error);
+    s.set_message(problem.as_str())
+        .set_type("case did not run")
+        .set_description(format::case_line(c));
+    let mut case = TestCase::new(format!("case {}", c.name), s);
+    case.set_classname(CASE_CLASSNAME);
+    Some(case)
 }
 
 fn evidence_lines(c: &CheckResult) -> Vec<String> {

@@ -71,6 +71,10 @@ fn write_markdown(r: &Report, out: &mut String) -> std::fmt::Result {
     if !r.operations.is_empty() {
         write_operations(r, out)?;
     }
+    if let Some(c) = &r.conformance {
+        // A scorecard has no load of its own: each case's figures are in its own report.
+        return write_scorecard(c, out);
+    }
 
     writeln!(out)?;
     writeln!(out, "### Checks")?;
@@ -283,6 +287,42 @@ fn write_markdown(r: &Report, out: &mut String) -> std::fmt::Result {
 }
 
 /// The audit's table, then the evidence of every operation that did not pass.
+fn write_scorecard(c: &crate::model::Conformance, out: &mut String) -> std::fmt::Result {
+    writeln!(out)?;
+    writeln!(out, "### Scorecard")?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{} (suite {}, adapter `{}`).",
+        escape(&format::rules_line(&c.rules)),
+        escape(&c.suite),
+        escape(&c.command.join(" "))
+    )?;
+    writeln!(out)?;
+    writeln!(out, "| | rule | verdict | measured | source | case |")?;
+    writeln!(out, "| --- | --- | --- | --- | --- | --- |")?;
+    for rule in &c.rules {
+        writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} |",
+            verdict_icon(rule.verdict.as_verdict()),
+            escape(&format!("{}: {}", rule.id, rule.title)),
+            rule.verdict.word(),
+            escape(&rule.figure),
+            escape(&rule.source),
+            escape(&rule.case),
+        )?;
+    }
+    let problems: Vec<_> = c.cases.iter().filter(|k| k.problem.is_some()).collect();
+    if !problems.is_empty() {
+        writeln!(out)?;
+        for case in problems {
+            writeln!(out, "> Case {}", escape(&format::case_line(case)))?;
+        }
+    }
+    Ok(())
+}
+
 fn write_operations(r: &Report, out: &mut String) -> std::fmt::Result {
     writeln!(out)?;
     writeln!(out, "### Operations")?;

@@ -100,6 +100,10 @@ pub struct Report {
     /// read, one row per proxy (absent when none did). Not in `requests` either.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub statements: Vec<ProxyStatements>,
+    /// `harness conform`: the scorecard of a retrying client, one row per rule of the suite
+    /// (absent for every other command).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conformance: Option<Conformance>,
 }
 
 /// A TCP proxy's connections in a journal: how many, how they ended, their bytes, the toxics
@@ -704,4 +708,106 @@ mod tests {
         CheckResult::new("jitter", Verdict::Weak, "jitter too small to matter")
             .assert_pass_verdict();
     }
+}
+
+/// `harness conform`'s scorecard: the client's adapter run once per case of a suite, each rule
+/// judged on its case's journal by one check.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Conformance {
+    /// The suite run: `http`, `grpc` or `all`.
+    pub suite: String,
+    /// The adapter and its arguments.
+    pub command: Vec<String>,
+    /// One row per rule, in the suite's order.
+    pub rules: Vec<ConformRule>,
+    /// One row per case the adapter was run in.
+    pub cases: Vec<ConformCase>,
+}
+
+/// One rule of a conformance suite and how the client did on it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ConformRule {
+    /// Stable identifier: `transient-retried`, `no-retry-4xx`, `jitter`, …
+    pub id: String,
+    /// The rule in a sentence: "a transient failure is retried".
+    pub title: String,
+    /// Where the rule comes from: an RFC section, a draft, a gRFC, the seed's checklist.
+    pub source: String,
+    /// The case (fault schedule) it was judged on.
+    pub case: String,
+    /// The check that judged it.
+    pub check: String,
+    /// Whether `--require` made an optional rule (a breaker) one the client must meet.
+    #[serde(default)]
+    pub required: bool,
+    /// The verdict.
+    pub verdict: RuleVerdict,
+    /// What was measured, in a sentence (the check's summary, or why nothing was).
+    pub figure: String,
+    /// The requests that prove it (journal `seq`s of its case).
+    #[serde(default)]
+    pub evidence: Vec<Evidence>,
+}
+
+/// A conformance rule's verdict.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleVerdict {
+    /// The client keeps the rule.
+    Pass,
+    /// It keeps it weakly (jitter narrower than equal jitter, some transient failures not
+    /// retried); does not fail the scorecard.
+    Weak,
+    /// It breaks the rule.
+    Fail,
+    /// An optional rule (a breaker, hedging) the client does not claim; does not fail the
+    /// scorecard unless `--require`d.
+    NotPresent,
+    /// The case could not decide; the figure says why.
+    Inconclusive,
+}
+
+impl RuleVerdict {
+    /// The word a table shows: `PASS`, `WEAK`, `FAIL`, `NOT PRESENT`, `INCONCLUSIVE`.
+    pub fn word(self) -> &'static str {
+        match self {
+            RuleVerdict::Pass => "PASS",
+            RuleVerdict::Weak => "WEAK",
+            RuleVerdict::Fail => "FAIL",
+            RuleVerdict::NotPresent => "NOT PRESENT",
+            RuleVerdict::Inconclusive => "INCONCLUSIVE",
+        }
+    }
+
+    /// The check verdict of the nearest meaning (for colours and icons shared with the checks):
+    /// not present reads as inconclusive.
+    pub fn as_verdict(self) -> Verdict {
+        match self {
+            RuleVerdict::Pass => Verdict::Pass,
+            RuleVerdict::Weak => Verdict::Weak,
+            RuleVerdict::Fail => Verdict::Fail,
+            RuleVerdict::NotPresent | RuleVerdict::Inconclusive => Verdict::Inconclusive,
+        }
+    }
+}
+
+/// One run of the adapter against one case's fault schedule.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ConformCase {
+    /// The case: `first-two-503`, `first-400`, …
+    pub name: String,
+    /// What its fault server does, in a sentence.
+    pub about: String,
+    /// The calls the adapter was asked to make (`HARNESS_CALLS`).
+    pub calls: u32,
+    /// Requests the fault server saw.
+    pub requests: u64,
+    /// The adapter's exit code (`None`: killed by a signal or by the case's time limit).
+    pub exit_code: Option<i32>,
+    /// How long the case took, in milliseconds.
+    pub duration_ms: u64,
+    /// Why the case decided nothing, when it did not run as it should (the adapter failed,
+    /// timed out, made no call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
 }

@@ -10,7 +10,7 @@ use comfy_table::presets::UTF8_FULL_CONDENSED;
 use comfy_table::{Cell, CellAlignment, Color, ContentArrangement, Table};
 
 use crate::format;
-use crate::model::{OperationVerdict, Outcome, Report, Verdict};
+use crate::model::{Conformance, OperationVerdict, Outcome, Report, RuleVerdict, Verdict};
 
 /// Width the tables wrap to: the caller decides colour, not layout, and 120 columns fit CI logs.
 const WIDTH: u16 = 120;
@@ -47,6 +47,12 @@ pub fn render_terminal(r: &Report, color: bool) -> String {
     if !r.operations.is_empty() {
         out.push_str("\nOperations\n");
         out.push_str(&operations_table(r, paint));
+    }
+    if let Some(c) = &r.conformance {
+        // A scorecard has no load of its own: each case's figures are in its own report.
+        out.push_str("\nScorecard\n");
+        out.push_str(&scorecard(c, paint));
+        return out;
     }
 
     out.push_str("\nChecks\n");
@@ -256,7 +262,9 @@ fn verdict_line(r: &Report, paint: Paint) -> String {
     } else {
         format!("{} in {}", r.scenario, format::duration_ms(r.duration_ms))
     }];
-    if r.operations.is_empty() {
+    if let Some(c) = &r.conformance {
+        parts.push(format::rules_line(&c.rules));
+    } else if r.operations.is_empty() {
         parts.push(format!("{} of {} checks failed", failed, r.checks.len()));
     } else {
         parts.push(format::operations_line(&r.operations));
@@ -341,6 +349,46 @@ fn operations_table(r: &Report, paint: Paint) -> String {
         for line in format::evidence_lines(&o.evidence, o.evidence.len() as u64, format::REST) {
             out.push_str(&format!("  {line}\n"));
         }
+    }
+    out
+}
+
+fn scorecard(c: &Conformance, paint: Paint) -> String {
+    let mut t = table(paint);
+    t.set_header(vec!["rule", "verdict", "case", "measured"]);
+    for rule in &c.rules {
+        t.add_row(vec![
+            Cell::new(&rule.id),
+            paint.cell(
+                rule.verdict.word(),
+                match rule.verdict {
+                    RuleVerdict::Pass => Color::Green,
+                    RuleVerdict::Weak => Color::Yellow,
+                    RuleVerdict::Fail => Color::Red,
+                    RuleVerdict::NotPresent => Color::Grey,
+                    RuleVerdict::Inconclusive => Color::Yellow,
+                },
+            ),
+            Cell::new(&rule.case),
+            Cell::new(&rule.figure),
+        ]);
+    }
+    let mut out = t.to_string();
+    out.push('\n');
+    out.push_str(&format!("  {}\n", format::rules_line(&c.rules)));
+    for rule in c.rules.iter().filter(|r| r.verdict == RuleVerdict::Fail) {
+        out.push_str(&format!(
+            "FAIL {} — {} ({}; judged by {})\n",
+            rule.id, rule.title, rule.source, rule.check
+        ));
+        for line in format::evidence_lines(&rule.evidence, rule.evidence.len() as u64, format::REST)
+        {
+            out.push_str(&format!("  {line}\n"));
+        }
+    }
+    out.push_str(&format!("adapter: {}\n", c.command.join(" ")));
+    for case in &c.cases {
+        out.push_str(&format!("  case {}\n", format::case_line(case)));
     }
     out
 }

@@ -3,7 +3,7 @@
 //!
 //! This file holds the parser's top (`Cli`, `Command`) and the dispatch; `args.rs` the flag
 //! groups several commands share; one file per command's handler (`run.rs`, `exec.rs`,
-//! `load.rs`, `idempotency.rs`, `deliver.rs`, `audit.rs`, `init.rs`, `simulate.rs`,
+//! `load.rs`, `conform.rs`, `idempotency.rs`, `deliver.rs`, `audit.rs`, `init.rs`, `simulate.rs`,
 //! `analyze.rs`, `merge.rs`, `report.rs`), none naming another; `output.rs` what they print;
 //! `signals.rs` Ctrl-C and SIGTERM; `exit.rs` the one place an outcome or a failure's kind
 //! becomes an exit number: `0` every check passed; `1` a check failed or nothing was decided;
@@ -14,6 +14,7 @@
 mod analyze;
 mod args;
 mod audit;
+mod conform;
 mod deliver;
 mod exec;
 pub mod exit;
@@ -109,6 +110,9 @@ enum Command {
     },
     /// Ad-hoc load against a URL: open model (`--rate`) or closed (`--concurrency`).
     Load(load::LoadArgs),
+    /// Hold a retrying client to a suite of rules: its adapter (CMD) run once per case against
+    /// the embedded fault server, one scorecard row per rule (`--list` shows them).
+    Conform(conform::ConformArgs),
     /// Probe any endpoint's Idempotency-Key handling: concurrent same-key bursts, a replay, a
     /// different body with the same key, and no key.
     Idempotency(idempotency::IdempotencyArgs),
@@ -228,6 +232,7 @@ async fn dispatch(cmd: Command) -> Result<Outcome, CliError> {
             command,
         } => exec::exec(&scenario, &common, wait, &command).await,
         Command::Load(args) => load::load(args).await,
+        Command::Conform(args) => conform::conform(args).await,
         Command::Idempotency(args) => idempotency::idempotency(args).await,
         Command::Deliver(args) => deliver::deliver(*args).await,
         Command::Audit(args) => audit::audit(args).await,

@@ -262,6 +262,7 @@ pub fn sample() -> Report {
         operations: Vec::new(),
         connections: Vec::new(),
         statements: Vec::new(),
+        conformance: None,
     }
 }
 
@@ -358,6 +359,7 @@ pub fn empty() -> Report {
         operations: Vec::new(),
         connections: Vec::new(),
         statements: Vec::new(),
+        conformance: None,
     }
 }
 

@@ -1,0 +1,243 @@
+//! `harness conform` on real processes over real sockets: the real binary runs an adapter
+//! (`tests/conform/adapter.py`, Python's standard library) against its embedded fault server,
+//! case by case. The adapter's retry loop is correct by default and each flag breaks one part of
+//! it; each defect must fail exactly the rules it breaks, and the correct client none.
+//!
+//! The breaker case (a 10 s outage) runs once, for the client with a breaker and the one
+//! without; the other runs leave it out (`--only`), so that each takes seconds.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn adapter() -> PathBuf {
+    root().join("harness/tests/conform/adapter.py")
+}
+
+/// Every HTTP rule but the breaker.
+const WITHOUT_BREAKER: &str =
+    "transient-retried,no-retry-4xx,jitter,retry-after,key-kept,lost-response-once";
+
+/// Runs `harness conform` with `args` and the adapter with `flags`: (exit code, report).
+fn conform(args: &[&str], flags: &[&str]) -> (i32, Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .arg("conform")
+        .args(args)
+        .args(["--format", "json", "--"])
+        .arg("python3")
+        .arg(adapter())
+        .args(flags)
+        .output()
+        .expect("harness runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("a JSON report ({e}); stderr:\n{stderr}"));
+    (out.status.code().unwrap_or(-1), report)
+}
+
+/// Each rule's verdict, by id.
+fn verdicts(report: &Value) -> Vec<(String, String)> {
+    report["conformance"]["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .map(|r| {
+            (
+                r["id"].as_str().unwrap_or_default().to_string(),
+                r["verdict"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn verdict<'a>(v: &'a [(String, String)], id: &str) -> &'a str {
+    v.iter()
+        .find(|(i, _)| i == id)
+        .map(|(_, v)| v.as_str())
+        .unwrap_or_else(|| panic!("no rule {id} in {v:?}"))
+}
+
+/// The rules that failed.
+fn failed(v: &[(String, String)]) -> Vec<&str> {
+    v.iter()
+        .filter(|(_, v)| v == "fail")
+        .map(|(i, _)| i.as_str())
+        .collect()
+}
+
+#[test]
+fn a_correct_client_keeps_every_rule() {
+    let (code, report) = conform(&["--only", WITHOUT_BREAKER], &[]);
+    let v = verdicts(&report);
+    for id in WITHOUT_BREAKER.split(',') {
+        assert_eq!(verdict(&v, id), "pass", "{id}: {report:#}");
+    }
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["outcome"], "passed");
+    // The scorecard says what it measured: the jitter family, with a figure.
+    let jitter = &report["conformance"]["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .find(|r| r["id"] == "jitter")
+        .expect("jitter")["figure"];
+    assert!(
+        jitter.as_str().is_some_and(|f| f.contains("jitter")),
+        "{jitter}"
+    );
+}
+
+/// A defect and the rules it must fail, no more and no fewer.
+fn defect_fails_exactly(flag: &str, rules: &[&str]) {
+    let (code, report) = conform(&["--only", WITHOUT_BREAKER], &[flag]);
+    let v = verdicts(&report);
+    assert_eq!(failed(&v), rules, "{flag}: {v:?}");
+    assert_eq!(code, 1, "{flag}: a broken rule fails the scorecard");
+    assert_eq!(report["outcome"], "failed");
+}
+
+#[test]
+fn a_client_that_never_retries_fails_transient_retried() {
+    defect_fails_exactly("--no-retry", &["transient-retried"]);
+}
+
+#[test]
+fn a_client_without_jitter_fails_jitter() {
+    defect_fails_exactly("--no-jitter", &["jitter"]);
+}
+
+#[test]
+fn a_client_without_backoff_fails_jitter() {
+    defect_fails_exactly("--no-backoff", &["jitter"]);
+}
+
+#[test]
+fn a_client_that_retries_a_400_fails_no_retry_4xx() {
+    defect_fails_exactly("--retry-4xx", &["no-retry-4xx"]);
+}
+
+#[test]
+fn a_client_that_ignores_retry_after_fails_retry_after() {
+    defect_fails_exactly("--ignore-retry-after", &["retry-after"]);
+}
+
+#[test]
+fn a_client_with_a_new_key_per_attempt_fails_key_kept_and_makes_duplicates() {
+    // A new key on the retry after a lost response is both rules at once: the server cannot
+    // know the retry, so it creates a second order.
+    defect_fails_exactly("--new-key-per-attempt", &["key-kept", "lost-response-once"]);
+}
+
+#[test]
+fn a_breaker_is_not_present_unless_required() {
+    // Calling through the outage at up to 0.5 s apart, no breaker: not present, which decides
+    // nothing (no verdict, exit 1) and fails no rule…
+    let (code, report) = conform(&["--only", "breaker"], &["--retry-forever"]);
+    let v = verdicts(&report);
+    assert_eq!(verdict(&v, "breaker"), "not_present", "{report:#}");
+    assert_eq!(report["outcome"], "no_verdict", "{report:#}");
+    assert_eq!(code, 1);
+    let figure = report["conformance"]["rules"][0]["figure"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(figure.starts_with("not present: "), "{figure}");
+    // …and a client with a breaker keeps the rule, required.
+    let (code, report) = conform(
+        &["--only", "breaker", "--require", "breaker"],
+        &["--retry-forever", "--breaker"],
+    );
+    assert_eq!(verdict(&verdicts(&report), "breaker"), "pass", "{report:#}");
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn an_adapter_that_fails_leaves_its_rules_inconclusive_and_the_scorecard_failed() {
+    let out = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args([
+            "conform",
+            "--only",
+            "no-retry-4xx",
+            "--format",
+            "json",
+            "--",
+        ])
+        .args(["sh", "-c", "echo cannot import the client >&2; exit 3"])
+        .output()
+        .expect("harness runs");
+    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(out.status.code(), Some(1));
+    let rule = &report["conformance"]["rules"][0];
+    assert_eq!(rule["verdict"], "inconclusive");
+    let figure = rule["figure"].as_str().unwrap_or_default();
+    assert!(
+        figure.contains("exited 3") && figure.contains("cannot import the client"),
+        "{figure}"
+    );
+}
+
+#[test]
+fn bad_rules_are_bad_input() {
+    for args in [
+        &["conform", "--only", "jiter", "--", "true"][..],
+        &[
+            "conform",
+            "--require",
+            "breaker",
+            "--suite",
+            "grpc",
+            "--",
+            "true",
+        ][..],
+        &["conform", "--only", "jitter"][..],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_harness"))
+            .args(args)
+            .output()
+            .expect("harness runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "one message: {stderr}");
+    }
+}
+
+#[test]
+fn the_scorecard_renders_in_every_format() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["conform", "--only", "no-retry-4xx,key-kept", "--report-dir"])
+        .arg(dir.path())
+        .args(["--", "python3"])
+        .arg(adapter())
+        .arg("--retry-4xx")
+        .output()
+        .expect("harness runs");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{table}");
+    assert!(
+        table.contains("Scorecard") && table.contains("no-retry-4xx"),
+        "{table}"
+    );
+    assert!(table.contains("FAIL no-retry-4xx"), "{table}");
+    let junit = std::fs::read_to_string(dir.path().join("junit.xml")).expect("junit");
+    assert!(junit.contains("classname=\"harness.rules\""), "{junit}");
+    assert_eq!(junit.matches("<failure").count(), 1, "{junit}");
+    let html = std::fs::read_to_string(dir.path().join("report.html")).expect("html");
+    assert!(html.contains("id=\"scorecard\"") && html.contains("rule-key-kept"));
+    let md = std::fs::read_to_string(dir.path().join("summary.md")).expect("md");
+    assert!(md.contains("### Scorecard"), "{md}");
+    // Each case's own report, with every check's evidence.
+    for case in ["first-400", "lost-response"] {
+        let p = dir.path().join("cases").join(case).join("report.json");
+        let r: Value =
+            serde_json::from_str(&std::fs::read_to_string(&p).expect("case report")).expect("JSON");
+        assert!(
+            r["checks"].as_array().is_some_and(|c| !c.is_empty()),
+            "{r:#}"
+        );
+    }
+}
