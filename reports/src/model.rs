@@ -657,59 +657,6 @@ impl AuditedOperation {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn failed() -> CheckResult {
-        let mut r = CheckResult::new(
-            "duplicates",
-            Verdict::Fail,
-            "1 of 1 keys created more than one resource",
-        );
-        for i in 0..5 {
-            r = r.evidence(Evidence {
-                detail: format!("key k-{i} created 2 resources"),
-                key: Some(format!("k-{i}\u{1b}[2J")),
-                seqs: vec![1, 2],
-            });
-        }
-        r
-    }
-
-    #[test]
-    fn a_result_displays_as_the_terminal_shows_it() {
-        assert_eq!(
-            failed().to_string(),
-            "duplicates: FAIL: 1 of 1 keys created more than one resource\n  \
-             • key k-0 created 2 resources [key k-0\\u{1b}[2J; seq 1, 2]\n  \
-             • key k-1 created 2 resources [key k-1\\u{1b}[2J; seq 1, 2]\n  \
-             • key k-2 created 2 resources [key k-2\\u{1b}[2J; seq 1, 2]\n  \
-             … and 2 more in `evidence`"
-        );
-        let passed = CheckResult::new("jitter", Verdict::Weak, "jitter too small to matter");
-        assert_eq!(
-            passed.to_string(),
-            "jitter: WEAK: jitter too small to matter"
-        );
-        passed.assert_passes();
-        failed().assert_fails();
-    }
-
-    #[test]
-    #[should_panic(expected = "check `duplicates` was expected to pass:\nduplicates: FAIL: 1 of 1")]
-    fn a_failed_assertion_says_why() {
-        failed().assert_passes();
-    }
-
-    #[test]
-    #[should_panic(expected = "expected to reach `pass`:\njitter: WEAK")]
-    fn a_weak_verdict_is_not_a_pass_verdict() {
-        CheckResult::new("jitter", Verdict::Weak, "jitter too small to matter")
-            .assert_pass_verdict();
-    }
-}
-
 /// `harness conform`'s scorecard: the client's adapter run once per case of a suite, each rule
 /// judged on its case's journal by one check.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -810,4 +757,57 @@ pub struct ConformCase {
     /// timed out, made no call).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed() -> CheckResult {
+        let mut r = CheckResult::new(
+            "duplicates",
+            Verdict::Fail,
+            "1 of 1 keys created more than one resource",
+        );
+        for i in 0..5 {
+            r = r.evidence(Evidence {
+                detail: format!("key k-{i} created 2 resources"),
+                key: Some(format!("k-{i}\u{1b}[2J")),
+                seqs: vec![1, 2],
+            });
+        }
+        r
+    }
+
+    #[test]
+    fn a_result_displays_as_the_terminal_shows_it() {
+        assert_eq!(
+            failed().to_string(),
+            "duplicates: FAIL: 1 of 1 keys created more than one resource\n  \
+             • key k-0 created 2 resources [key k-0\\u{1b}[2J; seq 1, 2]\n  \
+             • key k-1 created 2 resources [key k-1\\u{1b}[2J; seq 1, 2]\n  \
+             • key k-2 created 2 resources [key k-2\\u{1b}[2J; seq 1, 2]\n  \
+             … and 2 more in `evidence`"
+        );
+        let passed = CheckResult::new("jitter", Verdict::Weak, "jitter too small to matter");
+        assert_eq!(
+            passed.to_string(),
+            "jitter: WEAK: jitter too small to matter"
+        );
+        passed.assert_passes();
+        failed().assert_fails();
+    }
+
+    #[test]
+    #[should_panic(expected = "check `duplicates` was expected to pass:\nduplicates: FAIL: 1 of 1")]
+    fn a_failed_assertion_says_why() {
+        failed().assert_passes();
+    }
+
+    #[test]
+    #[should_panic(expected = "expected to reach `pass`:\njitter: WEAK")]
+    fn a_weak_verdict_is_not_a_pass_verdict() {
+        CheckResult::new("jitter", Verdict::Weak, "jitter too small to matter")
+            .assert_pass_verdict();
+    }
 }
