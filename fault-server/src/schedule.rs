@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, Method};
+use primitives::glob::Glob;
 
 use crate::config::{Counts, FaultConfig, PathPattern, RuleConfig};
 use crate::draw;
@@ -148,7 +149,7 @@ impl Schedule {
                                 .collect()
                         })
                         .unwrap_or_default(),
-                    path: m.path.as_ref().map(|p: &PathPattern| Glob::new(&p.0)),
+                    path: m.path.as_ref().map(|p: &PathPattern| Glob::path(&p.0)),
                     path_prefix: m.path_prefix.clone(),
                     headers: m
                         .headers
@@ -170,7 +171,7 @@ impl Schedule {
                     grpc_method: m
                         .grpc_method
                         .as_ref()
-                        .map(|p| Glob::new(&format!("/{}", p.0))),
+                        .map(|p| Glob::path(&format!("/{}", p.0))),
                     grpc_attempts: m.grpc_attempts.clone(),
                     probability: m.probability.map(|p| p.0),
                     fault: Arc::new(PreparedFault::new(&r.fault)),
@@ -341,72 +342,6 @@ impl Rule {
     }
 }
 
-/// A path glob: `*` matches within one segment, `**` matches across segments; anything else is
-/// literal. A pattern with no wildcard is an exact match.
-#[derive(Debug, Clone)]
-pub struct Glob {
-    parts: Vec<GlobPart>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-enum GlobPart {
-    Lit(String),
-    Star,
-    DoubleStar,
-}
-
-impl Glob {
-    /// Compiles a pattern.
-    pub fn new(pattern: &str) -> Glob {
-        let mut parts = Vec::new();
-        let mut lit = String::new();
-        let mut chars = pattern.chars().peekable();
-        while let Some(c) = chars.next() {
-            if c == '*' {
-                if !lit.is_empty() {
-                    parts.push(GlobPart::Lit(std::mem::take(&mut lit)));
-                }
-                if chars.peek() == Some(&'*') {
-                    chars.next();
-                    parts.push(GlobPart::DoubleStar);
-                } else {
-                    parts.push(GlobPart::Star);
-                }
-            } else {
-                lit.push(c);
-            }
-        }
-        if !lit.is_empty() {
-            parts.push(GlobPart::Lit(lit));
-        }
-        Glob { parts }
-    }
-
-    /// Whether `path` matches.
-    pub fn matches(&self, path: &str) -> bool {
-        Self::match_from(&self.parts, path)
-    }
-
-    fn match_from(parts: &[GlobPart], s: &str) -> bool {
-        match parts.split_first() {
-            None => s.is_empty(),
-            Some((GlobPart::Lit(l), rest)) => s
-                .strip_prefix(l.as_str())
-                .is_some_and(|r| Self::match_from(rest, r)),
-            Some((wild, rest)) => {
-                let limit = if *wild == GlobPart::Star {
-                    s.find('/').unwrap_or(s.len())
-                } else {
-                    s.len()
-                };
-                (0..=limit)
-                    .filter(|i| s.is_char_boundary(*i))
-                    .any(|i| Self::match_from(rest, &s[i..]))
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -521,17 +456,6 @@ rules:
         let f = facts(&m, "/other", &h, 1, None, None, now);
         let never = |_: &str| async { Err::<u64, &str>("not reached") };
         assert_eq!(futures_ready(s.decide_counted(&f, never)), None);
-    }
-
-    #[test]
-    fn globs() {
-        assert!(Glob::new("/orders").matches("/orders"));
-        assert!(!Glob::new("/orders").matches("/orders/1"));
-        assert!(Glob::new("/orders/*").matches("/orders/1"));
-        assert!(!Glob::new("/orders/*").matches("/orders/1/pay"));
-        assert!(Glob::new("/orders/*/pay").matches("/orders/abc/pay"));
-        assert!(Glob::new("/api/**").matches("/api/a/b/c"));
-        assert!(Glob::new("/**/pay").matches("/orders/x/pay"));
     }
 
     #[test]

@@ -121,8 +121,8 @@ fn the_yaml_loader_stands_alone() {
 }
 
 /// Protects the primitives' invariant (ARCHITECTURE.md): no dependency at all, so the fault
-/// server, the harness and the webhooks crate can share its draws and template syntax without
-/// sharing anything else, and a draw cannot change with a dependency's version.
+/// server, the harness, the wire protocols and the webhooks crate can share its draws, template
+/// syntax and globs without sharing anything else, and a draw cannot change with a dependency's version.
 #[test]
 fn the_primitives_depend_on_nothing() {
     let graph = lock_graph();

@@ -8,6 +8,10 @@
 //! - [`template`]: the `{{name}}` syntax of the harness's request templates and the webhook
 //!   payload template: text split into literal pieces and placeholder names, each user deciding
 //!   which names it knows.
+//! - [`glob`]: the globs the fault server's rules, the audit's operation selectors and the
+//!   protocol proxies' statement and key rules are written in: a path syntax (`*` within a
+//!   segment, `**` across) and a text syntax (`*`, `?`, optionally without ASCII case), one
+//!   matcher that never backtracks.
 //!
 //! *Invariant:* no dependency at all, no I/O, no clock: every function here is a function of its
 //! arguments, so a value drawn today is the value drawn by every later build (the tests pin
@@ -16,4 +20,5 @@
 #![warn(missing_docs)]
 
 pub mod draw;
+pub mod glob;
 pub mod template;

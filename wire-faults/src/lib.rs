@@ -76,7 +76,6 @@
 pub mod config;
 mod draw;
 pub mod error;
-mod glob;
 mod journal;
 pub mod pg;
 pub mod resp;

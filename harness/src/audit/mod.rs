@@ -36,9 +36,9 @@ mod session;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fault_server::schedule::Glob;
 use openapi::{Api, LinkPlan, Method, Operation, RequestBuilder};
 use primitives::draw::splitmix64;
+use primitives::glob::Glob;
 use reports::model::{AuditedOperation, ProbeKind};
 use reports::Report;
 
@@ -93,7 +93,7 @@ enum Selector {
 impl Selector {
     fn parse(s: &str) -> Selector {
         if s.starts_with('/') {
-            Selector::Path(Glob::new(s))
+            Selector::Path(Glob::path(s))
         } else {
             Selector::Id(s.to_string())
         }

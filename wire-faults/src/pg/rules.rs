@@ -8,9 +8,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use primitives::glob::{Case, Glob};
+
 use crate::config::{Counts, PgFault, PostgresConfig};
 use crate::draw::{Draw, SubjectCounts};
-use crate::glob::Glob;
 
 /// A PostgreSQL proxy: its compiled rules, its bounds, and the counts its connections share
 /// (connections, COMMITs, rule hits, attempts of each transaction). One per proxy, shared by
@@ -87,7 +88,10 @@ impl PgProxy {
                 let m = &r.matcher;
                 Rule {
                     id: crate::config::rule_id(r.id.as_ref(), i),
-                    statement: m.statement.as_ref().map(|p| Glob::new(&p.0, true)),
+                    statement: m
+                        .statement
+                        .as_ref()
+                        .map(|p| Glob::text(&p.0, Case::FoldAscii)),
                     regex: m.statement_regex.as_ref().map(|r| r.0.clone()),
                     in_block: m.in_block,
                     startup: m.startup,

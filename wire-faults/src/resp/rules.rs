@@ -3,9 +3,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use primitives::glob::{Case, Glob};
+
 use crate::config::{Counts, OnViolation, RedisConfig, RedisFault};
 use crate::draw::{Draw, SubjectCounts};
-use crate::glob::Glob;
 
 /// A Redis proxy: its compiled rules, its bounds, and the counts its connections share. One per
 /// proxy, shared by its sessions; replaced as a whole when the rules change.
@@ -73,7 +74,7 @@ impl RedisProxy {
                 Rule {
                     id: crate::config::rule_id(r.id.as_ref(), i),
                     names: m.command.as_ref().map(|n| n.0.clone()),
-                    key: m.key.as_ref().map(|p| Glob::new(&p.0, false)),
+                    key: m.key.as_ref().map(|p| Glob::text(&p.0, Case::Sensitive)),
                     connections: m.connections.clone(),
                     commands: m.commands.clone(),
                     hits: m.hits.clone(),
