@@ -16,6 +16,7 @@
 //! retry_on_4xx: { never_retry: [400, 401, 403, 404, 422], may_retry: [408, 409, 429] }
 //! transient_retried: {}
 //! jitter: { min_jitter: 0.08, noise_floor_ms: 7, min_samples: 20 }
+//! backoff_growth: { pass_growth: 1.3, min_samples: 5 }
 //! retry_after: { default_s: 1, by_rule: { throttle: 2 } }
 //! key_stability: { window_ms: 60000 }
 //! circuit_breaker: { min_outage_ms: 5000, require_probe: true }
@@ -44,6 +45,7 @@ use yaml_config::ConfigError;
 
 use super::ack_latency::AckLatencyConfig;
 use super::amplification::AmplificationConfig;
+use super::backoff_growth::BackoffGrowthConfig;
 use super::cache_fallback::CacheFallbackConfig;
 use super::circuit_breaker::CircuitBreakerConfig;
 use super::db_retry::DbRetryConfig;
@@ -192,6 +194,8 @@ check_table! {
     transient_retried: TransientRetriedConfig,
     /// Retry delays of operations that failed together: no jitter, too little, or none at all.
     jitter: JitterConfig,
+    /// Waits between retries that do not grow (a fixed delay, or none).
+    backoff_growth: BackoffGrowthConfig,
     /// A retry earlier than the Retry-After it was given.
     retry_after: RetryAfterConfig,
     /// The same client and body retried under a new Idempotency-Key.

@@ -360,7 +360,10 @@ mod tests {
     fn a_case_runs_the_checks_of_its_rules_once_each() {
         let case = suite::case("first-two-503").expect("case");
         let cfg = checks_of(case, RULES.iter().collect::<Vec<_>>().as_slice());
-        assert_eq!(cfg.enabled_names(), vec!["transient_retried", "jitter"]);
+        assert_eq!(
+            cfg.enabled_names(),
+            vec!["transient_retried", "jitter", "backoff_growth"]
+        );
         let unavailable = suite::case("grpc-unavailable").expect("case");
         let cfg = checks_of(unavailable, RULES.iter().collect::<Vec<_>>().as_slice());
         assert_eq!(

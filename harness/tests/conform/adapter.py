@@ -8,7 +8,8 @@ object of a service are. Python's standard library only.
 
 Defaults: up to 5 attempts, exponential backoff from 0.2 s (×2, cap 2 s) with full jitter,
 Retry-After honoured, retries on no answer, 5xx, 408 and 429 only, the key kept.
-Defects (flags): --no-retry, --no-jitter, --no-backoff, --retry-4xx, --new-key-per-attempt,
+Defects (flags): --no-retry, --no-jitter, --no-backoff, --constant-backoff (0.3 s, ±33 %),
+--retry-4xx, --new-key-per-attempt,
 --ignore-retry-after, --retry-forever (attempts unbounded and the backoff capped at 0.5 s: a
 client that keeps calling through an outage),
 --breaker (one breaker for the client: open after 5 consecutive failures, then one probe a
@@ -26,7 +27,7 @@ import urllib.request
 import uuid
 
 p = argparse.ArgumentParser()
-for flag in ["no-retry", "no-jitter", "no-backoff", "retry-4xx", "new-key-per-attempt",
+for flag in ["no-retry", "no-jitter", "no-backoff", "constant-backoff", "retry-4xx", "new-key-per-attempt",
              "ignore-retry-after", "retry-forever", "breaker"]:
     p.add_argument("--" + flag, action="store_true")
 args = p.parse_args()
@@ -108,6 +109,8 @@ def call(i, start):
             return f"gave up: {status}"
         if args.no_backoff:
             delay = 0.0
+        elif args.constant_backoff:
+            delay = random.uniform(0.2, 0.4)
         else:
             delay = min(0.5 if args.retry_forever else 2.0, 0.2 * 2 ** (n - 1))
             if not args.no_jitter:
