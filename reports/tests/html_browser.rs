@@ -170,3 +170,79 @@ fn chromium_renders_the_charts() {
         .count();
     assert!(banner > 10_000, "no red FAILED banner: {banner} pixels");
 }
+
+#[test]
+fn chromium_renders_the_scorecard() {
+    let Some(bin) = find_on_path("chromium") else {
+        println!(
+            "skipping: chromium not found on PATH (install Debian's chromium package to run this test)"
+        );
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let files =
+        reports::write_report_dir(&common::scorecard_sample(), &tmp.path().join("report")).unwrap();
+    let dom_file = tmp.path().join("dom.html");
+    chromium(
+        &bin,
+        tmp.path(),
+        &["--dump-dom".to_string()],
+        &files.html,
+        &dom_file,
+    );
+    let dom = std::fs::read_to_string(&dom_file).unwrap();
+    // One row per rule, each with its verdict's badge; the failed rule's evidence open.
+    for (id, badge) in [
+        ("transient-retried", "pass"),
+        ("no-retry-4xx", "fail"),
+        ("jitter", "weak"),
+        ("retry-after", "inconclusive"),
+        ("breaker", "inconclusive"),
+    ] {
+        let at = dom
+            .find(&format!("id=\"rule-{id}\""))
+            .unwrap_or_else(|| panic!("no row for {id} in the rendered DOM"));
+        let row = &dom[at..at + dom[at..].find("</tr>").unwrap()];
+        assert!(row.contains(&format!("badge {badge}")), "{id}: {row}");
+    }
+    assert!(dom.contains("NOT PRESENT"));
+    assert!(dom.contains("5 rules: 1 pass, 1 weak, 1 fail, 1 not present, 1 inconclusive"));
+    assert!(
+        dom.contains("<details class=\"operation\" open=\"\"><summary><code>no-retry-4xx</code>")
+    );
+    // A scorecard has no load: no charts.
+    assert!(!dom.contains("chart-timeline"));
+
+    let png_path = tmp.path().join("scorecard.png");
+    chromium(
+        &bin,
+        tmp.path(),
+        &[
+            format!("--screenshot={}", png_path.display()),
+            "--window-size=1280,900".to_string(),
+        ],
+        &files.html,
+        &tmp.path().join("screenshot-stdout.txt"),
+    );
+    let decoder = png::Decoder::new(std::io::BufReader::new(File::open(&png_path).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let channels = info.color_type.samples();
+    let pixels: Vec<[u8; 3]> = buf[..info.buffer_size()]
+        .chunks_exact(channels)
+        .map(|p| [p[0], p[1], p[2]])
+        .collect();
+    let near = |p: &[u8; 3], c: [u8; 3]| p.iter().zip(c).all(|(a, b)| a.abs_diff(b) <= 8);
+    // The green pass badge (#1f8a45), the red fail badge and banner (#c62828) are drawn.
+    let green = pixels
+        .iter()
+        .filter(|p| near(p, [0x1f, 0x8a, 0x45]))
+        .count();
+    let red = pixels
+        .iter()
+        .filter(|p| near(p, [0xc6, 0x28, 0x28]))
+        .count();
+    assert!(green > 50, "no pass badge drawn: {green} pixels");
+    assert!(red > 1_000, "no fail badge and banner drawn: {red} pixels");
+}

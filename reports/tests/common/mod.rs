@@ -486,3 +486,82 @@ pub fn audit_sample() -> Report {
     r.operations = vec![good, racy, unkeyed, delete, refused];
     r
 }
+
+/// `harness conform`'s scorecard: a client that retries a 400 and has no breaker.
+pub fn scorecard_sample() -> Report {
+    use reports::model::{ConformCase, ConformRule, Conformance, RuleVerdict};
+    let rule = |id: &str, case: &str, check: &str, verdict, figure: &str| ConformRule {
+        id: id.into(),
+        title: format!("the rule {id}"),
+        source: "RFC 9110".into(),
+        case: case.into(),
+        check: check.into(),
+        required: false,
+        verdict,
+        figure: figure.into(),
+        evidence: if verdict == RuleVerdict::Fail {
+            vec![Evidence {
+                detail: "k-1 retried after 400: attempt 2 (seq 2) followed seq 1".into(),
+                key: Some("k-1".into()),
+                seqs: vec![1, 2],
+            }]
+        } else {
+            Vec::new()
+        },
+    };
+    let mut r = empty();
+    r.scenario = "conform http".into();
+    r.outcome = Some(Outcome::Failed);
+    r.duration_ms = 21_400;
+    r.conformance = Some(Conformance {
+        suite: "http".into(),
+        command: vec!["python3".into(), "adapter.py".into()],
+        rules: vec![
+            rule(
+                "transient-retried",
+                "first-two-503",
+                "transient_retried",
+                RuleVerdict::Pass,
+                "all 30 operations whose first attempt failed transiently were retried",
+            ),
+            rule(
+                "no-retry-4xx",
+                "first-400",
+                "retry_on_4xx",
+                RuleVerdict::Fail,
+                "10 retries after a non-retryable 4xx",
+            ),
+            rule(
+                "jitter",
+                "first-two-503",
+                "jitter",
+                RuleVerdict::Weak,
+                "±12 % around 200 ms: proportional jitter",
+            ),
+            rule(
+                "retry-after",
+                "retry-after-2s",
+                "retry_after",
+                RuleVerdict::Inconclusive,
+                "not enough data",
+            ),
+            rule(
+                "breaker",
+                "outage-10s",
+                "circuit_breaker",
+                RuleVerdict::NotPresent,
+                "not present: kept calling",
+            ),
+        ],
+        cases: vec![ConformCase {
+            name: "first-400".into(),
+            about: "the first attempt of every key answered 400".into(),
+            calls: 10,
+            requests: 20,
+            exit_code: Some(0),
+            duration_ms: 700,
+            problem: None,
+        }],
+    });
+    r
+}
