@@ -7,6 +7,8 @@
 #   .cache/calibration/go-cache       the Go build cache of calibration/go/ (Go itself and
 #                             github.com/cenkalti/backoff are Debian's packages, installed here
 #                             when missing)
+#   .cache/calibration/rust-target    `cargo build --release --locked` of calibration/rust/ (backon
+#                             and reqwest, pinned by its Cargo.lock): the backon_fleet adapter
 #   .cache/calibration/openapi/venv   FastAPI and uvicorn for harness/tests/audit_fastapi.rs
 #                             (calibration/openapi/install.sh, calibration/openapi/requirements.txt)
 #   .cache/calibration/below/venv     psycopg and redis-py for checks/tests/below_services.rs
@@ -88,6 +90,21 @@ if [ "$(cat "$NODE_STAMP" 2>/dev/null)" != "$node_want" ] || [ ! -d "$NODE_DIR/n
 fi
 
 echo "calibration: ready ($(go version | cut -d' ' -f3), cenkalti/backoff $(dpkg-query -W -f='${Version}' golang-github-cenkalti-backoff-dev 2>/dev/null); $("$CACHE/venv/bin/python" -c 'import backoff, stamina, httpx, standardwebhooks, svix, stripe, grpc, grpc_tools, importlib.metadata as m; print(", ".join(f"{p} {m.version(p)}" for p in ("backoff","stamina","httpx","standardwebhooks","svix","stripe","grpcio","grpcio-tools")))'); node $(node --version): $(cd "$NODE_DIR" && node -e 'for (const p of ["p-retry","ky","exponential-backoff","standardwebhooks","svix","@octokit/webhooks-methods","@grpc/grpc-js","@grpc/proto-loader"]) process.stdout.write(p+" "+require("./node_modules/"+p+"/package.json").version+"  ")'))"
+
+# ---- rust --------------------------------------------------------------------------------------
+# calibration/rust/ is a cargo project of its own (not a member of the repository's workspace).
+RUST_DIR="$CAL/rust"
+RUST_TARGET="$CACHE/rust-target"
+RUST_STAMP="$RUST_TARGET/.calibration-stamp"
+rust_want="$(hash_of "$RUST_DIR/Cargo.toml" "$RUST_DIR/Cargo.lock" "$RUST_DIR"/src/*.rs)"
+if [ "$(cat "$RUST_STAMP" 2>/dev/null)" != "$rust_want" ] || [ ! -x "$RUST_TARGET/release/backon_fleet" ]; then
+    command -v cargo >/dev/null || die "cargo is needed to build calibration/rust/ (backon)"
+    echo "calibration: cargo build --release of calibration/rust into $RUST_TARGET" >&2
+    (cd "$RUST_DIR" && CARGO_TARGET_DIR="$RUST_TARGET" nice cargo build --release --locked --quiet) \
+        || die "cargo build of calibration/rust failed (is crates.io reachable?)"
+    echo "$rust_want" >"$RUST_STAMP"
+fi
+echo "calibration: rust adapter ready ($(grep -A1 '^name = "backon"' "$RUST_DIR/Cargo.lock" | sed -n 's/^version = "\(.*\)"/backon \1/p'), $(grep -A1 '^name = "reqwest"' "$RUST_DIR/Cargo.lock" | sed -n 's/^version = "\(.*\)"/reqwest \1/p'))" >&2
 
 # ---- Toxiproxy's clients -----------------------------------------------------------------------
 bash "$CAL/toxiproxy/install.sh"

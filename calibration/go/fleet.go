@@ -8,7 +8,9 @@
 // Run (what calibration/run.sh does): GO111MODULE=off GOPATH=/usr/share/gocode \
 //   go run calibration/go/PROGRAM.go calibration/go/fleet.go
 //
-// Env: HARNESS_FAULT_URL (set by `harness exec`), CALIB_CLIENTS (fleet size, default per program).
+// Env: HARNESS_FAULT_URL (set by `harness exec` and `harness conform`); the fleet size is
+// HARNESS_CALLS (set by `harness conform`), else CALIB_CLIENTS, else the program's default; at most
+// HARNESS_CONCURRENCY operations run at once when it is set (else all of them).
 package main
 
 import (
@@ -36,14 +38,24 @@ func newKey() string {
 	return hex.EncodeToString(b)
 }
 
-// fleet runs the operations with the backoff policy `policy` makes for each one.
-func fleet(defaultClients int, policy func() backoff.BackOff) {
-	n := defaultClients
-	if s := os.Getenv("CALIB_CLIENTS"); s != "" {
-		if v, err := strconv.Atoi(s); err == nil {
-			n = v
+// envInt is the first of the variables `names` set to an integer, else `def`.
+func envInt(def int, names ...string) int {
+	for _, name := range names {
+		if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+			return v
 		}
 	}
+	return def
+}
+
+// fleet runs the operations with the backoff policy `policy` makes for each one.
+func fleet(defaultClients int, policy func() backoff.BackOff) {
+	n := envInt(defaultClients, "HARNESS_CALLS", "CALIB_CLIENTS")
+	atOnce := envInt(n, "HARNESS_CONCURRENCY")
+	if atOnce < 1 {
+		atOnce = 1
+	}
+	slots := make(chan struct{}, atOnce)
 	url := strings.TrimRight(os.Getenv("HARNESS_FAULT_URL"), "/") + "/orders"
 	client := &http.Client{
 		Timeout:   10 * time.Second,
@@ -59,6 +71,8 @@ func fleet(defaultClients int, policy func() backoff.BackOff) {
 			key := newKey()
 			body := []byte(fmt.Sprintf(`{"sku":"sku-%d","qty":1}`, i))
 			<-start
+			slots <- struct{}{}
+			defer func() { <-slots }()
 			op := func() error {
 				req, err := http.NewRequest("POST", url, bytes.NewReader(body))
 				if err != nil {

@@ -6,6 +6,10 @@
 //
 // The libraries are installed by calibration/install.sh into .cache/calibration/node (pinned by
 // package.json + package-lock.json here); `lib(name)` imports them from there.
+//
+// Env: HARNESS_FAULT_URL (set by `harness exec` and `harness conform`); the fleet size is
+// HARNESS_CALLS (set by `harness conform`), else CALIB_CLIENTS, else the script's default; at most
+// HARNESS_CONCURRENCY operations run at once when it is set (else all of them).
 import { readFileSync } from 'node:fs';
 import { basename } from 'node:path';
 import { randomUUID } from 'node:crypto';
@@ -49,10 +53,30 @@ export async function postOrThrow(i, key) {
 
 export const transient = (e) => !(e instanceof HttpError) || e.status >= 500 || e.status === 429 || e.status === 408;
 
+/** How many operations: HARNESS_CALLS, else CALIB_CLIENTS, else `defaultCalls`. */
+export const calls = (defaultCalls) =>
+  Number(process.env.HARNESS_CALLS || process.env.CALIB_CLIENTS || defaultCalls);
+
+/** How many at once: HARNESS_CONCURRENCY when set (at least 1), else all `n`. */
+export const concurrency = (n) => Math.max(1, Number(process.env.HARNESS_CONCURRENCY || n));
+
+/** Runs `one(i)` for i < n, at most `atOnce` at a time; the results in order of i. */
+export async function limited(n, atOnce, one) {
+  const results = new Array(n);
+  let next = 0;
+  await Promise.all(Array.from({ length: Math.min(n, atOnce) }, async () => {
+    while (next < n) {
+      const i = next++;
+      results[i] = await one(i);
+    }
+  }));
+  return results;
+}
+
 export async function fleet(operation, defaultClients = 40) {
-  const n = Number(process.env.CALIB_CLIENTS ?? defaultClients);
+  const n = calls(defaultClients);
   const start = new Promise((resolve) => setTimeout(resolve, 100)); // the barrier
-  const outcomes = await Promise.all(Array.from({ length: n }, async (_, i) => {
+  const outcomes = await limited(n, concurrency(n), async (i) => {
     await start;
     try {
       const r = await operation(i);
@@ -60,7 +84,7 @@ export async function fleet(operation, defaultClients = 40) {
     } catch (e) {
       return e?.response?.status ? `HTTP ${e.response.status}` : (e?.name ?? 'error');
     }
-  }));
+  });
   const counts = {};
   for (const o of outcomes) counts[o] = (counts[o] ?? 0) + 1;
   console.error(`${basename(process.argv[1])}: ${n} clients: ${JSON.stringify(counts)}`);

@@ -7,11 +7,13 @@
 // `grpc.service_config`). Exits 0 whatever the calls' outcome (the harness judges the journal); a
 // one-line summary goes to stderr.
 //
-// Env: HARNESS_FAULT_URL (set by `harness exec`), CALIB_CLIENTS (number of calls, default per script).
+// Env: HARNESS_FAULT_URL (set by `harness exec` and `harness conform`); the number of calls is
+// HARNESS_CALLS (set by `harness conform`), else CALIB_CLIENTS, else the script's default; at most
+// HARNESS_CONCURRENCY are in flight at once when it is set (else all of them).
 import { basename } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
-import { lib } from './fleet.mjs';
+import { calls, concurrency, lib, limited } from './fleet.mjs';
 
 const grpc = await lib('@grpc/grpc-js');
 const protoLoader = await lib('@grpc/proto-loader');
@@ -28,11 +30,11 @@ export function methodConfig(policy) {
 }
 
 export async function run(serviceConfig, defaultCalls = 8) {
-  const n = Number(process.env.CALIB_CLIENTS ?? defaultCalls);
+  const n = calls(defaultCalls);
   const target = new URL(process.env.HARNESS_FAULT_URL).host;
   const options = serviceConfig ? { 'grpc.service_config': serviceConfig } : {};
   const client = new Orders(target, grpc.credentials.createInsecure(), options);
-  const outcomes = await Promise.all(Array.from({ length: n }, (_, i) => new Promise((resolve) => {
+  const outcomes = await limited(n, concurrency(n), (i) => new Promise((resolve) => {
     const key = randomUUID();
     const metadata = new grpc.Metadata();
     metadata.set('idempotency-key', key);
@@ -41,7 +43,7 @@ export async function run(serviceConfig, defaultCalls = 8) {
     client.CreateOrder(request, metadata, { deadline: Date.now() + 10_000 }, (err) => {
       resolve(err ? grpc.status[err.code] ?? String(err.code) : 'OK');
     });
-  })));
+  }));
   client.close();
   const counts = {};
   for (const o of outcomes) counts[o] = (counts[o] ?? 0) + 1;

@@ -5,7 +5,9 @@ Idempotency-Key and `x-client-id: c<i>` — under the retry of the library its s
 The script exits 0 whatever the operations' outcome (the harness judges the journal, not the
 client); a one-line summary goes to stderr.
 
-Env: HARNESS_FAULT_URL (set by `harness exec`), CALIB_CLIENTS (fleet size, default per script).
+Env: HARNESS_FAULT_URL (set by `harness exec` and `harness conform`); the fleet size is
+HARNESS_CALLS (set by `harness conform`), else CALIB_CLIENTS, else the script's default; at most
+HARNESS_CONCURRENCY operations run at once when it is set (else all of them).
 """
 import asyncio
 import collections
@@ -78,17 +80,28 @@ def immediate_retries(attempts: int):
     return operation
 
 
+def calls(default: int) -> int:
+    """How many operations to make: HARNESS_CALLS, else CALIB_CLIENTS, else `default`."""
+    return int(os.environ.get("HARNESS_CALLS") or os.environ.get("CALIB_CLIENTS") or default)
+
+
+def concurrency(n: int) -> int:
+    """How many at once: HARNESS_CONCURRENCY when set (at least 1), else all `n`."""
+    return max(1, int(os.environ.get("HARNESS_CONCURRENCY") or n))
+
+
 def fleet(operation, default_clients: int = 40, shared: bool = False) -> None:
     """Runs `operation(i, client)` for N clients released together, prints a summary, exits 0.
 
     shared=False: each client has its own httpx.AsyncClient (connection pool), as separate
     service instances would; shared=True: one AsyncClient for all, as N tasks of one service.
     """
-    n = int(os.environ.get("CALIB_CLIENTS", default_clients))
+    n = calls(default_clients)
     tls = ssl.create_default_context()  # made once: loading the CA bundle 50 times costs seconds
 
     async def main():
         start = asyncio.Event()
+        slots = asyncio.Semaphore(concurrency(n))
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
         common = httpx.AsyncClient(timeout=10.0, verify=tls, limits=limits) if shared else None
 
@@ -97,7 +110,8 @@ def fleet(operation, default_clients: int = 40, shared: bool = False) -> None:
                 client = common or own
                 await start.wait()
                 try:
-                    r = await operation(i, client)
+                    async with slots:
+                        r = await operation(i, client)
                     return f"{getattr(r, 'status_code', 'ok')}"
                 except Exception as e:  # noqa: BLE001 — the outcome is only reported
                     return type(e).__name__

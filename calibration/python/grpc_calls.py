@@ -7,7 +7,9 @@ and a deadline of 10 s; the service config's retry or hedging policy is grpcio's
 option `grpc.service_config`, retries enabled). The script exits 0 whatever the calls' outcome
 (the harness judges the journal); a one-line summary goes to stderr.
 
-Env: HARNESS_FAULT_URL (set by `harness exec`), CALIB_CLIENTS (number of calls, default per script).
+Env: HARNESS_FAULT_URL (set by `harness exec` and `harness conform`); the number of calls is
+HARNESS_CALLS (set by `harness conform`), else CALIB_CLIENTS, else the script's default; at most
+HARNESS_CONCURRENCY are in flight at once when it is set (else all of them).
 """
 import collections
 import json
@@ -37,25 +39,27 @@ def method_config(**policy) -> str:
 
 
 def run(service_config: str | None, default_calls: int = 8) -> None:
-    n = int(os.environ.get("CALIB_CLIENTS", default_calls))
+    n = int(os.environ.get("HARNESS_CALLS") or os.environ.get("CALIB_CLIENTS") or default_calls)
+    at_once = max(1, int(os.environ.get("HARNESS_CONCURRENCY") or n))
     options = [("grpc.enable_retries", 1)]
     if service_config is not None:
         options.append(("grpc.service_config", service_config))
     outcomes = []
     with grpc.insecure_channel(target(), options=options) as channel:
         stub = services.OrdersStub(channel)
-        pending = []
-        for i in range(n):
-            key = str(uuid.uuid4())
-            request = protos.CreateOrderRequest(request_id=key, sku=f"sku-{i}", qty=1, amount=100)
-            metadata = (("idempotency-key", key), ("x-client-id", f"c{i}"))
-            pending.append(stub.CreateOrder.future(request, timeout=10, metadata=metadata))
-        for f in pending:
-            try:
-                f.result()
-                outcomes.append("OK")
-            except grpc.RpcError as e:
-                outcomes.append(e.code().name)
+        for first in range(0, n, at_once):
+            pending = []
+            for i in range(first, min(n, first + at_once)):
+                key = str(uuid.uuid4())
+                request = protos.CreateOrderRequest(request_id=key, sku=f"sku-{i}", qty=1, amount=100)
+                metadata = (("idempotency-key", key), ("x-client-id", f"c{i}"))
+                pending.append(stub.CreateOrder.future(request, timeout=10, metadata=metadata))
+            for f in pending:
+                try:
+                    f.result()
+                    outcomes.append("OK")
+                except grpc.RpcError as e:
+                    outcomes.append(e.code().name)
     print(f"{os.path.basename(sys.argv[0])}: {n} calls: {dict(collections.Counter(outcomes))}", file=sys.stderr)
     sys.exit(0)
 
