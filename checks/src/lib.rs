@@ -437,7 +437,7 @@ mod tests {
         let results = run_checks(&cfg, &j);
         assert_eq!(results[0].name, "thresholds");
         assert_eq!(results[0].verdict, Verdict::Pass, "{}", results[0]);
-        assert!(results[0].summary.contains("0.00%"), "{}", results[0]);
+        assert!(results[0].summary.contains("(0%)"), "{}", results[0]);
         // The check that reads them still does.
         assert!(
             results[1]

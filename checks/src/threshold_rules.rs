@@ -343,12 +343,13 @@ impl Rule {
         }
     }
 
-    /// `value` in the rule's terms, e.g. `212.4 ms`, `1.20%`, `480.0/s`.
+    /// `value` in the rule's terms, as the reports show figures (three significant digits): `212 ms`,
+    /// `1.2%`, `480/s`.
     pub fn show(&self, value: f64) -> String {
         match self.metric {
-            m if m.is_rate() => format!("{:.2}%", value * 100.0),
-            Metric::Throughput => format!("{value:.1}/s"),
-            _ => format!("{value:.1} ms"),
+            m if m.is_rate() => verdict::text::percent(value),
+            Metric::Throughput => format!("{}/s", verdict::text::sig3(value)),
+            _ => format!("{} ms", verdict::text::sig3(value)),
         }
     }
 

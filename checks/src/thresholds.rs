@@ -471,7 +471,7 @@ mod tests {
         assert_eq!(r.evidence.len(), 2);
         assert_eq!(r.evidence[0].seqs, vec![100, 99, 98, 97, 96]);
         assert!(
-            r.evidence[1].detail.contains("3.00%"),
+            r.evidence[1].detail.contains("is 3%"),
             "{}",
             r.evidence[1].detail
         );
@@ -514,7 +514,7 @@ mod tests {
         };
         let r = evaluate(&rules(&["p99 < 200ms", "throughput > 500/s"]), &m);
         assert_eq!(r.verdict, Verdict::Fail);
-        assert!(r.summary.contains("250.0 ms"), "{}", r.summary);
+        assert!(r.summary.contains("is 250 ms"), "{}", r.summary);
         let r = evaluate(&rules(&["p50 < 20ms", "error_rate < 1%"]), &m);
         assert_eq!(r.verdict, Verdict::Pass, "{}", r.summary);
         // A summary has no p95: inconclusive rather than a guess.

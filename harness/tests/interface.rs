@@ -143,8 +143,8 @@ fn each_failure_figure_has_one_name_in_every_format() {
     assert!(!stdout.contains("error rate"), "no unnamed rate: {stdout}");
     // The thresholds read the same figures by their metric names.
     assert!(
-        stdout.contains("error_rate < 1% (0.00%)")
-            && stdout.contains("request_failure_rate > 40% (50.00%)"),
+        stdout.contains("error_rate < 1% (0%)")
+            && stdout.contains("request_failure_rate > 40% (50%)"),
         "{stdout}"
     );
     let out_dir = dir.path().join("out");

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use crate::model::{Latency, Report, Verdict};
 
 pub(crate) use verdict::text::{
-    evidence_line, evidence_lines, hidden, more_findings, printable, push_visible, seqs,
+    evidence_line, evidence_lines, hidden, more_findings, percent, printable, push_visible, seqs,
+    sig3,
 };
 
 /// The verdict as a lower-case word, as it appears in `report.json`.
@@ -108,31 +109,6 @@ pub(crate) fn metric_value(v: &serde_json::Value) -> String {
         ),
         other => other.to_string(),
     }
-}
-
-/// `v` to three significant digits, without trailing zeros: `0.183`, `129`, `12.5`, `1230`.
-pub(crate) fn sig3(v: f64) -> String {
-    if !v.is_finite() {
-        return "–".to_string();
-    }
-    if v == 0.0 {
-        return "0".to_string();
-    }
-    let magnitude = v.abs().log10().floor() as i32;
-    let decimals = (2 - magnitude).max(0) as usize;
-    let factor = 10f64.powi(2 - magnitude);
-    let rounded = (v * factor).round() / factor;
-    let s = format!("{rounded:.decimals$}");
-    if s.contains('.') {
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    } else {
-        s
-    }
-}
-
-/// A fraction as a percentage to three significant digits: `9.42%`, `100%`, `0%`, `0.0123%`.
-pub(crate) fn percent(fraction: f64) -> String {
-    format!("{}%", sig3(fraction * 100.0))
 }
 
 /// One figure about failures, as every renderer shows it: its name, its value and what it

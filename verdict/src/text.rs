@@ -4,6 +4,31 @@ use std::borrow::Cow;
 
 use crate::Evidence;
 
+/// A number to three significant digits, trailing zeros dropped: `9.42`, `100`, `0.0123`, `1230`.
+pub fn sig3(v: f64) -> String {
+    if !v.is_finite() {
+        return "–".to_string();
+    }
+    if v == 0.0 {
+        return "0".to_string();
+    }
+    let magnitude = v.abs().log10().floor() as i32;
+    let decimals = (2 - magnitude).max(0) as usize;
+    let factor = 10f64.powi(2 - magnitude);
+    let rounded = (v * factor).round() / factor;
+    let s = format!("{rounded:.decimals$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+/// A fraction as a percentage to three significant digits: `9.42%`, `100%`, `0%`, `0.0123%`.
+pub fn percent(fraction: f64) -> String {
+    format!("{}%", sig3(fraction * 100.0))
+}
+
 /// Journal sequence numbers, shortened after `limit` so one piece of evidence stays one line.
 pub fn seqs(seqs: &[u64], limit: usize) -> String {
     let shown: Vec<String> = seqs.iter().take(limit).map(u64::to_string).collect();
