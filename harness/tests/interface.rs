@@ -3,73 +3,16 @@
 //! fooled, pointers that lead somewhere, rounded numbers and URLs refused with what is accepted.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-use assert_cmd::cargo::CommandCargoExt;
+#[allow(dead_code)]
+mod cli_support;
 
-fn harness() -> Command {
-    Command::cargo_bin("harness").unwrap()
-}
-
-fn repo(p: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(p)
-}
-
-fn text(o: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
+use cli_support::{harness, repo, server, text, write, Server};
 
 /// `text` with every run of whitespace made one space: figures aligned in columns, compared as
 /// words.
 fn squeeze(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-fn write(dir: &tempfile::TempDir, name: &str, body: &str) -> PathBuf {
-    let p = dir.path().join(name);
-    std::fs::write(&p, body).unwrap();
-    p
-}
-
-/// A fault server in a background runtime, for commands that need a target URL, journaling
-/// to a file.
-struct Server {
-    url: String,
-    journal: PathBuf,
-    _rt: tokio::runtime::Runtime,
-    _dir: tempfile::TempDir,
-}
-
-fn server(yaml: &str) -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let journal = dir.path().join("journal.jsonl");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let cfg = fault_server::Config::from_yaml(yaml, "test").unwrap();
-    let opts = fault_server::ServerOptions {
-        journal_file: Some(journal.clone()),
-        ..Default::default()
-    };
-    let s = rt
-        .block_on(fault_server::FaultServer::start(cfg, opts))
-        .unwrap();
-    let url = s.url();
-    rt.spawn(async move {
-        let _keep = s;
-        std::future::pending::<()>().await
-    });
-    Server {
-        url,
-        journal,
-        _rt: rt,
-        _dir: dir,
-    }
 }
 
 /// The journal's entries so far (the file is written as requests are answered).
