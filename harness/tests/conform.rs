@@ -261,3 +261,50 @@ fn the_scorecard_renders_in_every_format() {
         );
     }
 }
+
+/// The calibration's Python, with grpcio (`bash calibration/install.sh`); `None` (and a line
+/// saying the test skips) without it, a failure under `HARNESS_REQUIRE_TOOLS=1`.
+fn calibration_python(test: &str) -> Option<PathBuf> {
+    let p = root().join(".cache/calibration/venv/bin/python");
+    if p.exists() {
+        return Some(p);
+    }
+    assert!(
+        std::env::var("HARNESS_REQUIRE_TOOLS").as_deref() != Ok("1"),
+        "{test}: the calibration's Python is not installed (bash calibration/install.sh), and \
+         HARNESS_REQUIRE_TOOLS=1 requires it"
+    );
+    eprintln!("{test}: skipped: bash calibration/install.sh installs grpcio");
+    None
+}
+
+#[test]
+fn a_grpc_client_that_retries_invalid_argument_fails_exactly_grpc_non_retryable() {
+    // grpcio under a retryPolicy whose retryableStatusCodes name INVALID_ARGUMENT: gRFC A6
+    // broken by its configuration, every other rule of the suite kept.
+    let Some(python) = calibration_python("grpc_defect") else {
+        return;
+    };
+    let out = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["conform", "--suite", "grpc", "--format", "json", "--"])
+        .arg(python)
+        .arg(root().join("calibration/python/grpcio_retry_invalid_argument.py"))
+        .output()
+        .expect("harness runs");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "a JSON report ({e}); stderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let v = verdicts(&report);
+    assert_eq!(failed(&v), ["grpc-non-retryable"], "{report:#}");
+    for id in [
+        "grpc-unavailable-retried",
+        "grpc-attempts",
+        "grpc-committed",
+    ] {
+        assert_eq!(verdict(&v, id), "pass", "{id}: {v:?}");
+    }
+    assert_eq!(out.status.code(), Some(1));
+}
