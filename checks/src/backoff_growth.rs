@@ -10,8 +10,8 @@
 //! attempt index the typical wait is the mean of the middle 80 % of the waits (full jitter
 //! spreads them from zero to the backoff: their mean moves less from run to run than their
 //! median, and the trim keeps a retry a busy machine held up from moving it); the first two
-//! indexes with `min_samples` waits each are compared. Grown by `pass_growth` (×1.3) or more
-//! passes. Less fails when the waits' spread rules out that growth (the growth plus twice its
+//! indexes with `min_samples` waits each are compared. Grown by `pass_growth` (×1.3) or more,
+//! with the growth less twice its standard error still `min_growth` (×1.1), passes. Less fails when the waits' spread rules out that growth (the growth plus twice its
 //! standard error, from the two groups' variances, stays under `pass_growth`); waits under
 //! `immediate_ms` at both attempts (the pace of handling answers) fail unless the growth less
 //! twice its standard error still reaches `pass_growth`; otherwise the data cannot tell a slow backoff from a constant
@@ -39,6 +39,9 @@ pub struct BackoffGrowthConfig {
     /// of 2 gives ×2; gRPC's common 1.6, ×1.6). Below ×2 by the spread full jitter leaves in 30
     /// operations' waits.
     pub pass_growth: f64,
+    /// Growth the waits' spread must vouch for (the growth less two standard errors) to pass:
+    /// a growth of ×1.5 read from waits so spread that ×1.05 cannot be ruled out is weak.
+    pub min_growth: f64,
     /// Waits under this (ms) at both attempts are the pace at which the client handles answers
     /// (6–22 ms for ten clients on one event loop, 12–20 ms for thirty threads, 62 ms beside
     /// `stress-ng --cpu 2`), not a backoff: they pass only with a growth their spread vouches
@@ -51,6 +54,7 @@ impl Default for BackoffGrowthConfig {
         BackoffGrowthConfig {
             min_samples: 5,
             pass_growth: 1.3,
+            min_growth: 1.1,
             immediate_ms: 50.0,
         }
     }
@@ -82,16 +86,19 @@ impl BackoffGrowthCheck {
 /// The mean of the middle 80 % of `v` (all of it under 10 values), and that mean's variance.
 fn typical(v: &mut [u64]) -> (f64, f64) {
     v.sort_unstable();
-    let cut = v.len() / 10;
-    let middle = &v[cut..v.len() - cut];
-    let n = middle.len().max(1) as f64;
-    let mean = middle.iter().map(|&w| w as f64).sum::<f64>() / n;
-    let var = middle
-        .iter()
-        .map(|&w| (w as f64 - mean).powi(2))
-        .sum::<f64>()
-        / (n - 1.0).max(1.0);
-    (mean, var / n)
+    let n = v.len();
+    let cut = n / 10;
+    let middle = &v[cut..n - cut];
+    let kept = middle.len().max(1) as f64;
+    let mean = middle.iter().map(|&w| w as f64).sum::<f64>() / kept;
+    // The variance of a trimmed mean is the winsorized variance (the trimmed values replaced by
+    // the nearest kept ones) over n, divided by the kept fraction squared (Tukey and McLaughlin).
+    let (lo, hi) = (middle[0] as f64, middle[middle.len() - 1] as f64);
+    let wins: Vec<f64> = v.iter().map(|&w| (w as f64).clamp(lo, hi)).collect();
+    let wmean = wins.iter().sum::<f64>() / n as f64;
+    let wvar = wins.iter().map(|w| (w - wmean).powi(2)).sum::<f64>() / (n as f64 - 1.0).max(1.0);
+    let fraction = kept / n as f64;
+    (mean, wvar / (n as f64 * fraction * fraction))
 }
 
 impl Check for BackoffGrowthCheck {
@@ -188,7 +195,7 @@ impl Check for BackoffGrowthCheck {
                             Verdict::Fail,
                             format!(
                                 "no backoff: retries at the pace of handling ({waits}, both under \
-                                 immediate_ms {}; {} is no growth the waits' spread can vouch for)",
+                             immediate_ms {}; {} is no growth the waits' spread can vouch for)",
                                 cfg.immediate_ms,
                                 shown(growth)
                             ),
@@ -197,27 +204,32 @@ impl Check for BackoffGrowthCheck {
                         (
                             Verdict::Fail,
                             format!(
-                                "the wait does not grow: {waits}, {} (at most ×{highest:.2} by \
-                                 the waits' spread) < pass_growth ×{}",
-                                shown(growth),
-                                cfg.pass_growth
-                            ),
+                            "the wait does not grow: {waits}, {} (at most ×{highest:.2} by the \
+                             waits' spread) < pass_growth ×{}",
+                            shown(growth),
+                            cfg.pass_growth
+                        ),
                         )
-                    } else if growth < cfg.pass_growth {
+                    } else if growth >= cfg.pass_growth && lowest >= cfg.min_growth {
                         (
-                            Verdict::Weak,
+                            Verdict::Pass,
                             format!(
-                                "the wait grows slowly if at all: {waits}, {} < pass_growth ×{}, \
-                                 though the waits are too spread to rule it out (up to \
-                                 ×{highest:.2})",
-                                shown(growth),
-                                cfg.pass_growth
+                                "the wait grows {}: {waits} (at least ×{lowest:.2} by the waits' \
+                             spread)",
+                                shown(growth)
                             ),
                         )
                     } else {
                         (
-                            Verdict::Pass,
-                            format!("the wait grows {}: {waits}", shown(growth)),
+                            Verdict::Weak,
+                            format!(
+                            "the wait grows slowly, or the waits are too spread to tell: {waits}, \
+                             {} (between ×{lowest:.2} and ×{highest:.2} by the waits' spread; \
+                             passing needs ×{} and at least ×{} for sure)",
+                            shown(growth),
+                            cfg.pass_growth,
+                            cfg.min_growth
+                        ),
                         )
                     };
                 CheckResult::new(BackoffGrowthConfig::NAME, verdict, summary)
@@ -248,7 +260,7 @@ impl CheckSpec for BackoffGrowthConfig {
     const NAME: &'static str = "backoff_growth";
     const ABOUT: About = About {
         catches: "retries at a fixed wait: the same pressure on a failing dependency at every retry",
-        how: "the typical wait (mean of the middle 80 %) before attempt k+1 against the one before attempt k, for the first two consecutive attempts with `min_samples` retries (waits the server set by Retry-After or pushback left out): grown by `pass_growth` (×1.3) passes; less, with the waits' spread ruling ×1.3 out (growth plus two standard errors), fails; waits under `immediate_ms` (50 ms, the pace of handling answers) at both fail unless the growth less two standard errors reaches ×1.3; less but too spread to tell is weak",
+        how: "the typical wait (mean of the middle 80 %) before attempt k+1 against the one before attempt k, for the first two consecutive attempts with `min_samples` retries (waits the server set by Retry-After or pushback left out): grown by `pass_growth` (×1.3), and by `min_growth` (×1.1) even less two standard errors, passes; less, with the waits' spread ruling ×1.3 out (growth plus two standard errors), fails; waits under `immediate_ms` (50 ms, the pace of handling answers) at both fail unless the growth less two standard errors reaches ×1.3; less but too spread to tell is weak",
         evidence: "`min_samples` retries before each of two consecutive attempts, with no Retry-After or pushback before them",
         limits: "the wait is measured at the server (it includes the answer's way back and the client's handling); a backoff already at its cap at the first retry reads as constant",
     };
@@ -256,6 +268,7 @@ impl CheckSpec for BackoffGrowthConfig {
     fn validate(&self) -> Result<(), Invalid> {
         non_negative("pass_growth", self.pass_growth)?;
         non_negative("immediate_ms", self.immediate_ms)?;
+        non_negative("min_growth", self.min_growth)?;
         if self.min_samples < 2 {
             return Err(Invalid::new(
                 "min_samples",

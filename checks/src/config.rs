@@ -16,10 +16,11 @@
 //! retry_on_4xx: { never_retry: [400, 401, 403, 404, 422], may_retry: [408, 409, 429] }
 //! transient_retried: {}
 //! jitter: { min_jitter: 0.08, noise_floor_ms: 7, min_samples: 20 }
-//! backoff_growth: { pass_growth: 1.3, min_samples: 5 }
+//! backoff_growth: { pass_growth: 1.3, min_growth: 1.1, min_samples: 5 }
 //! retry_after: { default_s: 1, by_rule: { throttle: 2 } }
 //! key_stability: { window_ms: 60000 }
 //! circuit_breaker: { min_outage_ms: 5000, require_probe: true }
+//! attempts_bound: { max_attempts: 10 }
 //! amplification: { bottom_path_prefix: /inventory, max_attempts_per_request: 4 }
 //! total_timeout: { budget_ms: 10000 }
 //! state_transition: {}
@@ -45,6 +46,7 @@ use yaml_config::ConfigError;
 
 use super::ack_latency::AckLatencyConfig;
 use super::amplification::AmplificationConfig;
+use super::attempts_bound::AttemptsBoundConfig;
 use super::backoff_growth::BackoffGrowthConfig;
 use super::cache_fallback::CacheFallbackConfig;
 use super::circuit_breaker::CircuitBreakerConfig;
@@ -202,6 +204,8 @@ check_table! {
     key_stability: KeyStabilityConfig,
     /// A client whose attempt rate does not fall during a sustained outage.
     circuit_breaker: CircuitBreakerConfig,
+    /// An operation with more attempts than a retry policy should ever make.
+    attempts_bound: AttemptsBoundConfig,
     /// Bottom attempts per top request, above a threshold.
     amplification: AmplificationConfig,
     /// An operation over its time budget, or a request received after its x-deadline.

@@ -59,6 +59,7 @@
 
 pub mod ack_latency;
 pub mod amplification;
+pub mod attempts_bound;
 pub mod backoff_growth;
 pub mod cache_fallback;
 pub mod circuit_breaker;
@@ -101,6 +102,7 @@ use history::Facts;
 
 pub use ack_latency::AckLatencyConfig;
 pub use amplification::AmplificationConfig;
+pub use attempts_bound::AttemptsBoundConfig;
 pub use backoff_growth::BackoffGrowthConfig;
 pub use cache_fallback::{CacheFallbackConfig, Fallback};
 pub use circuit_breaker::CircuitBreakerConfig;

@@ -19,9 +19,10 @@ fn adapter() -> PathBuf {
     root().join("harness/tests/conform/adapter.py")
 }
 
-/// Every HTTP rule but the breaker.
+/// Every HTTP rule but the breaker (the client gives up within seconds of the outage case, so
+/// `attempts-bounded` is judged in a few seconds).
 const WITHOUT_BREAKER: &str =
-    "transient-retried,no-retry-4xx,jitter,backoff-grows,retry-after,key-kept,lost-response-once";
+    "transient-retried,no-retry-4xx,jitter,backoff-grows,retry-after,key-kept,lost-response-once,attempts-bounded";
 
 /// Runs `harness conform` with `args` and the adapter with `flags`: (exit code, report).
 fn conform(args: &[&str], flags: &[&str]) -> (i32, Value) {
@@ -151,6 +152,14 @@ fn a_client_with_a_new_key_per_attempt_fails_key_kept_and_makes_duplicates() {
     // A new key on the retry after a lost response is both rules at once: the server cannot
     // know the retry, so it creates a second order.
     defect_fails_exactly("--new-key-per-attempt", &["key-kept", "lost-response-once"]);
+}
+
+#[test]
+fn a_client_that_never_gives_up_fails_attempts_bounded() {
+    let (code, report) = conform(&["--only", "attempts-bounded"], &["--retry-forever"]);
+    let v = verdicts(&report);
+    assert_eq!(failed(&v), ["attempts-bounded"], "{report:#}");
+    assert_eq!(code, 1);
 }
 
 #[test]

@@ -242,6 +242,15 @@ pub const RULES: &[Rule] = &[
         optional: false,
     },
     Rule {
+        id: "attempts-bounded",
+        title: "the attempts of one call are bounded",
+        source: "the seed's checklist (max retries); gRFC A6 (maxAttempts at most 5)",
+        case: "outage-10s",
+        check: "attempts_bound",
+        config: "{}",
+        optional: false,
+    },
+    Rule {
         id: "breaker",
         title: "a sustained outage is met with a breaker or a budget",
         source: "the seed's checklist (circuit breaker); M. Nygard, Release It!, Circuit Breaker",

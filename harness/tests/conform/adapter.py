@@ -6,7 +6,7 @@ thread each, released together by a barrier), each with its own Idempotency-Key 
 on every attempt; all of them are one client (`x-client-id: adapter`), as calls through one client
 object of a service are. Python's standard library only.
 
-Defaults: up to 5 attempts, exponential backoff from 0.2 s (×2, cap 2 s) with full jitter,
+Defaults: up to 5 attempts, exponential backoff from 0.2 s (×2, cap 2 s), each wait drawn from its upper three quarters,
 Retry-After honoured, retries on no answer, 5xx, 408 and 429 only, the key kept.
 Defects (flags): --no-retry, --no-jitter, --no-backoff, --constant-backoff (0.3 s, ±33 %),
 --retry-4xx, --new-key-per-attempt,
@@ -114,7 +114,7 @@ def call(i, start):
         else:
             delay = min(0.5 if args.retry_forever else 2.0, 0.2 * 2 ** (n - 1))
             if not args.no_jitter:
-                delay = random.uniform(0, delay)
+                delay = random.uniform(delay / 4, delay)
         if retry_after is not None and not args.ignore_retry_after:
             delay = max(delay, retry_after)
         time.sleep(delay)
