@@ -223,6 +223,14 @@ fn bad_rules_are_bad_input() {
             "true",
         ][..],
         &["conform", "--only", "jitter"][..],
+        &["conform", "--only", "jitter", "--", "/no/such/adapter"][..],
+        &[
+            "conform",
+            "--only",
+            "jitter",
+            "--",
+            "no-such-adapter-on-path",
+        ][..],
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_harness"))
             .args(args)

@@ -74,6 +74,13 @@ pub(super) async fn conform(a: ConformArgs) -> Result<Outcome, CliError> {
             "no adapter given: harness conform [OPTIONS] -- CMD [ARGS…] (the book's conform page has adapters to start from)".into(),
         ));
     }
+    if let Some(program) = a.command.first() {
+        if !runnable(program) {
+            return Err(CliError::Input(format!(
+                "cannot start the adapter {program:?}: no such executable (a path, or a name on PATH)"
+            )));
+        }
+    }
     let settings = Settings {
         command: a.command.clone(),
         suite: a.suite,
@@ -98,6 +105,19 @@ pub(super) async fn conform(a: ConformArgs) -> Result<Outcome, CliError> {
         .conformance(card.conformance)
         .build();
     emit(&report, &a.output)
+}
+
+/// Whether `program` names an executable file: as a path when it has a `/`, else on `PATH`.
+fn runnable(program: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    let executable = |p: &std::path::Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        return executable(std::path::Path::new(program));
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| executable(&dir.join(program))))
 }
 
 /// `--list`: every rule with its case, check and source.

@@ -74,11 +74,18 @@ pub async fn run(rules: &[&'static Rule], s: &Settings, stop: CancellationToken)
     cases.sort_by_key(|c| c.timing);
     let (free, timed): (Vec<_>, Vec<_>) = cases.into_iter().partition(|c| !c.timing);
     let mut runs: Vec<CaseRun> = Vec::new();
+    // After Ctrl-C no case starts: their rules read "its case did not run".
     for chunk in free.chunks(s.parallel.max(1)) {
+        if stop.is_cancelled() {
+            break;
+        }
         let batch = chunk.iter().map(|c| run_case(c, rules, s, stop.clone()));
         runs.extend(futures_util::future::join_all(batch).await);
     }
     for c in timed {
+        if stop.is_cancelled() {
+            break;
+        }
         runs.push(run_case(c, rules, s, stop.clone()).await);
     }
     let by_case: BTreeMap<&str, &CaseRun> = runs.iter().map(|r| (r.row.name.as_str(), r)).collect();
