@@ -331,6 +331,33 @@ mod tests {
         j
     }
 
+    /// `n` operations, all failing at 0 ms; operation i waits `w(i)` ms before attempts 2 and 3.
+    fn waits(n: u64, w: impl Fn(u64) -> (u64, u64)) -> Vec<history::Entry> {
+        let mut j = Vec::new();
+        for i in 0..n {
+            let key = format!("k{i}");
+            let (w2, w3) = w(i);
+            j.push(entry(3 * i + 1, 0.0).key(&key).status(503).build());
+            j.push(
+                entry(3 * i + 2, (1 + w2) as f64)
+                    .key(&key)
+                    .status(503)
+                    .build(),
+            );
+            j.push(
+                entry(3 * i + 3, (2 + w2 + w3) as f64)
+                    .key(&key)
+                    .created("o")
+                    .build(),
+            );
+        }
+        j.sort_by_key(|e| e.t_recv_us);
+        for (s, e) in j.iter_mut().enumerate() {
+            e.seq = s as u64 + 1;
+        }
+        j
+    }
+
     #[test]
     fn an_exponential_backoff_passes() {
         let r = run_one(NAME, "{}", &journal(10, 100, 200));
@@ -350,28 +377,7 @@ mod tests {
         assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
         assert!(r.summary.contains("no backoff"), "{}", r.summary);
         // Handling's pace, spread and not growing much: no backoff either.
-        let mut j = Vec::new();
-        for i in 0..10u64 {
-            let key = format!("k{i}");
-            let (w2, w3) = (8 + 2 * i, 9 + 3 * (i % 5));
-            j.push(entry(3 * i + 1, 0.0).key(&key).status(503).build());
-            j.push(
-                entry(3 * i + 2, (1 + w2) as f64)
-                    .key(&key)
-                    .status(503)
-                    .build(),
-            );
-            j.push(
-                entry(3 * i + 3, (2 + w2 + w3) as f64)
-                    .key(&key)
-                    .created("o")
-                    .build(),
-            );
-        }
-        j.sort_by_key(|e| e.t_recv_us);
-        for (s, e) in j.iter_mut().enumerate() {
-            e.seq = s as u64 + 1;
-        }
+        let j = waits(10, |i| (8 + 2 * i, 9 + 3 * (i % 5)));
         let r = run_one(NAME, "{}", &j);
         assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
         assert!(r.summary.contains("no backoff"), "{}", r.summary);
@@ -380,28 +386,7 @@ mod tests {
     #[test]
     fn spread_waits_that_may_grow_are_weak_and_few_retries_are_inconclusive() {
         // Waits spread from 10 to 190 ms, then from 12 to 228 ms: ×1.2, and as spread as that.
-        let mut j = Vec::new();
-        for i in 0..10u64 {
-            let key = format!("k{i}");
-            let (w2, w3) = (10 + 20 * i, 12 + 24 * i);
-            j.push(entry(3 * i + 1, 0.0).key(&key).status(503).build());
-            j.push(
-                entry(3 * i + 2, (1 + w2) as f64)
-                    .key(&key)
-                    .status(503)
-                    .build(),
-            );
-            j.push(
-                entry(3 * i + 3, (2 + w2 + w3) as f64)
-                    .key(&key)
-                    .created("o")
-                    .build(),
-            );
-        }
-        j.sort_by_key(|e| e.t_recv_us);
-        for (s, e) in j.iter_mut().enumerate() {
-            e.seq = s as u64 + 1;
-        }
+        let j = waits(10, |i| (10 + 20 * i, 12 + 24 * i));
         let r = run_one(NAME, "{}", &j);
         assert_eq!(r.verdict, Verdict::Weak, "{}", r.summary);
         // The same growth, the waits close together: ruled out, a fail.
