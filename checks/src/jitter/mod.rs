@@ -37,8 +37,13 @@
 //!
 //! Metrics: `groups` (the worst `max_evidence` of the judged cluster/attempt groups, worst
 //! first), `groups_analyzed`, `groups_undecided`, `groups_cut_off`, `retries_analyzed`,
-//! `lowest_jitter`, `highest_densest_window_fraction`, `highest_peak_to_mean`.
+//! `lowest_jitter`, `highest_densest_window_fraction`, `highest_peak_to_mean`, and the jitter
+//! family the delays read as ([`family`]): `family` (`none` for a fail, `proportional` for a
+//! weak verdict, else `proportional`, `equal`, `full` or `decorrelated`; absent when
+//! inconclusive), `family_alternative` (a family the readings cannot rule out, when there is
+//! one), `first_retries_spread` and `spread_widening`, the readings it rests on.
 
+pub mod family;
 pub mod group;
 
 use history::Facts;
@@ -127,6 +132,8 @@ const HANDLING_FLOOR: f64 = 0.5;
 #[derive(Debug)]
 struct Analysis {
     cluster_start_us: u64,
+    /// Members of its cluster.
+    members: usize,
     attempt: u32,
     judged: Judgement,
     densest_fraction: f64,
@@ -346,6 +353,7 @@ impl JitterCheck {
         let wave_fraction = densest_window(&delays, window_us).0 as f64 / n as f64;
         Some(Analysis {
             cluster_start_us: c.start_us,
+            members: c.members,
             attempt,
             judged,
             densest_fraction: dense as f64 / n as f64,
@@ -380,8 +388,7 @@ impl JitterCheck {
         let slope = m.slope.unwrap_or(f64::NAN);
         match a.finding() {
             Finding::Jittered => format!(
-                "{around} before attempt {k}: {} ({}, {}; {who})",
-                family(m.jitter),
+                "{around} before attempt {k}: jittered ({}, {}; {who})",
                 jitter(Op::Ge, cfg.pass_jitter, "pass_jitter"),
                 width(Op::Ge, cfg.noise_floor_ms, "noise_floor_ms"),
             ),
@@ -544,17 +551,6 @@ fn cmp(value: f64, op: Op, bound: f64) -> (String, String) {
     (format!("{value}"), format!("{bound}"))
 }
 
-/// The jitter family a width reads as.
-fn family(jitter: f64) -> &'static str {
-    if jitter >= 0.6 {
-        "as wide as full jitter"
-    } else if jitter >= 0.3 {
-        "equal jitter or wider"
-    } else {
-        "proportional jitter"
-    }
-}
-
 /// Milliseconds to three significant digits.
 fn fmt_ms(ms: f64) -> String {
     if !ms.is_finite() {
@@ -646,6 +642,17 @@ impl Check for JitterCheck {
         let decided: Vec<&Analysis> = analyses.iter().filter(|a| a.decided()).collect();
         let undecided = analyses.len() - decided.len();
         let retries: usize = decided.iter().map(|a| a.n()).sum();
+        let jittered: Vec<family::Group> = decided
+            .iter()
+            .filter(|a| matches!(a.finding(), Finding::Jittered | Finding::Small(_)))
+            .map(|a| family::Group {
+                cluster_us: a.cluster_start_us,
+                members: a.members,
+                attempt: a.attempt,
+                measure: &a.judged.measure,
+            })
+            .collect();
+        let reading = family::read(&jittered);
         let (verdict, summary) = match ranked.first() {
             None if self.censored > 0 => (
                 Verdict::Inconclusive,
@@ -698,14 +705,16 @@ impl Check for JitterCheck {
                     String::new()
                 };
                 let (lo_shown, pass) = cmp(lo * 100.0, Op::Ge, self.cfg.pass_jitter * 100.0);
+                let named = reading
+                    .as_ref()
+                    .map_or(String::new(), |r| format!("; {}: {}", r.named(), r.why()));
                 (
                     Verdict::Pass,
                     format!(
                         "retries are jittered: ±{lo_shown} % to ±{:.0} % of the chosen delay (≥ \
-                         pass_jitter ±{pass} %; the narrowest {}) over {} attempt groups \
-                         ({retries} retries{left_out})",
+                         pass_jitter ±{pass} %) over {} attempt groups ({retries} \
+                         retries{left_out}){named}",
                         hi * 100.0,
-                        family(lo),
                         decided.len()
                     ),
                 )
@@ -737,12 +746,32 @@ impl Check for JitterCheck {
                 })
             })
             .collect();
+        // The family: none for a herd, proportional for narrow jitter, else as the delays'
+        // shape reads (`family`); none named when the check could not decide.
+        let named = match verdict {
+            Verdict::Fail => Some(family::Family::None),
+            Verdict::Weak => Some(family::Family::Proportional),
+            Verdict::Pass => reading.as_ref().map(|r| r.family),
+            Verdict::Inconclusive => None,
+        };
         let mut result = CheckResult::new("jitter", verdict, summary)
             .metric("groups", groups)
             .metric("groups_analyzed", decided.len() as u64)
             .metric("groups_undecided", undecided as u64)
             .metric("groups_cut_off", self.censored as u64)
             .metric("retries_analyzed", retries as u64);
+        if let Some(f) = named {
+            result = result.metric("family", f.name());
+        }
+        if let Some(r) = &reading {
+            result = result.metric("first_retries_spread", r.spread);
+            if let Some(a) = r.alternative.filter(|_| verdict == Verdict::Pass) {
+                result = result.metric("family_alternative", a.name());
+            }
+            if let Some((w, _)) = r.widening {
+                result = result.metric("spread_widening", w);
+            }
+        }
         if !decided.is_empty() {
             let lowest = decided
                 .iter()
@@ -894,6 +923,7 @@ mod tests {
         let r = run_one("jitter", "{}", &j);
         assert_eq!(r.verdict, Verdict::Fail, "{}", r.summary);
         assert!(r.summary.starts_with("no jitter"), "{}", r.summary);
+        assert_eq!(r.metrics["family"], "none");
         assert!(lowest_jitter(&r) < 0.01, "{}", lowest_jitter(&r));
         assert!(r.metrics["highest_densest_window_fraction"].as_f64() >= Some(0.99));
         assert_eq!(r.evidence[0].seqs.len(), 10);
@@ -914,6 +944,8 @@ mod tests {
         let r = run_one("jitter", "{}", &full);
         assert_eq!(r.verdict, Verdict::Pass, "{}", r.summary);
         assert!(lowest_jitter(&r) > 0.6, "full {}", lowest_jitter(&r));
+        assert_eq!(r.metrics["family"], "full", "{}", r.summary);
+        assert!(r.summary.contains("; full jitter: "), "{}", r.summary);
 
         let equal = herd(200, 4, 4, |rng, k, _| {
             backoff(k) / 2.0 + rng.random::<f64>() * backoff(k) / 2.0
@@ -921,6 +953,7 @@ mod tests {
         let r = run_one("jitter", "{}", &equal);
         assert_eq!(r.verdict, Verdict::Pass, "{}", r.summary);
         assert!(lowest_jitter(&r) >= 0.25, "equal {}", lowest_jitter(&r));
+        assert_eq!(r.metrics["family"], "equal", "{}", r.summary);
 
         // min(cap, U(base, prev * 3)), with a cap most late delays hit.
         let decorrelated = herd(200, 5, 5, |rng, _, prev| {
@@ -929,6 +962,21 @@ mod tests {
         });
         let r = run_one("jitter", "{}", &decorrelated);
         assert_eq!(r.verdict, Verdict::Pass, "{}", r.summary);
+        // Capped that low, its floor and ceiling no longer part: named by the first draw's width.
+        assert_eq!(r.metrics["family"], "proportional", "{}", r.summary);
+        // With a cap out of reach, the ceiling grows from the floor: decorrelated.
+        let decorrelated = herd(200, 3, 5, |rng, _, prev| {
+            let prev = prev.max(1000.0);
+            (1000.0 + rng.random::<f64>() * (prev * 3.0 - 1000.0)).min(60_000.0)
+        });
+        let r = run_one("jitter", "{}", &decorrelated);
+        assert_eq!(r.verdict, Verdict::Pass, "{}", r.summary);
+        assert_eq!(r.metrics["family"], "decorrelated", "{}", r.summary);
+        assert!(
+            r.summary.contains("; decorrelated jitter: "),
+            "{}",
+            r.summary
+        );
     }
 
     /// gRPC's own jitter: grpcio and grpc-js wait the backoff × U(0.8, 1.2). That is jitter,
@@ -965,6 +1013,7 @@ mod tests {
         assert_eq!(r.verdict, Verdict::Weak, "{}", r.summary);
         assert!(r.summary.contains(" around 1"), "{}", r.summary);
         assert!(r.summary.contains("< pass_jitter ±22 %"), "{}", r.summary);
+        assert_eq!(r.metrics["family"], "proportional");
     }
 
     #[test]
