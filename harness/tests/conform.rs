@@ -22,7 +22,7 @@ fn adapter() -> PathBuf {
 /// Every HTTP rule but the breaker (the client gives up within seconds of the outage case, so
 /// `attempts-bounded` is judged in a few seconds).
 const WITHOUT_BREAKER: &str =
-    "transient-retried,no-retry-4xx,jitter,backoff-grows,retry-after,key-kept,lost-response-once,attempts-bounded";
+    "transient-retried,no-retry-4xx,jitter,backoff-grows,retry-after,key-kept,lost-response-once,attempts-bounded,deadline";
 
 /// Runs `harness conform` with `args` and the adapter with `flags`: (exit code, report).
 fn conform(args: &[&str], flags: &[&str]) -> (i32, Value) {
@@ -91,6 +91,55 @@ fn a_correct_client_keeps_every_rule() {
         jitter.as_str().is_some_and(|f| f.contains("jitter")),
         "{jitter}"
     );
+}
+
+/// The scorecard names the jitter family the client draws from: each of the AWS Architecture
+/// Blog's families, drawn by the adapter, named as itself. The fleet is larger than the case's
+/// thirty (`--calls 100`): thirty retries per attempt name a family right in three runs of four
+/// (decorrelated) to 97 in 100 (full); 150 leave a test no room to guess. The backoff starts at
+/// 0.5 s: full jitter on 0.2 s puts half the retries of a hundred Python threads within the time
+/// the threads take to handle their failures.
+#[test]
+fn the_scorecard_names_the_jitter_family() {
+    for family in ["full", "equal", "decorrelated"] {
+        let (_, report) = conform(
+            &["--only", "jitter"],
+            &["--jitter", family, "--calls", "150", "--base", "0.5"],
+        );
+        let row = &report["conformance"]["rules"][0];
+        assert_eq!(row["verdict"], "pass", "{family}: {row:#}");
+        let figure = row["figure"].as_str().unwrap_or_default();
+        assert!(
+            figure.contains(&format!("; {family} jitter: ")),
+            "{family}: {figure}"
+        );
+    }
+    let (_, report) = conform(&["--only", "jitter"], &["--no-jitter", "--calls", "100"]);
+    let row = &report["conformance"]["rules"][0];
+    assert_eq!(row["verdict"], "fail", "{row:#}");
+}
+
+/// A client that retries on past the deadline it was given: the deadline is a rule a client may
+/// not claim, so "not present" unless required, and then the one rule it fails.
+#[test]
+fn a_client_that_ignores_its_deadline_fails_deadline_when_required() {
+    let (code, report) = conform(&["--only", "deadline"], &["--ignore-deadline"]);
+    let v = verdicts(&report);
+    assert_eq!(verdict(&v, "deadline"), "not_present", "{report:#}");
+    // Nothing else was asked, and "not present" decides nothing.
+    assert_eq!(report["outcome"], "no_verdict");
+    assert_eq!(code, 1, "{report:#}");
+    let (code, report) = conform(
+        &["--only", WITHOUT_BREAKER, "--require", "deadline"],
+        &["--ignore-deadline"],
+    );
+    let v = verdicts(&report);
+    assert_eq!(failed(&v), ["deadline"], "{v:?}");
+    assert_eq!(code, 1);
+    let (code, report) = conform(&["--only", "deadline", "--require", "deadline"], &[]);
+    let v = verdicts(&report);
+    assert_eq!(verdict(&v, "deadline"), "pass", "{report:#}");
+    assert_eq!(code, 0);
 }
 
 /// A defect and the rules it must fail, no more and no fewer.

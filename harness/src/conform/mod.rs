@@ -1,8 +1,9 @@
 //! `harness conform -- CMD`: a retrying client held to a suite of rules, one scorecard.
 //!
 //! The user's adapter (CMD) wraps their client as it ships: it reads `HARNESS_FAULT_URL`,
-//! `HARNESS_CALLS`, `HARNESS_CONCURRENCY` and `HARNESS_PROTOCOL` and makes that many calls of
-//! one documented operation, released together. For each case of the suite ([`suite::CASES`])
+//! `HARNESS_CALLS`, `HARNESS_CONCURRENCY` and `HARNESS_PROTOCOL` (and `HARNESS_DEADLINE_MS`, in
+//! the case that gives each call a deadline) and makes that many calls of one documented
+//! operation, released together. For each case of the suite ([`suite::CASES`])
 //! the embedded fault server is started with the case's schedule, the adapter is run against
 //! it, and the checks of the rules judged on that case read its journal. Each rule's row is its
 //! check's verdict, except that an optional rule (a breaker) a client fails reads "not present"
@@ -215,6 +216,12 @@ async fn run_adapter(
     if let Some(f) = &ca {
         cmd.env("HARNESS_FAULT_CA", f.path());
     }
+    // Only the case that gives a deadline sets one; one in the harness's own environment is not
+    // passed on to the others.
+    match case.deadline_ms {
+        Some(ms) => cmd.env("HARNESS_DEADLINE_MS", ms.to_string()),
+        None => cmd.env_remove("HARNESS_DEADLINE_MS"),
+    };
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => return (None, Some(format!("cannot start {program:?}: {e}"))),

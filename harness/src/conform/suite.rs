@@ -70,6 +70,9 @@ pub struct Case {
     /// Whether its verdicts rest on delays measured in milliseconds: such cases run alone, so
     /// that no other case shares the cores with them.
     pub timing: bool,
+    /// The deadline each call is given (`HARNESS_DEADLINE_MS`): all of its attempts and waits
+    /// within it.
+    pub deadline_ms: Option<u32>,
 }
 
 /// One rule.
@@ -92,6 +95,9 @@ pub struct Rule {
     pub optional: bool,
 }
 
+/// The deadline of a call in `outage-deadline` (ms).
+pub const DEADLINE_MS: u32 = 2000;
+
 /// Every case, in the order they are reported.
 pub const CASES: &[Case] = &[
     Case {
@@ -99,8 +105,9 @@ pub const CASES: &[Case] = &[
         about: "attempts 1 and 2 of every key answered 503, attempt 3 creates the order",
         yaml: include_str!("../../conform/first-two-503.yaml"),
         protocol: Protocol::Http,
-        calls: 30,
+        calls: 50,
         timing: true,
+        deadline_ms: None,
     },
     Case {
         name: "first-400",
@@ -109,6 +116,7 @@ pub const CASES: &[Case] = &[
         protocol: Protocol::Http,
         calls: 10,
         timing: false,
+        deadline_ms: None,
     },
     Case {
         name: "lost-response",
@@ -117,6 +125,7 @@ pub const CASES: &[Case] = &[
         protocol: Protocol::Http,
         calls: 10,
         timing: false,
+        deadline_ms: None,
     },
     Case {
         name: "retry-after-2s",
@@ -125,6 +134,7 @@ pub const CASES: &[Case] = &[
         protocol: Protocol::Http,
         calls: 10,
         timing: false,
+        deadline_ms: None,
     },
     Case {
         name: "outage-10s",
@@ -133,6 +143,16 @@ pub const CASES: &[Case] = &[
         protocol: Protocol::Http,
         calls: 10,
         timing: true,
+        deadline_ms: None,
+    },
+    Case {
+        name: "outage-deadline",
+        about: "every create answered 503 for the first 8 s; each call has a deadline of 2 s",
+        yaml: include_str!("../../conform/outage-deadline.yaml"),
+        protocol: Protocol::Http,
+        calls: 10,
+        timing: false,
+        deadline_ms: Some(DEADLINE_MS),
     },
     Case {
         name: "grpc-unavailable",
@@ -141,6 +161,7 @@ pub const CASES: &[Case] = &[
         protocol: Protocol::Grpc,
         calls: 10,
         timing: false,
+        deadline_ms: None,
     },
     Case {
         name: "grpc-invalid-argument",
@@ -149,6 +170,7 @@ pub const CASES: &[Case] = &[
         protocol: Protocol::Grpc,
         calls: 10,
         timing: false,
+        deadline_ms: None,
     },
     Case {
         name: "grpc-pushback",
@@ -157,6 +179,7 @@ pub const CASES: &[Case] = &[
         protocol: Protocol::Grpc,
         calls: 10,
         timing: false,
+        deadline_ms: None,
     },
     Case {
         name: "grpc-committed",
@@ -165,6 +188,16 @@ pub const CASES: &[Case] = &[
         protocol: Protocol::Grpc,
         calls: 10,
         timing: false,
+        deadline_ms: None,
+    },
+    Case {
+        name: "grpc-slow-answer",
+        about: "the first attempt of every call processed at once, its answer held 2 s; the server ignores keys",
+        yaml: include_str!("../../conform/grpc-slow-answer.yaml"),
+        protocol: Protocol::Grpc,
+        calls: 10,
+        timing: false,
+        deadline_ms: None,
     },
     Case {
         name: "grpc-jitter",
@@ -173,6 +206,7 @@ pub const CASES: &[Case] = &[
         protocol: Protocol::Grpc,
         calls: 30,
         timing: true,
+        deadline_ms: None,
     },
 ];
 
@@ -251,6 +285,17 @@ pub const RULES: &[Rule] = &[
         optional: false,
     },
     Rule {
+        id: "deadline",
+        title: "a call's deadline bounds its retries",
+        source: "the seed's checklist (total timeout: retries within the caller's deadline); gRFC A6 (retries never extend the deadline)",
+        case: "outage-deadline",
+        check: "total_timeout",
+        // DEADLINE_MS, and 100 ms for the last answer to reach the client and the scheduling of
+        // a busy machine.
+        config: "{ budget_ms: 2000, tolerance_ms: 100 }",
+        optional: true,
+    },
+    Rule {
         id: "breaker",
         title: "a sustained outage is met with a breaker or a budget",
         source: "the seed's checklist (circuit breaker); M. Nygard, Release It!, Circuit Breaker",
@@ -301,6 +346,15 @@ pub const RULES: &[Rule] = &[
         source: "gRFC A6 (once response headers are received, the RPC is committed)",
         case: "grpc-committed",
         check: "grpc_committed",
+        config: "{}",
+        optional: false,
+    },
+    Rule {
+        id: "grpc-no-hedging",
+        title: "a call to a method that is not idempotent is not hedged",
+        source: "gRFC A6 (hedgingPolicy: the same RPC sent several times, each copy processed by the server); grpc.io, Request Hedging (for methods safe to run more than once)",
+        case: "grpc-slow-answer",
+        check: "duplicates",
         config: "{}",
         optional: false,
     },
@@ -409,5 +463,19 @@ mod tests {
             e.contains("\"jiter\"") && e.contains("transient-retried"),
             "{e}"
         );
+    }
+
+    /// The deadline rule's budget is the deadline its case gives the adapter.
+    #[test]
+    fn the_deadline_rule_judges_the_deadline_its_case_gives() {
+        let rule = RULES.iter().find(|r| r.id == "deadline").expect("deadline");
+        let case = case(rule.case).expect("case");
+        assert_eq!(case.deadline_ms, Some(DEADLINE_MS));
+        let cfg: checks::TotalTimeoutConfig = serde_norway::from_str(rule.config).expect("config");
+        assert_eq!(cfg.budget_ms, Some(u64::from(DEADLINE_MS)));
+        assert!(CASES
+            .iter()
+            .filter(|c| c.name != case.name)
+            .all(|c| c.deadline_ms.is_none()));
     }
 }

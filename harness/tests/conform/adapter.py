@@ -7,10 +7,15 @@ on every attempt; all of them are one client (`x-client-id: adapter`), as calls 
 object of a service are. Python's standard library only.
 
 Defaults: up to 5 attempts, exponential backoff from 0.2 s (×2, cap 2 s), each wait drawn from its upper three quarters,
-Retry-After honoured, retries on no answer, 5xx, 408 and 429 only, the key kept.
+Retry-After honoured, retries on no answer, 5xx, 408 and 429 only, the key kept, and when
+HARNESS_DEADLINE_MS is set, no attempt or wait past that deadline from the call's start.
+--jitter FAMILY draws the wait in another family: full (U(0, backoff)), equal (U(backoff / 2,
+backoff)) or decorrelated (U(0.2 s, 3 × the previous wait), capped at 5 s); --calls N makes N calls
+whatever HARNESS_CALLS says (a fleet larger than the case's, to read the family from more retries);
+--base S starts the backoff at S seconds instead of 0.2.
 Defects (flags): --no-retry, --no-jitter, --no-backoff, --constant-backoff (0.3 s, ±33 %),
 --retry-4xx, --new-key-per-attempt,
---ignore-retry-after, --retry-forever (attempts unbounded and the backoff capped at 0.5 s: a
+--ignore-retry-after, --ignore-deadline, --retry-forever (attempts unbounded and the backoff capped at 0.5 s: a
 client that keeps calling through an outage),
 --breaker (one breaker for the client: open after 5 consecutive failures, then one probe a
 second until one succeeds).
@@ -28,23 +33,28 @@ import uuid
 
 p = argparse.ArgumentParser()
 for flag in ["no-retry", "no-jitter", "no-backoff", "constant-backoff", "retry-4xx", "new-key-per-attempt",
-             "ignore-retry-after", "retry-forever", "breaker"]:
+             "ignore-retry-after", "ignore-deadline", "retry-forever", "breaker"]:
     p.add_argument("--" + flag, action="store_true")
+p.add_argument("--jitter", choices=["quarters", "full", "equal", "decorrelated"], default="quarters")
+p.add_argument("--calls", type=int)
+p.add_argument("--base", type=float, default=0.2)
 args = p.parse_args()
 
 URL = os.environ["HARNESS_FAULT_URL"].rstrip("/") + "/orders"
-CALLS = int(os.environ.get("HARNESS_CALLS", "10"))
-CONCURRENCY = int(os.environ.get("HARNESS_CONCURRENCY", str(CALLS)))
+CALLS = args.calls or int(os.environ.get("HARNESS_CALLS", "10"))
+CONCURRENCY = args.calls or int(os.environ.get("HARNESS_CONCURRENCY", str(CALLS)))
 DEADLINE = time.monotonic() + 50
+CALL_DEADLINE = None if args.ignore_deadline or not os.environ.get("HARNESS_DEADLINE_MS") \
+    else float(os.environ["HARNESS_DEADLINE_MS"]) / 1000
 
 
-def attempt(i, key):
+def attempt(i, key, timeout=5.0):
     """One POST: (status or None for no answer, Retry-After seconds or None)."""
     body = json.dumps({"sku": f"sku-{i}", "qty": 1}).encode()
     req = urllib.request.Request(URL, data=body, method="POST", headers={
         "content-type": "application/json", "idempotency-key": key, "x-client-id": "adapter"})
     try:
-        with urllib.request.urlopen(req, timeout=5) as r:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
             r.read()
             return r.status, None
     except urllib.error.HTTPError as e:
@@ -93,13 +103,15 @@ BREAKER = Breaker()
 def call(i, start):
     start.wait()
     key = str(uuid.uuid4())
+    ends = None if CALL_DEADLINE is None else time.monotonic() + CALL_DEADLINE
     max_attempts = 1 if args.no_retry else 10_000 if args.retry_forever else 5
     n = 0
+    previous = args.base
     while True:
         n += 1
         if args.breaker:
             BREAKER.enter()
-        status, retry_after = attempt(i, key)
+        status, retry_after = attempt(i, key, 5.0 if ends is None else max(0.01, min(5.0, ends - time.monotonic())))
         ok = status is not None and status < 400
         if args.breaker:
             BREAKER.leave(ok)
@@ -111,12 +123,22 @@ def call(i, start):
             delay = 0.0
         elif args.constant_backoff:
             delay = random.uniform(0.2, 0.4)
+        elif args.jitter == "decorrelated" and not args.no_jitter:
+            delay = previous = min(5.0, random.uniform(args.base, 3 * previous))
         else:
-            delay = min(0.5 if args.retry_forever else 2.0, 0.2 * 2 ** (n - 1))
-            if not args.no_jitter:
+            delay = min(0.5 if args.retry_forever else 2.0, args.base * 2 ** (n - 1))
+            if args.no_jitter:
+                pass
+            elif args.jitter == "full":
+                delay = random.uniform(0, delay)
+            elif args.jitter == "equal":
+                delay = random.uniform(delay / 2, delay)
+            else:
                 delay = random.uniform(delay / 4, delay)
         if retry_after is not None and not args.ignore_retry_after:
             delay = max(delay, retry_after)
+        if ends is not None and time.monotonic() + delay >= ends:
+            return f"deadline: {status}"
         time.sleep(delay)
         if args.new_key_per_attempt:
             key = str(uuid.uuid4())
