@@ -12,7 +12,7 @@
 # A configuration is a script (the first field: a path under calibration/, with the arguments it
 # takes) and a suite (http or grpc); it runs the rules its rows name (`--only`), so a rule left out
 # of conform-expected.tsv for a configuration is not run for it (the breaker's 10 s outage runs for
-# a few configurations only). The configurations run one after the other: `harness conform` runs
+# a few configurations only); a configuration with a `deadline` row is run with `--require deadline`. The configurations run one after the other: `harness conform` runs
 # the timing-free cases of one side by side and its timing cases alone, and no other configuration
 # shares the cores with them.
 #
@@ -60,8 +60,12 @@ run_config() {
         rust/*) cmd=("$RUST_BIN/${script#rust/}") ;;
         *) echo "unknown script type: $script" >"$OUT/$name.stderr"; return ;;
     esac
+    # A configuration given a deadline claims to keep it: the optional rule is required, so that
+    # a deadline overrun reads fail and not "not present".
+    local -a require=()
+    [[ ",$only," == *",deadline,"* ]] && require=(--require deadline)
     t0=$(date +%s%N)
-    "$HARNESS" conform --suite "$suite" --only "$only" --format json -- "${cmd[@]}" "${args[@]}" \
+    "$HARNESS" conform --suite "$suite" --only "$only" "${require[@]}" --format json -- "${cmd[@]}" "${args[@]}" \
         >"$OUT/$name.json" 2>>"$OUT/$name.stderr"
     rc=$?
     echo "$rc $(( ($(date +%s%N) - t0) / 1000000 ))" >"$OUT/$name.run"

@@ -80,6 +80,13 @@ def immediate_retries(attempts: int):
     return operation
 
 
+def deadline() -> float | None:
+    """The deadline a call is given, in seconds: HARNESS_DEADLINE_MS (set by `harness conform` in
+    its deadline case), else none."""
+    ms = os.environ.get("HARNESS_DEADLINE_MS")
+    return float(ms) / 1000 if ms else None
+
+
 def calls(default: int) -> int:
     """How many operations to make: HARNESS_CALLS, else CALIB_CLIENTS, else `default`."""
     return int(os.environ.get("HARNESS_CALLS") or os.environ.get("CALIB_CLIENTS") or default)
