@@ -18,6 +18,7 @@ use tower::ServiceExt;
 
 use crate::body::ReqBody;
 use crate::config::{forwarding_rule, ScheduleConfig};
+use crate::metrics;
 use crate::state::State;
 
 /// Whether a control request may be served, and the refusal when not (the rules are
@@ -196,11 +197,11 @@ async fn metrics(AxState(s): AxState<Arc<State>>) -> Response {
     use prometheus_client::registry::Registry;
 
     let st = s.journal.stats();
-    let mut registry = Registry::with_prefix("fault_server");
+    let mut registry = Registry::with_prefix(metrics::PREFIX);
     let requests = Family::<Vec<(&'static str, String)>, Counter>::default();
     registry.register(
-        "requests",
-        "Requests journaled (since start or the last reset), by the rule that fired, its fault, the status sent and the outcome",
+        metrics::REQUESTS.name,
+        metrics::REQUESTS.help,
         requests.clone(),
     );
     let none = || "none".to_string();
@@ -222,33 +223,26 @@ async fn metrics(AxState(s): AxState<Arc<State>>) -> Response {
         ];
         requests.get_or_create(&labels).inc_by(c.count);
     }
-    let gauge = |registry: &mut Registry, name: &str, help: &str, value: u64| {
+    let gauge = |registry: &mut Registry, m: &metrics::Metric, value: u64| {
         let g = Gauge::<i64>::default();
         g.set(i64::try_from(value).unwrap_or(i64::MAX));
-        registry.register(name, help, g);
+        registry.register(m.name, m.help, g);
     };
     gauge(
         &mut registry,
-        "journal_entries",
-        "Journal entries written (since start or the last reset)",
+        &metrics::JOURNAL_ENTRIES,
         s.journal.written(),
     );
+    gauge(&mut registry, &metrics::RECEIVED_REQUESTS, s.received());
     gauge(
         &mut registry,
-        "received_requests",
-        "Requests received (since start or the last reset), journaled or not yet",
-        s.received(),
-    );
-    gauge(
-        &mut registry,
-        "open_connections",
-        "Client connections being served",
+        &metrics::OPEN_CONNECTIONS,
         s.active.load(std::sync::atomic::Ordering::Relaxed) as u64,
     );
     let refused = Family::<Vec<(&'static str, String)>, Counter>::default();
     registry.register(
-        "http2_refused_streams",
-        "HTTP/2 streams the protocol layer refused before any handler saw them (since start or the last reset), by reason: not journaled",
+        metrics::HTTP2_REFUSED_STREAMS.name,
+        metrics::HTTP2_REFUSED_STREAMS.help,
         refused.clone(),
     );
     for (reason, n) in s.http2.refused_streams() {
@@ -258,8 +252,8 @@ async fn metrics(AxState(s): AxState<Arc<State>>) -> Response {
     }
     let conn_errors = Family::<Vec<(&'static str, String)>, Counter>::default();
     registry.register(
-        "http2_connection_errors",
-        "HTTP/2 connections the server ended with a GOAWAY carrying an error (since start or the last reset), by error code",
+        metrics::HTTP2_CONNECTION_ERRORS.name,
+        metrics::HTTP2_CONNECTION_ERRORS.help,
         conn_errors.clone(),
     );
     for (code, n) in s.http2.connection_errors() {
@@ -271,20 +265,20 @@ async fn metrics(AxState(s): AxState<Arc<State>>) -> Response {
     // those open now.
     let connections = Family::<Vec<(&'static str, String)>, Counter>::default();
     registry.register(
-        "proxy_connections",
-        "Connections through the TCP proxies journaled (since start or the last reset), by proxy and how they ended",
+        metrics::PROXY_CONNECTIONS.name,
+        metrics::PROXY_CONNECTIONS.help,
         connections.clone(),
     );
     let bytes = Family::<Vec<(&'static str, String)>, Counter>::default();
     registry.register(
-        "proxy_bytes",
-        "Bytes the TCP proxies delivered (journaled connections), by proxy and direction",
+        metrics::PROXY_BYTES.name,
+        metrics::PROXY_BYTES.help,
         bytes.clone(),
     );
     let toxics = Family::<Vec<(&'static str, String)>, Counter>::default();
     registry.register(
-        "proxy_toxic_connections",
-        "Journaled connections each toxic acted on, by proxy and toxic",
+        metrics::PROXY_TOXIC_CONNECTIONS.name,
+        metrics::PROXY_TOXIC_CONNECTIONS.help,
         toxics.clone(),
     );
     for (proxy, c) in &st.connections {
@@ -310,14 +304,14 @@ async fn metrics(AxState(s): AxState<Arc<State>>) -> Response {
     // The protocol proxies' statements and commands (not in `requests` either).
     let statements = Family::<Vec<(&'static str, String)>, Counter>::default();
     registry.register(
-        "proxy_statements",
-        "Statements (PostgreSQL) and commands (Redis) the protocol proxies journaled (since start or the last reset), by proxy and outcome",
+        metrics::PROXY_STATEMENTS.name,
+        metrics::PROXY_STATEMENTS.help,
         statements.clone(),
     );
     let statement_faults = Family::<Vec<(&'static str, String)>, Counter>::default();
     registry.register(
-        "proxy_statement_faults",
-        "Statements and commands a protocol proxy's rule faulted, by proxy and fault",
+        metrics::PROXY_STATEMENT_FAULTS.name,
+        metrics::PROXY_STATEMENT_FAULTS.help,
         statement_faults.clone(),
     );
     for (proxy, c) in &st.statements {
@@ -337,8 +331,8 @@ async fn metrics(AxState(s): AxState<Arc<State>>) -> Response {
     }
     let open = Family::<Vec<(&'static str, String)>, Gauge<i64>>::default();
     registry.register(
-        "proxy_open_connections",
-        "Connections open through each TCP proxy now",
+        metrics::PROXY_OPEN_CONNECTIONS.name,
+        metrics::PROXY_OPEN_CONNECTIONS.help,
         open.clone(),
     );
     for (proxy, n) in s.tcp.open_connections() {
@@ -346,12 +340,7 @@ async fn metrics(AxState(s): AxState<Arc<State>>) -> Response {
             .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
     if let Some(n) = s.orders.database_connections() {
-        gauge(
-            &mut registry,
-            "database_connections",
-            "Open connections of the PostgreSQL pool",
-            n as u64,
-        );
+        gauge(&mut registry, &metrics::DATABASE_CONNECTIONS, n as u64);
     }
     let mut text = String::new();
     if let Err(e) = encode(&mut text, &registry) {

@@ -60,6 +60,7 @@ pub mod grpc;
 mod http2;
 pub mod journal;
 mod lanes;
+pub mod metrics;
 pub mod orders;
 mod reply;
 pub mod schedule;

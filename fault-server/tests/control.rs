@@ -261,3 +261,113 @@ async fn metrics_count_what_was_sent() {
     assert!(!text.contains("fault_server_requests_total{"), "{text}");
     s.shutdown().await;
 }
+
+/// Every `fault_server_…` metric name in `text`.
+fn metric_names(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("fault_server_") {
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        names.push(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    names
+}
+
+/// What a scrape says the server exports, checked against `fault_server::metrics::ALL` (a family
+/// with no sample is left out of a scrape, so the list is what names them all); then
+/// `deploy/grafana/fault-server.json`, the dashboard for them, queries every one and no other
+/// name. Its panels are what Grafana imports: unique ids, a place on the 24-column grid, the
+/// Prometheus data source the dashboard asks for.
+#[tokio::test]
+async fn the_grafana_dashboard_queries_every_metric_the_server_exports_and_no_other() {
+    use fault_server::metrics::{Kind, ALL};
+    let s = common::start(
+        "rules:\n  - { id: down, match: { path: /down }, fault: { status: 503 } }\nproxies:\n  - { name: db, listen: 127.0.0.1:0, upstream: 127.0.0.1:9 }\n",
+    )
+    .await;
+    let c = reqwest::Client::new();
+    let u = |p: &str| format!("{}{p}", s.url());
+    assert_eq!(c.get(u("/down")).send().await.unwrap().status(), 503);
+    assert!(s.settle(Duration::from_secs(30)).await);
+    let text = c
+        .get(u("/__harness/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    s.shutdown().await;
+    // Every family the scrape has is in the list, with its kind and help.
+    let mut seen = 0;
+    for line in text.lines() {
+        let Some((name, kind)) = line.strip_prefix("# TYPE ").and_then(|l| l.split_once(' '))
+        else {
+            continue;
+        };
+        let m = ALL
+            .iter()
+            .find(|m| format!("fault_server_{}", m.name) == name)
+            .unwrap_or_else(|| panic!("{name} is exported but not in metrics::ALL"));
+        let want = match m.kind {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+        };
+        assert_eq!(kind, want, "{name}");
+        assert!(
+            text.contains(&format!("# HELP {name} {}", m.help)),
+            "{name}: {text}"
+        );
+        seen += 1;
+    }
+    // What this server had samples for: the requests, the journal, connections and its proxy.
+    assert!(seen >= 5, "{text}");
+
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/grafana/fault-server.json");
+    let raw = std::fs::read_to_string(&path).expect("deploy/grafana/fault-server.json");
+    let dashboard: serde_json::Value = serde_json::from_str(&raw).expect("the dashboard is JSON");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    let mut ids = std::collections::BTreeSet::new();
+    let mut queried = std::collections::BTreeSet::new();
+    for p in panels {
+        let title = p["title"].as_str().unwrap_or_default();
+        assert!(
+            ids.insert(p["id"].as_u64().expect("an id")),
+            "{title}: its id is unique"
+        );
+        let g = &p["gridPos"];
+        let (x, w) = (g["x"].as_u64().expect("x"), g["w"].as_u64().expect("w"));
+        assert!(
+            x + w <= 24 && g["h"].as_u64().is_some(),
+            "{title}: on the grid"
+        );
+        if p["type"] == "row" {
+            continue;
+        }
+        assert_eq!(p["datasource"]["uid"], "${datasource}", "{title}");
+        let targets = p["targets"].as_array().expect("targets");
+        assert!(!targets.is_empty(), "{title}: queries something");
+        for t in targets {
+            let expr = t["expr"].as_str().expect("a PromQL expression");
+            let names = metric_names(expr);
+            assert!(!names.is_empty(), "{title}: {expr}");
+            queried.extend(names);
+        }
+    }
+    let variables = dashboard["templating"]["list"].to_string();
+    assert!(variables.contains("\"type\":\"datasource\""), "{variables}");
+    queried.extend(metric_names(&variables));
+    let exported: std::collections::BTreeSet<String> = ALL.iter().map(|m| m.series()).collect();
+    let unknown: Vec<_> = queried.difference(&exported).collect();
+    assert!(
+        unknown.is_empty(),
+        "the dashboard queries metrics the server does not export: {unknown:?}"
+    );
+    let missing: Vec<_> = exported.difference(&queried).collect();
+    assert!(missing.is_empty(), "exported, on no panel: {missing:?}");
+}

@@ -546,6 +546,31 @@ async fn the_claim_columns_are_added_once_a_reader_lets_go_of_the_old_table() {
     db.drop().await;
 }
 
+#[tokio::test]
+async fn the_pool_is_a_metric_on_postgresql() {
+    let test = "the_pool_is_a_metric_on_postgresql";
+    let Some(db) = TestDb::new(test).await else {
+        return;
+    };
+    let s = common::start(&format!("orders: {{ database: \"{}\" }}", db.url)).await;
+    let text = reqwest::get(format!("{}/__harness/metrics", s.url()))
+        .await
+        .expect("the metrics")
+        .text()
+        .await
+        .expect("their text");
+    s.shutdown().await;
+    db.drop().await;
+    // The one metric only some servers export (control.rs checks the others).
+    let m = fault_server::metrics::DATABASE_CONNECTIONS;
+    assert!(!m.always);
+    assert!(
+        text.contains(&format!("# TYPE fault_server_{} gauge", m.name))
+            && text.contains(&format!("\n{} ", m.series())),
+        "{text}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_starts_beside_a_write_in_progress_without_holding_writes_behind_it() {
     let test = "a_replica_starts_beside_a_write_in_progress_without_holding_writes_behind_it";
