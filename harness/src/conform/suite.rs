@@ -105,7 +105,7 @@ pub const CASES: &[Case] = &[
         about: "attempts 1 and 2 of every key answered 503, attempt 3 creates the order",
         yaml: include_str!("../../conform/first-two-503.yaml"),
         protocol: Protocol::Http,
-        calls: 50,
+        calls: 30,
         timing: true,
         deadline_ms: None,
     },
