@@ -650,6 +650,80 @@ fn the_dockerfile_builds_in_stages_and_runs_as_non_root() {
     );
 }
 
+/// The settings of one `[profile.NAME]` table of the root Cargo.toml and of its
+/// `[profile.NAME.package]` table (one inline table per crate): `(profile, packages)`, each a list
+/// of `(key, value)` as written.
+type ProfileTables = (Vec<(String, String)>, Vec<(String, String)>);
+
+fn profile_tables(name: &str) -> ProfileTables {
+    let text = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let own = format!("[profile.{name}]");
+    let packages = format!("[profile.{name}.package]");
+    let (mut profile, mut per_package) = (Vec::new(), Vec::new());
+    let mut table = String::new();
+    for line in text.lines() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            assert!(
+                !t.starts_with(&format!("[profile.{name}.package.")),
+                "Cargo.toml: write `{t}` as a line of `{packages}`, which this test reads"
+            );
+            table = t.to_string();
+            continue;
+        }
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        let Some((key, value)) = t.split_once('=') else {
+            continue;
+        };
+        let entry = (key.trim().to_string(), value.trim().to_string());
+        if table == own {
+            profile.push(entry);
+        } else if table == packages {
+            per_package.push(entry);
+        }
+    }
+    (profile, per_package)
+}
+
+#[test]
+fn the_dist_profile_compiles_every_crate_at_opt_level_3() {
+    // `dist` (the image, the Action, the benchmarks) inherits `release`, and with it the crates
+    // `release` compiles below opt-level 3 for a newcomer's first build: each is set back here.
+    let (dist, dist_packages) = profile_tables("dist");
+    for setting in [("inherits", "\"release\""), ("lto", "\"fat\""), ("codegen-units", "1")] {
+        assert!(
+            dist.iter().any(|(k, v)| (k.as_str(), v.as_str()) == setting),
+            "[profile.dist] lacks `{} = {}`: {dist:?}",
+            setting.0,
+            setting.1
+        );
+    }
+    let (_, release_packages) = profile_tables("release");
+    let lowered: Vec<&String> = release_packages
+        .iter()
+        .filter(|(_, v)| v.contains("opt-level") && !v.contains("opt-level = 3"))
+        .map(|(k, _)| k)
+        .collect();
+    assert!(!lowered.is_empty(), "no per-crate opt-level read from [profile.release.package]");
+    for crate_name in lowered {
+        assert!(
+            dist_packages
+                .iter()
+                .any(|(k, v)| k == crate_name && v == "{ opt-level = 3 }"),
+            "[profile.release.package] lowers {crate_name}'s opt-level; \
+             [profile.dist.package] must set it back: `{crate_name} = {{ opt-level = 3 }}`"
+        );
+    }
+    for (crate_name, value) in &dist_packages {
+        assert_eq!(
+            value, "{ opt-level = 3 }",
+            "[profile.dist.package] only restores opt-level 3: {crate_name}"
+        );
+    }
+}
+
 #[test]
 fn the_dockerfile_copies_every_workspace_member() {
     // The dependency layer is built from the members' manifests with stub sources, then the
