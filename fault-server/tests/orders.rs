@@ -392,7 +392,11 @@ fn a_claim_left_by_a_killed_server_is_taken_over_after_its_lease() {
     let second = binary::start(&config("claim_lease: 1s"));
     std::thread::sleep(Duration::from_millis(1200));
     let taken = second.request(post.as_bytes());
-    assert!(taken.starts_with("HTTP/1.0 201"), "{taken}");
+    assert!(
+        taken.starts_with("HTTP/1.0 201"),
+        "answer: {taken:?}\nthe second server's log:\n{}",
+        second.log()
+    );
     assert!(second.log().contains("taken over"), "{}", second.log());
     let listed = second.get("/orders?idempotency_key=crash");
     assert!(listed.contains(r#""count":1"#), "{listed}");
