@@ -692,9 +692,14 @@ fn the_dist_profile_compiles_every_crate_at_opt_level_3() {
     // `dist` (the image, the Action, the benchmarks) inherits `release`, and with it the crates
     // `release` compiles below opt-level 3 for a newcomer's first build: each is set back here.
     let (dist, dist_packages) = profile_tables("dist");
-    for setting in [("inherits", "\"release\""), ("lto", "\"fat\""), ("codegen-units", "1")] {
+    for setting in [
+        ("inherits", "\"release\""),
+        ("lto", "\"fat\""),
+        ("codegen-units", "1"),
+    ] {
         assert!(
-            dist.iter().any(|(k, v)| (k.as_str(), v.as_str()) == setting),
+            dist.iter()
+                .any(|(k, v)| (k.as_str(), v.as_str()) == setting),
             "[profile.dist] lacks `{} = {}`: {dist:?}",
             setting.0,
             setting.1
@@ -706,7 +711,10 @@ fn the_dist_profile_compiles_every_crate_at_opt_level_3() {
         .filter(|(_, v)| v.contains("opt-level") && !v.contains("opt-level = 3"))
         .map(|(k, _)| k)
         .collect();
-    assert!(!lowered.is_empty(), "no per-crate opt-level read from [profile.release.package]");
+    assert!(
+        !lowered.is_empty(),
+        "no per-crate opt-level read from [profile.release.package]"
+    );
     for crate_name in lowered {
         assert!(
             dist_packages
