@@ -56,6 +56,7 @@ pub mod cli;
 pub mod conform;
 pub mod driver;
 pub mod failure;
+pub mod live;
 pub mod load;
 pub mod merge;
 pub mod metrics;

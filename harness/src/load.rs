@@ -153,6 +153,8 @@ pub struct LoadOptions {
     pub thresholds: Vec<Rule>,
     /// What the report says of the default gate, when it applies.
     pub gate_note: Option<String>,
+    /// The live dashboard the load reports to (`--dashboard`).
+    pub live: Option<Arc<crate::live::Board>>,
 }
 
 /// The rules `--threshold` and `--max-error-rate` give, with the default error rate when
@@ -435,6 +437,7 @@ fn phase_options(
             thresholds,
             gate_note,
             target: Arc::new(target),
+            live: None,
             phase: PhasePlan {
                 name: "load".into(),
                 kind,
@@ -480,6 +483,7 @@ pub async fn run(
         shard: crate::shard::Shard::WHOLE,
         scheduled: None,
         once: None,
+        live: o.live.clone(),
     };
     let out = driver::run_phase(Arc::new(o.phase.clone()), ctx).await;
     bar.finish();

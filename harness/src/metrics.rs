@@ -61,6 +61,31 @@ impl Sink {
             stop: Arc::default(),
         })
     }
+
+    /// What the workers have folded in so far (each holds back at most [`BATCH`] samples), with
+    /// the attempts that started in `[from_us, to_us)` from the run's start: a live view of the
+    /// phase, read under the sink's locks for the time it takes to copy a few counts.
+    pub fn view(&self, from_us: u64, to_us: u64) -> SinkView {
+        let latency = {
+            let h = self.hist.lock().unwrap_or_else(|p| p.into_inner());
+            latency_ms(&h.0)
+        };
+        let a = self.attempts.lock().unwrap_or_else(|p| p.into_inner());
+        a.view(latency, from_us, to_us)
+    }
+}
+
+/// A phase's figures as its workers have folded them into the [`Sink`] so far.
+#[derive(Debug, Clone, Default)]
+pub struct SinkView {
+    /// Per-attempt latency from the send.
+    pub latency: reports::model::Latency,
+    /// Attempts by how they ended: a status (`"503"`), `error:KIND` or `unknown`.
+    pub by_outcome: BTreeMap<String, u64>,
+    /// Attempts that started in the window asked for.
+    pub recent: u64,
+    /// Retries (attempts past the first) by attempt index.
+    pub retries_by_attempt: BTreeMap<u32, u64>,
 }
 
 /// Windows of the attempts-over-time counts before they are made twice as wide.
@@ -194,6 +219,26 @@ impl AttemptSummary {
     pub fn is_empty(&self) -> bool {
         self.bins.is_empty()
     }
+
+    /// These counts as a [`SinkView`] with `latency`, counting as recent the attempts that
+    /// started in `[from_us, to_us)`.
+    fn view(&self, latency: reports::model::Latency, from_us: u64, to_us: u64) -> SinkView {
+        let mut by_outcome = BTreeMap::new();
+        let mut recent = 0;
+        let (first, last) = (from_us / self.width_us, to_us / self.width_us);
+        for (label, counts) in &self.bins {
+            by_outcome.insert(label.name(), counts.iter().sum::<u64>());
+            let end = (last as usize).min(counts.len());
+            let start = (first as usize).min(end);
+            recent += counts[start..end].iter().sum::<u64>();
+        }
+        SinkView {
+            latency,
+            by_outcome,
+            recent,
+            retries_by_attempt: self.waits.counts(),
+        }
+    }
 }
 
 /// A worker's measurements.
@@ -318,6 +363,11 @@ impl Recorder {
             buf_intended: Vec::new(),
             buf_attempts: Vec::new(),
         }
+    }
+
+    /// A finished phase's figures as the live view shows them (nothing is recent).
+    pub fn view(&self) -> SinkView {
+        self.summary.view(latency_ms(&self.latency), 0, 0)
     }
 
     /// Records a latency sample.
@@ -877,6 +927,11 @@ impl RetryDelays {
     /// No delay recorded.
     pub fn is_empty(&self) -> bool {
         self.by_attempt.values().all(|s| s.count == 0)
+    }
+
+    /// Waits recorded per attempt index.
+    pub fn counts(&self) -> BTreeMap<u32, u64> {
+        self.by_attempt.iter().map(|(k, s)| (*k, s.count)).collect()
     }
 
     /// One retry's wait before attempt `attempt`.

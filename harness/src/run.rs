@@ -33,10 +33,16 @@ pub async fn run_plan(
     plan: &Plan,
     stop: CancellationToken,
     progress: bool,
+    live: Option<Arc<crate::live::Board>>,
 ) -> Result<RunOutcome, RunError> {
     let mut session = Session::start(plan).await?;
+    session.watch(live.clone());
     session.drive(plan, stop, progress, Duration::ZERO).await?;
-    Ok(session.finish(plan, None).await)
+    let outcome = session.finish(plan, None).await;
+    if let Some(board) = live {
+        board.finish(&outcome.report).await;
+    }
+    Ok(outcome)
 }
 
 /// A run in progress: the embedded server (if any) and what the phases measured so far.
@@ -62,6 +68,8 @@ pub struct Session {
     late: Duration,
     /// What the deliver phases sent: their journals and the ids the verify step asks about.
     deliveries: Deliveries,
+    /// The live dashboard the phases report to (`--dashboard`).
+    live: Option<Arc<crate::live::Board>>,
 }
 
 /// The deliver phases' journals (judged as the run's journal, with the embedded server's when
@@ -146,6 +154,7 @@ impl Session {
             phase_hdrs: Vec::new(),
             late: Duration::ZERO,
             deliveries: Deliveries::default(),
+            live: None,
         })
     }
 
@@ -168,6 +177,11 @@ impl Session {
     /// The embedded server's URL.
     pub fn server_url(&self) -> Option<String> {
         self.server.as_ref().map(FaultServer::url)
+    }
+
+    /// Reports the phases to come to `live` (`--dashboard`).
+    pub fn watch(&mut self, live: Option<Arc<crate::live::Board>>) {
+        self.live = live;
     }
 
     /// Runs the phases against the target; waits up to `wait_for_target` for it to accept
@@ -291,6 +305,7 @@ impl Session {
                 shard: plan.shard,
                 scheduled,
                 once: None,
+                live: self.live.clone(),
             };
             let journal_before = self.server.as_ref().map_or(0, |s| s.journal().written());
             let mut out = driver::run_phase(Arc::new(p.clone()), ctx).await;

@@ -270,6 +270,7 @@ impl Workload {
             shard: Shard::WHOLE,
             scheduled: None,
             once: None,
+            live: None,
         };
         let mut out = driver::run_phase(Arc::new(phase), ctx).await;
         if let Some(e) = crate::reach::RunError::worker_died("workload", &out.recorder) {

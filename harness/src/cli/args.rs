@@ -50,6 +50,48 @@ pub(super) struct Common {
     pub(super) connect: ConnectArgs,
     #[command(flatten)]
     pub(super) output: Output,
+    #[command(flatten)]
+    pub(super) dashboard: DashboardArgs,
+}
+
+/// `--dashboard`: the run, live, in a browser (`run`, `exec`, `load`, `deliver`).
+#[derive(Debug, Args, Clone, Default)]
+pub(super) struct DashboardArgs {
+    /// Serve a live dashboard of the run: a page at /, a snapshot a second as Server-Sent
+    /// Events at /events, the latest at /snapshot. ADDR is IP or IP:PORT (default 127.0.0.1 and
+    /// a free port); the URL is printed when the run starts
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1")]
+    pub(super) dashboard: Option<String>,
+}
+
+impl DashboardArgs {
+    /// Starts the dashboard when asked for, and says where it is on stderr.
+    pub(super) async fn start(
+        &self,
+        title: &str,
+    ) -> Result<Option<std::sync::Arc<crate::live::Board>>, CliError> {
+        let Some(given) = &self.dashboard else {
+            return Ok(None);
+        };
+        let addr = parse_dashboard_addr(given)?;
+        let board = crate::live::Board::start(title, addr)
+            .await
+            .map_err(|e| CliError::Run(format!("--dashboard {given}: cannot listen there: {e}")))?;
+        eprintln!("dashboard: {}", board.url());
+        Ok(Some(board))
+    }
+}
+
+/// `--dashboard`'s ADDR: an IP address (then a free port) or IP:PORT.
+fn parse_dashboard_addr(s: &str) -> Result<std::net::SocketAddr, CliError> {
+    if let Ok(ip) = s.parse::<std::net::IpAddr>() {
+        return Ok(std::net::SocketAddr::new(ip, 0));
+    }
+    s.parse::<std::net::SocketAddr>().map_err(|_| {
+        CliError::Input(format!(
+            "--dashboard {s:?}: expected an IP address or IP:PORT, e.g. 127.0.0.1 or 127.0.0.1:8089"
+        ))
+    })
 }
 
 /// How TLS is spoken to a URL (every command that fetches one).
@@ -175,7 +217,7 @@ pub(super) fn sync_mode(arg: Option<SyncArg>, http2: bool) -> SyncMode {
 }
 
 /// Where and how results are written.
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Clone)]
 pub(super) struct Output {
     /// Write report.json, junit.xml, report.html and summary.md into DIR.
     #[arg(long, value_name = "DIR")]

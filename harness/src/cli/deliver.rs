@@ -136,6 +136,8 @@ pub struct DeliverArgs {
     pub(crate) connect: ConnectArgs,
     #[command(flatten)]
     pub(crate) output: Output,
+    #[command(flatten)]
+    pub(crate) dashboard: super::args::DashboardArgs,
 }
 
 fn parse_dur(s: &str) -> Result<Dur, String> {
@@ -311,7 +313,8 @@ pub(super) async fn deliver(a: DeliverArgs) -> Result<Outcome, CliError> {
     };
     let plan = a.plan(&o).map_err(CliError::Input)?;
     let stop = stop_on_signals();
-    let outcome = crate::run::run_plan(&plan, stop, crate::progress::wanted())
+    let live = a.dashboard.start(&plan.name).await?;
+    let outcome = crate::run::run_plan(&plan, stop, crate::progress::wanted(), live)
         .await
         .map_err(|e| CliError::Run(e.to_string()))?;
     emit(&outcome.report, &a.output)

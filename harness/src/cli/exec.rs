@@ -76,6 +76,8 @@ pub(super) async fn exec(
         .spawn()
         .map_err(|e| CliError::Run(format!("cannot start {program:?}: {e}")))?;
     let drove = !plan.phases.is_empty();
+    let live = common.dashboard.start(&plan.name).await?;
+    session.watch(live.clone());
     let driven = session
         .drive(&plan, stop.clone(), crate::progress::wanted(), wait)
         .await;
@@ -107,6 +109,9 @@ pub(super) async fn exec(
     if drove {
         let _ = child.start_kill();
         let _ = child.wait().await;
+    }
+    if let Some(board) = live {
+        board.finish(&outcome.report).await;
     }
     emit(&outcome.report, &common.output)
 }

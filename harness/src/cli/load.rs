@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Args;
 use reports::Outcome;
 
-use super::args::{parse_duration, ConnectArgs, Output};
+use super::args::{parse_duration, ConnectArgs, DashboardArgs, Output};
 use super::exit::CliError;
 use super::output::emit;
 use super::signals::stop_on_signals;
@@ -95,6 +95,8 @@ pub(super) struct LoadArgs {
     connect: ConnectArgs,
     #[command(flatten)]
     output: Output,
+    #[command(flatten)]
+    dashboard: DashboardArgs,
 }
 
 /// Refuses a URL whose scheme `command` does not take, naming those it does.
@@ -118,6 +120,7 @@ pub(super) async fn load(mut a: LoadArgs) -> Result<Outcome, CliError> {
     let grpc = ::grpc::target::is_grpc_url(&a.url);
     a.connect.http2 |= grpc;
     let duration = a.duration;
+    let (output, dashboard) = (a.output.clone(), a.dashboard.clone());
     if let Some(d) = &a.data {
         if yaml_config::parse_duration(d).is_ok() {
             eprintln!(
@@ -203,9 +206,16 @@ pub(super) async fn load(mut a: LoadArgs) -> Result<Outcome, CliError> {
         max_error_rate: a.max_error_rate,
     })
     .map_err(CliError::Input)?;
+    let mut opts = opts;
+    opts.live = dashboard
+        .start(&format!("load {}", opts.target.url))
+        .await?;
     let stop = stop_on_signals();
     let report = crate::load::run(&opts, stop, crate::progress::wanted())
         .await
         .map_err(|e| CliError::Run(e.to_string()))?;
-    emit(&report, &a.output)
+    if let Some(board) = &opts.live {
+        board.finish(&report).await;
+    }
+    emit(&report, &output)
 }

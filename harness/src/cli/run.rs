@@ -25,7 +25,8 @@ pub(super) async fn run(
         )));
     }
     let stop = stop_on_signals();
-    let outcome = crate::run::run_plan(&plan, stop, crate::progress::wanted())
+    let live = common.dashboard.start(&plan.name).await?;
+    let outcome = crate::run::run_plan(&plan, stop, crate::progress::wanted(), live)
         .await
         .map_err(|e| CliError::Run(e.to_string()))?;
     emit(&outcome.report, &common.output)

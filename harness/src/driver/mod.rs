@@ -103,6 +103,15 @@ pub async fn run_phase(plan: Arc<PhasePlan>, ctx: PhaseCtx) -> PhaseOutcome {
         ..ctx
     };
     let sink = Sink::new();
+    if let Some(board) = &ctx.live {
+        board.phase_started(
+            &plan.name,
+            plan.kind.name(),
+            &sink,
+            &ctx.done,
+            ctx.run_start,
+        );
+    }
     // The workers' stop signal follows the phase's token.
     let watcher = {
         let (stop, signal) = (ctx.stop.clone(), sink.stop.clone());
@@ -162,6 +171,9 @@ pub async fn run_phase(plan: Arc<PhasePlan>, ctx: PhaseCtx) -> PhaseOutcome {
         t.abort();
     }
     watcher.abort();
+    if let Some(board) = &ctx.live {
+        board.phase_ended(&recorder);
+    }
     let captured = std::mem::take(&mut *captures.lock().unwrap_or_else(|e| e.into_inner()));
     PhaseOutcome {
         recorder,

@@ -123,6 +123,8 @@ pub struct PhaseCtx {
     pub scheduled: Option<Instant>,
     /// The phase's request as far as it is the same for every client (set by `run_phase`).
     pub once: Option<Arc<PhaseOnce>>,
+    /// The live dashboard the phase reports to (`--dashboard`).
+    pub live: Option<Arc<crate::live::Board>>,
 }
 
 /// What of a phase's request is the same for every call of every client, built once per phase

@@ -1,0 +1,423 @@
+//! `--dashboard`: the run as it goes, served to a browser.
+//!
+//! A [`Board`] knows the phases that have started and reads each one's [`Sink`] (where the
+//! workers fold their latencies and attempts) once a second into one JSON snapshot. It serves
+//! that snapshot three ways on a loopback address of its own: `/` a self-contained page (no
+//! script or style from elsewhere), `/events` Server-Sent Events (one `data:` line, the snapshot,
+//! about once a second), `/snapshot` the latest one. When the run ends the last snapshot carries
+//! the final report and the state `done` (or `interrupted`), and the event stream ends after it.
+//!
+//! Bounded: the board keeps the latest snapshot and a window of [`SERIES_POINTS`] seconds of the
+//! throughput chart, whatever the run's length; every reader gets the latest snapshot when it is
+//! ready for one (a `watch` channel), so a browser that reads slowly skips snapshots, one that
+//! never reads holds one, and one that reconnects starts from the latest.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper_util::rt::TokioIo;
+use serde::Serialize;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::metrics::{Sink, SinkView};
+
+/// How often a snapshot is made.
+pub const INTERVAL: Duration = Duration::from_secs(1);
+/// Seconds of the throughput and latency chart a snapshot carries (the oldest are dropped).
+pub const SERIES_POINTS: usize = 300;
+/// Longest the end of a run waits for the open event streams to send the final snapshot.
+const FINAL_FLUSH: Duration = Duration::from_secs(2);
+
+/// One snapshot, as `/events` and `/snapshot` send it (the book's reference documents it).
+#[derive(Debug, Clone, Serialize)]
+pub struct Snapshot {
+    /// Snapshots made so far, counting this one.
+    pub seq: u64,
+    /// What runs: the report's scenario name.
+    pub title: String,
+    /// `running`, then `done` or `interrupted` in the last snapshot.
+    pub state: &'static str,
+    /// Seconds since the board started.
+    pub elapsed_s: f64,
+    /// Every phase that has started, in order.
+    pub phases: Vec<PhaseSnapshot>,
+    /// One point a second, the last [`SERIES_POINTS`]: attempts started in that second and the
+    /// running phase's latency p99 so far.
+    pub series: Vec<SeriesPoint>,
+    /// The final report (as `--format json` prints it), in the last snapshot only.
+    pub report: Option<serde_json::Value>,
+}
+
+/// A phase in a snapshot.
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseSnapshot {
+    /// Its name in the scenario (`load` for `harness load`).
+    pub name: String,
+    /// Its kind: burst, rate, clients, fleet, deliver.
+    pub kind: &'static str,
+    /// `running` or `done`.
+    pub state: &'static str,
+    /// Seconds it has run.
+    pub elapsed_s: f64,
+    /// Operations finished (after their retries).
+    pub operations_done: u64,
+    /// Attempts counted so far, by how they ended: a status (`"503"`), `error:KIND`, `unknown`.
+    pub by_outcome: BTreeMap<String, u64>,
+    /// Attempts counted so far.
+    pub attempts: u64,
+    /// Attempts started in the last whole second.
+    pub attempts_per_s: u64,
+    /// Per-attempt latency from the send, in milliseconds, from the phase's HDR histogram.
+    pub latency_ms: reports::model::Latency,
+    /// Retries by the index of the attempt they made (2 for the first retry).
+    pub retries_by_attempt: BTreeMap<u32, u64>,
+}
+
+/// A second of the chart.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct SeriesPoint {
+    /// Seconds since the board started, at the end of the second.
+    pub t_s: f64,
+    /// Attempts started in that second, over every running phase.
+    pub attempts_per_s: u64,
+    /// The latest phase's latency p99 so far, ms.
+    pub p99_ms: f64,
+}
+
+/// A phase the board reads.
+struct Phase {
+    name: String,
+    kind: &'static str,
+    started: Instant,
+    ended: Option<Duration>,
+    /// Its figures once it has ended (its workers' samples are then merged out of the sink).
+    last: Option<SinkView>,
+    sink: Arc<Sink>,
+    done: Arc<AtomicU64>,
+    /// The instant the sink's attempt times count from (the run's start).
+    origin: Instant,
+}
+
+#[derive(Default)]
+struct State {
+    phases: Vec<Phase>,
+    series: VecDeque<SeriesPoint>,
+    seq: u64,
+}
+
+/// The live view of one run (see the module's doc).
+pub struct Board {
+    title: String,
+    started: Instant,
+    addr: SocketAddr,
+    state: Mutex<State>,
+    tx: watch::Sender<Arc<Published>>,
+    /// Event streams open now.
+    streams: AtomicUsize,
+}
+
+/// A snapshot as served: its JSON, and whether it is the last.
+#[derive(Debug)]
+struct Published {
+    json: Bytes,
+    last: bool,
+}
+
+impl std::fmt::Debug for Board {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Board")
+            .field("title", &self.title)
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl Board {
+    /// Binds `addr` (port 0: one the OS picks), and serves the board there and makes a snapshot
+    /// every [`INTERVAL`] until [`Board::finish`].
+    pub async fn start(title: &str, addr: SocketAddr) -> std::io::Result<Arc<Board>> {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let (tx, _) = watch::channel(Arc::new(Published {
+            json: Bytes::new(),
+            last: false,
+        }));
+        let board = Arc::new(Board {
+            title: title.to_string(),
+            started: Instant::now(),
+            addr,
+            state: Mutex::new(State::default()),
+            tx,
+            streams: AtomicUsize::new(0),
+        });
+        board.publish(None, "running");
+        tokio::spawn(accept(listener, board.clone()));
+        let ticking = Arc::downgrade(&board);
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(INTERVAL);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            every.tick().await;
+            loop {
+                every.tick().await;
+                let Some(b) = ticking.upgrade() else { return };
+                if b.tx.borrow().last {
+                    return;
+                }
+                b.tick();
+                b.publish(None, "running");
+            }
+        });
+        Ok(board)
+    }
+
+    /// Where the page is.
+    pub fn url(&self) -> String {
+        format!("http://{}/", self.addr)
+    }
+
+    /// A phase has started: its workers fold into `sink`, finished operations count in `done`,
+    /// and attempt times count from `origin`.
+    pub fn phase_started(
+        &self,
+        name: &str,
+        kind: &'static str,
+        sink: &Arc<Sink>,
+        done: &Arc<AtomicU64>,
+        origin: Instant,
+    ) {
+        let mut st = self.lock();
+        st.phases.push(Phase {
+            name: name.to_string(),
+            kind,
+            started: Instant::now(),
+            ended: None,
+            last: None,
+            sink: sink.clone(),
+            done: done.clone(),
+            origin,
+        });
+    }
+
+    /// The phase started last has ended with what `recorder` holds.
+    pub fn phase_ended(&self, recorder: &crate::metrics::Recorder) {
+        let mut st = self.lock();
+        if let Some(p) = st.phases.iter_mut().rev().find(|p| p.ended.is_none()) {
+            p.ended = Some(p.started.elapsed());
+            p.last = Some(recorder.view());
+        }
+    }
+
+    /// The run has ended with `report` (its JSON): the last snapshot goes out with it, and the
+    /// open event streams get up to [`FINAL_FLUSH`] to send it.
+    pub async fn finish(&self, report: &reports::model::Report) {
+        let state = if report.interrupted {
+            "interrupted"
+        } else {
+            "done"
+        };
+        let json = serde_json::to_value(report).unwrap_or(serde_json::Value::Null);
+        self.publish(Some(json), state);
+        let until = Instant::now() + FINAL_FLUSH;
+        while self.streams.load(Ordering::Acquire) > 0 && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds the second just ended to the chart.
+    fn tick(&self) {
+        let now = Instant::now();
+        let mut st = self.lock();
+        let mut per_s = 0;
+        let mut p99 = 0.0;
+        for p in &st.phases {
+            let view = self.view(p, now);
+            per_s += view.recent;
+            p99 = view.latency.p99;
+        }
+        if st.series.len() == SERIES_POINTS {
+            st.series.pop_front();
+        }
+        st.series.push_back(SeriesPoint {
+            t_s: round3(now.duration_since(self.started).as_secs_f64()),
+            attempts_per_s: per_s,
+            p99_ms: p99,
+        });
+    }
+
+    /// `p`'s figures at `now`, with the attempts of the second before it.
+    fn view(&self, p: &Phase, now: Instant) -> SinkView {
+        if let Some(last) = &p.last {
+            return last.clone();
+        }
+        let to = now.saturating_duration_since(p.origin).as_micros() as u64;
+        p.sink
+            .view(to.saturating_sub(INTERVAL.as_micros() as u64), to)
+    }
+
+    /// Makes a snapshot and hands it to every reader.
+    fn publish(&self, report: Option<serde_json::Value>, state: &'static str) {
+        let now = Instant::now();
+        let snapshot = {
+            let mut st = self.lock();
+            st.seq += 1;
+            Snapshot {
+                seq: st.seq,
+                title: self.title.clone(),
+                state,
+                elapsed_s: round3(now.duration_since(self.started).as_secs_f64()),
+                phases: st
+                    .phases
+                    .iter()
+                    .map(|p| {
+                        let v = self.view(p, now);
+                        PhaseSnapshot {
+                            name: p.name.clone(),
+                            kind: p.kind,
+                            state: if p.ended.is_some() { "done" } else { "running" },
+                            elapsed_s: round3(
+                                p.ended.unwrap_or_else(|| p.started.elapsed()).as_secs_f64(),
+                            ),
+                            operations_done: p.done.load(Ordering::Relaxed),
+                            attempts: v.by_outcome.values().sum(),
+                            by_outcome: v.by_outcome,
+                            attempts_per_s: v.recent,
+                            latency_ms: v.latency,
+                            retries_by_attempt: v.retries_by_attempt,
+                        }
+                    })
+                    .collect(),
+                series: st.series.iter().copied().collect(),
+                report,
+            }
+        };
+        let json = serde_json::to_vec(&snapshot).unwrap_or_default();
+        let last = state != "running";
+        self.tx.send_replace(Arc::new(Published {
+            json: Bytes::from(json),
+            last,
+        }));
+    }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+async fn accept(listener: TcpListener, board: Arc<Board>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let board = board.clone();
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| serve(board.clone(), req));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+            Err(e) => {
+                tracing::warn!("dashboard: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+async fn serve(board: Arc<Board>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let res = match (req.method() == http::Method::GET, req.uri().path()) {
+        (true, "/") => full(StatusCode::OK, "text/html; charset=utf-8", PAGE.into()),
+        (true, "/snapshot") => {
+            let json = board.tx.borrow().json.clone();
+            full(StatusCode::OK, "application/json", json)
+        }
+        (true, "/events") => events(&board),
+        (false, _) => full(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain; charset=utf-8",
+            "the dashboard takes GET\n".into(),
+        ),
+        _ => full(
+            StatusCode::NOT_FOUND,
+            "text/plain; charset=utf-8",
+            "the dashboard serves /, /events and /snapshot\n".into(),
+        ),
+    };
+    Ok(res)
+}
+
+fn full(status: StatusCode, content_type: &'static str, body: Bytes) -> Response<Body> {
+    let mut res = Response::new(Full::new(body).boxed_unsync());
+    *res.status_mut() = status;
+    res.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static(content_type),
+    );
+    res.headers_mut().insert(
+        http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-store"),
+    );
+    res
+}
+
+/// Counts an open event stream while it lives.
+struct Open(Arc<Board>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.streams.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The event stream: the latest snapshot now, then each new one, and nothing after the last.
+fn events(board: &Arc<Board>) -> Response<Body> {
+    board.streams.fetch_add(1, Ordering::AcqRel);
+    let mut rx = board.tx.subscribe();
+    rx.mark_changed();
+    let open = Open(board.clone());
+    let stream =
+        futures_util::stream::unfold((rx, open, false), |(mut rx, open, ended)| async move {
+            // The poll after the last snapshot (hyper asks once that one is written) ends the stream
+            // and, with `open`, counts it closed; so does a board that is gone.
+            if ended || rx.changed().await.is_err() {
+                drop(open);
+                return None;
+            }
+            let p = rx.borrow_and_update().clone();
+            let mut event = Vec::with_capacity(p.json.len() + 16);
+            event.extend_from_slice(b"data: ");
+            event.extend_from_slice(&p.json);
+            event.extend_from_slice(b"\n\n");
+            let frame: Result<Frame<Bytes>, Infallible> = Ok(Frame::data(Bytes::from(event)));
+            Some((frame, (rx, open, p.last)))
+        });
+    let mut res = Response::new(StreamBody::new(stream).boxed_unsync());
+    let h = res.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(
+        http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-store"),
+    );
+    res
+}
+
+/// The page: figures and a chart drawn from each snapshot, the final report's verdict at the end.
+const PAGE: &str = include_str!("live.html");

@@ -1,0 +1,206 @@
+//! `--dashboard`: the live page and its event stream, read over a real socket while the real
+//! binary runs a load against a real fault server.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+#[allow(dead_code)]
+mod cli_support;
+
+use cli_support::{harness, server};
+
+/// The dashboard's URL from the line `harness` prints on stderr at start.
+fn dashboard_url(stderr: &mut impl BufRead) -> String {
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        if let Some(url) = line.trim().strip_prefix("dashboard: ") {
+            return url.to_string();
+        }
+        seen.push_str(&line);
+    }
+    panic!("no `dashboard: URL` line on stderr: {seen}");
+}
+
+/// `host:port` of `http://host:port/`.
+fn authority(url: &str) -> &str {
+    url.trim_start_matches("http://").trim_end_matches('/')
+}
+
+/// A GET over a fresh connection: the status line and headers, and the body as read to the end.
+fn get(url: &str, path: &str) -> (String, String) {
+    let mut s = TcpStream::connect(authority(url)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nhost: {}\r\nconnection: close\r\n\r\n",
+        authority(url)
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    (head.to_string(), body.to_string())
+}
+
+#[test]
+fn the_dashboard_streams_snapshots_that_grow_and_ends_with_the_final_report() {
+    let s = server("{}");
+    let mut child = harness()
+        .args([
+            "load",
+            &format!("{}/d", s.url),
+            "-c",
+            "4",
+            "-z",
+            "3s",
+            "--dashboard",
+            "--format",
+            "json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let url = dashboard_url(&mut stderr);
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+
+    // The page is one self-contained document that reads /events.
+    let (head, page) = get(&url, "/");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: text/html"),
+        "{head}"
+    );
+    assert!(page.contains("new EventSource(\"/events\")"), "{page}");
+    for outside in ["src=\"http", "href=\"http", "//cdn"] {
+        assert!(
+            !page.contains(outside),
+            "the page loads {outside}…: it must stand alone"
+        );
+    }
+
+    // The event stream: snapshots as the load runs, then the last one with the report, then
+    // the end of the stream (read_to_string returns).
+    let (head, events) = get(&url, "/events");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: text/event-stream"),
+        "{head}"
+    );
+    let snapshots: Vec<serde_json::Value> = events
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    let running: Vec<&serde_json::Value> = snapshots
+        .iter()
+        .filter(|s| s["state"] == "running")
+        .collect();
+    assert!(
+        running.len() >= 2,
+        "a snapshot a second over a 3 s load: {snapshots:?}"
+    );
+    let seqs: Vec<u64> = snapshots
+        .iter()
+        .map(|s| s["seq"].as_u64().unwrap())
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    // The attempts counted only grow, and some were counted before the end.
+    let attempts = |s: &serde_json::Value| {
+        s["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["attempts"].as_u64().unwrap())
+            .sum::<u64>()
+    };
+    let counts: Vec<u64> = snapshots.iter().map(attempts).collect();
+    assert!(counts.windows(2).all(|w| w[0] <= w[1]), "{counts:?}");
+    assert!(
+        running.iter().any(|s| attempts(s) > 0),
+        "no attempt counted while the load ran: {counts:?}"
+    );
+    assert!(
+        running
+            .iter()
+            .any(|s| s["phases"][0]["latency_ms"]["p99"].as_f64().unwrap_or(0.0) > 0.0),
+        "no latency while the load ran"
+    );
+
+    // The last snapshot: done, and its report is the one printed.
+    let last = snapshots.last().unwrap();
+    assert_eq!(last["state"], "done");
+    assert_eq!(last["report"]["requests"], report["requests"]);
+    assert_eq!(last["report"]["outcome"], report["outcome"]);
+    assert_eq!(last["phases"][0]["state"], "done");
+    assert_eq!(last["phases"][0]["name"], "load");
+    // The ended phase shows the figures the report has: its answers and its latency.
+    let phase = &last["phases"][0];
+    assert_eq!(
+        phase["by_outcome"]["200"],
+        report["requests"]["by_status"]["200"]
+    );
+    assert_eq!(phase["latency_ms"], report["latency_ms"]);
+    assert!(last["series"].as_array().unwrap().len() >= 2);
+}
+
+#[test]
+fn a_dashboard_address_that_is_not_one_is_refused_before_the_load() {
+    let s = server("{}");
+    let out = harness()
+        .args(["load", &s.url, "-n", "1", "--dashboard", "localhost:x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--dashboard \"localhost:x\": expected an IP address or IP:PORT"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_reader_that_never_reads_does_not_hold_the_run() {
+    // A scenario run with its embedded fault server; one client opens the event stream and
+    // never reads it. The run still ends, passes, and prints its report.
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = cli_support::write(
+        &dir,
+        "s.yaml",
+        "name: live\nserver: {}\nphases:\n  - name: steady\n    clients: { concurrency: 2, duration: 2s }\n    request: { path: /x }\nchecks:\n  thresholds: { rules: [\"error_rate < 1%\"] }\n",
+    );
+    let mut child = harness()
+        .args(["run", "--dashboard", "127.0.0.1", "--format", "json"])
+        .arg(&scenario)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let url = dashboard_url(&mut stderr);
+    let mut idle = TcpStream::connect(authority(&url)).unwrap();
+    write!(idle, "GET /events HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+    // Drain stderr so the run never blocks on it.
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut stderr, &mut std::io::sink());
+    });
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["scenario"], "live");
+    assert!(report["requests"]["sent"].as_u64().unwrap() > 0);
+    drop(idle);
+}
