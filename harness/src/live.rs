@@ -51,8 +51,8 @@ pub struct Snapshot {
     pub elapsed_s: f64,
     /// Every phase that has started, in order.
     pub phases: Vec<PhaseSnapshot>,
-    /// One point a second, the last [`SERIES_POINTS`]: attempts started in that second and the
-    /// running phase's latency p99 so far.
+    /// One point a second of the run, the last [`SERIES_POINTS`]: the attempts that started in
+    /// that second and the latest phase's latency p99 so far at its end.
     pub series: Vec<SeriesPoint>,
     /// The final report (as `--format json` prints it), in the last snapshot only.
     pub report: Option<serde_json::Value>,
@@ -75,7 +75,7 @@ pub struct PhaseSnapshot {
     pub by_outcome: BTreeMap<String, u64>,
     /// Attempts counted so far.
     pub attempts: u64,
-    /// Attempts started in the last whole second.
+    /// Attempts started in the last whole second of the run.
     pub attempts_per_s: u64,
     /// Per-attempt latency from the send, in milliseconds, from the phase's HDR histogram.
     pub latency_ms: reports::model::Latency,
@@ -86,11 +86,11 @@ pub struct PhaseSnapshot {
 /// A second of the chart.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct SeriesPoint {
-    /// Seconds since the board started, at the end of the second.
-    pub t_s: f64,
-    /// Attempts started in that second, over every running phase.
+    /// The end of the second, in seconds from the run's start.
+    pub t_s: u64,
+    /// Attempts that started in that second, over every phase.
     pub attempts_per_s: u64,
-    /// The latest phase's latency p99 so far, ms.
+    /// The latest phase's latency p99 so far when that second ended, ms (0 before any sample).
     pub p99_ms: f64,
 }
 
@@ -100,18 +100,21 @@ struct Phase {
     kind: &'static str,
     started: Instant,
     ended: Option<Duration>,
-    /// Its figures once it has ended (its workers' samples are then merged out of the sink).
+    /// Its figures once it has ended (its workers' samples are then merged out of the sink),
+    /// with its attempts per second over its last [`SERIES_POINTS`] seconds.
     last: Option<SinkView>,
     sink: Arc<Sink>,
     done: Arc<AtomicU64>,
-    /// The instant the sink's attempt times count from (the run's start).
+    /// The instant the sink's attempt times count from: the run's start, the same for every
+    /// phase of a run.
     origin: Instant,
 }
 
 #[derive(Default)]
 struct State {
     phases: Vec<Phase>,
-    series: VecDeque<SeriesPoint>,
+    /// The latest phase's p99 at the end of each second of the run (the last [`SERIES_POINTS`]).
+    p99: VecDeque<(u64, f64)>,
     seq: u64,
 }
 
@@ -173,7 +176,6 @@ impl Board {
                 if b.tx.borrow().last {
                     return;
                 }
-                b.tick();
                 b.publish(None, "running");
             }
         });
@@ -213,7 +215,8 @@ impl Board {
         let mut st = self.lock();
         if let Some(p) = st.phases.iter_mut().rev().find(|p| p.ended.is_none()) {
             p.ended = Some(p.started.elapsed());
-            p.last = Some(recorder.view());
+            let end = p.origin.elapsed().as_secs() + 1;
+            p.last = Some(recorder.view(end.saturating_sub(SERIES_POINTS as u64)..end));
         }
     }
 
@@ -237,35 +240,12 @@ impl Board {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Adds the second just ended to the chart.
-    fn tick(&self) {
-        let now = Instant::now();
-        let mut st = self.lock();
-        let mut per_s = 0;
-        let mut p99 = 0.0;
-        for p in &st.phases {
-            let view = self.view(p, now);
-            per_s += view.recent;
-            p99 = view.latency.p99;
+    /// `p`'s figures at `now`, with its attempts per second over `seconds` of the run.
+    fn view(p: &Phase, seconds: std::ops::Range<u64>) -> SinkView {
+        match &p.last {
+            Some(last) => last.clone(),
+            None => p.sink.view(seconds),
         }
-        if st.series.len() == SERIES_POINTS {
-            st.series.pop_front();
-        }
-        st.series.push_back(SeriesPoint {
-            t_s: round3(now.duration_since(self.started).as_secs_f64()),
-            attempts_per_s: per_s,
-            p99_ms: p99,
-        });
-    }
-
-    /// `p`'s figures at `now`, with the attempts of the second before it.
-    fn view(&self, p: &Phase, now: Instant) -> SinkView {
-        if let Some(last) = &p.last {
-            return last.clone();
-        }
-        let to = now.saturating_duration_since(p.origin).as_micros() as u64;
-        p.sink
-            .view(to.saturating_sub(INTERVAL.as_micros() as u64), to)
     }
 
     /// Makes a snapshot and hands it to every reader.
@@ -274,33 +254,78 @@ impl Board {
         let snapshot = {
             let mut st = self.lock();
             st.seq += 1;
+            // The chart's window: the whole seconds of the run so far, the last SERIES_POINTS.
+            let run_s = st
+                .phases
+                .first()
+                .map_or(0, |p| now.saturating_duration_since(p.origin).as_secs());
+            let window = run_s.saturating_sub(SERIES_POINTS as u64)..run_s;
+            let mut counts = vec![0u64; (window.end - window.start) as usize];
+            let mut phases = Vec::with_capacity(st.phases.len());
+            let mut latest_p99 = None;
+            for p in &st.phases {
+                let v = Board::view(p, window.clone());
+                for (second, n) in v.seconds.clone().zip(&v.per_second) {
+                    if let Some(c) = second
+                        .checked_sub(window.start)
+                        .and_then(|i| counts.get_mut(i as usize))
+                    {
+                        *c += n;
+                    }
+                }
+                latest_p99 = Some(v.latency.p99);
+                let last_second = run_s
+                    .checked_sub(1)
+                    .and_then(|s| s.checked_sub(v.seconds.start))
+                    .and_then(|i| v.per_second.get(i as usize))
+                    .copied()
+                    .unwrap_or(0);
+                phases.push(PhaseSnapshot {
+                    name: p.name.clone(),
+                    kind: p.kind,
+                    state: if p.ended.is_some() { "done" } else { "running" },
+                    elapsed_s: round3(p.ended.unwrap_or_else(|| p.started.elapsed()).as_secs_f64()),
+                    operations_done: p.done.load(Ordering::Relaxed),
+                    attempts: v.by_outcome.values().sum(),
+                    by_outcome: v.by_outcome,
+                    attempts_per_s: last_second,
+                    latency_ms: v.latency,
+                    retries_by_attempt: v.retries_by_attempt,
+                });
+            }
+            // The p99 as it was when each second ended: kept per second, as the chart's line.
+            if let Some(p99) = latest_p99 {
+                if st.p99.back().is_none_or(|(s, _)| *s < run_s) {
+                    if st.p99.len() == SERIES_POINTS {
+                        st.p99.pop_front();
+                    }
+                    st.p99.push_back((run_s, p99));
+                }
+            }
+            let mut p99 = st.p99.iter().peekable();
+            let mut line = 0.0;
+            let series = window
+                .clone()
+                .zip(counts)
+                .map(|(second, n)| {
+                    let t_s = second + 1;
+                    while let Some((_, v)) = p99.next_if(|(s, _)| *s <= t_s) {
+                        line = *v;
+                    }
+                    SeriesPoint {
+                        t_s,
+                        attempts_per_s: n,
+                        p99_ms: line,
+                    }
+                })
+                .collect();
             Snapshot {
                 seq: st.seq,
                 title: self.title.clone(),
                 state,
                 elapsed_s: round3(now.duration_since(self.started).as_secs_f64()),
-                phases: st
-                    .phases
-                    .iter()
-                    .map(|p| {
-                        let v = self.view(p, now);
-                        PhaseSnapshot {
-                            name: p.name.clone(),
-                            kind: p.kind,
-                            state: if p.ended.is_some() { "done" } else { "running" },
-                            elapsed_s: round3(
-                                p.ended.unwrap_or_else(|| p.started.elapsed()).as_secs_f64(),
-                            ),
-                            operations_done: p.done.load(Ordering::Relaxed),
-                            attempts: v.by_outcome.values().sum(),
-                            by_outcome: v.by_outcome,
-                            attempts_per_s: v.recent,
-                            latency_ms: v.latency,
-                            retries_by_attempt: v.retries_by_attempt,
-                        }
-                    })
-                    .collect(),
-                series: st.series.iter().copied().collect(),
+                phases,
+                series,
                 report,
             }
         };

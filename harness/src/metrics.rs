@@ -63,15 +63,15 @@ impl Sink {
     }
 
     /// What the workers have folded in so far (each holds back at most [`BATCH`] samples), with
-    /// the attempts that started in `[from_us, to_us)` from the run's start: a live view of the
-    /// phase, read under the sink's locks for the time it takes to copy a few counts.
-    pub fn view(&self, from_us: u64, to_us: u64) -> SinkView {
+    /// the attempts that started in each second of `seconds` from the run's start: a live view
+    /// of the phase, read under the sink's locks for the time it takes to copy a few counts.
+    pub fn view(&self, seconds: std::ops::Range<u64>) -> SinkView {
         let latency = {
             let h = self.hist.lock().unwrap_or_else(|p| p.into_inner());
             latency_ms(&h.0)
         };
         let a = self.attempts.lock().unwrap_or_else(|p| p.into_inner());
-        a.view(latency, from_us, to_us)
+        a.view(latency, seconds)
     }
 }
 
@@ -82,8 +82,11 @@ pub struct SinkView {
     pub latency: reports::model::Latency,
     /// Attempts by how they ended: a status (`"503"`), `error:KIND` or `unknown`.
     pub by_outcome: BTreeMap<String, u64>,
-    /// Attempts that started in the window asked for.
-    pub recent: u64,
+    /// The seconds asked for, from the run's start.
+    pub seconds: std::ops::Range<u64>,
+    /// Attempts that started in each of those seconds (in the second their window began, when
+    /// a long run has made the windows wider than a second).
+    pub per_second: Vec<u64>,
     /// Retries (attempts past the first) by attempt index.
     pub retries_by_attempt: BTreeMap<u32, u64>,
 }
@@ -220,22 +223,31 @@ impl AttemptSummary {
         self.bins.is_empty()
     }
 
-    /// These counts as a [`SinkView`] with `latency`, counting as recent the attempts that
-    /// started in `[from_us, to_us)`.
-    fn view(&self, latency: reports::model::Latency, from_us: u64, to_us: u64) -> SinkView {
+    /// These counts as a [`SinkView`] with `latency`, and the attempts per second of `seconds`.
+    fn view(&self, latency: reports::model::Latency, seconds: std::ops::Range<u64>) -> SinkView {
         let mut by_outcome = BTreeMap::new();
-        let mut recent = 0;
-        let (first, last) = (from_us / self.width_us, to_us / self.width_us);
+        let mut per_second = vec![0; (seconds.end.saturating_sub(seconds.start)) as usize];
+        let first = seconds.start * 1_000_000 / self.width_us;
+        let last = (seconds.end * 1_000_000).div_ceil(self.width_us);
         for (label, counts) in &self.bins {
             by_outcome.insert(label.name(), counts.iter().sum::<u64>());
             let end = (last as usize).min(counts.len());
             let start = (first as usize).min(end);
-            recent += counts[start..end].iter().sum::<u64>();
+            for (bin, n) in counts[start..end].iter().enumerate() {
+                let second = (start + bin) as u64 * self.width_us / 1_000_000;
+                if let Some(slot) = second
+                    .checked_sub(seconds.start)
+                    .and_then(|i| per_second.get_mut(i as usize))
+                {
+                    *slot += n;
+                }
+            }
         }
         SinkView {
             latency,
             by_outcome,
-            recent,
+            seconds,
+            per_second,
             retries_by_attempt: self.waits.counts(),
         }
     }
@@ -365,9 +377,10 @@ impl Recorder {
         }
     }
 
-    /// A finished phase's figures as the live view shows them (nothing is recent).
-    pub fn view(&self) -> SinkView {
-        self.summary.view(latency_ms(&self.latency), 0, 0)
+    /// A finished phase's figures as the live view shows them, with the attempts per second of
+    /// `seconds` from the run's start.
+    pub fn view(&self, seconds: std::ops::Range<u64>) -> SinkView {
+        self.summary.view(latency_ms(&self.latency), seconds)
     }
 
     /// Records a latency sample.

@@ -204,3 +204,159 @@ fn a_reader_that_never_reads_does_not_hold_the_run() {
     assert!(report["requests"]["sent"].as_u64().unwrap() > 0);
     drop(idle);
 }
+
+/// Debian's `chromium` on PATH; None (with a message) without it, unless
+/// `HARNESS_REQUIRE_TOOLS=1` (CI), where its absence fails the test.
+fn chromium() -> Option<std::path::PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("chromium"))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var("HARNESS_REQUIRE_TOOLS").as_deref() != Ok("1"),
+            "chromium is not on PATH, and HARNESS_REQUIRE_TOOLS=1"
+        );
+        println!("skipping: chromium not found on PATH (Debian's chromium package runs this test)");
+    }
+    found
+}
+
+/// Headless Chromium on `url` with `args`, its stdout to `out`; killed after a minute.
+fn run_chromium(
+    bin: &std::path::Path,
+    scratch: &std::path::Path,
+    args: &[String],
+    url: &str,
+    out: &std::path::Path,
+) {
+    let profile = tempfile::tempdir_in(scratch).unwrap();
+    let mut child = std::process::Command::new(bin)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(args)
+        .arg(url)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(out).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("chromium {args:?} did not finish within a minute");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The text of the element with `id` in a DOM dump.
+fn element_text<'a>(dom: &'a str, id: &str) -> &'a str {
+    let at = dom
+        .find(&format!("id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no #{id} in the page"));
+    let start = at + dom[at..].find('>').unwrap() + 1;
+    let end = start + dom[start..].find('<').unwrap();
+    &dom[start..end]
+}
+
+#[test]
+fn chromium_watches_the_figures_move_and_end_on_the_report() {
+    let Some(bin) = chromium() else { return };
+    let s = server("{}");
+    let mut child = harness()
+        .args([
+            "load",
+            &format!("{}/live", s.url),
+            "-c",
+            "2",
+            "-z",
+            "5s",
+            "--dashboard",
+            "--format",
+            "json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let url = dashboard_url(&mut stderr);
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut stderr, &mut std::io::sink());
+    });
+    // The page opens its event stream while the load runs. Under a virtual-time budget Chromium
+    // runs the page's handler as each snapshot arrives, and dumps the DOM once the stream has
+    // ended after the last one (the budget, far longer than the load, is only a bound).
+    let tmp = tempfile::tempdir().unwrap();
+    let dom_file = tmp.path().join("dom.html");
+    run_chromium(
+        &bin,
+        tmp.path(),
+        &[
+            "--dump-dom".to_string(),
+            "--virtual-time-budget=30000".to_string(),
+        ],
+        &url,
+        &dom_file,
+    );
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let dom = std::fs::read_to_string(&dom_file).unwrap();
+
+    // The figures moved while the page watched: several snapshots, several attempt totals.
+    let received: u64 = element_text(&dom, "received").parse().unwrap();
+    assert!(received >= 3, "snapshots the page received: {received}");
+    let shown_at = dom
+        .find("data-attempts-shown=\"")
+        .expect("the page kept the totals it showed");
+    let shown: Vec<u64> = dom[shown_at + 21..]
+        .split('"')
+        .next()
+        .unwrap()
+        .split(' ')
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert!(shown.windows(2).all(|w| w[0] <= w[1]), "{shown:?}");
+    assert!(
+        shown
+            .iter()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+            >= 2,
+        "the totals never changed: {shown:?}"
+    );
+    assert!(
+        dom.matches("<rect").count() >= 2,
+        "the chart has a bar a second"
+    );
+
+    // At the end the page shows the report's figures and verdict.
+    let sent = report["requests"]["sent"].as_u64().unwrap();
+    assert_eq!(element_text(&dom, "state"), "done");
+    assert_eq!(element_text(&dom, "attempts"), sent.to_string());
+    assert_eq!(shown.last(), Some(&sent));
+    assert_eq!(
+        element_text(&dom, "ops"),
+        report["requests"]["operations"].to_string()
+    );
+    assert_eq!(
+        element_text(&dom, "verdict"),
+        format!(
+            "PASSED: {sent} requests sent, {} answered",
+            report["requests"]["completed"]
+        )
+    );
+}
