@@ -1068,6 +1068,49 @@ impl RetryDelays {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_live_view_counts_each_second_and_each_outcome() {
+        let mut a = AttemptSummary::default();
+        let at = |t_start_us: u64, label: AttemptLabel, wait: Option<(u32, u64)>| AttemptPoint {
+            t_start_us,
+            label,
+            wait,
+        };
+        // Second 0: two 200s; second 1: a 503, then its retry answered 200 in second 2.
+        a.add(at(100, AttemptLabel::Status(200), None));
+        a.add(at(999_999, AttemptLabel::Status(200), None));
+        a.add(at(1_000_000, AttemptLabel::Status(503), None));
+        a.add(at(
+            2_500_000,
+            AttemptLabel::Status(200),
+            Some((2, 1_400_000)),
+        ));
+        a.add(at(2_600_000, AttemptLabel::Error(ErrorKind::Timeout), None));
+        let v = a.view(reports::model::Latency::default(), 0..3);
+        assert_eq!(v.per_second, [2, 1, 2]);
+        assert_eq!(v.by_outcome["200"], 3);
+        assert_eq!(v.by_outcome["503"], 1);
+        assert_eq!(v.by_outcome["error:timeout"], 1);
+        assert_eq!(v.retries_by_attempt, BTreeMap::from([(2, 1)]));
+        // A window that starts later counts from its own first second.
+        assert_eq!(
+            a.view(reports::model::Latency::default(), 1..3).per_second,
+            [1, 2]
+        );
+        assert_eq!(
+            a.view(reports::model::Latency::default(), 5..7).per_second,
+            [0, 0]
+        );
+        // Windows made wider than a second by a long run land in the second they began.
+        a.widen();
+        a.widen();
+        assert_eq!(a.width_us, 4000);
+        assert_eq!(
+            a.view(reports::model::Latency::default(), 0..3).per_second,
+            [2, 1, 2]
+        );
+    }
+
     use super::*;
 
     fn b64(bytes: &[u8]) -> String {
