@@ -80,5 +80,5 @@ pub use config::{
     StatusFault, UpstreamConfig, UpstreamUrl,
 };
 pub use history::{Entry, GrpcCode, Outcome};
-pub use server::{FaultServer, ServerOptions, StartError};
+pub use server::{FaultServer, ServerOptions, StartError, StatsHandle};
 pub use tcp::{ProxyConfig, Stream, ToxicConfig};

@@ -119,6 +119,23 @@ pub enum StartError {
     },
 }
 
+/// Reads a server's journal counters (see [`FaultServer::stats_handle`]).
+#[derive(Clone)]
+pub struct StatsHandle(Arc<State>);
+
+impl StatsHandle {
+    /// A copy of the counters now.
+    pub fn stats(&self) -> crate::journal::Stats {
+        self.0.journal.stats()
+    }
+}
+
+impl std::fmt::Debug for StatsHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StatsHandle")
+    }
+}
+
 /// A running fault server.
 pub struct FaultServer {
     state: Arc<State>,
@@ -373,6 +390,12 @@ impl FaultServer {
     /// The journal.
     pub fn journal(&self) -> &Journal {
         &self.state.journal
+    }
+
+    /// A handle that reads the journal's counters (`GET /__harness/stats`) from another task,
+    /// for a live view of the run.
+    pub fn stats_handle(&self) -> StatsHandle {
+        StatsHandle(self.state.clone())
     }
 
     /// The orders store (for verification).

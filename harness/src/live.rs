@@ -51,6 +51,9 @@ pub struct Snapshot {
     pub elapsed_s: f64,
     /// Every phase that has started, in order.
     pub phases: Vec<PhaseSnapshot>,
+    /// The embedded fault server's side (`run` and `exec` with a `server:`), from its journal's
+    /// counters: none without one.
+    pub server: Option<ServerSnapshot>,
     /// One point a second of the run, the last [`SERIES_POINTS`]: the attempts that started in
     /// that second and the latest phase's latency p99 so far at its end.
     pub series: Vec<SeriesPoint>,
@@ -83,6 +86,19 @@ pub struct PhaseSnapshot {
     pub retries_by_attempt: BTreeMap<u32, u64>,
 }
 
+/// The embedded fault server's counters, as `GET /__harness/stats` serves them.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerSnapshot {
+    /// Requests journaled.
+    pub requests: u64,
+    /// Requests by the rule that fired (the faults injected, by rule).
+    pub by_rule: BTreeMap<String, u64>,
+    /// Requests by the fault injected.
+    pub by_fault: BTreeMap<String, u64>,
+    /// Requests by the status sent (`none` when none was).
+    pub by_status: BTreeMap<String, u64>,
+}
+
 /// A second of the chart.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct SeriesPoint {
@@ -103,6 +119,9 @@ struct Phase {
     /// Its figures once it has ended (its workers' samples are then merged out of the sink),
     /// with its attempts per second over its last [`SERIES_POINTS`] seconds.
     last: Option<SinkView>,
+    /// The latest view read from the sink: shown again when the sink has just been emptied
+    /// into the phase's result and [`Board::phase_ended`] has not come yet.
+    seen: Option<SinkView>,
     sink: Arc<Sink>,
     done: Arc<AtomicU64>,
     /// The instant the sink's attempt times count from: the run's start, the same for every
@@ -124,6 +143,8 @@ pub struct Board {
     started: Instant,
     addr: SocketAddr,
     state: Mutex<State>,
+    /// The embedded fault server, when the run has one.
+    server: Mutex<Option<fault_server::StatsHandle>>,
     tx: watch::Sender<Arc<Published>>,
     /// Event streams open now.
     streams: AtomicUsize,
@@ -160,6 +181,7 @@ impl Board {
             started: Instant::now(),
             addr,
             state: Mutex::new(State::default()),
+            server: Mutex::new(None),
             tx,
             streams: AtomicUsize::new(0),
         });
@@ -187,6 +209,11 @@ impl Board {
         format!("http://{}/", self.addr)
     }
 
+    /// The run's embedded fault server, whose counters each snapshot shows.
+    pub fn server(&self, handle: fault_server::StatsHandle) {
+        *self.server.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
+    }
+
     /// A phase has started: its workers fold into `sink`, finished operations count in `done`,
     /// and attempt times count from `origin`.
     pub fn phase_started(
@@ -204,6 +231,7 @@ impl Board {
             started: Instant::now(),
             ended: None,
             last: None,
+            seen: None,
             sink: sink.clone(),
             done: done.clone(),
             origin,
@@ -240,11 +268,21 @@ impl Board {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// `p`'s figures at `now`, with its attempts per second over `seconds` of the run.
-    fn view(p: &Phase, seconds: std::ops::Range<u64>) -> SinkView {
-        match &p.last {
-            Some(last) => last.clone(),
-            None => p.sink.view(seconds),
+    /// `p`'s figures now, with its attempts per second over `seconds` of the run. The figures
+    /// only grow: a sink with fewer attempts than the last view has been emptied into the
+    /// phase's result, which [`Board::phase_ended`] brings next.
+    fn view(p: &mut Phase, seconds: std::ops::Range<u64>) -> SinkView {
+        if let Some(last) = &p.last {
+            return last.clone();
+        }
+        let v = p.sink.view(seconds);
+        let total = |v: &SinkView| v.by_outcome.values().sum::<u64>();
+        match &p.seen {
+            Some(seen) if total(&v) < total(seen) => seen.clone(),
+            _ => {
+                p.seen = Some(v.clone());
+                v
+            }
         }
     }
 
@@ -263,7 +301,7 @@ impl Board {
             let mut counts = vec![0u64; (window.end - window.start) as usize];
             let mut phases = Vec::with_capacity(st.phases.len());
             let mut latest_p99 = None;
-            for p in &st.phases {
+            for p in st.phases.iter_mut() {
                 let v = Board::view(p, window.clone());
                 for (second, n) in v.seconds.clone().zip(&v.per_second) {
                     if let Some(c) = second
@@ -319,12 +357,27 @@ impl Board {
                     }
                 })
                 .collect();
+            let server = self
+                .server
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .map(|h| {
+                    let s = h.stats();
+                    ServerSnapshot {
+                        requests: s.requests,
+                        by_rule: s.by_rule.into_iter().collect(),
+                        by_fault: s.by_fault.into_iter().collect(),
+                        by_status: s.by_status.into_iter().collect(),
+                    }
+                });
             Snapshot {
                 seq: st.seq,
                 title: self.title.clone(),
                 state,
                 elapsed_s: round3(now.duration_since(self.started).as_secs_f64()),
                 phases,
+                server,
                 series,
                 report,
             }

@@ -181,6 +181,9 @@ impl Session {
 
     /// Reports the phases to come to `live` (`--dashboard`).
     pub fn watch(&mut self, live: Option<Arc<crate::live::Board>>) {
+        if let (Some(board), Some(server)) = (&live, &self.server) {
+            board.server(server.stats_handle());
+        }
         self.live = live;
     }
 

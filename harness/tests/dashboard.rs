@@ -173,14 +173,15 @@ fn a_dashboard_address_that_is_not_one_is_refused_before_the_load() {
 }
 
 #[test]
-fn a_reader_that_never_reads_does_not_hold_the_run() {
-    // A scenario run with its embedded fault server; one client opens the event stream and
-    // never reads it. The run still ends, passes, and prints its report.
+fn a_reader_that_never_reads_does_not_hold_the_run_and_the_server_side_is_shown() {
+    // A scenario run with its embedded fault server, which slows half the requests; one client
+    // opens the event stream and never reads it, another reads it to the end. The run still
+    // ends, passes and prints its report, and the snapshots show the server's faults by rule.
     let dir = tempfile::tempdir().unwrap();
     let scenario = cli_support::write(
         &dir,
         "s.yaml",
-        "name: live\nserver: {}\nphases:\n  - name: steady\n    clients: { concurrency: 2, duration: 2s }\n    request: { path: /x }\nchecks:\n  thresholds: { rules: [\"error_rate < 1%\"] }\n",
+        "name: live\nserver:\n  rules:\n    - { id: slow, match: { probability: 0.5 }, fault: { delay: { uniform: [1ms, 2ms] } } }\nphases:\n  - name: steady\n    clients: { concurrency: 2, duration: 2s }\n    request: { path: /x }\nchecks:\n  thresholds: { rules: [\"error_rate < 1%\"] }\n",
     );
     let mut child = harness()
         .args(["run", "--dashboard", "127.0.0.1", "--format", "json"])
@@ -193,6 +194,7 @@ fn a_reader_that_never_reads_does_not_hold_the_run() {
     let url = dashboard_url(&mut stderr);
     let mut idle = TcpStream::connect(authority(&url)).unwrap();
     write!(idle, "GET /events HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+    let reader = std::thread::spawn(move || get(&url, "/events").1);
     // Drain stderr so the run never blocks on it.
     std::thread::spawn(move || {
         let _ = std::io::copy(&mut stderr, &mut std::io::sink());
@@ -201,8 +203,25 @@ fn a_reader_that_never_reads_does_not_hold_the_run() {
     assert_eq!(out.status.code(), Some(0));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["scenario"], "live");
-    assert!(report["requests"]["sent"].as_u64().unwrap() > 0);
+    let sent = report["requests"]["sent"].as_u64().unwrap();
+    assert!(sent > 0);
     drop(idle);
+
+    let events = reader.join().unwrap();
+    let last: serde_json::Value = serde_json::from_str(
+        events
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .last()
+            .expect("the reader got snapshots"),
+    )
+    .unwrap();
+    assert_eq!(last["state"], "done");
+    let server = &last["server"];
+    let journaled = server["requests"].as_u64().unwrap();
+    let slowed = server["by_rule"]["slow"].as_u64().unwrap_or(0);
+    assert!(journaled > 0 && journaled <= sent, "{server}");
+    assert!(slowed > 0 && slowed < journaled, "{server}");
 }
 
 /// Debian's `chromium` on PATH; None (with a message) without it, unless
