@@ -212,7 +212,7 @@ fn a_reader_that_never_reads_does_not_hold_the_run_and_the_server_side_is_shown(
         events
             .lines()
             .filter_map(|l| l.strip_prefix("data: "))
-            .last()
+            .next_back()
             .expect("the reader got snapshots"),
     )
     .unwrap();
