@@ -289,8 +289,13 @@ impl Board {
     /// Makes a snapshot and hands it to every reader.
     fn publish(&self, report: Option<serde_json::Value>, state: &'static str) {
         let now = Instant::now();
+        // Under the state's lock from here to the send: a tick that reads the run as still
+        // running cannot replace the last snapshot once it is out.
+        let mut st = self.lock();
+        if self.tx.borrow().last {
+            return;
+        }
         let snapshot = {
-            let mut st = self.lock();
             st.seq += 1;
             // The chart's window: the whole seconds of the run so far, the last SERIES_POINTS.
             let run_s = st
@@ -388,6 +393,7 @@ impl Board {
             json: Bytes::from(json),
             last,
         }));
+        drop(st);
     }
 }
 
