@@ -28,6 +28,23 @@ fn dashboard_url(stderr: &mut impl BufRead) -> String {
     panic!("no `dashboard: URL` line on stderr: {seen}");
 }
 
+/// `harness ARGS` started with its output piped, and the dashboard URL it printed; the rest of
+/// its stderr is drained on a thread, so the run never blocks on it.
+fn start_with_dashboard(args: &[&str]) -> (std::process::Child, String) {
+    let mut child = harness()
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let url = dashboard_url(&mut stderr);
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut stderr, &mut std::io::sink());
+    });
+    (child, url)
+}
+
 /// `host:port` of `http://host:port/`.
 fn authority(url: &str) -> &str {
     url.trim_start_matches("http://").trim_end_matches('/')
@@ -52,24 +69,17 @@ fn get(url: &str, path: &str) -> (String, String) {
 #[test]
 fn the_dashboard_streams_snapshots_that_grow_and_ends_with_the_final_report() {
     let s = server("{}");
-    let mut child = harness()
-        .args([
-            "load",
-            &format!("{}/d", s.url),
-            "-c",
-            "4",
-            "-z",
-            "3s",
-            "--dashboard",
-            "--format",
-            "json",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let url = dashboard_url(&mut stderr);
+    let (child, url) = start_with_dashboard(&[
+        "load",
+        &format!("{}/d", s.url),
+        "-c",
+        "4",
+        "-z",
+        "3s",
+        "--dashboard",
+        "--format",
+        "json",
+    ]);
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
 
     // The page is one self-contained document that reads /events.
@@ -183,22 +193,18 @@ fn a_reader_that_never_reads_does_not_hold_the_run_and_the_server_side_is_shown(
         "s.yaml",
         "name: live\nserver:\n  rules:\n    - { id: slow, match: { probability: 0.5 }, fault: { delay: { uniform: [1ms, 2ms] } } }\nphases:\n  - name: steady\n    clients: { concurrency: 2, duration: 2s }\n    request: { path: /x }\nchecks:\n  thresholds: { rules: [\"error_rate < 1%\"] }\n",
     );
-    let mut child = harness()
-        .args(["run", "--dashboard", "127.0.0.1", "--format", "json"])
-        .arg(&scenario)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let url = dashboard_url(&mut stderr);
+    let scenario = scenario.to_str().unwrap();
+    let (child, url) = start_with_dashboard(&[
+        "run",
+        "--dashboard",
+        "127.0.0.1",
+        "--format",
+        "json",
+        scenario,
+    ]);
     let mut idle = TcpStream::connect(authority(&url)).unwrap();
     write!(idle, "GET /events HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
     let reader = std::thread::spawn(move || get(&url, "/events").1);
-    // Drain stderr so the run never blocks on it.
-    std::thread::spawn(move || {
-        let _ = std::io::copy(&mut stderr, &mut std::io::sink());
-    });
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -294,27 +300,17 @@ fn element_text<'a>(dom: &'a str, id: &str) -> &'a str {
 fn chromium_watches_the_figures_move_and_end_on_the_report() {
     let Some(bin) = chromium() else { return };
     let s = server("{}");
-    let mut child = harness()
-        .args([
-            "load",
-            &format!("{}/live", s.url),
-            "-c",
-            "2",
-            "-z",
-            "5s",
-            "--dashboard",
-            "--format",
-            "json",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let url = dashboard_url(&mut stderr);
-    std::thread::spawn(move || {
-        let _ = std::io::copy(&mut stderr, &mut std::io::sink());
-    });
+    let (child, url) = start_with_dashboard(&[
+        "load",
+        &format!("{}/live", s.url),
+        "-c",
+        "2",
+        "-z",
+        "5s",
+        "--dashboard",
+        "--format",
+        "json",
+    ]);
     // The page opens its event stream while the load runs. Under a virtual-time budget Chromium
     // runs the page's handler as each snapshot arrives, and dumps the DOM once the stream has
     // ended after the last one (the budget, far longer than the load, is only a bound).
