@@ -341,7 +341,7 @@ fn an_ambiguous_commit_duplicates_the_order_of_the_service_that_inserts_again() 
     };
     let db = statements(&report, "db");
     let ambiguous = db["committed_unanswered"].as_u64().unwrap_or(0);
-    assert!(ambiguous >= 10, "every fourth COMMIT of about 60: {db}");
+    assert!(ambiguous >= 10, "every fifth COMMIT of at least 60: {db}");
     assert_eq!(db["by_fault"]["drop"].as_u64(), Some(ambiguous), "{db}");
     // The journal saw one 201 per key; the system of record holds two orders for some.
     let m = &check(&report, "duplicates")["metrics"];
@@ -350,7 +350,8 @@ fn an_ambiguous_commit_duplicates_the_order_of_the_service_that_inserts_again() 
         m["verified_duplicate_keys"].as_u64().unwrap_or(0) >= 1,
         "{m}"
     );
-    assert_eq!(check(&report, "db_retry")["verdict"], "pass");
+    let db_retry = check(&report, "db_retry");
+    assert_eq!(db_retry["verdict"], "pass", "{db_retry:#}");
 }
 
 #[test]

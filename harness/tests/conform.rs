@@ -94,11 +94,14 @@ fn a_correct_client_keeps_every_rule() {
 }
 
 /// The scorecard names the jitter family the client draws from: each of the AWS Architecture
-/// Blog's families, drawn by the adapter, named as itself. The fleet is larger than the case's
-/// thirty (`--calls 100`): thirty retries per attempt name a family right in three runs of four
-/// (decorrelated) to 97 in 100 (full); 150 leave a test no room to guess. The backoff starts at
-/// 0.5 s: full jitter on 0.2 s puts half the retries of a hundred Python threads within the time
-/// the threads take to handle their failures.
+/// Blog's families, drawn by the adapter, named as itself, or, where the readings of one run
+/// cannot rule out a neighbour, as a pair that includes it ("proportional or decorrelated
+/// jitter"); never as another family alone. The fleet is larger than the case's thirty
+/// (`--calls 150`): thirty retries per attempt name decorrelated jitter alone in three runs of
+/// four, a hundred in 97 of 100 in simulation, and a real client's handling time adds to every
+/// delay, so one run in many still reads the pair. The backoff starts at 0.5 s: full jitter on
+/// 0.2 s puts half the retries of a hundred Python threads within the time the threads take to
+/// handle their failures.
 #[test]
 fn the_scorecard_names_the_jitter_family() {
     for family in ["full", "equal", "decorrelated"] {
@@ -109,14 +112,34 @@ fn the_scorecard_names_the_jitter_family() {
         let row = &report["conformance"]["rules"][0];
         assert_eq!(row["verdict"], "pass", "{family}: {row:#}");
         let figure = row["figure"].as_str().unwrap_or_default();
+        let named = named_families(figure);
         assert!(
-            figure.contains(&format!("; {family} jitter: ")),
+            named.contains(&family) && named.len() <= 2,
             "{family}: {figure}"
         );
     }
     let (_, report) = conform(&["--only", "jitter"], &["--no-jitter", "--calls", "100"]);
     let row = &report["conformance"]["rules"][0];
     assert_eq!(row["verdict"], "fail", "{row:#}");
+}
+
+/// The families a jitter figure names: `…; equal jitter: …` names one, `…; proportional or
+/// decorrelated jitter: …` two.
+fn named_families(figure: &str) -> Vec<&str> {
+    let Some(head) = figure.split(" jitter: ").next().filter(|h| h.len() < figure.len()) else {
+        return Vec::new();
+    };
+    let names = head.rsplit("; ").next().unwrap_or_default();
+    names.split(" or ").collect()
+}
+
+#[test]
+fn a_jitter_figure_names_its_families() {
+    let one = "delays ×uniform(0.5,1.5), median 600 ms; equal jitter: the retries spread";
+    assert_eq!(named_families(one), ["equal"]);
+    let two = "median 800 ms; proportional or decorrelated jitter: the retries before attempt 2";
+    assert_eq!(named_families(two), ["proportional", "decorrelated"]);
+    assert!(named_families("no retries were judged").is_empty());
 }
 
 /// A client that retries on past the deadline it was given: the deadline is a rule a client may
