@@ -184,7 +184,7 @@ async fn stats(AxState(s): AxState<Arc<State>>) -> impl IntoResponse {
 }
 
 /// The content type of the OpenMetrics text prometheus-client writes.
-pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub const METRICS_CONTENT_TYPE: &str = primitives::metric::CONTENT_TYPE;
 
 /// `GET /__harness/metrics`: the journal's counts as Prometheus metrics, encoded by
 /// prometheus-client from a registry built for this scrape (the counts live in the journal's

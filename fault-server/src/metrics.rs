@@ -8,40 +8,11 @@
 /// The prefix of every name.
 pub const PREFIX: &str = "fault_server";
 
-/// What kind of metric it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// Counts up; its samples are named `NAME_total`.
-    Counter,
-    /// A value now.
-    Gauge,
-}
-
-/// One metric.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Metric {
-    /// Its name under [`PREFIX`].
-    pub name: &'static str,
-    /// Its kind.
-    pub kind: Kind,
-    /// Its help text.
-    pub help: &'static str,
-    /// Whether every server exports it (`false`: only some, as the PostgreSQL pool's).
-    pub always: bool,
-}
-
-impl Metric {
-    /// The name a query uses: `fault_server_requests_total`, `fault_server_open_connections`.
-    pub fn series(&self) -> String {
-        match self.kind {
-            Kind::Counter => format!("{PREFIX}_{}_total", self.name),
-            Kind::Gauge => format!("{PREFIX}_{}", self.name),
-        }
-    }
-}
+pub use primitives::metric::{Kind, Metric};
 
 /// `requests`.
 pub const REQUESTS: Metric = Metric {
+    prefix: PREFIX,
     name: "requests",
     kind: Kind::Counter,
     help: "Requests journaled (since start or the last reset), by the rule that fired, its fault, the status sent and the outcome",
@@ -50,6 +21,7 @@ pub const REQUESTS: Metric = Metric {
 
 /// `journal_entries`.
 pub const JOURNAL_ENTRIES: Metric = Metric {
+    prefix: PREFIX,
     name: "journal_entries",
     kind: Kind::Gauge,
     help: "Journal entries written (since start or the last reset)",
@@ -58,6 +30,7 @@ pub const JOURNAL_ENTRIES: Metric = Metric {
 
 /// `received_requests`.
 pub const RECEIVED_REQUESTS: Metric = Metric {
+    prefix: PREFIX,
     name: "received_requests",
     kind: Kind::Gauge,
     help: "Requests received (since start or the last reset), journaled or not yet",
@@ -66,6 +39,7 @@ pub const RECEIVED_REQUESTS: Metric = Metric {
 
 /// `open_connections`.
 pub const OPEN_CONNECTIONS: Metric = Metric {
+    prefix: PREFIX,
     name: "open_connections",
     kind: Kind::Gauge,
     help: "Client connections being served",
@@ -74,6 +48,7 @@ pub const OPEN_CONNECTIONS: Metric = Metric {
 
 /// `database_connections`.
 pub const DATABASE_CONNECTIONS: Metric = Metric {
+    prefix: PREFIX,
     name: "database_connections",
     kind: Kind::Gauge,
     help: "Open connections of the PostgreSQL pool",
@@ -82,6 +57,7 @@ pub const DATABASE_CONNECTIONS: Metric = Metric {
 
 /// `http2_refused_streams`.
 pub const HTTP2_REFUSED_STREAMS: Metric = Metric {
+    prefix: PREFIX,
     name: "http2_refused_streams",
     kind: Kind::Counter,
     help: "HTTP/2 streams the protocol layer refused before any handler saw them (since start or the last reset), by reason: not journaled",
@@ -90,6 +66,7 @@ pub const HTTP2_REFUSED_STREAMS: Metric = Metric {
 
 /// `http2_connection_errors`.
 pub const HTTP2_CONNECTION_ERRORS: Metric = Metric {
+    prefix: PREFIX,
     name: "http2_connection_errors",
     kind: Kind::Counter,
     help: "HTTP/2 connections the server ended with a GOAWAY carrying an error (since start or the last reset), by error code",
@@ -98,6 +75,7 @@ pub const HTTP2_CONNECTION_ERRORS: Metric = Metric {
 
 /// `proxy_connections`.
 pub const PROXY_CONNECTIONS: Metric = Metric {
+    prefix: PREFIX,
     name: "proxy_connections",
     kind: Kind::Counter,
     help: "Connections through the TCP proxies journaled (since start or the last reset), by proxy and how they ended",
@@ -106,6 +84,7 @@ pub const PROXY_CONNECTIONS: Metric = Metric {
 
 /// `proxy_bytes`.
 pub const PROXY_BYTES: Metric = Metric {
+    prefix: PREFIX,
     name: "proxy_bytes",
     kind: Kind::Counter,
     help: "Bytes the TCP proxies delivered (journaled connections), by proxy and direction",
@@ -114,6 +93,7 @@ pub const PROXY_BYTES: Metric = Metric {
 
 /// `proxy_toxic_connections`.
 pub const PROXY_TOXIC_CONNECTIONS: Metric = Metric {
+    prefix: PREFIX,
     name: "proxy_toxic_connections",
     kind: Kind::Counter,
     help: "Journaled connections each toxic acted on, by proxy and toxic",
@@ -122,6 +102,7 @@ pub const PROXY_TOXIC_CONNECTIONS: Metric = Metric {
 
 /// `proxy_open_connections`.
 pub const PROXY_OPEN_CONNECTIONS: Metric = Metric {
+    prefix: PREFIX,
     name: "proxy_open_connections",
     kind: Kind::Gauge,
     help: "Connections open through each TCP proxy now",
@@ -130,6 +111,7 @@ pub const PROXY_OPEN_CONNECTIONS: Metric = Metric {
 
 /// `proxy_statements`.
 pub const PROXY_STATEMENTS: Metric = Metric {
+    prefix: PREFIX,
     name: "proxy_statements",
     kind: Kind::Counter,
     help: "Statements (PostgreSQL) and commands (Redis) the protocol proxies journaled (since start or the last reset), by proxy and outcome",
@@ -138,6 +120,7 @@ pub const PROXY_STATEMENTS: Metric = Metric {
 
 /// `proxy_statement_faults`.
 pub const PROXY_STATEMENT_FAULTS: Metric = Metric {
+    prefix: PREFIX,
     name: "proxy_statement_faults",
     kind: Kind::Counter,
     help: "Statements and commands a protocol proxy's rule faulted, by proxy and fault",

@@ -13,6 +13,7 @@
 //! record per attempt (a test can still ask for those: `keep_attempts`).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -48,6 +49,8 @@ pub const BATCH: usize = 32;
 pub struct Sink {
     hist: Mutex<(Histogram<u64>, Histogram<u64>)>,
     attempts: Mutex<AttemptSummary>,
+    /// Operations started and not yet ended, whichever way they end.
+    in_flight: AtomicU64,
     /// Fired when the phase stops (see [`crate::stop`]).
     pub stop: Arc<crate::stop::StopSignal>,
 }
@@ -58,8 +61,24 @@ impl Sink {
         Arc::new(Sink {
             hist: Mutex::new((histogram(), histogram())),
             attempts: Mutex::new(AttemptSummary::default()),
+            in_flight: AtomicU64::new(0),
             stop: Arc::default(),
         })
+    }
+
+    /// Operations started and not yet ended, now.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Counts `n` operations in flight until the returned guard is dropped (however the work
+    /// ends: done, failed, or cut short by the phase's stop).
+    pub fn flight(self: &Arc<Self>, n: u64) -> Flight {
+        self.in_flight.fetch_add(n, Ordering::Relaxed);
+        Flight {
+            sink: self.clone(),
+            n,
+        }
     }
 
     /// What the workers have folded in so far (each holds back at most [`BATCH`] samples), with
@@ -72,6 +91,18 @@ impl Sink {
         };
         let a = self.attempts.lock().unwrap_or_else(|p| p.into_inner());
         a.view(latency, seconds)
+    }
+}
+
+/// Operations counted in flight in a [`Sink`] while it lives.
+pub struct Flight {
+    sink: Arc<Sink>,
+    n: u64,
+}
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        self.sink.in_flight.fetch_sub(self.n, Ordering::Relaxed);
     }
 }
 
@@ -615,7 +646,14 @@ impl Recorder {
             ids,
             run_start,
             last_end: None,
+            flying: false,
         }
+    }
+
+    /// Counts `n` operations of a worker in flight in its phase's sink while the guard lives;
+    /// `None` for a recorder with no sink.
+    pub fn flight(&self, n: u64) -> Option<Flight> {
+        self.sink.as_ref().map(|s| s.flight(n))
     }
 }
 
@@ -627,11 +665,25 @@ pub struct OperationLog<'a> {
     run_start: Instant,
     /// When the operation's previous attempt ended.
     last_end: Option<Instant>,
+    /// Counted in flight in the sink (from `started` until this log is dropped).
+    flying: bool,
+}
+
+impl Drop for OperationLog<'_> {
+    fn drop(&mut self) {
+        if let (true, Some(sink)) = (self.flying, &self.rec.sink) {
+            sink.in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Observer for OperationLog<'_> {
     fn started(&mut self) {
         self.rec.operations += 1;
+        if let (false, Some(sink)) = (self.flying, &self.rec.sink) {
+            sink.in_flight.fetch_add(1, Ordering::Relaxed);
+            self.flying = true;
+        }
     }
 
     fn grpc_status(&mut self, code: GrpcCode) {
@@ -1112,6 +1164,38 @@ mod tests {
     }
 
     use super::*;
+
+    /// An operation is in flight from its start until its log is gone, however it ends; a
+    /// delivery's copies while their guard lives.
+    #[test]
+    fn operations_are_in_flight_from_their_start_to_their_end() {
+        use crate::operation::Observer as _;
+        let sink = Sink::new();
+        let mut rec = Recorder::worker(false, &sink);
+        let ids = AttemptIds {
+            phase: 0,
+            op: 1,
+            client: 0,
+        };
+        let mut log = rec.operation(ids, Instant::now());
+        assert_eq!(sink.in_flight(), 0, "not before it starts");
+        log.started();
+        log.started();
+        assert_eq!(sink.in_flight(), 1, "once per operation");
+        drop(log);
+        assert_eq!(sink.in_flight(), 0);
+        // One that never started (cut short before it did) was never counted.
+        drop(rec.operation(ids, Instant::now()));
+        assert_eq!(sink.in_flight(), 0);
+        let copies = rec.flight(3);
+        assert_eq!(sink.in_flight(), 3);
+        drop(copies);
+        assert_eq!(sink.in_flight(), 0);
+        assert!(
+            Recorder::new(false).flight(1).is_none(),
+            "no sink, no count"
+        );
+    }
 
     fn b64(bytes: &[u8]) -> String {
         use base64::Engine as _;

@@ -126,7 +126,11 @@ fn the_scorecard_names_the_jitter_family() {
 /// The families a jitter figure names: `…; equal jitter: …` names one, `…; proportional or
 /// decorrelated jitter: …` two.
 fn named_families(figure: &str) -> Vec<&str> {
-    let Some(head) = figure.split(" jitter: ").next().filter(|h| h.len() < figure.len()) else {
+    let Some(head) = figure
+        .split(" jitter: ")
+        .next()
+        .filter(|h| h.len() < figure.len())
+    else {
         return Vec::new();
     };
     let names = head.rsplit("; ").next().unwrap_or_default();

@@ -367,6 +367,7 @@ fn chromium_watches_the_figures_move_and_end_on_the_report() {
         element_text(&dom, "ops"),
         report["requests"]["operations"].to_string()
     );
+    assert_eq!(element_text(&dom, "inflight"), "0", "every operation ended");
     assert_eq!(
         element_text(&dom, "verdict"),
         format!(
@@ -374,4 +375,168 @@ fn chromium_watches_the_figures_move_and_end_on_the_report() {
             report["requests"]["completed"]
         )
     );
+}
+
+/// The `harness_*` metric names in `text` (a PromQL expression, or anything else).
+fn harness_names(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("harness_") {
+        // Not the tail of another name (`fault_server_…harness_` has none, but be exact).
+        let boundary = at == 0
+            || !rest[..at]
+                .chars()
+                .next_back()
+                .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        if boundary {
+            names.push(tail[..end].to_string());
+        }
+        rest = &tail[end..];
+    }
+    names
+}
+
+/// `/metrics` while a retrying load runs: every family it exports is in
+/// `harness::live::metrics::ALL` with its kind and help, the operations in flight never exceed
+/// the clients and are none at the end, and the counters end on the report's figures. Then
+/// `deploy/grafana/dashboard.json` queries every harness metric and no other `harness_*` name,
+/// and every name it queries is the harness's or the fault server's.
+#[test]
+fn the_metrics_a_scrape_reads_are_the_snapshot_s_and_the_grafana_dashboard_queries_them() {
+    use harness::live::metrics::ALL;
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = cli_support::write(
+        &dir,
+        "s.yaml",
+        "name: scraped\nserver:\n  rules:\n    - { id: flaky, match: { probability: 0.3 }, fault: { status: 503 } }\n    - { id: slow, fault: { delay: { fixed: 5ms } } }\nclient: { max_attempts: 3, backoff: { kind: exponential, base: 1ms, cap: 2ms } }\nphases:\n  - name: steady\n    clients: { concurrency: 3, duration: 3s }\n    request: { path: /x }\nchecks:\n  thresholds: { rules: [\"error_rate < 60%\"] }\n",
+    );
+    let (child, url) = start_with_dashboard(&[
+        "run",
+        "--dashboard",
+        "127.0.0.1",
+        "--format",
+        "json",
+        scenario.to_str().unwrap(),
+    ]);
+    let value = |text: &str, series: &str| -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    };
+    let mut scrapes = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (head, text) = get(&url, "/metrics");
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("content-type: application/openmetrics-text"),
+            "{head}"
+        );
+        let running = value(
+            &text,
+            "harness_phase_running{phase=\"steady\",kind=\"clients\"}",
+        );
+        if running == Some(1.0) {
+            let flying = value(&text, "harness_in_flight_operations{phase=\"steady\"}");
+            assert!(flying.is_some_and(|n| n <= 3.0), "{text}");
+            scrapes.push(text);
+        }
+        if scrapes.len() >= 2 || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(600));
+    }
+    assert!(!scrapes.is_empty(), "no scrape while the phase ran");
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    // Every family a scrape has is in the list, with its kind and help.
+    let text = scrapes.last().unwrap();
+    let mut seen = 0;
+    for line in text.lines() {
+        let Some((name, kind)) = line.strip_prefix("# TYPE ").and_then(|l| l.split_once(' '))
+        else {
+            continue;
+        };
+        let m = ALL
+            .iter()
+            .find(|m| format!("harness_{}", m.name) == name)
+            .unwrap_or_else(|| panic!("{name} is exported but not in live::metrics::ALL"));
+        assert_eq!(kind, m.kind.name(), "{name}");
+        assert!(
+            text.contains(&format!("# HELP {name} {}", m.help)),
+            "{text}"
+        );
+        seen += 1;
+    }
+    assert!(seen >= 6, "{text}");
+    assert!(
+        value(
+            text,
+            "harness_attempts_total{phase=\"steady\",outcome=\"200\"}"
+        )
+        .is_some_and(|n| n > 0.0),
+        "{text}"
+    );
+    assert!(
+        value(
+            text,
+            "harness_attempt_latency_seconds{phase=\"steady\",quantile=\"0.5\"}"
+        )
+        .is_some_and(|s| s >= 0.004),
+        "the 5 ms delay, in seconds: {text}"
+    );
+    assert!(
+        value(
+            text,
+            "harness_retries_total{phase=\"steady\",attempt=\"2\"}"
+        )
+        .is_some_and(|n| n > 0.0),
+        "a 503 in three is retried: {text}"
+    );
+    // A scrape while running counted no more than the run sent in the end.
+    let counted: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("harness_attempts_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    let sent = report["requests"]["sent"].as_f64().unwrap();
+    assert!(counted > 0.0 && counted <= sent, "{counted} of {sent}");
+
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/dashboard.json");
+    let raw = std::fs::read_to_string(&path).expect("deploy/grafana/dashboard.json");
+    let dashboard: serde_json::Value = serde_json::from_str(&raw).expect("the dashboard is JSON");
+    let mut queried = std::collections::BTreeSet::new();
+    for p in dashboard["panels"].as_array().expect("panels") {
+        for t in p["targets"].as_array().into_iter().flatten() {
+            let expr = t["expr"].as_str().expect("a PromQL expression");
+            queried.extend(harness_names(expr));
+            let ours = expr.contains("harness_") || expr.contains("fault_server_");
+            assert!(
+                ours,
+                "{}: {expr} queries neither the harness nor the fault server",
+                p["title"]
+            );
+        }
+    }
+    queried.extend(harness_names(&dashboard["templating"].to_string()));
+    let exported: std::collections::BTreeSet<String> = ALL.iter().map(|m| m.series()).collect();
+    let unknown: Vec<_> = queried.difference(&exported).collect();
+    assert!(
+        unknown.is_empty(),
+        "the dashboard queries metrics the harness does not export: {unknown:?}"
+    );
+    let missing: Vec<_> = exported.difference(&queried).collect();
+    assert!(missing.is_empty(), "exported, on no panel: {missing:?}");
 }

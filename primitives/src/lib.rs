@@ -13,6 +13,9 @@
 //!   segment, `**` across) and a text syntax (`*`, `?`, optionally without ASCII case), one
 //!   matcher that never backtracks.
 //!
+//! - [`metric`]: a Prometheus metric's prefix, name, kind and help, as the fault server's and the
+//!   harness's `/metrics` register them and the Grafana dashboard's tests read them.
+//!
 //! *Invariant:* no dependency at all, no I/O, no clock: every function here is a function of its
 //! arguments, so a value drawn today is the value drawn by every later build (the tests pin
 //! them).
@@ -21,4 +24,5 @@
 
 pub mod draw;
 pub mod glob;
+pub mod metric;
 pub mod template;

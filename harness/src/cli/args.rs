@@ -58,7 +58,7 @@ pub(super) struct Common {
 #[derive(Debug, Args, Clone, Default)]
 pub(super) struct DashboardArgs {
     /// Serve a live dashboard of the run: a page at /, a snapshot a second as Server-Sent
-    /// Events at /events, the latest at /snapshot. ADDR is IP or IP:PORT (default 127.0.0.1 and
+    /// Events at /events, the latest at /snapshot and as Prometheus metrics at /metrics. ADDR is IP or IP:PORT (default 127.0.0.1 and
     /// a free port); the URL is printed when the run starts
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1")]
     pub(super) dashboard: Option<String>,

@@ -261,6 +261,8 @@ impl PhaseClient {
                 &mut self.rng,
             ) => Some(r),
         };
+        // Out of flight here, however the operation ended.
+        drop(observer);
         let Some(result) = result else {
             self.rec.cancelled += 1;
             self.conn = Conn::new(ctx.target.clone());
@@ -314,6 +316,8 @@ impl PhaseClient {
                 &mut self.rng,
             ) => Some(r),
         };
+        // Out of flight here, however the operation ended.
+        drop(observer);
         let Some(result) = result else {
             // Cut short mid-request: the connection's state is unknown, so it is not reused.
             self.rec.cancelled += 1;

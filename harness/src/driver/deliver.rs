@@ -684,6 +684,7 @@ impl Worker {
             .copies
             .fetch_add(u64::from(copies), Ordering::Relaxed);
         self.rec.operations += u64::from(copies);
+        let _flight = self.rec.flight(u64::from(copies));
         let together = chaos.together.clamp(1, copies);
         if chaos.duplicated() {
             shared.stats.duplicated.fetch_add(1, Ordering::Relaxed);

@@ -2,9 +2,10 @@
 //!
 //! A [`Board`] knows the phases that have started and reads each one's [`Sink`] (where the
 //! workers fold their latencies and attempts) once a second into one JSON snapshot. It serves
-//! that snapshot three ways on a loopback address of its own: `/` a self-contained page (no
+//! that snapshot four ways on a loopback address of its own: `/` a self-contained page (no
 //! script or style from elsewhere), `/events` Server-Sent Events (one `data:` line, the snapshot,
-//! about once a second), `/snapshot` the latest one. When the run ends the last snapshot carries
+//! about once a second), `/snapshot` the latest one, `/metrics` the same as Prometheus metrics
+//! ([`metrics`]). When the run ends the last snapshot carries
 //! the final report and the state `done` (or `interrupted`), and the event stream ends after it.
 //!
 //! Bounded: the board keeps the latest snapshot and a window of [`SERIES_POINTS`] seconds of the
@@ -30,6 +31,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::metrics::{Sink, SinkView};
+
+pub mod metrics;
 
 /// How often a snapshot is made.
 pub const INTERVAL: Duration = Duration::from_secs(1);
@@ -74,6 +77,8 @@ pub struct PhaseSnapshot {
     pub elapsed_s: f64,
     /// Operations finished (after their retries).
     pub operations_done: u64,
+    /// Operations started and not yet ended (0 once the phase is done).
+    pub in_flight: u64,
     /// Attempts counted so far, by how they ended: a status (`"503"`), `error:KIND`, `unknown`.
     pub by_outcome: BTreeMap<String, u64>,
     /// Attempts counted so far.
@@ -154,6 +159,8 @@ pub struct Board {
 #[derive(Debug)]
 struct Published {
     json: Bytes,
+    /// The same snapshot as Prometheus metrics (`/metrics`).
+    metrics: Bytes,
     last: bool,
 }
 
@@ -174,6 +181,7 @@ impl Board {
         let addr = listener.local_addr()?;
         let (tx, _) = watch::channel(Arc::new(Published {
             json: Bytes::new(),
+            metrics: Bytes::new(),
             last: false,
         }));
         let board = Arc::new(Board {
@@ -329,6 +337,11 @@ impl Board {
                     state: if p.ended.is_some() { "done" } else { "running" },
                     elapsed_s: round3(p.ended.unwrap_or_else(|| p.started.elapsed()).as_secs_f64()),
                     operations_done: p.done.load(Ordering::Relaxed),
+                    in_flight: if p.ended.is_some() {
+                        0
+                    } else {
+                        p.sink.in_flight()
+                    },
                     attempts: v.by_outcome.values().sum(),
                     by_outcome: v.by_outcome,
                     attempts_per_s: last_second,
@@ -388,9 +401,11 @@ impl Board {
             }
         };
         let json = serde_json::to_vec(&snapshot).unwrap_or_default();
+        let metrics = metrics::encode(&snapshot);
         let last = state != "running";
         self.tx.send_replace(Arc::new(Published {
             json: Bytes::from(json),
+            metrics: Bytes::from(metrics),
             last,
         }));
         drop(st);
@@ -431,6 +446,10 @@ async fn serve(board: Arc<Board>, req: Request<Incoming>) -> Result<Response<Bod
             full(StatusCode::OK, "application/json", json)
         }
         (true, "/events") => events(&board),
+        (true, "/metrics") => {
+            let text = board.tx.borrow().metrics.clone();
+            full(StatusCode::OK, metrics::CONTENT_TYPE, text)
+        }
         (false, _) => full(
             StatusCode::METHOD_NOT_ALLOWED,
             "text/plain; charset=utf-8",
@@ -439,7 +458,7 @@ async fn serve(board: Arc<Board>, req: Request<Incoming>) -> Result<Response<Bod
         _ => full(
             StatusCode::NOT_FOUND,
             "text/plain; charset=utf-8",
-            "the dashboard serves /, /events and /snapshot\n".into(),
+            "the dashboard serves /, /events, /snapshot and /metrics\n".into(),
         ),
     };
     Ok(res)
@@ -504,4 +523,4 @@ fn events(board: &Arc<Board>) -> Response<Body> {
 }
 
 /// The page: figures and a chart drawn from each snapshot, the final report's verdict at the end.
-const PAGE: &str = include_str!("live.html");
+const PAGE: &str = include_str!("page.html");
