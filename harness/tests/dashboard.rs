@@ -182,6 +182,29 @@ fn a_dashboard_address_that_is_not_one_is_refused_before_the_load() {
     );
 }
 
+/// An address some other process listens on is the user's to change: bad input, exit 2, and no
+/// request sent.
+#[test]
+fn a_dashboard_address_in_use_is_bad_input_before_the_load() {
+    let s = server("{}");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = harness()
+        .args(["load", &s.url, "-n", "5", "--dashboard", &addr])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("--dashboard {addr}: cannot listen there"))
+            && stderr.contains("give another port"),
+        "{stderr}"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let journal = std::fs::read_to_string(&s.journal).unwrap_or_default();
+    assert!(journal.trim().is_empty(), "nothing was sent: {journal}");
+}
+
 #[test]
 fn a_reader_that_never_reads_does_not_hold_the_run_and_the_server_side_is_shown() {
     // A scenario run with its embedded fault server, which slows half the requests; one client

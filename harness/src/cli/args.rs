@@ -74,9 +74,18 @@ impl DashboardArgs {
             return Ok(None);
         };
         let addr = parse_dashboard_addr(given)?;
-        let board = crate::live::Board::start(title, addr)
-            .await
-            .map_err(|e| CliError::Run(format!("--dashboard {given}: cannot listen there: {e}")))?;
+        let board = crate::live::Board::start(title, addr).await.map_err(|e| {
+            use std::io::ErrorKind;
+            let why = format!("--dashboard {given}: cannot listen there: {e}");
+            match e.kind() {
+                // The address given is the fault: taken, not this machine's, or not ours to use.
+                ErrorKind::AddrInUse => CliError::Input(format!(
+                    "{why}; give another port, or an IP alone for a free one"
+                )),
+                ErrorKind::AddrNotAvailable | ErrorKind::PermissionDenied => CliError::Input(why),
+                _ => CliError::Run(why),
+            }
+        })?;
         eprintln!("dashboard: {}", board.url());
         Ok(Some(board))
     }
