@@ -51,6 +51,10 @@ pub struct Sink {
     attempts: Mutex<AttemptSummary>,
     /// Operations started and not yet ended, whichever way they end.
     in_flight: AtomicU64,
+    /// Operations that ended failed (after their retries), as the workers end them.
+    failed_operations: AtomicU64,
+    /// gRPC attempts answered with a status other than OK (or given one by the client).
+    grpc_failed: AtomicU64,
     /// Fired when the phase stops (see [`crate::stop`]).
     pub stop: Arc<crate::stop::StopSignal>,
 }
@@ -62,6 +66,8 @@ impl Sink {
             hist: Mutex::new((histogram(), histogram())),
             attempts: Mutex::new(AttemptSummary::default()),
             in_flight: AtomicU64::new(0),
+            failed_operations: AtomicU64::new(0),
+            grpc_failed: AtomicU64::new(0),
             stop: Arc::default(),
         })
     }
@@ -85,12 +91,16 @@ impl Sink {
     /// the attempts that started in each second of `seconds` from the run's start: a live view
     /// of the phase, read under the sink's locks for the time it takes to copy a few counts.
     pub fn view(&self, seconds: std::ops::Range<u64>) -> SinkView {
-        let latency = {
+        let histogram = {
             let h = self.hist.lock().unwrap_or_else(|p| p.into_inner());
-            latency_ms(&h.0)
+            h.0.clone()
         };
         let a = self.attempts.lock().unwrap_or_else(|p| p.into_inner());
-        a.view(latency, seconds)
+        let mut v = a.view(latency_ms(&histogram), seconds);
+        v.histogram = Some(histogram);
+        v.failed_operations = self.failed_operations.load(Ordering::Relaxed);
+        v.grpc_failed = self.grpc_failed.load(Ordering::Relaxed);
+        v
     }
 }
 
@@ -120,6 +130,12 @@ pub struct SinkView {
     pub per_second: Vec<u64>,
     /// Retries (attempts past the first) by attempt index.
     pub retries_by_attempt: BTreeMap<u32, u64>,
+    /// The latency HDR histogram behind `latency` (µs), to merge phases by.
+    pub histogram: Option<Histogram<u64>>,
+    /// Operations that ended failed, after their retries.
+    pub failed_operations: u64,
+    /// gRPC attempts with a status other than OK.
+    pub grpc_failed: u64,
 }
 
 /// Windows of the attempts-over-time counts before they are made twice as wide.
@@ -280,6 +296,9 @@ impl AttemptSummary {
             seconds,
             per_second,
             retries_by_attempt: self.waits.counts(),
+            histogram: None,
+            failed_operations: 0,
+            grpc_failed: 0,
         }
     }
 }
@@ -411,7 +430,17 @@ impl Recorder {
     /// A finished phase's figures as the live view shows them, with the attempts per second of
     /// `seconds` from the run's start.
     pub fn view(&self, seconds: std::ops::Range<u64>) -> SinkView {
-        self.summary.view(latency_ms(&self.latency), seconds)
+        let mut v = self.summary.view(latency_ms(&self.latency), seconds);
+        v.histogram = Some(self.latency.clone());
+        v.failed_operations = self.failed_operations;
+        v.grpc_failed = self
+            .by_grpc_status
+            .iter()
+            .enumerate()
+            .filter(|(code, _)| *code != usize::from(GrpcCode::Ok.number()))
+            .map(|(_, n)| n)
+            .sum();
+        v
     }
 
     /// Records a latency sample.
@@ -688,6 +717,9 @@ impl Observer for OperationLog<'_> {
 
     fn grpc_status(&mut self, code: GrpcCode) {
         self.rec.grpc_status(code);
+        if let (false, Some(sink)) = (code == GrpcCode::Ok, &self.rec.sink) {
+            sink.grpc_failed.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     fn attempt(&mut self, call: &Call, sent: Instant, ended: Instant, o: &AttemptOutcome) {
@@ -739,6 +771,9 @@ impl Observer for OperationLog<'_> {
         }
         if !r.succeeded() {
             rec.failed_operations += 1;
+            if let Some(sink) = &rec.sink {
+                sink.failed_operations.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 }

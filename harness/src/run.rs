@@ -36,7 +36,7 @@ pub async fn run_plan(
     live: Option<Arc<crate::live::Board>>,
 ) -> Result<RunOutcome, RunError> {
     let mut session = Session::start(plan).await?;
-    session.watch(live.clone());
+    session.watch(live.clone(), plan);
     session.drive(plan, stop, progress, Duration::ZERO).await?;
     let outcome = session.finish(plan, None).await;
     if let Some(board) = live {
@@ -179,10 +179,21 @@ impl Session {
         self.server.as_ref().map(FaultServer::url)
     }
 
-    /// Reports the phases to come to `live` (`--dashboard`).
-    pub fn watch(&mut self, live: Option<Arc<crate::live::Board>>) {
-        if let (Some(board), Some(server)) = (&live, &self.server) {
-            board.server(server.stats_handle());
+    /// Reports the phases to come, and the checks of `plan` that will judge them, to `live`
+    /// (`--dashboard`).
+    pub fn watch(&mut self, live: Option<Arc<crate::live::Board>>, plan: &Plan) {
+        if let Some(board) = &live {
+            let rules = plan
+                .checks
+                .thresholds
+                .as_ref()
+                .map(|t| t.rules.clone())
+                .unwrap_or_default();
+            let names = plan.checks.enabled_names();
+            board.checks(names.into_iter().map(str::to_string).collect(), rules);
+            if let Some(server) = &self.server {
+                board.server(server.stats_handle());
+            }
         }
         self.live = live;
     }

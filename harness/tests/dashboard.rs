@@ -563,3 +563,105 @@ fn the_metrics_a_scrape_reads_are_the_snapshot_s_and_the_grafana_dashboard_queri
     let missing: Vec<_> = exported.difference(&queried).collect();
     assert!(missing.is_empty(), "exported, on no panel: {missing:?}");
 }
+
+/// The snapshots' checks while a scenario runs and at its end: `(running snapshots' checks, the
+/// last snapshot's checks, the report, the exit code)`.
+fn watch_checks(
+    rules: &str,
+) -> (
+    Vec<serde_json::Value>,
+    serde_json::Value,
+    serde_json::Value,
+    Option<i32>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = cli_support::write(
+        &dir,
+        "s.yaml",
+        &format!(
+            "name: gated\nserver:\n  rules:\n{rules}    - {{ id: slow, fault: {{ delay: {{ fixed: 2ms }} }} }}\nclient: {{ max_attempts: 1 }}\nphases:\n  - name: steady\n    clients: {{ concurrency: 2, duration: 3s }}\n    request: {{ path: /x, headers: {{ Idempotency-Key: \"{{{{key}}}}\" }} }}\nchecks:\n  duplicates: {{}}\n  thresholds: {{ rules: [\"error_rate < 1%\"] }}\n"
+        ),
+    );
+    let (child, url) = start_with_dashboard(&[
+        "run",
+        "--dashboard",
+        "127.0.0.1",
+        "--format",
+        "json",
+        scenario.to_str().unwrap(),
+    ]);
+    let events = get(&url, "/events").1;
+    let out = child.wait_with_output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let snapshots: Vec<serde_json::Value> = events
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    // The first snapshot may come before the scenario's checks are known (none listed).
+    let running = snapshots
+        .iter()
+        .filter(|s| s["state"] == "running")
+        .filter(|s| s["checks"].as_array().is_some_and(|c| !c.is_empty()))
+        .map(|s| s["checks"].clone())
+        .collect();
+    let last = snapshots.last().expect("snapshots")["checks"].clone();
+    (running, last, report, out.status.code())
+}
+
+fn state_of<'a>(checks: &'a serde_json::Value, name: &str) -> &'a str {
+    checks
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == name))
+        .and_then(|c| c["state"].as_str())
+        .unwrap_or_else(|| panic!("no {name} in {checks}"))
+}
+
+/// While the run goes, `thresholds` is judged on the figures so far — failing as soon as a
+/// service that fails one request in two has answered enough, passing for a healthy one — and
+/// the checks that read the journal are pending; the last snapshot holds the report's verdicts.
+#[test]
+fn the_thresholds_are_judged_as_the_run_goes_and_the_end_is_the_report_s() {
+    let (running, last, report, code) =
+        watch_checks("    - { id: flaky, match: { probability: 0.5 }, fault: { status: 503 } }\n");
+    assert_eq!(code, Some(1), "{report}");
+    let states: Vec<&str> = running.iter().map(|c| state_of(c, "thresholds")).collect();
+    assert!(states.contains(&"fail"), "{states:?}");
+    assert!(!states.contains(&"pass"), "{states:?}");
+    assert!(running
+        .iter()
+        .all(|c| state_of(c, "duplicates") == "pending"));
+    let failing = running
+        .iter()
+        .find(|c| state_of(c, "thresholds") == "fail")
+        .unwrap();
+    let summary = failing
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == "thresholds"))
+        .and_then(|c| c["summary"].as_str())
+        .unwrap_or_default();
+    assert!(summary.starts_with("so far: "), "{failing}");
+    assert!(summary.contains("error_rate < 1% is"), "{failing}");
+    // The end: the report's checks, verdict for verdict.
+    let verdicts: Vec<(String, String)> = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["name"].to_string(), c["verdict"].to_string()))
+        .collect();
+    let ended: Vec<(String, String)> = last
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["name"].to_string(), c["state"].to_string()))
+        .collect();
+    assert_eq!(ended, verdicts);
+    assert_eq!(state_of(&last, "thresholds"), "fail");
+
+    let (running, last, report, code) = watch_checks("");
+    assert_eq!(code, Some(0), "{report}");
+    let states: Vec<&str> = running.iter().map(|c| state_of(c, "thresholds")).collect();
+    assert!(states.contains(&"pass"), "{states:?}");
+    assert!(!states.contains(&"fail"), "{states:?}");
+    assert_eq!(state_of(&last, "thresholds"), "pass");
+}

@@ -77,7 +77,7 @@ pub(super) async fn exec(
         .map_err(|e| CliError::Run(format!("cannot start {program:?}: {e}")))?;
     let drove = !plan.phases.is_empty();
     let live = common.dashboard.start(&plan.name).await?;
-    session.watch(live.clone());
+    session.watch(live.clone(), &plan);
     let driven = session
         .drive(&plan, stop.clone(), crate::progress::wanted(), wait)
         .await;

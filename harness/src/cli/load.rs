@@ -210,6 +210,9 @@ pub(super) async fn load(mut a: LoadArgs) -> Result<Outcome, CliError> {
     opts.live = dashboard
         .start(&format!("load {}", opts.target.url))
         .await?;
+    if let Some(board) = &opts.live {
+        board.checks(vec!["thresholds".to_string()], opts.thresholds.clone());
+    }
     let stop = stop_on_signals();
     let report = crate::load::run(&opts, stop, crate::progress::wanted())
         .await

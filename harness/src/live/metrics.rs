@@ -203,6 +203,7 @@ mod tests {
             }],
             server: None,
             series: Vec::new(),
+            checks: Vec::new(),
             report: None,
         }
     }

@@ -60,8 +60,33 @@ pub struct Snapshot {
     /// One point a second of the run, the last [`SERIES_POINTS`]: the attempts that started in
     /// that second and the latest phase's latency p99 so far at its end.
     pub series: Vec<SeriesPoint>,
+    /// Each check the run will judge, in the report's order: its provisional state while the
+    /// run goes (`thresholds` on the figures so far; the others `pending`, judged on the
+    /// journal at the end), its verdict in the last snapshot.
+    pub checks: Vec<CheckState>,
     /// The final report (as `--format json` prints it), in the last snapshot only.
     pub report: Option<serde_json::Value>,
+}
+
+/// A check in a snapshot.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckState {
+    /// Its name, as in the report.
+    pub name: String,
+    /// `pass`, `fail`, `inconclusive` (as the report's verdicts) or `pending`: not judged before
+    /// the run ends.
+    pub state: String,
+    /// Why, in a sentence.
+    pub summary: String,
+}
+
+/// The checks a run will judge, as the board knows them.
+#[derive(Debug, Clone, Default)]
+struct Judging {
+    /// Their names, in the report's order.
+    names: Vec<String>,
+    /// The `thresholds` check's rules, evaluated on each snapshot's figures.
+    rules: Vec<checks::threshold_rules::Rule>,
 }
 
 /// A phase in a snapshot.
@@ -137,6 +162,7 @@ struct Phase {
 #[derive(Default)]
 struct State {
     phases: Vec<Phase>,
+    judging: Judging,
     /// The latest phase's p99 at the end of each second of the run (the last [`SERIES_POINTS`]).
     p99: VecDeque<(u64, f64)>,
     seq: u64,
@@ -220,6 +246,12 @@ impl Board {
     /// The run's embedded fault server, whose counters each snapshot shows.
     pub fn server(&self, handle: fault_server::StatsHandle) {
         *self.server.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
+    }
+
+    /// The checks the run will judge (`names`, in the report's order) and the `thresholds`
+    /// check's `rules`, which each snapshot evaluates on the figures so far.
+    pub fn checks(&self, names: Vec<String>, rules: Vec<checks::threshold_rules::Rule>) {
+        self.lock().judging = Judging { names, rules };
     }
 
     /// A phase has started: its workers fold into `sink`, finished operations count in `done`,
@@ -314,8 +346,10 @@ impl Board {
             let mut counts = vec![0u64; (window.end - window.start) as usize];
             let mut phases = Vec::with_capacity(st.phases.len());
             let mut latest_p99 = None;
+            let mut so_far = Figures::default();
             for p in st.phases.iter_mut() {
                 let v = Board::view(p, window.clone());
+                so_far.add(&v, p.done.load(Ordering::Relaxed));
                 for (second, n) in v.seconds.clone().zip(&v.per_second) {
                     if let Some(c) = second
                         .checked_sub(window.start)
@@ -389,6 +423,13 @@ impl Board {
                         by_status: s.by_status.into_iter().collect(),
                     }
                 });
+            let run_secs = st.phases.first().map_or(0.0, |p| {
+                now.saturating_duration_since(p.origin).as_secs_f64()
+            });
+            let checks = match &report {
+                Some(r) => final_checks(r),
+                None => so_far.provisional(&st.judging, run_secs),
+            };
             Snapshot {
                 seq: st.seq,
                 title: self.title.clone(),
@@ -397,6 +438,7 @@ impl Board {
                 phases,
                 server,
                 series,
+                checks,
                 report,
             }
         };
@@ -410,6 +452,118 @@ impl Board {
         }));
         drop(st);
     }
+}
+
+/// The load's figures so far, over every phase, as the `thresholds` check reads a driver's.
+#[derive(Default)]
+struct Figures {
+    latency: Option<hdrhistogram::Histogram<u64>>,
+    operations: u64,
+    failed_operations: u64,
+    sent: u64,
+    completed: u64,
+    server_errors: u64,
+    transport_errors: u64,
+    grpc_failed: u64,
+}
+
+impl Figures {
+    /// Adds a phase's view, with the operations it has ended.
+    fn add(&mut self, v: &SinkView, done: u64) {
+        if let Some(h) = &v.histogram {
+            match &mut self.latency {
+                Some(all) => {
+                    // Histograms of one shape: adding cannot fail but for a sample out of range,
+                    // which the workers' recording already clamped.
+                    let _ = all.add(h);
+                }
+                None => self.latency = Some(h.clone()),
+            }
+        }
+        self.operations += done;
+        self.failed_operations += v.failed_operations;
+        self.grpc_failed += v.grpc_failed;
+        for (outcome, n) in &v.by_outcome {
+            self.sent += n;
+            if outcome.starts_with("error:") {
+                self.transport_errors += n;
+            } else if outcome != "unknown" {
+                self.completed += n;
+                if outcome.starts_with('5') {
+                    self.server_errors += n;
+                }
+            }
+        }
+    }
+
+    /// Each check's state so far: `thresholds` evaluated on these figures over `run_secs`, as
+    /// the check evaluates a driver's figures at the end; the others pending.
+    fn provisional(&self, judging: &Judging, run_secs: f64) -> Vec<CheckState> {
+        judging
+            .names
+            .iter()
+            .map(|name| {
+                if name == "thresholds" {
+                    let r = checks::thresholds::evaluate(&judging.rules, &self.measured(run_secs));
+                    CheckState {
+                        name: name.clone(),
+                        state: verdict_name(r.verdict),
+                        summary: format!("so far: {}", r.summary),
+                    }
+                } else {
+                    CheckState {
+                        name: name.clone(),
+                        state: "pending".into(),
+                        summary: "judged on the journal when the run ends".into(),
+                    }
+                }
+            })
+            .collect()
+    }
+
+    fn measured(&self, run_secs: f64) -> checks::thresholds::Measured {
+        use checks::thresholds::{LatencyFigures, Measured};
+        let per_attempt = |n: u64| (self.sent > 0).then(|| n as f64 / self.sent as f64);
+        // A gRPC attempt that got no answer also has the client's own status.
+        let failed_attempts = self.transport_errors
+            + self.server_errors
+            + self.grpc_failed.saturating_sub(self.transport_errors);
+        Measured {
+            latency: self
+                .latency
+                .clone()
+                .filter(|h| !h.is_empty())
+                .map(LatencyFigures::Histogram),
+            error_rate: (self.operations > 0)
+                .then(|| self.failed_operations as f64 / self.operations as f64),
+            request_failure_rate: per_attempt(failed_attempts),
+            transport_error_rate: per_attempt(self.transport_errors),
+            throughput_rps: (run_secs > 0.0).then(|| self.completed as f64 / run_secs),
+            requests: self.sent,
+        }
+    }
+}
+
+/// A verdict as the report names it (`pass`, `fail`, `inconclusive`).
+fn verdict_name(v: reports::model::Verdict) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// The final report's checks, as the last snapshot gives them.
+fn final_checks(report: &serde_json::Value) -> Vec<CheckState> {
+    report["checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| CheckState {
+            name: c["name"].as_str().unwrap_or_default().to_string(),
+            state: c["verdict"].as_str().unwrap_or_default().to_string(),
+            summary: c["summary"].as_str().unwrap_or_default().to_string(),
+        })
+        .collect()
 }
 
 fn round3(x: f64) -> f64 {
