@@ -43,6 +43,12 @@ use super::{Attempt, Check, Context};
 pub struct ThresholdsConfig {
     /// The rules, e.g. `["p99 < 200ms", "error_rate < 1%"]`.
     pub rules: Vec<Rule>,
+    /// Stop the run as soon as a rule fails on the load's figures so far (evaluated once a
+    /// second, as the driver's figures are at the end); the run then fails.
+    pub abort_on_fail: bool,
+    /// How long into the run the rules are not yet allowed to stop it (ms): the first seconds'
+    /// figures rest on few requests.
+    pub abort_after_ms: u64,
 }
 
 /// Latency figures to evaluate rules on.

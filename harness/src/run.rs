@@ -36,8 +36,28 @@ pub async fn run_plan(
     live: Option<Arc<crate::live::Board>>,
 ) -> Result<RunOutcome, RunError> {
     let mut session = Session::start(plan).await?;
+    // `abort_on_fail`: the thresholds, judged once a second on the figures so far, may stop the
+    // phases (a token of their own: Ctrl-C still reads as an interruption).
+    let abort = plan
+        .checks
+        .thresholds
+        .as_ref()
+        .filter(|t| t.abort_on_fail && !t.rules.is_empty());
+    let phases_stop = stop.child_token();
+    let live = match (live, abort) {
+        (None, Some(_)) => Some(crate::live::Board::headless(&plan.name)),
+        (live, _) => live,
+    };
+    if let (Some(board), Some(t)) = (&live, abort) {
+        board.abort_on_fail(Duration::from_millis(t.abort_after_ms), phases_stop.clone());
+    }
     session.watch(live.clone(), plan);
-    session.drive(plan, stop, progress, Duration::ZERO).await?;
+    session
+        .drive(plan, phases_stop, progress, Duration::ZERO)
+        .await?;
+    if let Some(a) = live.as_ref().and_then(|b| b.aborted()) {
+        session.aborted(a, stop.is_cancelled());
+    }
     let outcome = session.finish(plan, None).await;
     if let Some(board) = live {
         board.finish(&outcome.report).await;
@@ -62,6 +82,8 @@ pub struct Session {
     keys_used: Vec<String>,
     /// Ctrl-C or SIGTERM cut the run short.
     interrupted: bool,
+    /// Why and when the thresholds stopped the phases.
+    aborted: Option<crate::live::Aborted>,
     /// Each phase's histograms, for the report's mergeable part.
     phase_hdrs: Vec<reports::model::PhaseHistograms>,
     /// How late the first phase started after the run's common start.
@@ -151,6 +173,7 @@ impl Session {
             phases: Vec::new(),
             keys_used: Vec::new(),
             interrupted: false,
+            aborted: None,
             phase_hdrs: Vec::new(),
             late: Duration::ZERO,
             deliveries: Deliveries::default(),
@@ -217,6 +240,13 @@ impl Session {
     /// Marks the run as interrupted (e.g. while `harness exec` waited for its command).
     pub fn interrupt(&mut self) {
         self.interrupted = true;
+    }
+
+    /// The thresholds stopped the phases (`abort_on_fail`): the run is not interrupted (unless
+    /// `by_user` too), and it fails, saying which rule stopped it and when.
+    pub fn aborted(&mut self, a: crate::live::Aborted, by_user: bool) {
+        self.interrupted = by_user;
+        self.aborted = Some(a);
     }
 
     async fn drive_phases(
@@ -573,10 +603,22 @@ impl Session {
             },
             time_origin_us: self.time_origin_us,
         };
-        let checks = match judged {
+        let mut checks = match judged {
             Some(j) => j.finish(&facts),
             None => checks::judge(&plan.checks, std::iter::empty::<Entry>(), &facts),
         };
+        if let Some(a) = &self.aborted {
+            let stopped = format!(
+                "the thresholds stopped the run at {:.1} s (abort_on_fail): {}",
+                a.at_s, a.why
+            );
+            // Whatever the figures at the end say, a run stopped for failing does not pass.
+            if let Some(t) = checks.iter_mut().find(|c| c.name == "thresholds") {
+                t.verdict = reports::model::Verdict::Fail;
+                t.summary = format!("{stopped}; at the end: {}", t.summary);
+            }
+            notes.push(stopped);
+        }
         if let Some(s) = server {
             s.shutdown().await;
         }

@@ -665,3 +665,88 @@ fn the_thresholds_are_judged_as_the_run_goes_and_the_end_is_the_report_s() {
     assert!(!states.contains(&"fail"), "{states:?}");
     assert_eq!(state_of(&last, "thresholds"), "pass");
 }
+
+/// `abort_on_fail`: a service that fails one request in two stops a minute-long phase soon
+/// after `abort_after_ms`, without `--dashboard` (the thresholds are judged as the run goes all
+/// the same); the run fails, is not an interruption, and its note and its `thresholds` say which
+/// rule stopped it and when. Without the flag the same run goes its whole length (shortened here
+/// by the test's own limit: it is not stopped before it).
+#[test]
+fn a_failing_threshold_with_abort_on_fail_stops_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = |abort: bool, secs: u32| {
+        cli_support::write(
+            &dir,
+            &format!("s{abort}.yaml"),
+            &format!(
+                "name: gate\nserver:\n  rules:\n    - {{ id: flaky, match: {{ probability: 0.5 }}, fault: {{ status: 503 }} }}\nclient: {{ max_attempts: 1 }}\nphases:\n  - name: steady\n    clients: {{ concurrency: 2, duration: {secs}s }}\n    request: {{ path: /x }}\nchecks:\n  thresholds: {{ rules: [\"p99 < 10s\", \"error_rate < 1%\"], abort_on_fail: {abort}, abort_after_ms: 1500 }}\n"
+            ),
+        )
+    };
+    let out = harness()
+        .args(["run", "--format", "json"])
+        .arg(scenario(true, 60))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        r["interrupted"], false,
+        "stopped by a rule, not by the user"
+    );
+    assert_eq!(r["outcome"], "failed");
+    let ms = r["duration_ms"].as_u64().unwrap();
+    assert!(
+        (1500..45_000).contains(&ms),
+        "stopped after 1.5 s, long before 60 s: {ms} ms"
+    );
+    let note = r["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str())
+        .find(|n| n.starts_with("the thresholds stopped the run at "))
+        .unwrap_or_else(|| panic!("no note: {}", r["notes"]));
+    assert!(
+        note.contains("(abort_on_fail): 1 of 2 thresholds failed: error_rate < 1% is"),
+        "{note}"
+    );
+    let at: f64 = note["the thresholds stopped the run at ".len()..]
+        .split(' ')
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap();
+    assert!(at >= 1.5, "{note}");
+    let t = r["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "thresholds")
+        .unwrap();
+    assert_eq!(t["verdict"], "fail");
+    assert!(t["summary"].as_str().unwrap().starts_with(note), "{t}");
+
+    // The same failing run without the flag is not stopped: it runs its phase out.
+    let out = harness()
+        .args(["run", "--format", "json"])
+        .arg(scenario(false, 3))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        r["duration_ms"].as_u64().unwrap() >= 3000,
+        "{}",
+        r["duration_ms"]
+    );
+    assert!(
+        !r["notes"].to_string().contains("stopped the run"),
+        "{}",
+        r["notes"]
+    );
+}

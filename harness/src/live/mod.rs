@@ -87,6 +87,18 @@ struct Judging {
     names: Vec<String>,
     /// The `thresholds` check's rules, evaluated on each snapshot's figures.
     rules: Vec<checks::threshold_rules::Rule>,
+    /// `thresholds: { abort_on_fail: true }`: from this far into the run, a failing rule
+    /// cancels this token.
+    abort: Option<(Duration, tokio_util::sync::CancellationToken)>,
+}
+
+/// A run the thresholds stopped (`abort_on_fail`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Aborted {
+    /// Seconds into the run.
+    pub at_s: f64,
+    /// What failed, as the `thresholds` check says it ("1 of 2 thresholds failed: …").
+    pub why: String,
 }
 
 /// A phase in a snapshot.
@@ -179,6 +191,8 @@ pub struct Board {
     tx: watch::Sender<Arc<Published>>,
     /// Event streams open now.
     streams: AtomicUsize,
+    /// Set once, when the thresholds stopped the run.
+    aborted: Mutex<Option<Aborted>>,
 }
 
 /// A snapshot as served: its JSON, and whether it is the last.
@@ -205,6 +219,18 @@ impl Board {
     pub async fn start(title: &str, addr: SocketAddr) -> std::io::Result<Arc<Board>> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
+        let board = Board::ticking(title, addr);
+        tokio::spawn(accept(listener, board.clone()));
+        Ok(board)
+    }
+
+    /// A board that serves nothing: it reads the phases once a second for what judges the run
+    /// as it goes (`abort_on_fail`) when no `--dashboard` was asked for.
+    pub fn headless(title: &str) -> Arc<Board> {
+        Board::ticking(title, SocketAddr::from(([127, 0, 0, 1], 0)))
+    }
+
+    fn ticking(title: &str, addr: SocketAddr) -> Arc<Board> {
         let (tx, _) = watch::channel(Arc::new(Published {
             json: Bytes::new(),
             metrics: Bytes::new(),
@@ -218,9 +244,9 @@ impl Board {
             server: Mutex::new(None),
             tx,
             streams: AtomicUsize::new(0),
+            aborted: Mutex::new(None),
         });
         board.publish(None, "running");
-        tokio::spawn(accept(listener, board.clone()));
         let ticking = Arc::downgrade(&board);
         tokio::spawn(async move {
             let mut every = tokio::time::interval(INTERVAL);
@@ -235,7 +261,7 @@ impl Board {
                 b.publish(None, "running");
             }
         });
-        Ok(board)
+        board
     }
 
     /// Where the page is.
@@ -251,7 +277,23 @@ impl Board {
     /// The checks the run will judge (`names`, in the report's order) and the `thresholds`
     /// check's `rules`, which each snapshot evaluates on the figures so far.
     pub fn checks(&self, names: Vec<String>, rules: Vec<checks::threshold_rules::Rule>) {
-        self.lock().judging = Judging { names, rules };
+        let mut st = self.lock();
+        st.judging.names = names;
+        st.judging.rules = rules;
+    }
+
+    /// From `after` into the run, the first snapshot whose `thresholds` fails cancels `stop`
+    /// and says why in [`Board::aborted`].
+    pub fn abort_on_fail(&self, after: Duration, stop: tokio_util::sync::CancellationToken) {
+        self.lock().judging.abort = Some((after, stop));
+    }
+
+    /// Why and when the thresholds stopped the run, if they did.
+    pub fn aborted(&self) -> Option<Aborted> {
+        self.aborted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// A phase has started: its workers fold into `sink`, finished operations count in `done`,
@@ -430,6 +472,21 @@ impl Board {
                 Some(r) => final_checks(r),
                 None => so_far.provisional(&st.judging, run_secs),
             };
+            if let (None, Some((after, stop))) = (&report, &st.judging.abort) {
+                let failed = checks
+                    .iter()
+                    .find(|c| c.name == "thresholds" && c.state == "fail");
+                if let (Some(c), true) = (failed, run_secs >= after.as_secs_f64()) {
+                    let mut aborted = self.aborted.lock().unwrap_or_else(|p| p.into_inner());
+                    if aborted.is_none() {
+                        *aborted = Some(Aborted {
+                            at_s: round3(run_secs),
+                            why: c.summary.trim_start_matches("so far: ").to_string(),
+                        });
+                        stop.cancel();
+                    }
+                }
+            }
             Snapshot {
                 seq: st.seq,
                 title: self.title.clone(),
