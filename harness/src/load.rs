@@ -153,8 +153,12 @@ pub struct LoadOptions {
     pub thresholds: Vec<Rule>,
     /// What the report says of the default gate, when it applies.
     pub gate_note: Option<String>,
-    /// The live dashboard the load reports to (`--dashboard`).
+    /// The live dashboard the load reports to (`--dashboard`), or the headless board that
+    /// judges the thresholds as the load goes (`--abort-on-fail`).
     pub live: Option<Arc<crate::live::Board>>,
+    /// `--abort-on-fail`: from this far into the load, the first failing threshold stops it
+    /// (needs `live`).
+    pub abort_after: Option<Duration>,
 }
 
 /// The rules `--threshold` and `--max-error-rate` give, with the default error rate when
@@ -438,6 +442,7 @@ fn phase_options(
             gate_note,
             target: Arc::new(target),
             live: None,
+            abort_after: None,
             phase: PhasePlan {
                 name: "load".into(),
                 kind,
@@ -469,12 +474,18 @@ pub async fn run(
         driver::expected_operations(&o.phase),
         done.clone(),
     );
+    // `--abort-on-fail`: the thresholds, judged once a second on the figures so far, may stop
+    // the load (a token of its own: Ctrl-C still reads as an interruption).
+    let load_stop = stop.child_token();
+    if let (Some(board), Some(after)) = (&o.live, o.abort_after) {
+        board.abort_on_fail(after, load_stop.clone());
+    }
     let ctx = PhaseCtx {
         index: 0,
         target: o.target.clone(),
         keys: Keys::new(0, true),
         run_start: Instant::now(),
-        stop: stop.clone(),
+        stop: load_stop,
         hard_stop: true,
         done,
         keep_attempts: false,
@@ -513,7 +524,17 @@ pub async fn run(
         throughput_rps: Some(r.completed() as f64 / out.duration.as_secs_f64().max(1e-9)),
         requests: r.sent,
     };
-    let thresholds = checks::thresholds::evaluate(&o.thresholds, &measured);
+    let mut thresholds = checks::thresholds::evaluate(&o.thresholds, &measured);
+    let aborted = o.live.as_ref().and_then(|b| b.aborted()).map(|a| {
+        let stopped = format!(
+            "the thresholds stopped the load at {:.1} s (--abort-on-fail): {}",
+            a.at_s, a.why
+        );
+        // Whatever the figures at the end say, a load stopped for failing does not pass.
+        thresholds.verdict = reports::model::Verdict::Fail;
+        thresholds.summary = format!("{stopped}; at the end: {}", thresholds.summary);
+        stopped
+    });
     let mut builder = ReportBuilder::new(match &o.phase.grpc {
         Some(g) => format!("load {} {}", o.target.url, g.method.path()),
         None => format!("load {} {}", o.phase.template.method, o.target.url),
@@ -528,6 +549,9 @@ pub async fn run(
     .phases(vec![phase]);
     if let Some(n) = &o.gate_note {
         builder = builder.note(n.clone());
+    }
+    if let Some(n) = aborted {
+        builder = builder.note(n);
     }
     Ok(builder.build())
 }

@@ -754,3 +754,47 @@ fn a_failing_threshold_with_abort_on_fail_stops_the_run() {
         r["notes"]
     );
 }
+
+/// `harness load --abort-on-fail`: the default error-rate gate, failing against a service that
+/// fails one request in two, stops a minute-long load soon after `--abort-after`; the load
+/// fails and says why. `--abort-after` alone is refused.
+#[test]
+fn a_load_with_abort_on_fail_stops_when_its_gate_fails() {
+    let s =
+        server("rules:\n  - { id: flaky, match: { probability: 0.5 }, fault: { status: 503 } }\n");
+    let url = format!("{}/x", s.url);
+    let out = harness()
+        .args(["load", &url, "-c", "2", "-z", "60s", "--abort-on-fail"])
+        .args(["--abort-after", "1s", "--format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["interrupted"], false);
+    let ms = r["duration_ms"].as_u64().unwrap();
+    assert!((1000..45_000).contains(&ms), "{ms} ms");
+    let notes = r["notes"].to_string();
+    assert!(
+        notes.contains("the thresholds stopped the load at ")
+            && notes.contains("(--abort-on-fail): 1 of 1 thresholds failed: error_rate <= 1% is"),
+        "{notes}"
+    );
+    assert_eq!(r["checks"][0]["name"], "thresholds");
+    assert_eq!(r["checks"][0]["verdict"], "fail");
+
+    let out = harness()
+        .args(["load", &url, "-n", "1", "--abort-after", "1s"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--abort-on-fail"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

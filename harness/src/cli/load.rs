@@ -91,6 +91,14 @@ pub(super) struct LoadArgs {
     /// unless a --threshold rule on error_rate is given [default: 1%; 100% turns it off].
     #[arg(long, value_name = "RATE")]
     max_error_rate: Option<String>,
+    /// Stop the load as soon as a threshold fails on the figures so far (judged once a second);
+    /// the load then fails, and its report says which rule stopped it and when.
+    #[arg(long)]
+    abort_on_fail: bool,
+    /// With --abort-on-fail: how long into the load no threshold may stop it yet (the first
+    /// seconds rest on few requests).
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration, requires = "abort_on_fail")]
+    abort_after: Duration,
     #[command(flatten)]
     connect: ConnectArgs,
     #[command(flatten)]
@@ -121,6 +129,7 @@ pub(super) async fn load(mut a: LoadArgs) -> Result<Outcome, CliError> {
     a.connect.http2 |= grpc;
     let duration = a.duration;
     let (output, dashboard) = (a.output.clone(), a.dashboard.clone());
+    let (abort_on_fail, abort_after) = (a.abort_on_fail, a.abort_after);
     if let Some(d) = &a.data {
         if yaml_config::parse_duration(d).is_ok() {
             eprintln!(
@@ -207,9 +216,13 @@ pub(super) async fn load(mut a: LoadArgs) -> Result<Outcome, CliError> {
     })
     .map_err(CliError::Input)?;
     let mut opts = opts;
-    opts.live = dashboard
-        .start(&format!("load {}", opts.target.url))
-        .await?;
+    let title = format!("load {}", opts.target.url);
+    opts.live = dashboard.start(&title).await?;
+    if abort_on_fail {
+        opts.live
+            .get_or_insert_with(|| crate::live::Board::headless(&title));
+        opts.abort_after = Some(abort_after);
+    }
     if let Some(board) = &opts.live {
         board.checks(vec!["thresholds".to_string()], opts.thresholds.clone());
     }
